@@ -1,0 +1,58 @@
+// Package archive reads image archives (docker save, Docker ≥25 hybrid, OCI image
+// layout as a tar or a directory), plain or compressed, in one pass. It knows
+// nothing of containerd: blob bytes go to a Store, documents come back in memory.
+package archive
+
+import (
+	"context"
+	"io"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// Format is the layout of an archive.
+type Format string
+
+const (
+	FormatDockerSave Format = "docker-save"   // manifest.json + <id>/layer.tar or <hash>.tar.gz (v1.1, v1.2, go-containerregistry)
+	FormatOCI        Format = "oci"           // oci-layout + index.json + blobs/<alg>/<hex>
+	FormatHybrid     Format = "docker-hybrid" // Docker ≥ 25: OCI layout plus manifest.json
+)
+
+// Compression is the outer compression of an archive stream or of a layer blob.
+type Compression string
+
+const (
+	None  Compression = "none"
+	Gzip  Compression = "gzip"
+	Zstd  Compression = "zstd"
+	Bzip2 Compression = "bzip2"
+	Xz    Compression = "xz"
+	Lz4   Compression = "lz4"
+)
+
+// Store receives blob bytes during a walk. The walker calls it from one goroutine.
+type Store interface {
+	// Has reports whether the store already holds the complete blob.
+	Has(ctx context.Context, dgst digest.Digest) (bool, error)
+	// Put writes a blob of exactly size bytes read from r. With a non-empty expected
+	// digest the store verifies it; with an empty one it computes it. It returns the digest.
+	Put(ctx context.Context, expected digest.Digest, size int64, r io.Reader) (digest.Digest, error)
+}
+
+// Image is one name an archive gives to one target.
+type Image struct {
+	Name   string             // full, normalised reference: docker.io/library/busybox:1.36
+	Target ocispec.Descriptor // an index or a manifest (synthesised for docker save)
+}
+
+// Result is what one walk found.
+type Result struct {
+	Format      Format
+	Compression Compression
+	Images      []Image                  // sorted by Name, then Target digest
+	Docs        map[digest.Digest][]byte // JSON documents (indexes, manifests, configs), not given to Store.Put
+	Blobs       map[digest.Digest]int64  // other blobs the archive holds, written or already present, with sizes
+	BytesRead   int64                    // bytes read from the archive as stored (compressed)
+}

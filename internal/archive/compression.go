@@ -1,0 +1,258 @@
+package archive
+
+import (
+	"bufio"
+	"bytes"
+	"compress/bzip2"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+	"github.com/ulikunitz/xz"
+)
+
+const (
+	// peekSize is how much of a stream Decompress looks at before choosing a
+	// decoder. It is large enough to look past a few zstd/lz4 skippable frames.
+	peekSize = 64 << 10
+
+	// zstdMaxWindow is the largest zstd window accepted: 2 GiB, what
+	// `zstd --long=31` produces. The decoder allocates at most this much history
+	// for a frame, and only as much as the frame header declares.
+	zstdMaxWindow = 1 << 31
+
+	// zstdConcurrency is the number of blocks the zstd decoder works on at once.
+	// Two keeps the decoder ahead of the reader (hashing, tar parsing) without
+	// holding more than a couple of 128 KiB blocks in flight.
+	zstdConcurrency = 2
+)
+
+var (
+	magicGzip      = []byte{0x1f, 0x8b}
+	magicZstd      = []byte{0x28, 0xb5, 0x2f, 0xfd}
+	magicBzip2     = []byte("BZh")
+	magicXz        = []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}
+	magicLz4       = []byte{0x04, 0x22, 0x4d, 0x18}
+	magicLz4Legacy = []byte{0x02, 0x21, 0x4c, 0x18}
+)
+
+// isSkippableFrame reports whether b starts with the magic number of a zstd
+// (or lz4) skippable frame: 0x184D2A50 to 0x184D2A5F, little-endian.
+func isSkippableFrame(b []byte) bool {
+	return len(b) >= 4 && b[0]&0xf0 == 0x50 && b[1] == 0x2a && b[2] == 0x4d && b[3] == 0x18
+}
+
+// Sniff tells the compression of a stream from its first bytes. It looks past
+// leading skippable frames (shared by zstd and lz4); a stream that starts with
+// a skippable frame that runs past b is taken to be zstd. Anything it does not
+// recognise is None.
+func Sniff(b []byte) Compression {
+	for skipped := false; ; skipped = true {
+		switch {
+		case isSkippableFrame(b):
+			if len(b) < 8 {
+				return Zstd
+			}
+			n := uint64(binary.LittleEndian.Uint32(b[4:8]))
+			if 8+n >= uint64(len(b)) {
+				// The frame runs to (or past) the end of what we can see.
+				return Zstd
+			}
+			b = b[8+n:]
+			continue
+		case bytes.HasPrefix(b, magicZstd):
+			return Zstd
+		case bytes.HasPrefix(b, magicLz4), bytes.HasPrefix(b, magicLz4Legacy):
+			return Lz4
+		}
+		if skipped {
+			// Skippable frames followed by something that is neither zstd nor lz4.
+			return None
+		}
+		break
+	}
+	switch {
+	case bytes.HasPrefix(b, magicGzip):
+		return Gzip
+	case bytes.HasPrefix(b, magicXz):
+		return Xz
+	case len(b) >= 4 && bytes.HasPrefix(b, magicBzip2) && b[3] >= '1' && b[3] <= '9':
+		// "BZh" and a block size digit. A tar whose first member is named
+		// "BZh1..." would match too, so also check the first block's magic
+		// (or the end-of-stream magic of an empty stream) when we have it.
+		if len(b) >= 10 {
+			m := b[4:10]
+			if !bytes.Equal(m, []byte{0x31, 0x41, 0x59, 0x26, 0x53, 0x59}) &&
+				!bytes.Equal(m, []byte{0x17, 0x72, 0x45, 0x38, 0x50, 0x90}) {
+				return None
+			}
+		}
+		return Bzip2
+	}
+	return None
+}
+
+// Decompress peeks at r, chooses a decoder by the stream's magic bytes and
+// returns a reader of the decompressed bytes (r itself, buffered, for None).
+// Closing the result releases the decoder; it does not close r. Decoding errors
+// keep the decoder's cause and name the compression ("zstd: unexpected EOF").
+// A truncated stream is an error, never a short read that ends in io.EOF.
+func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
+	br := bufio.NewReaderSize(r, peekSize)
+	head, err := br.Peek(peekSize)
+	if err != nil && err != io.EOF && !errors.Is(err, bufio.ErrBufferFull) {
+		return nil, None, fmt.Errorf("reading: %w", err)
+	}
+	c := Sniff(head)
+	switch c {
+	case None:
+		return &decoder{r: br}, None, nil
+	case Gzip:
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, c, wrapDecodeErr(c, err)
+		}
+		return &decoder{r: zr, c: c, close: zr.Close}, c, nil
+	case Zstd:
+		zr, err := zstd.NewReader(br,
+			zstd.WithDecoderMaxWindow(zstdMaxWindow),
+			zstd.WithDecoderConcurrency(zstdConcurrency),
+			zstd.WithDecoderLowmem(true),
+		)
+		if err != nil {
+			return nil, c, wrapDecodeErr(c, err)
+		}
+		return &decoder{r: zr, c: c, close: func() error { zr.Close(); return nil }}, c, nil
+	case Bzip2:
+		return &decoder{r: bzip2.NewReader(br), c: c}, c, nil
+	case Xz:
+		xr, err := xz.NewReader(br)
+		if err != nil {
+			return nil, c, wrapDecodeErr(c, err)
+		}
+		return &decoder{r: xr, c: c}, c, nil
+	case Lz4:
+		lr := lz4.NewReader(br)
+		// One block at a time: the reader has no Close, so it must not own
+		// goroutines that a caller who stops reading early would leak.
+		if err := lr.Apply(lz4.ConcurrencyOption(1)); err != nil {
+			return nil, c, wrapDecodeErr(c, err)
+		}
+		return &decoder{r: lr, c: c}, c, nil
+	}
+	return nil, c, fmt.Errorf("unsupported compression %s", c)
+}
+
+// decoder wraps a decompressing reader: it names the compression in errors,
+// makes them sticky and releases the decoder on Close.
+type decoder struct {
+	r     io.Reader
+	c     Compression // empty for None
+	close func() error
+	err   error // sticky
+}
+
+func (d *decoder) Read(p []byte) (int, error) {
+	if d.err != nil {
+		return 0, d.err
+	}
+	n, err := d.r.Read(p)
+	if err != nil && err != io.EOF {
+		if d.c != "" && d.c != None {
+			err = wrapDecodeErr(d.c, err)
+		}
+		d.err = err
+	}
+	return n, err
+}
+
+func (d *decoder) Close() error {
+	if d.close == nil {
+		return nil
+	}
+	f := d.close
+	d.close = nil
+	if d.err == nil {
+		d.err = errors.New("read after close")
+	}
+	if err := f(); err != nil && d.c != "" {
+		return wrapDecodeErr(d.c, err)
+	}
+	return nil
+}
+
+// wrapDecodeErr prefixes a decoder's error with the compression's name,
+// unless the library already did.
+func wrapDecodeErr(c Compression, err error) error {
+	if strings.HasPrefix(err.Error(), string(c)+":") {
+		return err
+	}
+	return fmt.Errorf("%s: %w", c, err)
+}
+
+// Probe reports the compression of a stream and whether, once decompressed, it
+// starts like a tar archive (a valid header block, or the zero block of an
+// empty archive). It reads at most a few KiB of decompressed data. A file that
+// is not compressed and not a tar is (None, false, nil); a decoding error is
+// returned as such.
+func Probe(r io.Reader) (Compression, bool, error) {
+	rc, c, err := Decompress(r)
+	if err != nil {
+		return c, false, err
+	}
+	defer rc.Close()
+	var blk [blockSize]byte
+	n, err := io.ReadFull(rc, blk[:])
+	if err != nil {
+		if n < blockSize && (err == io.EOF || err == io.ErrUnexpectedEOF) {
+			return c, false, nil
+		}
+		return c, false, err
+	}
+	return c, isTarHeader(blk[:]), nil
+}
+
+const blockSize = 512
+
+// isTarHeader reports whether blk is a tar header block with a valid checksum,
+// or a zero block.
+func isTarHeader(blk []byte) bool {
+	if len(blk) < blockSize {
+		return false
+	}
+	zero := true
+	for _, b := range blk[:blockSize] {
+		if b != 0 {
+			zero = false
+			break
+		}
+	}
+	if zero {
+		return true
+	}
+	field := strings.TrimRight(strings.TrimLeft(string(blk[148:156]), " \x00"), " \x00")
+	if field == "" {
+		return false
+	}
+	var want int64
+	for _, ch := range field {
+		if ch < '0' || ch > '7' {
+			return false
+		}
+		want = want*8 + int64(ch-'0')
+	}
+	var unsigned, signed int64
+	for i, b := range blk[:blockSize] {
+		if i >= 148 && i < 156 {
+			b = ' '
+		}
+		unsigned += int64(b)
+		signed += int64(int8(b))
+	}
+	return want == unsigned || want == signed
+}

@@ -1,0 +1,517 @@
+package archive
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// Annotations that name an image in an OCI index.
+const (
+	annotationContainerdName = "io.containerd.image.name"
+	annotationRefName        = ocispec.AnnotationRefName // org.opencontainers.image.ref.name
+)
+
+// Media types of documents the walker understands besides the OCI ones.
+const (
+	mediaTypeDockerManifest     = "application/vnd.docker.distribution.manifest.v2+json"
+	mediaTypeDockerManifestList = "application/vnd.docker.distribution.manifest.list.v2+json"
+	mediaTypeDockerConfig       = "application/vnd.docker.container.image.v1+json"
+	mediaTypeDockerSchema1      = "application/vnd.docker.distribution.manifest.v1+json"
+	mediaTypeDockerSchema1JWS   = "application/vnd.docker.distribution.manifest.v1+prettyjws"
+)
+
+// dockerImage is one entry of a docker save manifest.json.
+type dockerImage struct {
+	Config   string   `json:"Config"`
+	RepoTags []string `json:"RepoTags"`
+	Layers   []string `json:"Layers"`
+}
+
+// imageConfig is the part of an image config the walker reads.
+type imageConfig struct {
+	OS           string `json:"os"`
+	Architecture string `json:"architecture"`
+	Variant      string `json:"variant,omitempty"`
+	OSVersion    string `json:"os.version,omitempty"`
+}
+
+// target is one image the archive holds and the names it gives it.
+type target struct {
+	what    string // "index.json entry sha256:…" or "image sha256:…", for errors
+	desc    ocispec.Descriptor
+	configs map[digest.Digest]bool // config digests reachable from desc
+	names   []string
+	bareTag string // a bare org.opencontainers.image.ref.name, for the error
+	noName  string // why there is no name, for the error
+}
+
+// finish resolves what the stream held into images.
+func (w *walker) finish(ctx context.Context) (*Result, error) {
+	_, hasIndex := w.meta[nameIndexJSON]
+	_, hasManifest := w.meta[nameManifestJSON]
+	res := &Result{Docs: w.docs, Blobs: w.blobs}
+	var targets []*target
+	var err error
+	switch {
+	case hasIndex:
+		res.Format = FormatOCI
+		if hasManifest {
+			res.Format = FormatHybrid
+		}
+		if b, ok := w.meta[nameOCILayout]; ok {
+			var layout ocispec.ImageLayout
+			if err := json.Unmarshal(b, &layout); err != nil {
+				return nil, fmt.Errorf("oci-layout: %w", err)
+			}
+		}
+		targets, err = w.resolveIndex()
+		if err != nil {
+			return nil, err
+		}
+		if hasManifest {
+			targets, err = w.attachRepoTags(ctx, targets)
+		}
+	case hasManifest:
+		res.Format = FormatDockerSave
+		targets, err = w.resolveDockerSave(ctx)
+	case w.meta[nameRepositories] != nil:
+		return nil, errors.New("docker save v1.0 archive (a repositories file but no manifest.json) is not supported; save it again with Docker 1.10 or later")
+	default:
+		return nil, fmt.Errorf("%w: no manifest.json or index.json", ErrNotImage)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Images, err = images(targets)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// images turns targets into sorted, de-duplicated images; a target without a
+// name, or a name given to two targets, is an error.
+func images(targets []*target) ([]Image, error) {
+	var out []Image
+	byName := make(map[string]digest.Digest)
+	for _, t := range targets {
+		if len(t.names) == 0 {
+			switch {
+			case t.bareTag != "":
+				return nil, fmt.Errorf("%s has only the bare tag %q in %s; a full reference is needed", t.what, t.bareTag, annotationRefName)
+			default:
+				return nil, fmt.Errorf("%s has no name (%s)", t.what, t.noName)
+			}
+		}
+		for _, n := range t.names {
+			if prev, ok := byName[n]; ok {
+				if prev != t.desc.Digest {
+					return nil, fmt.Errorf("name %s is given to two images in the archive: %s and %s", n, prev, t.desc.Digest)
+				}
+				continue
+			}
+			byName[n] = t.desc.Digest
+			out = append(out, Image{Name: n, Target: t.desc})
+		}
+	}
+	slices.SortFunc(out, func(a, b Image) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return strings.Compare(string(a.Target.Digest), string(b.Target.Digest))
+	})
+	return out, nil
+}
+
+// normalizeName returns the full form of a reference; a name with neither
+// tag nor digest gets ":latest".
+func normalizeName(s string) (string, error) {
+	n, err := reference.ParseNormalizedNamed(s)
+	if err != nil {
+		return "", err
+	}
+	return reference.TagNameOnly(n).String(), nil
+}
+
+func addName(names []string, n string) []string {
+	if slices.Contains(names, n) {
+		return names
+	}
+	return append(names, n)
+}
+
+// resolveIndex reads index.json: one target per entry.
+func (w *walker) resolveIndex() ([]*target, error) {
+	var idx ocispec.Index
+	if err := json.Unmarshal(w.meta[nameIndexJSON], &idx); err != nil {
+		return nil, fmt.Errorf("index.json: %w", err)
+	}
+	if len(idx.Manifests) == 0 {
+		return nil, errors.New("index.json lists no images")
+	}
+	if len(idx.Manifests) > w.lim.indexItems {
+		return nil, fmt.Errorf("index.json lists more than %d images", w.lim.indexItems)
+	}
+	var targets []*target
+	for i, d := range idx.Manifests {
+		if err := d.Digest.Validate(); err != nil {
+			return nil, fmt.Errorf("index.json entry %d: digest %q: %w", i, d.Digest, err)
+		}
+		t := &target{
+			what:    "index.json entry " + string(d.Digest),
+			desc:    ocispec.Descriptor{MediaType: d.MediaType, Digest: d.Digest, Size: d.Size, Platform: d.Platform},
+			configs: make(map[digest.Digest]bool),
+			noName:  "no " + annotationContainerdName + " or " + annotationRefName + " annotation",
+		}
+		_, isDoc := w.docs[d.Digest]
+		_, isBlob := w.blobs[d.Digest]
+		if !isDoc && !isBlob {
+			return nil, fmt.Errorf("%s is not in the archive", t.what)
+		}
+		mt, err := w.inspect(t.desc, 0, t.configs, make(map[digest.Digest]bool))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", t.what, err)
+		}
+		t.desc.MediaType = mt
+		if n, ok := d.Annotations[annotationContainerdName]; ok {
+			name, err := normalizeName(n)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s %q: %w", t.what, annotationContainerdName, n, err)
+			}
+			t.names = append(t.names, name)
+		} else if ref, ok := d.Annotations[annotationRefName]; ok {
+			if !strings.ContainsAny(ref, "/:@") {
+				t.bareTag = ref
+			} else {
+				name, err := normalizeName(ref)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %s %q is not a full reference: %w", t.what, annotationRefName, ref, err)
+				}
+				t.names = append(t.names, name)
+			}
+		}
+		targets = append(targets, t)
+	}
+	return targets, nil
+}
+
+func isIndexType(mt string) bool {
+	return mt == ocispec.MediaTypeImageIndex || mt == mediaTypeDockerManifestList
+}
+
+func isManifestType(mt string) bool {
+	return mt == ocispec.MediaTypeImageManifest || mt == mediaTypeDockerManifest
+}
+
+func isImageConfigType(mt string) bool {
+	return mt == "" || mt == ocispec.MediaTypeImageConfig || mt == mediaTypeDockerConfig
+}
+
+// inspect checks the document d (when the archive has it) and what it refers
+// to, collects the config digests of its manifests and returns d's media type
+// (from the document when the descriptor has none).
+func (w *walker) inspect(d ocispec.Descriptor, depth int, configs, seen map[digest.Digest]bool) (string, error) {
+	b, ok := w.docs[d.Digest]
+	if !ok {
+		if size, ok := w.blobs[d.Digest]; ok && size != d.Size {
+			return "", fmt.Errorf("%s is %d bytes, its descriptor says %d", d.Digest, size, d.Size)
+		}
+		return d.MediaType, nil // not here (partial archive), or not a document
+	}
+	if int64(len(b)) != d.Size {
+		return "", fmt.Errorf("%s is %d bytes, its descriptor says %d", d.Digest, len(b), d.Size)
+	}
+	if seen[d.Digest] {
+		return d.MediaType, nil
+	}
+	seen[d.Digest] = true
+	if depth > w.lim.depth {
+		return "", fmt.Errorf("%s: indexes nested more than %d deep", d.Digest, w.lim.depth)
+	}
+	var probe struct {
+		SchemaVersion int             `json:"schemaVersion"`
+		MediaType     string          `json:"mediaType"`
+		Manifests     json.RawMessage `json:"manifests"`
+		Config        json.RawMessage `json:"config"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return "", fmt.Errorf("%s: %w", d.Digest, err)
+	}
+	mt := d.MediaType
+	if !isIndexType(mt) && !isManifestType(mt) {
+		switch {
+		case probe.MediaType != "":
+			mt = probe.MediaType
+		case probe.SchemaVersion == 1:
+			mt = mediaTypeDockerSchema1
+		case probe.Manifests != nil:
+			mt = ocispec.MediaTypeImageIndex
+		case probe.Config != nil:
+			mt = ocispec.MediaTypeImageManifest
+		}
+	}
+	switch {
+	case isIndexType(mt):
+		var idx ocispec.Index
+		if err := json.Unmarshal(b, &idx); err != nil {
+			return "", fmt.Errorf("index %s: %w", d.Digest, err)
+		}
+		if len(idx.Manifests) > w.lim.indexItems {
+			return "", fmt.Errorf("index %s lists more than %d manifests", d.Digest, w.lim.indexItems)
+		}
+		for _, c := range idx.Manifests {
+			if err := c.Digest.Validate(); err != nil {
+				return "", fmt.Errorf("index %s: digest %q: %w", d.Digest, c.Digest, err)
+			}
+			if _, err := w.inspect(c, depth+1, configs, seen); err != nil {
+				return "", err
+			}
+		}
+	case isManifestType(mt):
+		var m ocispec.Manifest
+		if err := json.Unmarshal(b, &m); err != nil {
+			return "", fmt.Errorf("manifest %s: %w", d.Digest, err)
+		}
+		if err := m.Config.Digest.Validate(); err != nil {
+			return "", fmt.Errorf("manifest %s: config digest %q: %w", d.Digest, m.Config.Digest, err)
+		}
+		if len(m.Layers) > w.lim.indexItems {
+			return "", fmt.Errorf("manifest %s lists more than %d layers", d.Digest, w.lim.indexItems)
+		}
+		for _, l := range m.Layers {
+			if err := l.Digest.Validate(); err != nil {
+				return "", fmt.Errorf("manifest %s: layer digest %q: %w", d.Digest, l.Digest, err)
+			}
+			if size, ok := w.blobs[l.Digest]; ok && size != l.Size {
+				return "", fmt.Errorf("manifest %s: layer %s is %d bytes, the manifest says %d", d.Digest, l.Digest, size, l.Size)
+			}
+		}
+		configs[m.Config.Digest] = true
+		if cb, ok := w.docs[m.Config.Digest]; ok {
+			if int64(len(cb)) != m.Config.Size {
+				return "", fmt.Errorf("manifest %s: config %s is %d bytes, the manifest says %d", d.Digest, m.Config.Digest, len(cb), m.Config.Size)
+			}
+			if isImageConfigType(m.Config.MediaType) {
+				if _, err := parseConfig(cb); err != nil {
+					return "", fmt.Errorf("config %s: %w", m.Config.Digest, err)
+				}
+			}
+		}
+	case mt == mediaTypeDockerSchema1 || mt == mediaTypeDockerSchema1JWS:
+		return "", fmt.Errorf("%s: docker schema 1 manifests are not supported", d.Digest)
+	default:
+		if depth == 0 {
+			return "", fmt.Errorf("%s: unsupported media type %q", d.Digest, mt)
+		}
+		// Something else an index lists (an artifact): not ours to check.
+	}
+	return mt, nil
+}
+
+// parseConfig reads an image config; it must name an OS and an architecture,
+// or containerd filters the image out.
+func parseConfig(b []byte) (imageConfig, error) {
+	var c imageConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, err
+	}
+	if c.OS == "" || c.Architecture == "" {
+		return c, errors.New("no os/architecture; containerd filters such images out")
+	}
+	return c, nil
+}
+
+func (w *walker) parseManifestJSON() ([]dockerImage, error) {
+	var entries []dockerImage
+	if err := json.Unmarshal(w.meta[nameManifestJSON], &entries); err != nil {
+		return nil, fmt.Errorf("manifest.json: %w", err)
+	}
+	if len(entries) == 0 {
+		return nil, errors.New("manifest.json lists no images")
+	}
+	if len(entries) > w.lim.indexItems {
+		return nil, fmt.Errorf("manifest.json lists more than %d images", w.lim.indexItems)
+	}
+	return entries, nil
+}
+
+// repoTags normalises the RepoTags of a manifest.json entry.
+func repoTags(e dockerImage) ([]string, error) {
+	var names []string
+	for _, t := range e.RepoTags {
+		n, err := normalizeName(t)
+		if err != nil {
+			return nil, fmt.Errorf("manifest.json: RepoTag %q: %w", t, err)
+		}
+		names = addName(names, n)
+	}
+	return names, nil
+}
+
+// attachRepoTags gives the RepoTags of a Docker ≥ 25 manifest.json to the
+// index.json entries whose manifests have the entry's config. An entry that
+// matches none is taken as a docker save image.
+func (w *walker) attachRepoTags(ctx context.Context, targets []*target) ([]*target, error) {
+	entries, err := w.parseManifestJSON()
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range targets {
+		t.noName += ", no RepoTags in manifest.json"
+		targets[i] = t
+	}
+	for _, e := range entries {
+		fi := w.lookup(e.Config)
+		if fi == nil {
+			return nil, fmt.Errorf("manifest.json: config %q is not in the archive", e.Config)
+		}
+		names, err := repoTags(e)
+		if err != nil {
+			return nil, err
+		}
+		matched := false
+		for _, t := range targets {
+			if t.configs[fi.dgst] {
+				matched = true
+				for _, n := range names {
+					t.names = addName(t.names, n)
+				}
+			}
+		}
+		if !matched {
+			t, err := w.synthesize(ctx, e)
+			if err != nil {
+				return nil, err
+			}
+			targets = append(targets, t)
+		}
+	}
+	return targets, nil
+}
+
+func (w *walker) resolveDockerSave(ctx context.Context) ([]*target, error) {
+	entries, err := w.parseManifestJSON()
+	if err != nil {
+		return nil, err
+	}
+	var targets []*target
+	for _, e := range entries {
+		t, err := w.synthesize(ctx, e)
+		if err != nil {
+			return nil, err
+		}
+		targets = append(targets, t)
+	}
+	return targets, nil
+}
+
+// layerMediaType is the OCI media type of a layer compressed with c.
+func layerMediaType(c Compression) (string, bool) {
+	switch c {
+	case None:
+		return ocispec.MediaTypeImageLayer, true
+	case Gzip:
+		return ocispec.MediaTypeImageLayerGzip, true
+	case Zstd:
+		return ocispec.MediaTypeImageLayerZstd, true
+	}
+	return "", false
+}
+
+// synthesize builds the OCI manifest of a docker save image, puts it in Docs
+// and writes the layers still held in memory to the store.
+func (w *walker) synthesize(ctx context.Context, e dockerImage) (*target, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cfi := w.lookup(e.Config)
+	if cfi == nil {
+		return nil, fmt.Errorf("manifest.json: config %q is not in the archive", e.Config)
+	}
+	var cb []byte
+	switch {
+	case cfi.doc && cfi.named:
+		cb = w.docs[cfi.dgst]
+	case cfi.doc:
+		cb = cfi.data
+	default:
+		return nil, fmt.Errorf("manifest.json: config %q is not a JSON document", e.Config)
+	}
+	cfg, err := parseConfig(cb)
+	if err != nil {
+		return nil, fmt.Errorf("config %q (%s): %w", e.Config, cfi.dgst, err)
+	}
+	w.docs[cfi.dgst] = cb
+	if len(e.Layers) > w.lim.indexItems {
+		return nil, fmt.Errorf("manifest.json: config %q: more than %d layers", e.Config, w.lim.indexItems)
+	}
+	m := ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config: ocispec.Descriptor{
+			MediaType: ocispec.MediaTypeImageConfig,
+			Digest:    cfi.dgst,
+			Size:      cfi.size,
+		},
+		Layers: make([]ocispec.Descriptor, 0, len(e.Layers)),
+	}
+	for _, p := range e.Layers {
+		fi := w.lookup(p)
+		if fi == nil {
+			return nil, fmt.Errorf("manifest.json: layer %q is not in the archive", p)
+		}
+		mt, ok := layerMediaType(fi.comp)
+		if !ok {
+			return nil, fmt.Errorf("layer %q is %s-compressed; containerd cannot unpack such layers", p, fi.comp)
+		}
+		if !fi.named && !fi.stored {
+			if err := w.put(ctx, cleanName(p), fi.dgst, fi.size, bytes.NewReader(fi.data)); err != nil {
+				return nil, err
+			}
+			fi.stored, fi.data = true, nil
+		}
+		m.Layers = append(m.Layers, ocispec.Descriptor{MediaType: mt, Digest: fi.dgst, Size: fi.size})
+	}
+	mb, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the manifest of %s: %w", cfi.dgst, err)
+	}
+	md := digest.FromBytes(mb)
+	if _, ok := w.docs[md]; !ok {
+		if err := w.addDocBytes(e.Config, int64(len(mb))); err != nil {
+			return nil, err
+		}
+		w.docs[md] = mb
+	}
+	names, err := repoTags(e)
+	if err != nil {
+		return nil, err
+	}
+	return &target{
+		what: "image " + string(cfi.dgst),
+		desc: ocispec.Descriptor{
+			MediaType: ocispec.MediaTypeImageManifest,
+			Digest:    md,
+			Size:      int64(len(mb)),
+			Platform: &ocispec.Platform{
+				OS:           cfg.OS,
+				Architecture: cfg.Architecture,
+				Variant:      cfg.Variant,
+				OSVersion:    cfg.OSVersion,
+			},
+		},
+		configs: map[digest.Digest]bool{cfi.dgst: true},
+		names:   names,
+		noName:  "untagged docker save",
+	}, nil
+}

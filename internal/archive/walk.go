@@ -1,0 +1,579 @@
+package archive
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	_ "crypto/sha256" // digest algorithms used by blobs/<alg>/<hex> names
+	_ "crypto/sha512"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+var (
+	// ErrNotTar is wrapped by the error Walk returns when the stream, once
+	// decompressed, is not a tar archive at all.
+	ErrNotTar = errors.New("not a tar archive")
+	// ErrNotImage is wrapped by the error Walk returns for a tar archive that
+	// has neither manifest.json nor index.json.
+	ErrNotImage = errors.New("not an image archive")
+)
+
+// limits bound what a walk holds in memory, whatever the archive says.
+type limits struct {
+	docSize    int64 // entries up to this size are read into memory (JSON ones become documents)
+	docBytes   int64 // all JSON documents held together
+	heldBytes  int64 // small non-JSON entries not named by digest, held until manifest.json says whether they are layers
+	entries    int   // tar entries (or blobs of a layout directory)
+	nameLen    int   // length of an entry name
+	depth      int   // nesting of indexes
+	linkHops   int   // symlinks/hardlinks followed to resolve one path
+	indexItems int   // descriptors in one index or manifest, images in manifest.json
+}
+
+func defaultLimits() limits {
+	return limits{
+		docSize:    8 << 20,
+		docBytes:   256 << 20,
+		heldBytes:  64 << 20,
+		entries:    1 << 18,
+		nameLen:    4096,
+		depth:      8,
+		linkHops:   16,
+		indexItems: 1 << 16,
+	}
+}
+
+// Top-level files that describe an archive rather than hold blobs.
+const (
+	nameManifestJSON = "manifest.json"
+	nameIndexJSON    = "index.json"
+	nameOCILayout    = "oci-layout"
+	nameRepositories = "repositories"
+)
+
+// fileInfo is what the walker remembers of one archive entry (or layout blob).
+type fileInfo struct {
+	dgst   digest.Digest
+	size   int64
+	comp   Compression // sniffed from the entry's first bytes
+	named  bool        // named blobs/<alg>/<hex>
+	doc    bool        // a JSON document: in Docs if named, else held in data
+	data   []byte      // bytes held until the end (entries not named by digest)
+	stored bool        // in Blobs: given to the store, or already there
+}
+
+type walker struct {
+	st    Store
+	lim   limits
+	docs  map[digest.Digest][]byte
+	blobs map[digest.Digest]int64
+	files map[string]*fileInfo // by cleaned entry name
+	links map[string]string    // link entry name → cleaned target name
+	meta  map[string][]byte    // manifest.json, index.json, oci-layout, repositories
+
+	docBytes  int64
+	heldBytes int64
+	entries   int
+}
+
+func newWalker(st Store, lim limits) *walker {
+	return &walker{
+		st:    st,
+		lim:   lim,
+		docs:  make(map[digest.Digest][]byte),
+		blobs: make(map[digest.Digest]int64),
+		files: make(map[string]*fileInfo),
+		links: make(map[string]string),
+		meta:  make(map[string][]byte),
+	}
+}
+
+// Walk reads an image archive stream once: a docker save (v1.1, v1.2 or the
+// go-containerregistry tarball variant), a Docker ≥ 25 hybrid, or an OCI image
+// layout tar, plain or compressed. Blobs go to st as they stream by (those st
+// already has are skipped); JSON documents come back in Result.Docs. Errors name
+// the entry or digest and the cause, not the archive: the caller adds that.
+func Walk(ctx context.Context, r io.Reader, st Store) (*Result, error) {
+	return walk(ctx, r, st, defaultLimits())
+}
+
+func walk(ctx context.Context, r io.Reader, st Store, lim limits) (*Result, error) {
+	raw := &countingReader{r: r}
+	rc, c, err := Decompress(raw)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	dec := rc.(*decoder)
+	// streamErr prefers the decoder's own error: when the compressed stream is
+	// broken, that is the cause, whatever the tar reader or the store made of it.
+	streamErr := func(err error) error {
+		if dec.err != nil {
+			return dec.err
+		}
+		return err
+	}
+
+	data := &countingReader{r: rc}
+	tr := tar.NewReader(data)
+	w := newWalker(st, lim)
+	first := true
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		mark := data.n
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			if first && data.n == 0 {
+				return nil, notTar(c, errors.New("empty stream"))
+			}
+			// Next reports io.EOF both after the zero block that ends an
+			// archive and when the stream stops right after an entry. Every
+			// entry was read to its end before Next, so in this call Next read
+			// at most the entry's padding (< 512 bytes) and then, if there was
+			// one, a zero block.
+			if data.n-mark < blockSize {
+				return nil, errors.New("tar stream ends without an end-of-archive marker (truncated?)")
+			}
+			break
+		}
+		if err != nil {
+			if first && dec.err == nil {
+				return nil, notTar(c, err)
+			}
+			return nil, streamErr(fmt.Errorf("reading tar: %w", err))
+		}
+		first = false
+		if err := w.entry(ctx, hdr, tr); err != nil {
+			return nil, streamErr(err)
+		}
+		// Read what the entry handler left (skipped blobs) ourselves; see above.
+		if _, err := io.Copy(io.Discard, tr); err != nil {
+			return nil, streamErr(fmt.Errorf("reading %s: %w", cleanName(hdr.Name), err))
+		}
+	}
+	// Read to the end of the stream: decompressors check their trailers
+	// (checksums, sizes) only there, and BytesRead should be the whole file.
+	if _, err := io.Copy(io.Discard, rc); err != nil {
+		return nil, streamErr(fmt.Errorf("reading past the end of the tar archive: %w", err))
+	}
+	res, err := w.finish(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Compression = c
+	res.BytesRead = raw.n
+	return res, nil
+}
+
+func notTar(c Compression, cause error) error {
+	if c == None {
+		return fmt.Errorf("%w: %w", ErrNotTar, cause)
+	}
+	return fmt.Errorf("%w (%s-compressed): %w", ErrNotTar, c, cause)
+}
+
+// cleanName turns an entry name into the key the walker uses: no leading "./"
+// or "/", no "..", no trailing "/".
+func cleanName(name string) string {
+	return strings.TrimPrefix(path.Clean("/"+name), "/")
+}
+
+// blobDigest returns the digest an entry named blobs/<alg>/<hex> holds.
+func blobDigest(name string) (digest.Digest, bool) {
+	rest, ok := strings.CutPrefix(name, "blobs/")
+	if !ok {
+		return "", false
+	}
+	alg, hex, ok := strings.Cut(rest, "/")
+	if !ok || strings.Contains(hex, "/") {
+		return "", false
+	}
+	d := digest.NewDigestFromEncoded(digest.Algorithm(alg), hex)
+	if d.Validate() != nil {
+		return "", false
+	}
+	return d, true
+}
+
+func blobName(d digest.Digest) string {
+	return "blobs/" + d.Algorithm().String() + "/" + d.Encoded()
+}
+
+func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader) error {
+	w.entries++
+	if w.entries > w.lim.entries {
+		return fmt.Errorf("archive has more than %d entries", w.lim.entries)
+	}
+	if len(hdr.Name) > w.lim.nameLen || len(hdr.Linkname) > w.lim.nameLen {
+		return fmt.Errorf("entry name %.64q… is longer than %d bytes", hdr.Name, w.lim.nameLen)
+	}
+	name := cleanName(hdr.Name)
+	switch hdr.Typeflag {
+	case tar.TypeReg:
+	case tar.TypeSymlink:
+		target := hdr.Linkname
+		if !path.IsAbs(target) {
+			target = path.Join(path.Dir(name), target)
+		}
+		w.links[name] = cleanName(target)
+		return nil
+	case tar.TypeLink:
+		w.links[name] = cleanName(hdr.Linkname)
+		return nil
+	default:
+		return nil // directories, devices, …: nothing an image needs
+	}
+	if hdr.Size < 0 {
+		return fmt.Errorf("%s: negative size %d", name, hdr.Size)
+	}
+	switch name {
+	case nameManifestJSON, nameIndexJSON, nameOCILayout, nameRepositories:
+		if hdr.Size > w.lim.docSize {
+			return fmt.Errorf("%s: %d bytes is too large (limit %d)", name, hdr.Size, w.lim.docSize)
+		}
+		b, err := readN(r, hdr.Size)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", name, err)
+		}
+		w.meta[name] = b
+		return nil
+	}
+	if d, ok := blobDigest(name); ok {
+		return w.digestBlob(ctx, name, d, hdr.Size, r)
+	}
+	return w.otherFile(ctx, name, hdr.Size, r)
+}
+
+// readN reads exactly n bytes.
+func readN(r io.Reader, n int64) ([]byte, error) {
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+// isJSON reports whether b looks like a JSON object: its first non-space byte is '{'.
+func isJSON(b []byte) bool {
+	t := bytes.TrimLeft(b, " \t\r\n")
+	return len(t) > 0 && t[0] == '{'
+}
+
+func (w *walker) addDocBytes(name string, n int64) error {
+	if w.docBytes+n > w.lim.docBytes {
+		return fmt.Errorf("%s: JSON documents in the archive exceed %d bytes", name, w.lim.docBytes)
+	}
+	w.docBytes += n
+	return nil
+}
+
+// digestBlob takes in an entry whose name gives its digest: small JSON ones
+// become documents, other ones go to the store unless it has them.
+func (w *walker) digestBlob(ctx context.Context, name string, d digest.Digest, size int64, r io.Reader) error {
+	if _, ok := w.docs[d]; ok {
+		return nil // a duplicate entry
+	}
+	if _, ok := w.blobs[d]; ok {
+		return nil
+	}
+	fi := &fileInfo{dgst: d, size: size, named: true}
+	if size <= w.lim.docSize {
+		b, err := readN(r, size)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", name, err)
+		}
+		if isJSON(b) {
+			if got := d.Algorithm().FromBytes(b); got != d {
+				return fmt.Errorf("%s: content has digest %s", name, got)
+			}
+			if err := w.addDocBytes(name, size); err != nil {
+				return err
+			}
+			fi.doc, fi.comp = true, None
+			w.docs[d] = b
+			w.files[name] = fi
+			return nil
+		}
+		fi.comp = Sniff(b)
+		if err := w.put(ctx, name, d, size, bytes.NewReader(b)); err != nil {
+			return err
+		}
+		fi.stored = true
+		w.files[name] = fi
+		return nil
+	}
+	head, err := readHead(r, size)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", name, err)
+	}
+	fi.comp = Sniff(head)
+	has, err := w.st.Has(ctx, d)
+	if err != nil {
+		return fmt.Errorf("checking %s: %w", d, err)
+	}
+	if has {
+		w.blobs[d] = size
+	} else if err := w.put(ctx, name, d, size, io.MultiReader(bytes.NewReader(head), r)); err != nil {
+		return err
+	}
+	fi.stored = true
+	w.files[name] = fi
+	return nil
+}
+
+// sniffHead is how many bytes of a large blob are read to tell its compression.
+const sniffHead = 16
+
+func readHead(r io.Reader, size int64) ([]byte, error) {
+	return readN(r, min(size, sniffHead))
+}
+
+// put gives a blob of known digest to the store and records it.
+func (w *walker) put(ctx context.Context, name string, d digest.Digest, size int64, r io.Reader) error {
+	got, err := w.st.Put(ctx, d, size, r)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	if got != "" && got != d {
+		return fmt.Errorf("writing %s: store computed digest %s, expected %s", name, got, d)
+	}
+	w.blobs[d] = size
+	return nil
+}
+
+// otherFile takes in an entry not named by digest (docker save): small ones
+// are held until the end, when manifest.json tells configs and layers from
+// the rest; large ones go to the store, which computes their digest.
+func (w *walker) otherFile(ctx context.Context, name string, size int64, r io.Reader) error {
+	if size <= w.lim.docSize {
+		b, err := readN(r, size)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", name, err)
+		}
+		fi := &fileInfo{dgst: digest.FromBytes(b), size: size, comp: Sniff(b), data: b}
+		if isJSON(b) {
+			if err := w.addDocBytes(name, size); err != nil {
+				return err
+			}
+			fi.doc, fi.comp = true, None
+		} else if w.heldBytes+size <= w.lim.heldBytes {
+			w.heldBytes += size
+		} else {
+			// Too much held already: write it now, layer or not.
+			if err := w.put(ctx, name, fi.dgst, size, bytes.NewReader(b)); err != nil {
+				return err
+			}
+			fi.data, fi.stored = nil, true
+		}
+		w.files[name] = fi
+		return nil
+	}
+	head, err := readHead(r, size)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", name, err)
+	}
+	d, err := w.st.Put(ctx, "", size, io.MultiReader(bytes.NewReader(head), r))
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	if err := d.Validate(); err != nil {
+		return fmt.Errorf("writing %s: store returned digest %q: %w", name, d, err)
+	}
+	w.blobs[d] = size
+	w.files[name] = &fileInfo{dgst: d, size: size, comp: Sniff(head), stored: true}
+	return nil
+}
+
+// lookup finds the entry a path names, following links.
+func (w *walker) lookup(name string) *fileInfo {
+	name = cleanName(name)
+	for range w.lim.linkHops + 1 {
+		if fi, ok := w.files[name]; ok {
+			return fi
+		}
+		target, ok := w.links[name]
+		if !ok {
+			return nil
+		}
+		name = target
+	}
+	return nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// WalkDir reads an OCI image layout directory (oci-layout, index.json,
+// blobs/<alg>/<hex>; a manifest.json beside them is used as in a Docker ≥ 25
+// archive). It reads only the blobs reachable from index.json (and
+// manifest.json); blobs missing from the directory are left to the caller's
+// completeness check, as in Walk.
+func WalkDir(ctx context.Context, dir string, st Store) (*Result, error) {
+	return walkDir(ctx, dir, st, defaultLimits())
+}
+
+func walkDir(ctx context.Context, dir string, st Store, lim limits) (*Result, error) {
+	w := newWalker(st, lim)
+	var n int64
+	for _, name := range []string{nameOCILayout, nameIndexJSON, nameManifestJSON} {
+		b, err := readFileLimit(filepath.Join(dir, name), lim.docSize)
+		if errors.Is(err, fs.ErrNotExist) {
+			if name == nameManifestJSON {
+				continue
+			}
+			return nil, fmt.Errorf("%w: no %s in the directory", ErrNotImage, name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", name, err)
+		}
+		n += int64(len(b))
+		w.meta[name] = b
+	}
+	dw := &dirWalker{w: w, dir: dir, seen: make(map[digest.Digest]bool)}
+	var idx ocispec.Index
+	if err := json.Unmarshal(w.meta[nameIndexJSON], &idx); err != nil {
+		return nil, fmt.Errorf("index.json: %w", err)
+	}
+	for _, d := range idx.Manifests {
+		if err := dw.fetch(ctx, d.Digest, 0); err != nil {
+			return nil, err
+		}
+	}
+	if b, ok := w.meta[nameManifestJSON]; ok {
+		var entries []dockerImage
+		if err := json.Unmarshal(b, &entries); err != nil {
+			return nil, fmt.Errorf("manifest.json: %w", err)
+		}
+		for _, e := range entries {
+			for _, p := range append([]string{e.Config}, e.Layers...) {
+				if d, ok := blobDigest(cleanName(p)); ok {
+					if err := dw.fetch(ctx, d, w.lim.depth); err != nil {
+						return nil, err
+					}
+				}
+			}
+		}
+	}
+	res, err := w.finish(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Compression = None
+	res.BytesRead = n + dw.n
+	return res, nil
+}
+
+func readFileLimit(name string, limit int64) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("larger than %d bytes", limit)
+	}
+	return b, nil
+}
+
+type dirWalker struct {
+	w    *walker
+	dir  string
+	seen map[digest.Digest]bool
+	n    int64 // bytes read from blob files
+}
+
+// fetch takes in the blob d from the layout's blobs directory and, if it is an
+// index or a manifest, the blobs it refers to. A blob that is not there is
+// skipped: partial layouts are the caller's business.
+func (dw *dirWalker) fetch(ctx context.Context, d digest.Digest, depth int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d.Validate() != nil || dw.seen[d] {
+		return nil // finish reports invalid digests
+	}
+	dw.seen[d] = true
+	w := dw.w
+	w.entries++
+	if w.entries > w.lim.entries {
+		return fmt.Errorf("layout refers to more than %d blobs", w.lim.entries)
+	}
+	name := blobName(d)
+	f, err := os.Open(filepath.Join(dw.dir, filepath.FromSlash(name)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", name, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", name, err)
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", name)
+	}
+	cr := &countingReader{r: f}
+	err = w.digestBlob(ctx, name, d, st.Size(), cr)
+	dw.n += cr.n
+	if err != nil {
+		return err
+	}
+	b, ok := w.docs[d]
+	if !ok || depth >= w.lim.depth {
+		return nil
+	}
+	var refs struct {
+		Manifests []ocispec.Descriptor `json:"manifests"`
+		Config    *ocispec.Descriptor  `json:"config"`
+		Layers    []ocispec.Descriptor `json:"layers"`
+	}
+	if json.Unmarshal(b, &refs) != nil {
+		return nil // finish reports documents that do not parse
+	}
+	if refs.Config != nil {
+		if err := dw.fetch(ctx, refs.Config.Digest, w.lim.depth); err != nil {
+			return err
+		}
+	}
+	for _, c := range refs.Layers {
+		if err := dw.fetch(ctx, c.Digest, w.lim.depth); err != nil {
+			return err
+		}
+	}
+	for _, c := range refs.Manifests {
+		if err := dw.fetch(ctx, c.Digest, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}

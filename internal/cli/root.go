@@ -1,0 +1,179 @@
+// Package cli holds holdfast's commands, one file each.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/holdfast-project/holdfast/internal/datadir"
+)
+
+// ExitError carries a process exit code out of a command.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// ExitCode maps an error from Execute to a process exit code: 0 none, 2 bad
+// usage, else the command's own code or 1.
+func ExitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+type usageError struct{ error }
+
+// options are the flags every command shares.
+type options struct {
+	address   string
+	images    []string
+	dataDir   string
+	namespace string
+	logLevel  string
+	logFormat string
+	log       *slog.Logger
+}
+
+// envFlags names the environment variable of each common flag.
+var envFlags = map[string]string{
+	"address":    "HOLDFAST_ADDRESS",
+	"images":     "HOLDFAST_IMAGES",
+	"data-dir":   "HOLDFAST_DATA_DIR",
+	"namespace":  "HOLDFAST_NAMESPACE",
+	"log-level":  "HOLDFAST_LOG_LEVEL",
+	"log-format": "HOLDFAST_LOG_FORMAT",
+}
+
+// New builds the holdfast command tree.
+func New(version string) *cobra.Command {
+	o := &options{}
+	root := &cobra.Command{
+		Use:   "holdfast",
+		Short: "Keep air-gapped images in containerd: import archives, pin them, lease their content",
+		Long: `holdfast imports the image archives in its images directories into containerd,
+pins every image they hold (io.cri-containerd.pinned, so the kubelet's image GC
+keeps it) and holds their content with a lease per source (so containerd's GC
+keeps it too).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return o.complete(cmd)
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&o.address, "address", "", "containerd socket to use; empty starts holdfast's embedded containerd in --data-dir (env HOLDFAST_ADDRESS; K3s: /run/k3s/containerd/containerd.sock)")
+	pf.StringArrayVar(&o.images, "images", nil, "images directory, repeatable (env HOLDFAST_IMAGES, colon-separated; default <data-dir>/images)")
+	pf.StringVar(&o.dataDir, "data-dir", datadir.Default(), "holdfast's data directory (env HOLDFAST_DATA_DIR)")
+	pf.StringVar(&o.namespace, "namespace", "k8s.io", "containerd namespace (env HOLDFAST_NAMESPACE)")
+	pf.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (env HOLDFAST_LOG_LEVEL)")
+	pf.StringVar(&o.logFormat, "log-format", "auto", "auto (text on a terminal, else JSON), text or json (env HOLDFAST_LOG_FORMAT)")
+
+	root.AddCommand(newSync(o), newRun(o), newStatus(o), newVersion(version), newContainerd())
+	return root
+}
+
+// complete applies environment variables to flags not given, then derives defaults.
+func (o *options) complete(cmd *cobra.Command) error {
+	var errs []error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		env, ok := envFlags[f.Name]
+		if !ok || f.Changed {
+			return
+		}
+		v, ok := os.LookupEnv(env)
+		if !ok || v == "" {
+			return
+		}
+		if f.Name == "images" {
+			for _, d := range filepath.SplitList(v) {
+				if d != "" {
+					o.images = append(o.images, d)
+				}
+			}
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", env, err))
+		}
+	})
+	if len(errs) > 0 {
+		return &usageError{errors.Join(errs...)}
+	}
+	log, err := newLogger(cmd.ErrOrStderr(), o.logLevel, o.logFormat)
+	if err != nil {
+		return &usageError{err}
+	}
+	o.log = log
+	if o.dataDir == "" {
+		return &usageError{errors.New("--data-dir must not be empty")}
+	}
+	if abs, err := filepath.Abs(o.dataDir); err == nil {
+		o.dataDir = abs
+	}
+	return nil
+}
+
+// imageDirs returns the images dirs, creating the default one.
+func (o *options) imageDirs() ([]string, error) {
+	if len(o.images) > 0 {
+		return o.images, nil
+	}
+	dir := filepath.Join(o.dataDir, "images")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating images dir: %w", err)
+	}
+	return []string{dir}, nil
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	hopts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, hopts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, hopts)), nil
+	case "auto", "":
+		if f, ok := w.(*os.File); ok && isTerminal(f) {
+			return slog.New(slog.NewTextHandler(w, hopts)), nil
+		}
+		return slog.New(slog.NewJSONHandler(w, hopts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want auto, text or json", format)
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

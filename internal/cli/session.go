@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/holdfast-project/holdfast/internal/datadir"
+	"github.com/holdfast-project/holdfast/internal/embedded"
+	hfcontainerd "github.com/holdfast-project/holdfast/internal/runtime/containerd"
+)
+
+// session is a connection to containerd, and what holdfast started or locked to get it.
+type session struct {
+	rt      *hfcontainerd.Runtime
+	address string
+	lock    *datadir.Lock
+	proc    *embedded.Process
+}
+
+// openOwner takes the data dir for command (sync, run) and connects: to
+// --address, or to an embedded containerd it starts in the data dir. Another
+// holdfast owning the data dir is an error that says who.
+func (o *options) openOwner(ctx context.Context, command string) (*session, error) {
+	lock, err := datadir.Acquire(o.dataDir, command)
+	if err != nil {
+		var le *datadir.LockedError
+		if errors.As(err, &le) {
+			return nil, fmt.Errorf("%w; %s refuses to run beside it (status, plan, pin and unpin attach to it instead)", err, command)
+		}
+		return nil, err
+	}
+	s := &session{lock: lock, address: o.address}
+	if s.address == "" {
+		s.proc, err = embedded.Start(ctx, o.dataDir, embedded.Options{})
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.address = s.proc.Address()
+		o.log.Debug("embedded containerd started", "address", s.address, "pid", s.proc.PID())
+	}
+	if err := lock.SetOwner(datadir.Owner{PID: os.Getpid(), Command: command, Address: s.address}); err != nil {
+		s.close()
+		return nil, err
+	}
+	if s.rt, err = hfcontainerd.New(ctx, s.address, o.namespace); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openReader connects for a command that only reads (status): to the
+// containerd of the process that owns the data dir if there is one, else to
+// --address, else to an embedded containerd it starts itself.
+func (o *options) openReader(ctx context.Context, command string) (*session, error) {
+	address := o.address
+	if address == "" {
+		if owner, held := datadir.Held(o.dataDir); held {
+			if owner.Address == "" {
+				return nil, fmt.Errorf("data dir %s is in use by holdfast %s (pid %d), which has not connected to containerd yet; try again", o.dataDir, owner.Command, owner.PID)
+			}
+			address = owner.Address
+			o.log.Debug("attaching", "owner", owner.Command, "pid", owner.PID, "address", address)
+		}
+	}
+	if address == "" {
+		return o.openOwner(ctx, command)
+	}
+	rt, err := hfcontainerd.New(ctx, address, o.namespace)
+	if err != nil {
+		return nil, err
+	}
+	return &session{rt: rt, address: address}, nil
+}
+
+// close disconnects, stops what the session started and releases the lock.
+func (s *session) close() {
+	if s.rt != nil {
+		_ = s.rt.Close()
+	}
+	if s.proc != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = s.proc.Stop(ctx)
+		cancel()
+	}
+	s.lock.Release()
+}

@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/holdfast-project/holdfast/internal/agent"
+	"github.com/holdfast-project/holdfast/internal/runtime"
+)
+
+// StatusImage is one record in `status -o json`.
+type StatusImage struct {
+	Name    string   `json:"name"`
+	Digest  string   `json:"digest"` // record target
+	ID      string   `json:"id"`     // config digest: the CRI image ID
+	Size    int64    `json:"size"`   // host-platform bytes
+	Pinned  bool     `json:"pinned"` // io.cri-containerd.pinned
+	Owned   bool     `json:"owned"`  // io.holdfast.pinned
+	UserPin bool     `json:"userPin,omitempty"`
+	Sources []string `json:"sources"`
+	Leases  []string `json:"leases"`
+}
+
+// StatusSource is one source lease in `status -o json`.
+type StatusSource struct {
+	Path     string `json:"path"`
+	Lease    string `json:"lease"`
+	Identity string `json:"identity"`
+	Complete bool   `json:"complete"`
+	Images   int    `json:"images"`
+}
+
+// Status is the whole of `status -o json`.
+type Status struct {
+	Images  []StatusImage  `json:"images"`
+	Sources []StatusSource `json:"sources"`
+}
+
+func newStatus(o *options) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the images in the namespace, whether they are pinned, and which sources want them",
+		Long: `status lists every image record in the namespace (not the CRI's own sha256: records):
+its CRI image ID, host-platform size, whether it is pinned and whether holdfast owns
+the pin, and the sources and leases that want it. While holdfast run owns the data
+dir, status attaches to its containerd.
+
+Unpinning does not free disk at once: the CRI keeps its own record of an image
+until the kubelet's image GC removes it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return &usageError{fmt.Errorf("-o %q: want table or json", output)}
+			}
+			ctx := cmd.Context()
+			s, err := o.openReader(ctx, "status")
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			imgs, err := s.rt.Images(ctx)
+			if err != nil {
+				return err
+			}
+			srcs, err := s.rt.Sources(ctx)
+			if err != nil {
+				return err
+			}
+			st := buildStatus(imgs, srcs)
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			return writeTable(cmd.OutOrStdout(), st)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}
+
+func buildStatus(imgs []runtime.ImageDetail, srcs []runtime.SourceState) Status {
+	wantedBy := map[string][]runtime.SourceState{}
+	st := Status{Images: []StatusImage{}, Sources: []StatusSource{}}
+	for _, s := range srcs {
+		st.Sources = append(st.Sources, StatusSource{Path: s.Source, Lease: s.Lease, Identity: s.Identity, Complete: s.Complete, Images: len(s.Images)})
+		for _, w := range s.Images {
+			wantedBy[w.Name] = append(wantedBy[w.Name], s)
+		}
+	}
+	for _, img := range imgs {
+		si := StatusImage{
+			Name:    img.Name,
+			Digest:  img.Target.Digest.String(),
+			ID:      img.ConfigDigest.String(),
+			Size:    img.Size,
+			Pinned:  img.Pinned(),
+			Owned:   img.Owned(),
+			UserPin: img.Labels[runtime.LabelPriorPin] == "true" || (img.Pinned() && !img.Owned()),
+			Sources: []string{},
+			Leases:  []string{},
+		}
+		for _, s := range wantedBy[img.Name] {
+			si.Sources = append(si.Sources, s.Source)
+			si.Leases = append(si.Leases, s.Lease)
+		}
+		sort.Strings(si.Sources)
+		sort.Strings(si.Leases)
+		st.Images = append(st.Images, si)
+	}
+	return st
+}
+
+func writeTable(w io.Writer, st Status) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tIMAGE ID\tSIZE\tPINNED\tSOURCES")
+	for _, img := range st.Images {
+		id := strings.TrimPrefix(img.ID, "sha256:")
+		if len(id) > 12 {
+			id = id[:12]
+		}
+		if id == "" {
+			id = "<missing>"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", img.Name, id, agent.Bytes(img.Size), pinWord(img), sourcesWord(img.Sources))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%d images, %d sources\n", len(st.Images), len(st.Sources))
+	return nil
+}
+
+func pinWord(img StatusImage) string {
+	switch {
+	case img.Owned && img.UserPin:
+		return "holdfast+user"
+	case img.Owned:
+		return "holdfast"
+	case img.Pinned:
+		return "user"
+	}
+	return "no"
+}
+
+func sourcesWord(srcs []string) string {
+	if len(srcs) == 0 {
+		return "-"
+	}
+	return strings.Join(srcs, ",")
+}

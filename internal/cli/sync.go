@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/holdfast-project/holdfast/internal/agent"
+)
+
+func newSync(o *options) *cobra.Command {
+	var parallel int
+	cmd := &cobra.Command{
+		Use:   "sync",
+		Short: "Run one pass: import and pin every source in the images dirs, then exit",
+		Long: `sync imports every archive and OCI layout directory in the images dirs into
+containerd, pins their images and leases their content, then exits.
+
+Exit status: 0 when every source applied, 1 when any failed (the others still
+applied), 2 on bad usage.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			dirs, err := o.imageDirs()
+			if err != nil {
+				return err
+			}
+			s, err := o.openOwner(ctx, "sync")
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			if _, err := agent.CheckServer(ctx, s.rt, o.log); err != nil {
+				return err
+			}
+			sum := agent.Sync(ctx, s.rt, agent.Config{ImageDirs: dirs, Parallel: parallel, Log: o.log})
+			for _, f := range sum.Failures {
+				fmt.Fprintf(cmd.ErrOrStderr(), "error: %v\n", f)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "sync: %s\n", sum)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if sum.Failed > 0 {
+				return &ExitError{Code: 1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&parallel, "parallel", 0, "archives imported at once (0: from the CPU count)")
+	return cmd
+}

@@ -1,0 +1,102 @@
+// Package containerd is holdfast's runtime backed by a containerd server. It is
+// the only package that imports containerd's client.
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+
+	"github.com/holdfast-project/holdfast/internal/runtime"
+)
+
+// refPrefix starts every ingest ref holdfast opens, so stale ones can be aborted.
+const refPrefix = "holdfast-"
+
+// Runtime talks to one containerd namespace.
+type Runtime struct {
+	client    *containerd.Client
+	namespace string
+	platform  platformMatcher
+}
+
+var _ runtime.Runtime = &Runtime{}
+
+// New connects to the containerd at address and works in namespace.
+func New(ctx context.Context, address, namespace string) (*Runtime, error) {
+	c, err := containerd.New(address, containerd.WithDefaultNamespace(namespace), containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to containerd at %s: %w", address, err)
+	}
+	r := &Runtime{client: c, namespace: namespace, platform: hostPlatform()}
+	if _, err := c.Version(r.ns(ctx)); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("connecting to containerd at %s: %w", address, err)
+	}
+	return r, nil
+}
+
+// Close closes the connection.
+func (r *Runtime) Close() error { return r.client.Close() }
+
+func (r *Runtime) ns(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, r.namespace)
+}
+
+// Server reports the server's version and UUID.
+func (r *Runtime) Server(ctx context.Context) (runtime.ServerInfo, error) {
+	ctx = r.ns(ctx)
+	v, err := r.client.Version(ctx)
+	if err != nil {
+		return runtime.ServerInfo{}, fmt.Errorf("asking containerd its version: %w", err)
+	}
+	info := runtime.ServerInfo{Version: v.Version}
+	if s, err := r.client.Server(ctx); err == nil {
+		info.UUID = s.UUID
+	}
+	return info, nil
+}
+
+// Cleanup aborts ingests holdfast left behind (a crash mid-import).
+func (r *Runtime) Cleanup(ctx context.Context) error {
+	ctx = r.ns(ctx)
+	cs := r.client.ContentStore()
+	statuses, err := cs.ListStatuses(ctx, fmt.Sprintf(`ref~=^%s`, refPrefix))
+	if err != nil {
+		return fmt.Errorf("listing ingests: %w", err)
+	}
+	var errs []error
+	for _, st := range statuses {
+		if err := cs.Abort(ctx, st.Ref); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("aborting ingest %s: %w", st.Ref, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Ingests lists the refs of unfinished ingests (tests use it).
+func (r *Runtime) Ingests(ctx context.Context) ([]string, error) {
+	statuses, err := r.client.ContentStore().ListStatuses(r.ns(ctx))
+	if err != nil {
+		return nil, err
+	}
+	refs := make([]string, 0, len(statuses))
+	for _, st := range statuses {
+		refs = append(refs, st.Ref)
+	}
+	return refs, nil
+}
+
+func isNotFound(err error) bool { return errdefs.IsNotFound(err) }
+
+func notFound(err error) error {
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("%w: %w", runtime.ErrNotFound, err)
+	}
+	return err
+}

@@ -1,0 +1,62 @@
+package containerd
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/runtime"
+)
+
+// Images lists the records of the namespace, without the CRI's own sha256:
+// records, with each one's config digest (the CRI image ID) and the size of its
+// host-platform content. Content that is missing leaves those fields empty.
+func (r *Runtime) Images(ctx context.Context) ([]runtime.ImageDetail, error) {
+	ctx = r.ns(ctx)
+	recs, err := r.client.ImageService().List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing images: %w", err)
+	}
+	type detail struct {
+		config digest.Digest
+		size   int64
+	}
+	cache := map[digest.Digest]detail{}
+	cs := r.client.ContentStore()
+	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
+		return content.ReadBlob(ctx, cs, desc)
+	}
+	var out []runtime.ImageDetail
+	for _, rec := range recs {
+		if runtime.IsCRIRecord(rec.Name) {
+			continue
+		}
+		d, ok := cache[rec.Target.Digest]
+		if !ok {
+			if refs, err := r.closure(ctx, rec.Target, read); err == nil {
+				for _, ref := range refs {
+					if !ref.required {
+						continue
+					}
+					d.size += ref.desc.Size
+					if images.IsConfigType(ref.desc.MediaType) {
+						d.config = ref.desc.Digest
+					}
+				}
+			}
+			cache[rec.Target.Digest] = d
+		}
+		out = append(out, runtime.ImageDetail{
+			Image:        runtime.Image{Name: rec.Name, Target: rec.Target, Labels: rec.Labels},
+			ConfigDigest: d.config,
+			Size:         d.size,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}

@@ -1,0 +1,396 @@
+package containerd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/runtime"
+)
+
+// writeChunk is the size of each write to the content store: just under a power
+// of two, which costs the kernel far less than a power of two on this kind of VM.
+const writeChunk = 1<<20 - 4<<10
+
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, writeChunk); return &b }}
+
+// Import walks one archive or OCI layout directory into the store under the
+// source's lease, checks the host platform's content is complete, and creates or
+// updates the records, pinned. On any error nothing of the source is left but
+// what its lease already held from an earlier complete import.
+func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
+	ctx = r.ns(ctx)
+	id := LeaseID(req.Source, req.Identity)
+	res := runtime.ImportResult{Lease: id}
+
+	prior, err := r.readState(ctx, id)
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return res, err
+	}
+	if prior.Complete {
+		if ok, err := r.intact(ctx, prior); err != nil {
+			return res, err
+		} else if ok {
+			if err := r.pinAll(ctx, prior.Images); err != nil {
+				return res, err
+			}
+			res.Images, res.Unchanged = prior.Images, true
+			return res, nil
+		}
+	}
+
+	created := false
+	if _, err := r.client.LeasesService().Create(ctx, leases.WithID(id), leases.WithLabels(map[string]string{
+		runtime.LabelSource:   truncateLabel(req.Source),
+		runtime.LabelIdentity: truncateLabel(req.Identity),
+	})); err == nil {
+		created = true
+	} else if !errdefs.IsAlreadyExists(err) {
+		return res, fmt.Errorf("creating lease %s: %w", id, err)
+	}
+	lctx := leases.WithLease(ctx, id)
+	ing := &ingester{r: r, prefix: refPrefix + randomHex(6) + "-", committed: map[digest.Digest]bool{}, open: map[string]bool{}}
+
+	wants, err := r.importLeased(lctx, req, ing, &res)
+	if err != nil {
+		r.abandon(ctx, id, created && !prior.Complete, ing)
+		return res, err
+	}
+	if err := r.pinAll(ctx, wants); err != nil {
+		return res, err
+	}
+	res.Images = wants
+	return res, nil
+}
+
+func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, ing *ingester, res *runtime.ImportResult) ([]runtime.Want, error) {
+	var (
+		walked *archive.Result
+		err    error
+	)
+	if req.Dir {
+		walked, err = archive.WalkDir(ctx, req.Source, ing)
+	} else {
+		var rc io.ReadCloser
+		if rc, err = req.Open(); err != nil {
+			return nil, err
+		}
+		walked, err = archive.Walk(ctx, rc, ing)
+		if cerr := rc.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}
+	if walked != nil {
+		res.BytesRead = walked.BytesRead
+		res.Format = string(walked.Format)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Written = ing.written
+
+	wants := withDigestNames(walked.Images)
+	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
+		if b, ok := walked.Docs[desc.Digest]; ok {
+			return b, nil
+		}
+		return content.ReadBlob(ctx, r.client.ContentStore(), desc)
+	}
+	// Everything the images need, parents before children.
+	var need []blobRef
+	index := map[digest.Digest]int{}
+	for _, img := range walked.Images {
+		refs, err := r.closure(ctx, img.Target, read)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", img.Name, err)
+		}
+		for _, ref := range refs {
+			if i, ok := index[ref.desc.Digest]; ok {
+				need[i].required = need[i].required || ref.required
+				continue
+			}
+			index[ref.desc.Digest] = len(need)
+			need = append(need, ref)
+		}
+	}
+	// Check completeness before writing anything that points at other blobs.
+	cs := r.client.ContentStore()
+	var toLease []digest.Digest
+	for _, ref := range need {
+		d := ref.desc.Digest
+		if _, ok := walked.Docs[d]; ok {
+			continue
+		}
+		if _, ok := walked.Blobs[d]; ok {
+			if !ing.committed[d] {
+				toLease = append(toLease, d)
+			}
+			continue
+		}
+		if _, err := cs.Info(ctx, d); err == nil {
+			res.Present++
+			toLease = append(toLease, d)
+			continue
+		} else if !errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("checking blob %s: %w", d, err)
+		}
+		if ref.required {
+			return nil, fmt.Errorf("%s %s %s is neither in the archive nor in the store", r.platform, kind(ref.desc.MediaType), d)
+		}
+	}
+	res.Present += ing.present
+	// Documents, children first, with the labels that let GC follow them.
+	for i := len(need) - 1; i >= 0; i-- {
+		desc := need[i].desc
+		data, ok := walked.Docs[desc.Digest]
+		if !ok {
+			continue
+		}
+		var labels map[string]string
+		if isDocType(desc.MediaType) {
+			if labels, err = gcLabels(desc, data); err != nil {
+				return nil, err
+			}
+		}
+		committed, err := ing.writeDoc(ctx, desc, data, labels)
+		if err != nil {
+			return nil, err
+		}
+		if committed {
+			res.Written++
+		} else {
+			toLease = append(toLease, desc.Digest)
+		}
+	}
+	if err := r.addToLease(ctx, toLease); err != nil {
+		return nil, err
+	}
+	state := runtime.SourceState{Lease: leaseFromContext(ctx), Source: req.Source, Identity: req.Identity, Images: wants}
+	if err := r.writeState(ctx, ing, state); err != nil {
+		return nil, err
+	}
+	return wants, nil
+}
+
+// abandon removes what a failed import left: its ingests and, when the lease
+// was made by this import, the lease and so every blob only it held.
+func (r *Runtime) abandon(ctx context.Context, id string, dropLease bool, ing *ingester) {
+	cs := r.client.ContentStore()
+	for ref := range ing.open {
+		_ = cs.Abort(ctx, ref)
+	}
+	if dropLease {
+		_ = r.client.LeasesService().Delete(ctx, leases.Lease{ID: id}, leases.SynchronousDelete)
+	}
+}
+
+func (r *Runtime) addToLease(ctx context.Context, ds []digest.Digest) error {
+	id := leaseFromContext(ctx)
+	ls := r.client.LeasesService()
+	slices.Sort(ds)
+	for _, d := range slices.Compact(ds) {
+		if err := ls.AddResource(ctx, leases.Lease{ID: id}, leases.Resource{ID: d.String(), Type: "content"}); err != nil {
+			return fmt.Errorf("adding %s to lease %s: %w", d, id, err)
+		}
+	}
+	return nil
+}
+
+func leaseFromContext(ctx context.Context) string {
+	id, _ := leases.FromContext(ctx)
+	return id
+}
+
+// withDigestNames adds a repo@digest name for every repo:tag name, so that
+// digest references resolve too.
+func withDigestNames(imgs []archive.Image) []runtime.Want {
+	seen := map[string]bool{}
+	var out []runtime.Want
+	add := func(name string, target ocispec.Descriptor) {
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, runtime.Want{Name: name, Target: target})
+		}
+	}
+	for _, img := range imgs {
+		add(img.Name, img.Target)
+		if dn, ok := digestName(img.Name, img.Target.Digest); ok {
+			add(dn, img.Target)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// ingester is the archive.Store of one import: it writes blobs under the
+// import's lease with unique refs and remembers what it did.
+type ingester struct {
+	r         *Runtime
+	prefix    string
+	n         int
+	mu        sync.Mutex
+	committed map[digest.Digest]bool // committed by this import, so already on the lease
+	open      map[string]bool        // refs not yet committed
+	written   int
+	present   int
+}
+
+func (w *ingester) nextRef() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n++
+	ref := fmt.Sprintf("%s%d", w.prefix, w.n)
+	w.open[ref] = true
+	return ref
+}
+
+func (w *ingester) done(ref string, d digest.Digest, committed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.open, ref)
+	if committed {
+		w.committed[d] = true
+	}
+}
+
+// Has reports whether the store holds the blob already.
+func (w *ingester) Has(ctx context.Context, d digest.Digest) (bool, error) {
+	_, err := w.r.client.ContentStore().Info(ctx, d)
+	if err == nil {
+		w.mu.Lock()
+		w.present++
+		w.mu.Unlock()
+		return true, nil
+	}
+	if errdefs.IsNotFound(err) {
+		return false, nil
+	}
+	return false, fmt.Errorf("checking blob %s: %w", d, err)
+}
+
+// Put streams one blob into the store.
+func (w *ingester) Put(ctx context.Context, expected digest.Digest, size int64, r io.Reader) (digest.Digest, error) {
+	d, committed, err := w.put(ctx, ocispec.Descriptor{Digest: expected, Size: size}, r, nil)
+	if err == nil && committed {
+		w.mu.Lock()
+		w.written++
+		w.mu.Unlock()
+	}
+	return d, err
+}
+
+func (w *ingester) writeDoc(ctx context.Context, desc ocispec.Descriptor, data []byte, labels map[string]string) (bool, error) {
+	_, committed, err := w.put(ctx, desc, bytesReader(data), labels)
+	return committed, err
+}
+
+// put writes one blob. It reports whether this call committed it (and so put it
+// on the lease in the same transaction); a blob that was already there has its
+// labels brought up to date instead.
+func (w *ingester) put(ctx context.Context, desc ocispec.Descriptor, r io.Reader, labels map[string]string) (digest.Digest, bool, error) {
+	cs := w.r.client.ContentStore()
+	ref := w.nextRef()
+	cw, err := content.OpenWriter(ctx, cs, content.WithRef(ref), content.WithDescriptor(desc))
+	if err != nil {
+		w.done(ref, "", false)
+		if errdefs.IsAlreadyExists(err) && desc.Digest != "" {
+			return desc.Digest, false, w.ensureLabels(ctx, desc.Digest, labels)
+		}
+		return "", false, fmt.Errorf("opening writer for %s: %w", blobName(desc), err)
+	}
+	defer cw.Close()
+
+	var digester digest.Digester
+	dst := io.Writer(cw)
+	if desc.Digest == "" {
+		digester = digest.Canonical.Digester()
+		dst = io.MultiWriter(cw, digester.Hash())
+	}
+	bufp := chunkPool.Get().(*[]byte)
+	n, err := io.CopyBuffer(onlyWriter{dst}, onlyReader{r}, *bufp)
+	chunkPool.Put(bufp)
+	if err != nil {
+		return "", false, fmt.Errorf("writing %s: %w", blobName(desc), err)
+	}
+	if n != desc.Size {
+		return "", false, fmt.Errorf("writing %s: got %d bytes, want %d", blobName(desc), n, desc.Size)
+	}
+	d := desc.Digest
+	if d == "" {
+		d = digester.Digest()
+	}
+	var opts []content.Opt
+	if len(labels) > 0 {
+		opts = append(opts, content.WithLabels(labels))
+	}
+	if err := cw.Commit(ctx, desc.Size, d, opts...); err != nil {
+		if errdefs.IsAlreadyExists(err) {
+			_ = cs.Abort(ctx, ref)
+			w.done(ref, d, false)
+			return d, false, w.ensureLabels(ctx, d, labels)
+		}
+		return "", false, fmt.Errorf("committing %s: %w", d, err)
+	}
+	w.done(ref, d, true)
+	return d, true, nil
+}
+
+// ensureLabels sets the given content labels, key by key, where they differ.
+func (w *ingester) ensureLabels(ctx context.Context, d digest.Digest, labels map[string]string) error {
+	if len(labels) == 0 {
+		return nil
+	}
+	cs := w.r.client.ContentStore()
+	info, err := cs.Info(ctx, d)
+	if err != nil {
+		return fmt.Errorf("reading labels of %s: %w", d, err)
+	}
+	var paths []string
+	for k, v := range labels {
+		if info.Labels[k] != v {
+			if info.Labels == nil {
+				info.Labels = map[string]string{}
+			}
+			info.Labels[k] = v
+			paths = append(paths, "labels."+k)
+		}
+	}
+	if len(paths) == 0 {
+		return nil
+	}
+	if _, err := cs.Update(ctx, info, paths...); err != nil {
+		return fmt.Errorf("labelling %s: %w", d, err)
+	}
+	return nil
+}
+
+func blobName(desc ocispec.Descriptor) string {
+	if desc.Digest != "" {
+		return desc.Digest.String()
+	}
+	return fmt.Sprintf("blob of %d bytes", desc.Size)
+}
+
+// onlyWriter and onlyReader hide ReadFrom/WriteTo so that every write is one
+// full buffer.
+type onlyWriter struct{ io.Writer }
+type onlyReader struct{ io.Reader }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,102 @@
+package containerd
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/holdfast-project/holdfast/internal/runtime"
+)
+
+// pinAll creates or updates each wanted record, pinned.
+func (r *Runtime) pinAll(ctx context.Context, wants []runtime.Want) error {
+	for _, w := range wants {
+		if err := r.pin(ctx, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pin makes the record name point at target with both pin labels. A new record
+// is created with them; an existing one is updated field by field, so labels
+// set by others (the CRI's, a user's) stay. A CRI pin that was there before
+// holdfast's is remembered on the record, so unpinning leaves it.
+func (r *Runtime) pin(ctx context.Context, w runtime.Want) error {
+	is := r.client.ImageService()
+	for attempt := 0; attempt < 3; attempt++ {
+		img, err := is.Get(ctx, w.Name)
+		if errdefs.IsNotFound(err) {
+			_, err = is.Create(ctx, images.Image{
+				Name:   w.Name,
+				Target: w.Target,
+				Labels: map[string]string{
+					runtime.LabelCRIPinned: runtime.PinnedValue,
+					runtime.LabelPinned:    runtime.PinnedValue,
+				},
+			})
+			if errdefs.IsAlreadyExists(err) {
+				continue // created meanwhile: update it
+			}
+			if err != nil {
+				return fmt.Errorf("creating record %s: %w", w.Name, err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading record %s: %w", w.Name, err)
+		}
+		var paths []string
+		if img.Target.Digest != w.Target.Digest || img.Target.MediaType != w.Target.MediaType || img.Target.Size != w.Target.Size {
+			img.Target = w.Target
+			paths = append(paths, "target")
+		}
+		if img.Labels == nil {
+			img.Labels = map[string]string{}
+		}
+		if img.Labels[runtime.LabelPinned] != runtime.PinnedValue {
+			if img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {
+				img.Labels[runtime.LabelPriorPin] = "true"
+				paths = append(paths, "labels."+runtime.LabelPriorPin)
+			}
+			img.Labels[runtime.LabelPinned] = runtime.PinnedValue
+			paths = append(paths, "labels."+runtime.LabelPinned)
+		}
+		if img.Labels[runtime.LabelCRIPinned] != runtime.PinnedValue {
+			img.Labels[runtime.LabelCRIPinned] = runtime.PinnedValue
+			paths = append(paths, "labels."+runtime.LabelCRIPinned)
+		}
+		if len(paths) == 0 {
+			return nil
+		}
+		if _, err := is.Update(ctx, img, paths...); err != nil {
+			if errdefs.IsNotFound(err) {
+				continue // deleted meanwhile: create it
+			}
+			return fmt.Errorf("updating record %s: %w", w.Name, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("record %s keeps changing under holdfast", w.Name)
+}
+
+// digestName turns repo:tag into repo@digest; a name that has a digest already gives false.
+func digestName(name string, d digest.Digest) (string, bool) {
+	ref, err := reference.ParseNormalizedNamed(name)
+	if err != nil {
+		return "", false
+	}
+	if _, ok := ref.(reference.Digested); ok {
+		return "", false
+	}
+	dn, err := reference.WithDigest(reference.TrimNamed(ref), d)
+	if err != nil {
+		return "", false
+	}
+	return dn.String(), !strings.EqualFold(dn.String(), name)
+}

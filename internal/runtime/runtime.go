@@ -1,0 +1,122 @@
+// Package runtime is the seam between holdfast and an image store: the Runtime
+// interface, the domain types it speaks in, and the labels and lease names that
+// make up holdfast's contract with containerd. Only the containerd sub-package
+// imports containerd.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// Labels on image records and content, and the lease ID prefix.
+const (
+	// LabelCRIPinned is what the CRI reports to the kubelet as a pinned image.
+	LabelCRIPinned = "io.cri-containerd.pinned"
+	// LabelPinned marks holdfast's ownership of a pin: holdfast only unpins records carrying it.
+	LabelPinned = "io.holdfast.pinned"
+	// LabelPriorPin records that the CRI label was on the record before holdfast pinned it.
+	LabelPriorPin = "io.holdfast.prior-pin"
+	// LabelCRIManaged is added by the CRI to records it has seen.
+	LabelCRIManaged = "io.cri-containerd.image"
+	// PinnedValue is the value of both pin labels.
+	PinnedValue = "pinned"
+
+	// LeasePrefix starts every lease ID holdfast owns.
+	LeasePrefix = "holdfast/"
+	// LabelSource and LabelIdentity are set on a source's lease.
+	LabelSource   = "io.holdfast.source"
+	LabelIdentity = "io.holdfast.identity"
+	// LabelState marks the content blob that holds a lease's desired state; its value is the lease ID.
+	LabelState = "io.holdfast.state"
+)
+
+// ErrNotFound is returned when a record, lease or blob does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Image is an image record in the store.
+type Image struct {
+	Name   string
+	Target ocispec.Descriptor
+	Labels map[string]string
+}
+
+// Pinned reports whether the CRI sees the record as pinned.
+func (i Image) Pinned() bool { return i.Labels[LabelCRIPinned] == PinnedValue }
+
+// Owned reports whether holdfast owns the pin.
+func (i Image) Owned() bool { return i.Labels[LabelPinned] == PinnedValue }
+
+// IsCRIRecord reports whether a record name is one of the CRI's own sha256:<config> records.
+func IsCRIRecord(name string) bool { return strings.HasPrefix(name, "sha256:") }
+
+// Want is one image a source wants: a name and its target.
+type Want struct {
+	Name   string             `json:"name"`
+	Target ocispec.Descriptor `json:"target"`
+}
+
+// SourceState is the desired state of one source, as kept in the store on its lease.
+type SourceState struct {
+	Lease     string    `json:"lease"`
+	Source    string    `json:"source"`
+	Identity  string    `json:"identity"`
+	Images    []Want    `json:"images"`
+	Complete  bool      `json:"-"` // the state blob exists: the import finished
+	CreatedAt time.Time `json:"-"`
+}
+
+// ServerInfo describes the store's server.
+type ServerInfo struct {
+	Version string
+	UUID    string
+}
+
+// ImportRequest is one archive (or OCI layout directory) to import.
+type ImportRequest struct {
+	Source   string                        // path, as the operator named it
+	Identity string                        // changes whenever the content may have changed
+	Dir      bool                          // an OCI layout directory, not a file
+	Open     func() (io.ReadCloser, error) // opens the archive stream (files)
+	Progress func(bytesRead int64)         // optional
+	_        struct{}                      // keep keyed literals
+}
+
+// ImportResult is what an import did.
+type ImportResult struct {
+	Lease     string
+	Images    []Want
+	Format    string
+	BytesRead int64
+	Written   int  // blobs written
+	Present   int  // blobs already in the store (leased, not rewritten)
+	Unchanged bool // a complete lease for this identity existed; nothing was read
+}
+
+// ImageDetail is a record with what status shows about it.
+type ImageDetail struct {
+	Image
+	ConfigDigest digest.Digest // CRI image ID
+	Size         int64         // bytes of the host platform's content
+}
+
+// Runtime is an image store holdfast reconciles.
+type Runtime interface {
+	Server(ctx context.Context) (ServerInfo, error)
+	// Import walks one source into the store under the source's lease, and
+	// creates or updates its records, pinned.
+	Import(ctx context.Context, req ImportRequest) (ImportResult, error)
+	// Images lists records, without the CRI's own sha256: records.
+	Images(ctx context.Context) ([]ImageDetail, error)
+	// Sources lists the desired state kept on holdfast's leases.
+	Sources(ctx context.Context) ([]SourceState, error)
+	// Cleanup aborts holdfast's own stale ingests.
+	Cleanup(ctx context.Context) error
+	Close() error
+}

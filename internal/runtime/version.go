@@ -1,0 +1,53 @@
+package runtime
+
+import (
+	"strconv"
+	"strings"
+)
+
+// CRIHonoursPins reports whether a containerd of this version makes its CRI
+// report io.cri-containerd.pinned to the kubelet: from 1.7.10 on the 1.7 line,
+// from 1.6.25 on the 1.6 line, and every 2.x. An unparsable version is given
+// the benefit of the doubt.
+func CRIHonoursPins(version string) bool {
+	major, minor, patch, ok := parseVersion(version)
+	if !ok {
+		return true
+	}
+	switch {
+	case major >= 2:
+		return true
+	case major < 1:
+		return false
+	case minor > 7:
+		return true
+	case minor == 7:
+		return patch >= 10
+	case minor == 6:
+		return patch >= 25
+	default:
+		return false
+	}
+}
+
+// parseVersion reads "v1.6.20", "1.6.20~ds1", "2.4.2+unknown" and the like.
+func parseVersion(v string) (major, minor, patch int, ok bool) {
+	v = strings.TrimPrefix(strings.TrimSpace(v), "v")
+	end := strings.IndexFunc(v, func(r rune) bool { return r != '.' && (r < '0' || r > '9') })
+	if end >= 0 {
+		v = v[:end]
+	}
+	parts := strings.Split(v, ".")
+	if len(parts) < 2 {
+		return 0, 0, 0, false
+	}
+	nums := make([]int, 3)
+	for i := 0; i < len(parts) && i < 3; i++ {
+		n, err := strconv.Atoi(parts[i])
+		if err != nil {
+			return 0, 0, 0, false
+		}
+		nums[i] = n
+	}
+	return nums[0], nums[1], nums[2], true
+}

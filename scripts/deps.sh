@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what the tests need and a fresh machine lacks: Go modules, crictl and
+# staticcheck (go install), Debian's containerd 1.6 (the old-version target).
+set -euo pipefail
+bin=$1 crictl_version=$2 staticcheck=$3
+mkdir -p "$bin"
+go mod download
+if [ ! -x "$bin/crictl" ]; then
+	GOBIN="$bin" go install "sigs.k8s.io/cri-tools/cmd/crictl@${crictl_version}"
+fi
+if [ ! -x "$bin/staticcheck" ]; then
+	GOBIN="$bin" go install "$staticcheck"
+fi
+if ! command -v containerd >/dev/null 2>&1 || ! containerd --version | grep -q ' 1\.6\.'; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq containerd >/dev/null
+	else
+		echo "deps: Debian's containerd 1.6 is not installed and this user cannot apt-get it; the old-containerd tests will say so and skip" >&2
+	fi
+fi
