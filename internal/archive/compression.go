@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"strings"
 
@@ -22,8 +23,9 @@ const (
 	peekSize = 64 << 10
 
 	// zstdMaxWindow is the largest zstd window accepted: 2 GiB, what
-	// `zstd --long=31` produces. The decoder allocates at most this much history
-	// for a frame, and only as much as the frame header declares.
+	// `zstd --long=31` produces. The decoder allocates as much history as the
+	// frame header declares, up to this, before it decodes the first block:
+	// memory is bounded, but a tiny hostile file can cost that much.
 	zstdMaxWindow = 1 << 31
 
 	// zstdConcurrency is the number of blocks the zstd decoder works on at once.
@@ -103,6 +105,12 @@ func Sniff(b []byte) Compression {
 // keep the decoder's cause and name the compression ("zstd: unexpected EOF").
 // A truncated stream is an error, never a short read that ends in io.EOF.
 func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
+	return decompress(r, zstdMaxWindow)
+}
+
+// decompress is Decompress with a chosen zstd window limit (tests and fuzzing
+// use a small one: a frame header alone makes the decoder allocate its window).
+func decompress(r io.Reader, zstdWindow uint64) (io.ReadCloser, Compression, error) {
 	br := bufio.NewReaderSize(r, peekSize)
 	head, err := br.Peek(peekSize)
 	if err != nil && err != io.EOF && !errors.Is(err, bufio.ErrBufferFull) {
@@ -120,7 +128,7 @@ func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
 		return &decoder{r: zr, c: c, close: zr.Close}, c, nil
 	case Zstd:
 		zr, err := zstd.NewReader(br,
-			zstd.WithDecoderMaxWindow(zstdMaxWindow),
+			zstd.WithDecoderMaxWindow(zstdWindow),
 			zstd.WithDecoderConcurrency(zstdConcurrency),
 			zstd.WithDecoderLowmem(true),
 		)
@@ -131,11 +139,12 @@ func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
 	case Bzip2:
 		return &decoder{r: bzip2.NewReader(br), c: c}, c, nil
 	case Xz:
-		xr, err := xz.NewReader(br)
+		tail := &xzTail{r: br}
+		xr, err := xz.NewReader(tail)
 		if err != nil {
 			return nil, c, wrapDecodeErr(c, err)
 		}
-		return &decoder{r: xr, c: c}, c, nil
+		return &decoder{r: xr, c: c, atEOF: tail.check}, c, nil
 	case Lz4:
 		lr := lz4.NewReader(br)
 		// One block at a time: the reader has no Close, so it must not own
@@ -154,7 +163,8 @@ type decoder struct {
 	r     io.Reader
 	c     Compression // empty for None
 	close func() error
-	err   error // sticky
+	atEOF func() error // checks what the library cannot, once it reports io.EOF
+	err   error        // sticky
 }
 
 func (d *decoder) Read(p []byte) (int, error) {
@@ -162,6 +172,11 @@ func (d *decoder) Read(p []byte) (int, error) {
 		return 0, d.err
 	}
 	n, err := d.r.Read(p)
+	if err == io.EOF && d.atEOF != nil {
+		if e := d.atEOF(); e != nil {
+			err = e
+		}
+	}
 	if err != nil && err != io.EOF {
 		if d.c != "" && d.c != None {
 			err = wrapDecodeErr(d.c, err)
@@ -182,6 +197,47 @@ func (d *decoder) Close() error {
 	}
 	if err := f(); err != nil && d.c != "" {
 		return wrapDecodeErr(d.c, err)
+	}
+	return nil
+}
+
+// xzTail remembers the last bytes of an xz stream before its trailing zero
+// padding. The xz library reports a stream cut off at a block boundary (or
+// right after its header) as a clean io.EOF; a complete stream ends with a
+// footer: CRC32 of the next 6 bytes, backward size, flags, "YZ".
+type xzTail struct {
+	r     io.Reader
+	tail  [12]byte
+	n     int   // valid bytes at the end of tail
+	zeros int64 // zero bytes read after tail
+}
+
+func (t *xzTail) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	b := p[:n]
+	i := len(b) - 1
+	for i >= 0 && b[i] == 0 {
+		i--
+	}
+	if i < 0 {
+		t.zeros += int64(n)
+		return n, err
+	}
+	// New tail: old tail, the zeros after it, then b[:i+1]; keep the last 12.
+	var seq []byte
+	seq = append(seq, t.tail[len(t.tail)-t.n:]...)
+	seq = append(seq, make([]byte, min(t.zeros, int64(len(t.tail))))...)
+	seq = append(seq, b[max(0, i+1-len(t.tail)):i+1]...)
+	seq = seq[max(0, len(seq)-len(t.tail)):]
+	t.n = copy(t.tail[len(t.tail)-len(seq):], seq)
+	t.zeros = int64(len(b) - i - 1)
+	return n, err
+}
+
+func (t *xzTail) check() error {
+	f := t.tail
+	if t.n < len(f) || f[10] != 'Y' || f[11] != 'Z' || crc32.ChecksumIEEE(f[4:10]) != binary.LittleEndian.Uint32(f[0:4]) {
+		return io.ErrUnexpectedEOF
 	}
 	return nil
 }

@@ -39,6 +39,7 @@ type limits struct {
 	depth      int   // nesting of indexes
 	linkHops   int   // symlinks/hardlinks followed to resolve one path
 	indexItems int   // descriptors in one index or manifest, images in manifest.json
+	zstdWindow uint64
 }
 
 func defaultLimits() limits {
@@ -51,6 +52,7 @@ func defaultLimits() limits {
 		depth:      8,
 		linkHops:   16,
 		indexItems: 1 << 16,
+		zstdWindow: zstdMaxWindow,
 	}
 }
 
@@ -110,7 +112,7 @@ func Walk(ctx context.Context, r io.Reader, st Store) (*Result, error) {
 
 func walk(ctx context.Context, r io.Reader, st Store, lim limits) (*Result, error) {
 	raw := &countingReader{r: r}
-	rc, c, err := Decompress(raw)
+	rc, c, err := decompress(raw, lim.zstdWindow)
 	if err != nil {
 		return nil, err
 	}
@@ -221,6 +223,11 @@ func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader) error 
 		return fmt.Errorf("entry name %.64q… is longer than %d bytes", hdr.Name, w.lim.nameLen)
 	}
 	name := cleanName(hdr.Name)
+	if isSparse(hdr) {
+		// Its holes read as zeros, as many as the header cares to claim: no
+		// image archive writer makes them.
+		return fmt.Errorf("%s: sparse tar entries are not supported", name)
+	}
 	switch hdr.Typeflag {
 	case tar.TypeReg:
 	case tar.TypeSymlink:
@@ -255,6 +262,19 @@ func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader) error 
 		return w.digestBlob(ctx, name, d, hdr.Size, r)
 	}
 	return w.otherFile(ctx, name, hdr.Size, r)
+}
+
+// isSparse reports whether hdr is a GNU sparse file (old GNU or PAX format).
+func isSparse(hdr *tar.Header) bool {
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // readN reads exactly n bytes.

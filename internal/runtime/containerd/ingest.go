@@ -52,13 +52,10 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 		}
 	}
 
-	created := false
 	if _, err := r.client.LeasesService().Create(ctx, leases.WithID(id), leases.WithLabels(map[string]string{
 		runtime.LabelSource:   truncateLabel(req.Source),
 		runtime.LabelIdentity: truncateLabel(req.Identity),
-	})); err == nil {
-		created = true
-	} else if !errdefs.IsAlreadyExists(err) {
+	})); err != nil && !errdefs.IsAlreadyExists(err) {
 		return res, fmt.Errorf("creating lease %s: %w", id, err)
 	}
 	lctx := leases.WithLease(ctx, id)
@@ -66,7 +63,9 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 
 	wants, err := r.importLeased(lctx, req, ing, &res)
 	if err != nil {
-		r.abandon(ctx, id, created && !prior.Complete, ing)
+		// A lease that held a complete import keeps what it held; one made
+		// for this import, or left by an unfinished one, goes.
+		r.abandon(ctx, id, !prior.Complete, ing)
 		return res, err
 	}
 	if err := r.pinAll(ctx, wants); err != nil {

@@ -1,0 +1,310 @@
+package archive
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/opencontainers/go-digest"
+	"github.com/pierrec/lz4/v4"
+)
+
+// compressible returns n bytes of pseudo-random text that compresses a bit.
+func compressible(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, seed))
+	words := []string{"layer", "blob", "digest", "sha256", "config", "manifest", "index", "tar", "\n", " "}
+	var b bytes.Buffer
+	for b.Len() < n {
+		if r.IntN(8) == 0 {
+			var x [8]byte
+			binary.LittleEndian.PutUint64(x[:], r.Uint64())
+			b.Write(x[:])
+		} else {
+			b.WriteString(words[r.IntN(len(words))])
+		}
+	}
+	return b.Bytes()[:n]
+}
+
+func TestSniff(t *testing.T) {
+	t.Parallel()
+	skippable := func(id byte, payload []byte, next []byte) []byte {
+		b := []byte{0x50 | id, 0x2a, 0x4d, 0x18, 0, 0, 0, 0}
+		binary.LittleEndian.PutUint32(b[4:], uint32(len(payload)))
+		return append(append(b, payload...), next...)
+	}
+	zstdFrame := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x04, 0x00}
+	lz4Frame := []byte{0x04, 0x22, 0x4d, 0x18, 0x64, 0x40}
+	tarHeader := tarBytes(t, []entry{{name: "manifest.json", data: []byte("[]")}})
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want Compression
+	}{
+		{"empty", nil, None},
+		{"gzip", []byte{0x1f, 0x8b, 0x08, 0x00}, Gzip},
+		{"gzip magic only", []byte{0x1f, 0x8b}, Gzip},
+		{"zstd", zstdFrame, Zstd},
+		{"bzip2", []byte("BZh91AY&SY\x00\x00"), Bzip2},
+		{"bzip2 empty stream", []byte("BZh9\x17\x72\x45\x38\x50\x90\x00\x00\x00\x00"), Bzip2},
+		{"bzip2 short", []byte("BZh9"), Bzip2},
+		{"BZh-named tar member", append([]byte("BZh1-notes.txt"), make([]byte, 20)...), None},
+		{"BZh without level", []byte("BZhx1AY&SY"), None},
+		{"xz", []byte{0xfd, '7', 'z', 'X', 'Z', 0x00, 0x00, 0x04}, Xz},
+		{"xz truncated magic", []byte{0xfd, '7', 'z', 'X', 'Z'}, None},
+		{"lz4", lz4Frame, Lz4},
+		{"lz4 legacy", []byte{0x02, 0x21, 0x4c, 0x18, 0, 0, 0, 0}, Lz4},
+		{"skippable then zstd", skippable(0, []byte("meta"), zstdFrame), Zstd},
+		{"two skippables then zstd", skippable(3, nil, skippable(15, []byte("x"), zstdFrame)), Zstd},
+		{"skippable then lz4", skippable(0, []byte("meta"), lz4Frame), Lz4},
+		{"skippable past the buffer", skippable(0, make([]byte, 100), nil)[:50], Zstd},
+		{"skippable header only", []byte{0x5a, 0x2a, 0x4d, 0x18}, Zstd},
+		{"skippable then junk", skippable(0, []byte("meta"), []byte("plain text here")), None},
+		{"plain tar", tarHeader, None},
+		{"text", []byte("hello, world"), None},
+	} {
+		if got := Sniff(tc.in); got != tc.want {
+			t.Errorf("%s: Sniff = %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+var allCompressions = []Compression{None, Gzip, Zstd, Bzip2, Xz, Lz4}
+
+func TestDecompress(t *testing.T) {
+	t.Parallel()
+	payload := compressible(1<<20, 1)
+	for _, c := range allCompressions {
+		t.Run(string(c), func(t *testing.T) {
+			t.Parallel()
+			z := compress(t, c, payload)
+			rc, got, err := Decompress(bytes.NewReader(z))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c {
+				t.Errorf("compression = %s, want %s", got, c)
+			}
+			out, err := io.ReadAll(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(out, payload) {
+				t.Errorf("decompressed %d bytes, not the %d written", len(out), len(payload))
+			}
+			if err := rc.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			if err := rc.Close(); err != nil {
+				t.Errorf("second Close: %v", err)
+			}
+		})
+	}
+}
+
+// TestDecompressTruncated cuts every compressed stream at several places: each
+// cut must end in an error that names the compression, never in io.EOF.
+func TestDecompressTruncated(t *testing.T) {
+	t.Parallel()
+	payload := compressible(256<<10, 2)
+	lz4NoChecksum := func() []byte {
+		var buf bytes.Buffer
+		w := lz4.NewWriter(&buf)
+		if err := w.Apply(lz4.ChecksumOption(false), lz4.BlockSizeOption(lz4.Block64Kb)); err != nil {
+			t.Fatal(err)
+		}
+		w.Write(payload)
+		w.Close()
+		return buf.Bytes()
+	}
+	type stream struct {
+		name string
+		c    Compression
+		z    []byte
+	}
+	var streams []stream
+	for _, c := range allCompressions[1:] {
+		streams = append(streams, stream{string(c), c, compress(t, c, payload)})
+	}
+	streams = append(streams, stream{"lz4 without content checksum", Lz4, lz4NoChecksum()})
+	for _, s := range streams {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			// From just past the magic to one byte short, in ~60 steps, plus the last 16 cuts.
+			cuts := map[int]bool{}
+			step := max(1, len(s.z)/60)
+			for cut := 6; cut < len(s.z); cut += step {
+				cuts[cut] = true
+			}
+			for cut := max(6, len(s.z)-16); cut < len(s.z); cut++ {
+				cuts[cut] = true
+			}
+			for cut := range cuts {
+				rc, got, err := Decompress(bytes.NewReader(s.z[:cut]))
+				if err == nil {
+					if got != s.c {
+						t.Fatalf("cut %d: compression %s", cut, got)
+					}
+					_, err = io.Copy(io.Discard, rc)
+					rc.Close()
+				}
+				if err == nil {
+					t.Errorf("cut at %d of %d bytes: no error", cut, len(s.z))
+					continue
+				}
+				if !strings.HasPrefix(err.Error(), string(s.c)+": ") {
+					t.Errorf("cut at %d: error %q does not name %s", cut, err, s.c)
+				}
+			}
+		})
+	}
+}
+
+func TestDecompressErrorMessage(t *testing.T) {
+	t.Parallel()
+	z := compress(t, Zstd, compressible(64<<10, 3))
+	rc, _, err := Decompress(bytes.NewReader(z[:len(z)/2]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	_, err = io.Copy(io.Discard, rc)
+	if err == nil || err.Error() != "zstd: unexpected EOF" {
+		t.Fatalf("error = %v, want zstd: unexpected EOF", err)
+	}
+	if !errorsIs(err, io.ErrUnexpectedEOF) {
+		t.Errorf("error does not wrap io.ErrUnexpectedEOF")
+	}
+}
+
+// TestZstdLargeWindow decodes a frame whose header declares a 64 MiB window,
+// more than the 32 MiB some decoders accept by default.
+func TestZstdLargeWindow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("encodes 40 MiB")
+	}
+	t.Parallel()
+	// Random data repeated 40 MiB apart: matches at that distance only fit a
+	// window larger than 32 MiB.
+	payload := bytes.Repeat(compressible(8<<20, 4), 5)
+	var buf bytes.Buffer
+	zw, err := zstd.NewWriter(&buf, zstd.WithWindowSize(64<<20), zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zw.Write(payload); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	z := buf.Bytes()
+	var h zstd.Header
+	if err := h.Decode(z); err != nil {
+		t.Fatal(err)
+	}
+	if h.SingleSegment || h.WindowSize <= 32<<20 {
+		t.Fatalf("frame header: single segment %v, window %d; want a window > 32 MiB", h.SingleSegment, h.WindowSize)
+	}
+	// Also check the raw window descriptor byte: exponent + 10 = log2(window base).
+	if fhd := z[4]; fhd&0x20 != 0 {
+		t.Fatalf("frame header descriptor %#x has Single_Segment set", fhd)
+	}
+	if exp := int(z[5] >> 3); exp+10 <= 25 {
+		t.Fatalf("window descriptor %#x: window log %d, want > 25", z[5], exp+10)
+	}
+	rc, c, err := Decompress(bytes.NewReader(z))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if c != Zstd {
+		t.Fatalf("compression %s", c)
+	}
+	dg := digest.Canonical.Digester()
+	n, err := io.Copy(dg.Hash(), rc)
+	if err != nil {
+		t.Fatalf("decoding a %d MiB-window frame: %v", h.WindowSize>>20, err)
+	}
+	if n != int64(len(payload)) || dg.Digest() != digest.FromBytes(payload) {
+		t.Fatalf("decoded %d bytes (%s), want %d", n, dg.Digest(), len(payload))
+	}
+}
+
+// zstdRawFrame is a hand-made zstd frame with the given window descriptor and
+// one raw block holding data.
+func zstdRawFrame(windowDescriptor byte, data []byte) []byte {
+	b := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, windowDescriptor}
+	hdr := uint32(1) | uint32(len(data))<<3 // last block, raw
+	b = append(b, byte(hdr), byte(hdr>>8), byte(hdr>>16))
+	return append(b, data...)
+}
+
+func TestZstdWindowLimit(t *testing.T) {
+	t.Parallel()
+	// Window log 31 (2 GiB, zstd --long=31) decodes; window log 32 is refused.
+	for _, tc := range []struct {
+		desc byte
+		ok   bool
+	}{
+		{21 << 3, true},  // 2^31
+		{22 << 3, false}, // 2^32
+	} {
+		rc, _, err := Decompress(bytes.NewReader(zstdRawFrame(tc.desc, []byte("hello"))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := io.ReadAll(rc)
+		rc.Close()
+		if tc.ok && (err != nil || string(out) != "hello") {
+			t.Errorf("window descriptor %#x: %q, %v; want hello", tc.desc, out, err)
+		}
+		if !tc.ok && (err == nil || !strings.HasPrefix(err.Error(), "zstd: ")) {
+			t.Errorf("window descriptor %#x: error %v, want a zstd error", tc.desc, err)
+		}
+	}
+}
+
+func TestProbe(t *testing.T) {
+	t.Parallel()
+	tarball := tarBytes(t, []entry{{name: "a.txt", data: []byte("a")}})
+	for _, tc := range []struct {
+		name  string
+		in    []byte
+		c     Compression
+		isTar bool
+	}{
+		{"plain tar", tarball, None, true},
+		{"zstd tar", compress(t, Zstd, tarball), Zstd, true},
+		{"gzip tar", compress(t, Gzip, tarball), Gzip, true},
+		{"empty tar", make([]byte, 1024), None, true},
+		{"text", []byte("just some text, not an archive\n"), None, false},
+		{"gzip text", compress(t, Gzip, bytes.Repeat([]byte("text "), 200)), Gzip, false},
+		{"empty file", nil, None, false},
+	} {
+		c, isTar, err := Probe(bytes.NewReader(tc.in))
+		if err != nil || c != tc.c || isTar != tc.isTar {
+			t.Errorf("%s: Probe = %s, %v, %v; want %s, %v", tc.name, c, isTar, err, tc.c, tc.isTar)
+		}
+	}
+}
+
+func BenchmarkSniff(b *testing.B) {
+	heads := [][]byte{
+		{0x1f, 0x8b, 0x08, 0x00},
+		{0x28, 0xb5, 0x2f, 0xfd},
+		[]byte("BZh91AY&SY"),
+		{0xfd, '7', 'z', 'X', 'Z', 0x00},
+		{0x04, 0x22, 0x4d, 0x18},
+		append([]byte{0x50, 0x2a, 0x4d, 0x18, 4, 0, 0, 0, 1, 2, 3, 4}, 0x28, 0xb5, 0x2f, 0xfd),
+		make([]byte, 512),
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		Sniff(heads[i%len(heads)])
+	}
+}

@@ -1,0 +1,68 @@
+package archive
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/distribution/reference"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// FuzzWalk feeds Walk hostile archives: it must never panic, and what it
+// accepts must hold together.
+func FuzzWalk(f *testing.F) {
+	im := makeImage(f, "amd64", None, "bin/sh")
+	gz := makeImage(f, "arm64", Gzip, "etc/os-release")
+	multi := blob{ocispec.MediaTypeImageIndex, indexJSON(f, withPlatform(im.manifest.desc(), "amd64"), withPlatform(gz.manifest.desc(), "arm64"))}
+	oci := tarBytes(f, ociEntries("./", indexJSON(f, withAnnotations(im.manifest.desc(), annotationContainerdName, "docker.io/library/a:1", annotationRefName, "1")), im.blobs()...))
+	f.Add(oci)
+	f.Add(tarBytes(f, ociEntries("", indexJSON(f, withAnnotations(multi.desc(), annotationRefName, "example.com/m:1")), append([]blob{multi}, im.blobs()...)...)))
+	f.Add(tarBytes(f, dockerSaveEntries(f, false, []image{im}, [][]string{{"busybox:1.36"}})))
+	f.Add(tarBytes(f, ggcrEntries(f, gz, "example.com/app:2")))
+	f.Add(tarBytes(f, hybridEntries(f, []image{im}, []ocispec.Descriptor{im.manifest.desc()}, [][]string{{"b:1"}})))
+	f.Add(compress(f, Gzip, oci))
+	f.Add(compress(f, Zstd, oci))
+	f.Add([]byte("not an archive"))
+
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st := newMemStore()
+		// A zstd frame header alone makes the decoder allocate the window it
+		// declares (up to 2 GiB; TestZstdWindowLimit covers that): keep fuzzing
+		// fast by accepting small windows only.
+		lim := defaultLimits()
+		lim.zstdWindow = 1 << 20
+		res, err := walk(t.Context(), bytes.NewReader(b), st, lim)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error message")
+			}
+			return
+		}
+		if res.BytesRead != int64(len(b)) {
+			t.Errorf("BytesRead %d of %d", res.BytesRead, len(b))
+		}
+		if len(res.Images) == 0 {
+			t.Error("success without images")
+		}
+		for _, im := range res.Images {
+			if _, err := reference.ParseNormalizedNamed(im.Name); err != nil {
+				t.Errorf("image name %q: %v", im.Name, err)
+			}
+			_, isDoc := res.Docs[im.Target.Digest]
+			_, isBlob := res.Blobs[im.Target.Digest]
+			if !isDoc && !isBlob {
+				t.Errorf("%s: target %s not in the archive", im.Name, im.Target.Digest)
+			}
+		}
+		for d, doc := range res.Docs {
+			if d.Algorithm().FromBytes(doc) != d {
+				t.Errorf("Docs[%s] has other bytes", d)
+			}
+		}
+		for d := range res.Blobs {
+			if _, ok := st.blobs[d]; !ok {
+				t.Errorf("blob %s not in the store", d)
+			}
+		}
+	})
+}

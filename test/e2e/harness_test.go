@@ -1,0 +1,403 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/platforms"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/holdfast-project/holdfast/internal/embedded"
+)
+
+const namespace = "k8s.io"
+
+// daemon is a real containerd the suite started.
+type daemon struct {
+	Name    string
+	Address string
+	Old     bool // Debian's containerd 1.6: its CRI never reports pins
+	Client  *containerd.Client
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the suite starts containerd with the overlayfs snapshotter")
+	}
+}
+
+// forEachDaemon runs fn against the embedded containerd and Debian's 1.6, each in its own subtest.
+func forEachDaemon(t *testing.T, fn func(t *testing.T, d *daemon)) {
+	t.Helper()
+	for _, c := range []struct {
+		name  string
+		start func(*testing.T) *daemon
+	}{{"embedded", startEmbedded}, {"debian-1.6", startDebian}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, c.start(t))
+		})
+	}
+}
+
+// startEmbedded starts holdfast's embedded containerd in a temp dir.
+func startEmbedded(t *testing.T) *daemon {
+	t.Helper()
+	requireRoot(t)
+	dir := tempDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := embedded.Start(ctx, dir, embedded.Options{Binary: holdfastBin})
+	if err != nil {
+		t.Fatalf("starting embedded containerd: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.Stop(ctx); err != nil {
+			t.Errorf("stopping embedded containerd: %v", err)
+		}
+	})
+	return connect(t, "embedded", p.Address(), false)
+}
+
+// startDebian starts Debian's containerd 1.6 (apt-get install containerd) in a temp dir.
+func startDebian(t *testing.T) *daemon {
+	t.Helper()
+	requireRoot(t)
+	bin, err := exec.LookPath("containerd")
+	if err != nil {
+		t.Skip("Debian's containerd is not installed (make test installs it with apt-get)")
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil || !strings.Contains(string(out), " 1.6.") {
+		t.Skipf("%s is not containerd 1.6 (%s)", bin, strings.TrimSpace(string(out)))
+	}
+	dir := tempDir(t)
+	sock := filepath.Join(dir, "c.sock")
+	cfg := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+[grpc]
+  address = %q
+[ttrpc]
+  address = %q
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+[plugins."io.containerd.grpc.v1.cri"]
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %q
+    conf_dir = %q
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc", filepath.Join(dir, "opt"),
+		filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf"))
+	cfgPath := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "containerd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config", cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		logf.Close()
+		unmountUnder(t, dir)
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		select {
+		case <-done:
+			log, _ := os.ReadFile(logf.Name())
+			t.Fatalf("containerd 1.6 exited early:\n%s", tail(string(log), 20))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("containerd 1.6 did not create its socket in 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return connect(t, "debian-1.6", sock, true)
+}
+
+func connect(t *testing.T, name, address string, old bool) *daemon {
+	t.Helper()
+	c, err := containerd.New(address, containerd.WithDefaultNamespace(namespace), containerd.WithTimeout(30*time.Second))
+	if err != nil {
+		t.Fatalf("connecting to %s: %v", name, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := c.Version(context.Background()); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%s does not answer: %v", name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return &daemon{Name: name, Address: address, Old: old, Client: c}
+}
+
+// tempDir is a short temp dir (unix socket paths must stay under 108 bytes),
+// removed after the test once nothing is mounted under it.
+func tempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "hf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		unmountUnder(t, dir)
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("removing %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// unmountUnder unmounts whatever is still mounted below dir, deepest first.
+func unmountUnder(t *testing.T, dir string) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+			points = append(points, fields[4])
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	for _, p := range points {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmounting %s: %v", p, err)
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// result is one finished holdfast process.
+type result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// holdfast runs the holdfast binary with args and waits for it.
+func holdfast(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, holdfastBin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Env = append(os.Environ(), "HOLDFAST_LOG_FORMAT=json")
+	err := cmd.Run()
+	res := result{Stdout: stdout.String(), Stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		res.Code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("running holdfast %v: %v", args, err)
+	}
+	return res
+}
+
+// sync runs `holdfast sync` against d with the given images dirs.
+func (d *daemon) sync(t *testing.T, dataDir string, imageDirs ...string) result {
+	t.Helper()
+	args := []string{"sync", "--address", d.Address, "--data-dir", dataDir}
+	for _, dir := range imageDirs {
+		args = append(args, "--images", dir)
+	}
+	return holdfast(t, args...)
+}
+
+func (d *daemon) ctx() context.Context {
+	return namespaces.WithNamespace(context.Background(), namespace)
+}
+
+// record reads one image record.
+func (d *daemon) record(t *testing.T, name string) (images.Image, bool) {
+	t.Helper()
+	img, err := d.Client.ImageService().Get(d.ctx(), name)
+	if err != nil {
+		return images.Image{}, false
+	}
+	return img, true
+}
+
+// recordNames lists every record name (the CRI's sha256: records too).
+func (d *daemon) recordNames(t *testing.T) []string {
+	t.Helper()
+	imgs, err := d.Client.ImageService().List(d.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, img := range imgs {
+		names = append(names, img.Name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// holdfastLeases lists holdfast's leases.
+func (d *daemon) holdfastLeases(t *testing.T) []leases.Lease {
+	t.Helper()
+	all, err := d.Client.LeasesService().List(d.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []leases.Lease
+	for _, l := range all {
+		if strings.HasPrefix(l.ID, "holdfast/") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// leaseOf finds the lease of the source at path.
+func (d *daemon) leaseOf(t *testing.T, path string) (leases.Lease, bool) {
+	t.Helper()
+	for _, l := range d.holdfastLeases(t) {
+		if l.Labels["io.holdfast.source"] == path {
+			return l, true
+		}
+	}
+	return leases.Lease{}, false
+}
+
+// leaseContent lists the content digests a lease holds.
+func (d *daemon) leaseContent(t *testing.T, l leases.Lease) map[digest.Digest]bool {
+	t.Helper()
+	res, err := d.Client.LeasesService().ListResources(d.ctx(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[digest.Digest]bool{}
+	for _, r := range res {
+		if r.Type == "content" {
+			out[digest.Digest(r.ID)] = true
+		}
+	}
+	return out
+}
+
+// hostBlobs lists the blobs of the host platform's image under target, read from the store.
+func (d *daemon) hostBlobs(t *testing.T, target ocispec.Descriptor) []ocispec.Descriptor {
+	t.Helper()
+	var out []ocispec.Descriptor
+	h := images.HandlerFunc(func(ctx context.Context, desc ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+		out = append(out, desc)
+		return images.Children(ctx, d.Client.ContentStore(), desc)
+	})
+	handler := images.LimitManifests(images.FilterPlatforms(h, platforms.Default()), platforms.Default(), 1)
+	if err := images.Walk(d.ctx(), handler, target); err != nil {
+		t.Fatalf("walking %s: %v", target.Digest, err)
+	}
+	return out
+}
+
+// ingests lists unfinished ingests.
+func (d *daemon) ingests(t *testing.T) []string {
+	t.Helper()
+	sts, err := d.Client.ContentStore().ListStatuses(d.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []string
+	for _, s := range sts {
+		refs = append(refs, s.Ref)
+	}
+	return refs
+}
+
+// hasBlob reports whether the store has a blob.
+func (d *daemon) hasBlob(t *testing.T, dg digest.Digest) bool {
+	t.Helper()
+	_, err := d.Client.ContentStore().Info(d.ctx(), dg)
+	return err == nil
+}
+
+// criImage asks the CRI image service about an image: whether it is known and pinned.
+func (d *daemon) criImage(t *testing.T, name string) (found, pinned bool) {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+d.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := runtimeapi.NewImageServiceClient(conn).ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: name}})
+	if err != nil {
+		t.Fatalf("CRI ImageStatus %s: %v", name, err)
+	}
+	if resp.Image == nil {
+		return false, false
+	}
+	return true, resp.Image.Pinned
+}
+
+// eventually polls cond until it holds or a generous deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
