@@ -444,6 +444,8 @@ func (w *walker) synthesize(ctx context.Context, e dockerImage) (*target, error)
 		cb = w.docs[cfi.dgst]
 	case cfi.doc:
 		cb = cfi.data
+	case cfi.size > w.lim.docSize:
+		return nil, fmt.Errorf("manifest.json: config %q is %d bytes, more than the %d a document may have", e.Config, cfi.size, w.lim.docSize)
 	default:
 		return nil, fmt.Errorf("manifest.json: config %q is not a JSON document", e.Config)
 	}
@@ -475,8 +477,10 @@ func (w *walker) synthesize(ctx context.Context, e dockerImage) (*target, error)
 			return nil, fmt.Errorf("layer %q is %s-compressed; containerd cannot unpack such layers", p, fi.comp)
 		}
 		if !fi.named && !fi.stored {
-			if err := w.put(ctx, cleanName(p), fi.dgst, fi.size, bytes.NewReader(fi.data)); err != nil {
-				return nil, err
+			if _, ok := w.blobs[fi.dgst]; !ok {
+				if err := w.put(ctx, cleanName(p), fi.dgst, fi.size, bytes.NewReader(fi.data)); err != nil {
+					return nil, err
+				}
 			}
 			fi.stored, fi.data = true, nil
 		}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/opencontainers/go-digest"
@@ -277,14 +278,25 @@ func isSparse(hdr *tar.Header) bool {
 	return false
 }
 
-// readN reads exactly n bytes.
+// readN reads exactly n bytes. Past 1 MiB it allocates as the bytes arrive,
+// so a header that claims more than the stream holds costs no more than that.
 func readN(r io.Reader, n int64) ([]byte, error) {
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	b := make([]byte, 0, min(n, 1<<20))
+	for int64(len(b)) < n {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, int(min(n, 2*int64(cap(b))))-len(b))
 		}
-		return nil, err
+		k, err := r.Read(b[len(b):int(min(int64(cap(b)), n))])
+		b = b[:len(b)+k]
+		if err == io.EOF {
+			if int64(len(b)) < n {
+				return nil, io.ErrUnexpectedEOF
+			}
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	return b, nil
 }
@@ -306,10 +318,21 @@ func (w *walker) addDocBytes(name string, n int64) error {
 // digestBlob takes in an entry whose name gives its digest: small JSON ones
 // become documents, other ones go to the store unless it has them.
 func (w *walker) digestBlob(ctx context.Context, name string, d digest.Digest, size int64, r io.Reader) error {
+	// The same blob a second time (a duplicate entry, or a docker save layer
+	// with the same bytes): remember the name, skip the bytes.
 	if _, ok := w.docs[d]; ok {
-		return nil // a duplicate entry
+		w.files[name] = &fileInfo{dgst: d, size: size, named: true, doc: true, comp: None}
+		return nil
 	}
-	if _, ok := w.blobs[d]; ok {
+	if prev, ok := w.blobs[d]; ok {
+		if prev != size {
+			return fmt.Errorf("%s: %d bytes, but %d bytes earlier in the archive", name, size, prev)
+		}
+		head, err := readHead(r, size)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", name, err)
+		}
+		w.files[name] = &fileInfo{dgst: d, size: size, named: true, stored: true, comp: Sniff(head)}
 		return nil
 	}
 	fi := &fileInfo{dgst: d, size: size, named: true}

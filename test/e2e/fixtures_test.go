@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/binary"
+	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
@@ -19,7 +20,13 @@ import (
 func build(t *testing.T, spec fixture.ImageSpec) *fixture.Image {
 	t.Helper()
 	if spec.Layers == nil {
-		spec.Layers = fixture.UniformLayers(2, 64<<10, false, int64(len(spec.Names[0])))
+		seed := int64(1)
+		if len(spec.Names) > 0 {
+			h := fnv.New64a()
+			h.Write([]byte(spec.Names[0]))
+			seed = int64(h.Sum64() >> 1)
+		}
+		spec.Layers = fixture.UniformLayers(2, 64<<10, false, seed)
 	}
 	img, err := fixture.Build(context.Background(), spec)
 	if err != nil {

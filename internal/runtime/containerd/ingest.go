@@ -311,6 +311,19 @@ func (w *ingester) put(ctx context.Context, desc ocispec.Descriptor, r io.Reader
 		return "", false, fmt.Errorf("opening writer for %s: %w", blobName(desc), err)
 	}
 	defer cw.Close()
+	// A blob that another namespace holds already is "shared": the writer
+	// starts at its full size, and writing would append to it. Commit it as it
+	// is; restart anything else that does not start at zero.
+	if st, err := cw.Status(); err != nil {
+		return "", false, fmt.Errorf("opening writer for %s: %w", blobName(desc), err)
+	} else if st.Offset > 0 {
+		if desc.Digest != "" && st.Offset == desc.Size {
+			return w.commit(ctx, cw, ref, desc.Digest, desc.Size, labels)
+		}
+		if err := cw.Truncate(0); err != nil {
+			return "", false, fmt.Errorf("restarting writer for %s: %w", blobName(desc), err)
+		}
+	}
 
 	var digester digest.Digester
 	dst := io.Writer(cw)
@@ -331,11 +344,17 @@ func (w *ingester) put(ctx context.Context, desc ocispec.Descriptor, r io.Reader
 	if d == "" {
 		d = digester.Digest()
 	}
+	return w.commit(ctx, cw, ref, d, desc.Size, labels)
+}
+
+// commit finishes a write; a blob that exists already is not an error.
+func (w *ingester) commit(ctx context.Context, cw content.Writer, ref string, d digest.Digest, size int64, labels map[string]string) (digest.Digest, bool, error) {
+	cs := w.r.client.ContentStore()
 	var opts []content.Opt
 	if len(labels) > 0 {
 		opts = append(opts, content.WithLabels(labels))
 	}
-	if err := cw.Commit(ctx, desc.Size, d, opts...); err != nil {
+	if err := cw.Commit(ctx, size, d, opts...); err != nil {
 		if errdefs.IsAlreadyExists(err) {
 			_ = cs.Abort(ctx, ref)
 			w.done(ref, d, false)
