@@ -71,7 +71,9 @@ func exportWithContainerd(t *testing.T, d *daemon, path string, img *fixture.Ima
 	t.Helper()
 	ctx := namespaces.WithNamespace(context.Background(), "holdfast-e2e-export")
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(fixture.WriteOCI(context.Background(), pw, fixture.OCIOptions{Names: fixture.NameContainerd}, img)) }()
+	go func() {
+		pw.CloseWithError(fixture.WriteOCI(context.Background(), pw, fixture.OCIOptions{Names: fixture.NameContainerd}, img))
+	}()
 	imported, err := d.Client.Import(ctx, pr)
 	pr.Close()
 	if err != nil {

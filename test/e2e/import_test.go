@@ -52,8 +52,12 @@ func TestImportFormats(t *testing.T) {
 			name  string
 			write func(context.Context, io.Writer, *fixture.Image) error
 		}{
-			{"docker-save", func(ctx context.Context, w io.Writer, im *fixture.Image) error { return fixture.WriteDockerSave(ctx, w, im) }},
-			{"hybrid", func(ctx context.Context, w io.Writer, im *fixture.Image) error { return fixture.WriteHybrid(ctx, w, im) }},
+			{"docker-save", func(ctx context.Context, w io.Writer, im *fixture.Image) error {
+				return fixture.WriteDockerSave(ctx, w, im)
+			}},
+			{"hybrid", func(ctx context.Context, w io.Writer, im *fixture.Image) error {
+				return fixture.WriteHybrid(ctx, w, im)
+			}},
 			{"oci", func(ctx context.Context, w io.Writer, im *fixture.Image) error {
 				return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameContainerdAndTag}, im)
 			}},
@@ -182,4 +186,3 @@ func TestImportFormats(t *testing.T) {
 		}
 	})
 }
-
