@@ -54,5 +54,5 @@ type Result struct {
 	Images      []Image                  // sorted by Name, then Target digest
 	Docs        map[digest.Digest][]byte // JSON documents (indexes, manifests, configs), not given to Store.Put
 	Blobs       map[digest.Digest]int64  // other blobs the archive holds, written or already present, with sizes
-	BytesRead   int64                    // bytes read from the archive as stored (compressed)
+	BytesRead   int64                    // size of the archive as stored (compressed); bytes of skipped blobs that were seeked over count too
 }

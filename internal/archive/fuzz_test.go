@@ -2,6 +2,8 @@ package archive
 
 import (
 	"bytes"
+	"encoding/json"
+	"io"
 	"testing"
 
 	"github.com/distribution/reference"
@@ -32,11 +34,21 @@ func FuzzWalk(f *testing.F) {
 		lim := defaultLimits()
 		lim.zstdWindow = 1 << 20
 		res, err := walk(t.Context(), bytes.NewReader(b), st, lim)
+		// The same bytes as a stream (no seeking) give the same outcome.
+		res2, err2 := walk(t.Context(), struct{ io.Reader }{bytes.NewReader(b)}, newMemStore(), lim)
+		if (err == nil) != (err2 == nil) {
+			t.Fatalf("seekable: %v; stream: %v", err, err2)
+		}
 		if err != nil {
 			if err.Error() == "" {
 				t.Fatal("empty error message")
 			}
 			return
+		}
+		j1, _ := json.Marshal(res.Images)
+		j2, _ := json.Marshal(res2.Images)
+		if !bytes.Equal(j1, j2) || res.BytesRead != res2.BytesRead {
+			t.Fatalf("seekable and stream differ: %v %d; %v %d", res.Images, res.BytesRead, res2.Images, res2.BytesRead)
 		}
 		if res.BytesRead != int64(len(b)) {
 			t.Errorf("BytesRead %d of %d", res.BytesRead, len(b))

@@ -300,12 +300,6 @@ func ociEntries(prefix string, index []byte, blobs ...blob) []entry {
 	return append(es, entry{name: prefix + "index.json", data: index})
 }
 
-// ociTar is a single-image OCI archive as containerd exports it.
-func ociTar(t testing.TB, im image, name string) []byte {
-	d := withAnnotations(im.manifest.desc(), annotationContainerdName, name, annotationRefName, "1.36")
-	return tarBytes(t, ociEntries("", indexJSON(t, d), im.blobs()...))
-}
-
 // dockerSaveEntries lays out images as docker save (< 25) does:
 // <id>/layer.tar, <id>/json, <id>/VERSION, <config hex>.json, manifest.json,
 // repositories. The layers of the images must be uncompressed.

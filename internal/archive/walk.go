@@ -105,80 +105,153 @@ func newWalker(st Store, lim limits) *walker {
 // Walk reads an image archive stream once: a docker save (v1.1, v1.2 or the
 // go-containerregistry tarball variant), a Docker ≥ 25 hybrid, or an OCI image
 // layout tar, plain or compressed. Blobs go to st as they stream by (those st
-// already has are skipped); JSON documents come back in Result.Docs. Errors name
-// the entry or digest and the cause, not the archive: the caller adds that.
+// already has are skipped: seeked over when r is an uncompressed io.ReadSeeker
+// such as an *os.File, read and discarded otherwise); JSON documents come back
+// in Result.Docs. An error wraps ErrNotTar when the (decompressed) stream is not
+// a tar at all, ErrNotImage when it is a tar without manifest.json or
+// index.json. Errors name the entry or digest and the cause, not the archive:
+// the caller adds that.
 func Walk(ctx context.Context, r io.Reader, st Store) (*Result, error) {
 	return walk(ctx, r, st, defaultLimits())
 }
 
 func walk(ctx context.Context, r io.Reader, st Store, lim limits) (*Result, error) {
-	raw := &countingReader{r: r}
-	rc, c, err := decompress(raw, lim.zstdWindow)
+	in, err := openInput(r, lim)
 	if err != nil {
 		return nil, err
 	}
-	defer rc.Close()
-	dec := rc.(*decoder)
-	// streamErr prefers the decoder's own error: when the compressed stream is
-	// broken, that is the cause, whatever the tar reader or the store made of it.
-	streamErr := func(err error) error {
-		if dec.err != nil {
-			return dec.err
-		}
-		return err
-	}
+	defer in.close()
+	c := in.comp
 
-	data := &countingReader{r: rc}
-	tr := tar.NewReader(data)
+	tr := tar.NewReader(in.tar)
 	w := newWalker(st, lim)
 	first := true
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		mark := data.n
+		mark := in.reads.n
 		hdr, err := tr.Next()
 		if err == io.EOF {
-			if first && data.n == 0 {
+			if first && in.reads.n == 0 {
 				return nil, notTar(c, errors.New("empty stream"))
 			}
 			// Next reports io.EOF both after the zero block that ends an
-			// archive and when the stream stops right after an entry. Every
-			// entry was read to its end before Next, so in this call Next read
-			// at most the entry's padding (< 512 bytes) and then, if there was
-			// one, a zero block.
-			if data.n-mark < blockSize {
+			// archive and when the stream stops right after an entry. The
+			// rest of the previous entry was read before Next (or seeked
+			// over, reading at most a byte of it and of its padding), so in
+			// this call Next read less than a block, then a zero block if
+			// there was one.
+			if in.reads.n-mark < blockSize {
 				return nil, errors.New("tar stream ends without an end-of-archive marker (truncated?)")
 			}
 			break
 		}
 		if err != nil {
-			if first && dec.err == nil {
+			if first && in.decodeErr() == nil {
 				return nil, notTar(c, err)
 			}
-			return nil, streamErr(fmt.Errorf("reading tar: %w", err))
+			return nil, in.streamErr(fmt.Errorf("reading tar: %w", err))
 		}
 		first = false
 		if err := w.entry(ctx, hdr, tr); err != nil {
-			return nil, streamErr(err)
+			return nil, in.streamErr(err)
 		}
-		// Read what the entry handler left (skipped blobs) ourselves; see above.
-		if _, err := io.Copy(io.Discard, tr); err != nil {
-			return nil, streamErr(fmt.Errorf("reading %s: %w", cleanName(hdr.Name), err))
+		if !in.seekable {
+			// Read what the entry handler left (skipped blobs) here, so that
+			// Next reads only headers; see above.
+			if _, err := io.Copy(io.Discard, tr); err != nil {
+				return nil, in.streamErr(fmt.Errorf("reading %s: %w", cleanName(hdr.Name), err))
+			}
 		}
 	}
-	// Read to the end of the stream: decompressors check their trailers
-	// (checksums, sizes) only there, and BytesRead should be the whole file.
-	if _, err := io.Copy(io.Discard, rc); err != nil {
-		return nil, streamErr(fmt.Errorf("reading past the end of the tar archive: %w", err))
+	n, err := in.finish()
+	if err != nil {
+		return nil, in.streamErr(err)
 	}
 	res, err := w.finish(ctx)
 	if err != nil {
 		return nil, err
 	}
 	res.Compression = c
-	res.BytesRead = raw.n
+	res.BytesRead = n
 	return res, nil
+}
+
+// input is the stream the tar reader reads.
+type input struct {
+	comp     Compression
+	tar      io.Reader       // *countingReader, or *seekCounter when seekable
+	reads    *countingReader // bytes the tar reader read
+	seekable bool            // uncompressed and seekable: the tar reader seeks past skipped entries
+	raw      *countingReader // compressed input (nil when seekable)
+	dec      *decoder        // nil when seekable
+	rs       io.ReadSeeker   // when seekable
+	start    int64           // offset of rs at the start
+}
+
+func openInput(r io.Reader, lim limits) (*input, error) {
+	if rs, ok := r.(io.ReadSeeker); ok {
+		if start, err := rs.Seek(0, io.SeekCurrent); err == nil {
+			head := make([]byte, peekSize)
+			n, err := io.ReadFull(rs, head)
+			if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+				return nil, fmt.Errorf("reading: %w", err)
+			}
+			if _, err := rs.Seek(start, io.SeekStart); err != nil {
+				return nil, fmt.Errorf("seeking: %w", err)
+			}
+			if Sniff(head[:n]) == None {
+				sc := &seekCounter{countingReader: countingReader{r: rs}, s: rs}
+				return &input{comp: None, tar: sc, reads: &sc.countingReader, seekable: true, rs: rs, start: start}, nil
+			}
+		}
+	}
+	raw := &countingReader{r: r}
+	rc, c, err := decompress(raw, lim.zstdWindow)
+	if err != nil {
+		return nil, err
+	}
+	reads := &countingReader{r: rc}
+	return &input{comp: c, tar: reads, reads: reads, raw: raw, dec: rc.(*decoder)}, nil
+}
+
+func (in *input) decodeErr() error {
+	if in.dec == nil {
+		return nil
+	}
+	return in.dec.err
+}
+
+// streamErr prefers the decoder's own error: when the compressed stream is
+// broken, that is the cause, whatever the tar reader or the store made of it.
+func (in *input) streamErr(err error) error {
+	if e := in.decodeErr(); e != nil {
+		return e
+	}
+	return err
+}
+
+// finish reads to the end of the stream, where decompressors check their
+// trailers (checksums, sizes), and returns the size of the archive as stored.
+func (in *input) finish() (int64, error) {
+	if in.seekable {
+		end, err := in.rs.Seek(0, io.SeekEnd)
+		if err != nil {
+			return 0, fmt.Errorf("seeking: %w", err)
+		}
+		return end - in.start, nil
+	}
+	if _, err := io.Copy(io.Discard, in.dec); err != nil {
+		return 0, fmt.Errorf("reading past the end of the tar archive: %w", err)
+	}
+	return in.raw.n, nil
+}
+
+func (in *input) close() {
+	if in.dec != nil {
+		in.dec.Close()
+	}
 }
 
 func notTar(c Compression, cause error) error {
@@ -462,6 +535,16 @@ func (w *walker) lookup(name string) *fileInfo {
 type countingReader struct {
 	r io.Reader
 	n int64
+}
+
+// seekCounter counts the bytes read and lets the tar reader seek.
+type seekCounter struct {
+	countingReader
+	s io.Seeker
+}
+
+func (c *seekCounter) Seek(offset int64, whence int) (int64, error) {
+	return c.s.Seek(offset, whence)
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {

@@ -378,25 +378,52 @@ func TestWalkFormats(t *testing.T) {
 		},
 	} {
 		for _, c := range allCompressions {
-			t.Run(tc.name+"/"+string(c), func(t *testing.T) {
-				t.Parallel()
-				archive := compress(t, c, tarBytes(t, tc.entries))
-				st := newMemStore()
-				res, err := Walk(t.Context(), bytes.NewReader(archive), st)
-				if err != nil {
-					t.Fatal(err)
+			for _, mode := range []string{"seekable", "stream"} {
+				if c != None && mode == "seekable" {
+					continue // a compressed archive is a stream either way
 				}
-				checkResult(t, res, archive, c, st, tc.want)
-				if tc.check != nil {
-					tc.check(t, res)
-				}
-			})
+				t.Run(tc.name+"/"+string(c)+"/"+mode, func(t *testing.T) {
+					t.Parallel()
+					archive := compress(t, c, tarBytes(t, tc.entries))
+					st := newMemStore()
+					res, err := Walk(t.Context(), input_(mode, archive), st)
+					if err != nil {
+						t.Fatal(err)
+					}
+					checkResult(t, res, archive, c, st, tc.want)
+					if tc.check != nil {
+						tc.check(t, res)
+					}
+				})
+			}
 		}
 	}
 }
 
+// input_ returns the archive as a seekable reader (as an *os.File is) or as
+// a plain stream (as a pipe is).
+func input_(mode string, b []byte) io.Reader {
+	if mode == "seekable" {
+		return bytes.NewReader(b)
+	}
+	return struct{ io.Reader }{bytes.NewReader(b)}
+}
+
+// readCounter counts the bytes read through a seekable reader.
+type readCounter struct {
+	*bytes.Reader
+	n int64
+}
+
+func (r *readCounter) Read(p []byte) (int, error) {
+	n, err := r.Reader.Read(p)
+	r.n += int64(n)
+	return n, err
+}
+
 // TestWalkSkipsPresentBlob: a large blob the store has is skipped via Has, and
 // its bytes never reach Put; a large blob it lacks is written with its digest.
+// From a seekable archive, the skipped bytes are not even read.
 func TestWalkSkipsPresentBlob(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(7, 7))
@@ -413,29 +440,45 @@ func TestWalkSkipsPresentBlob(t *testing.T) {
 	mf := blob{ocispec.MediaTypeImageManifest, manifestJSON(t, cfg, []blob{present, absent, small})}
 	archive := tarBytes(t, ociEntries("", indexJSON(t, withAnnotations(mf.desc(), annotationContainerdName, "example.com/big:1")), mf, cfg, present, absent, small))
 
-	st := newMemStore()
-	st.present[present.digest()] = true
-	res, err := Walk(t.Context(), bytes.NewReader(archive), st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkResult(t, res, archive, None, st, want{
-		format: FormatOCI,
-		images: map[string]digest.Digest{"example.com/big:1": mf.digest()},
-		docs:   digests(mf, cfg),
-		blobs:  digests(present, absent, small),
-	})
-	if slices.Contains(st.puts, present.digest()) || len(st.putPresent) != 0 {
-		t.Errorf("present blob was given to Put")
-	}
-	if !slices.Equal(st.puts, digests(absent, small)) {
-		t.Errorf("Put calls %v, want %v", st.puts, digests(absent, small))
-	}
-	if st.hasN != 2 {
-		t.Errorf("%d Has calls, want 2 (one per large blob)", st.hasN)
-	}
-	if res.Blobs[present.digest()] != int64(len(present.data)) {
-		t.Errorf("Blobs[present] = %d", res.Blobs[present.digest()])
+	for _, mode := range []string{"seekable", "stream"} {
+		st := newMemStore()
+		st.present[present.digest()] = true
+		rc := &readCounter{Reader: bytes.NewReader(archive)}
+		var in io.Reader = rc
+		if mode == "stream" {
+			in = struct{ io.Reader }{rc}
+		}
+		res, err := Walk(t.Context(), in, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResult(t, res, archive, None, st, want{
+			format: FormatOCI,
+			images: map[string]digest.Digest{"example.com/big:1": mf.digest()},
+			docs:   digests(mf, cfg),
+			blobs:  digests(present, absent, small),
+		})
+		if slices.Contains(st.puts, present.digest()) || len(st.putPresent) != 0 {
+			t.Errorf("%s: present blob was given to Put", mode)
+		}
+		if !slices.Equal(st.puts, digests(absent, small)) {
+			t.Errorf("%s: Put calls %v, want %v", mode, st.puts, digests(absent, small))
+		}
+		if st.hasN != 2 {
+			t.Errorf("%s: %d Has calls, want 2 (one per large blob)", mode, st.hasN)
+		}
+		if res.Blobs[present.digest()] != int64(len(present.data)) {
+			t.Errorf("%s: Blobs[present] = %d", mode, res.Blobs[present.digest()])
+		}
+		skipped := int64(len(archive) - len(present.data))
+		// What is read: the peek at the start, then all but the present blob,
+		// of which only the first bytes (to tell its compression) and the last.
+		if mode == "seekable" && rc.n > skipped+peekSize+sniffHead+1 {
+			t.Errorf("seekable: read %d bytes of %d; the present blob's %d should be seeked over", rc.n, len(archive), len(present.data))
+		}
+		if mode == "stream" && rc.n != int64(len(archive)) {
+			t.Errorf("stream: read %d bytes of %d", rc.n, len(archive))
+		}
 	}
 
 	// Docker save: a large layer is hashed by the store, a small one too.
@@ -591,22 +634,24 @@ func TestWalkErrors(t *testing.T) {
 		{"negative size in index", tarBytes(t, ociEntries("", []byte(`{"schemaVersion":2,"manifests":[{"digest":"sha256:`+strings.Repeat("0", 64)+`","size":-1}]}`))), "is not in the archive", nil},
 		{"invalid digest in index", tarBytes(t, ociEntries("", []byte(`{"schemaVersion":2,"manifests":[{"digest":"sha256:xyz","size":1}]}`))), `index.json entry 0: digest "sha256:xyz"`, nil},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := Walk(t.Context(), bytes.NewReader(tc.in), newMemStore())
-			if err == nil {
-				t.Fatal("no error")
-			}
-			if !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("error %q, want one containing %q", err, tc.err)
-			}
-			if tc.is != nil && !errors.Is(err, tc.is) {
-				t.Errorf("error %q is not %v", err, tc.is)
-			}
-			if msg := err.Error(); strings.Contains(msg, "failed to") || msg[:1] != strings.ToLower(msg[:1]) {
-				t.Errorf("error %q: lowercase, no \"failed to\"", msg)
-			}
-		})
+		for _, mode := range []string{"seekable", "stream"} {
+			t.Run(tc.name+"/"+mode, func(t *testing.T) {
+				t.Parallel()
+				_, err := Walk(t.Context(), input_(mode, tc.in), newMemStore())
+				if err == nil {
+					t.Fatal("no error")
+				}
+				if !strings.Contains(err.Error(), tc.err) {
+					t.Errorf("error %q, want one containing %q", err, tc.err)
+				}
+				if tc.is != nil && !errors.Is(err, tc.is) {
+					t.Errorf("error %q is not %v", err, tc.is)
+				}
+				if msg := err.Error(); strings.Contains(msg, "failed to") || msg[:1] != strings.ToLower(msg[:1]) {
+					t.Errorf("error %q: lowercase, no \"failed to\"", msg)
+				}
+			})
+		}
 	}
 }
 
@@ -618,10 +663,17 @@ func TestWalkTruncatedAtEntryBoundary(t *testing.T) {
 	es := ociEntries("", indexJSON(t, withAnnotations(im.manifest.desc(), annotationContainerdName, "a:1")), im.blobs()...)
 	full := tarBytes(t, es)
 	for i := 1; i < len(es); i++ {
-		cut := len(tarBytes(t, es[:i])) - 1024 // without the end-of-archive blocks
-		_, err := Walk(t.Context(), bytes.NewReader(full[:cut]), newMemStore())
-		if err == nil || !strings.Contains(err.Error(), "without an end-of-archive marker") {
-			t.Errorf("cut after entry %d (%s): %v", i, es[i-1].name, err)
+		for _, mode := range []string{"seekable", "stream"} {
+			cut := len(tarBytes(t, es[:i])) - 1024 // without the end-of-archive blocks
+			_, err := Walk(t.Context(), input_(mode, full[:cut]), newMemStore())
+			if err == nil || !strings.Contains(err.Error(), "without an end-of-archive marker") {
+				t.Errorf("%s: cut after entry %d (%s): %v", mode, i, es[i-1].name, err)
+			}
+			// Cut inside the entry's data or padding.
+			_, err = Walk(t.Context(), input_(mode, full[:cut-1]), newMemStore())
+			if err == nil || !strings.Contains(err.Error(), "unexpected EOF") && !strings.Contains(err.Error(), "without an end-of-archive marker") {
+				t.Errorf("%s: cut inside entry %d (%s): %v", mode, i, es[i-1].name, err)
+			}
 		}
 	}
 	if _, err := Walk(t.Context(), bytes.NewReader(full), newMemStore()); err != nil {
@@ -833,7 +885,9 @@ func TestWalkDirMatchesWalk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(fromDir.Images) != fmt.Sprint(fromTar.Images) || !maps.EqualFunc(fromDir.Docs, fromTar.Docs, bytes.Equal) || !maps.Equal(fromDir.Blobs, fromTar.Blobs) {
+	j1, _ := json.Marshal(fromDir.Images)
+	j2, _ := json.Marshal(fromTar.Images)
+	if !bytes.Equal(j1, j2) || !maps.EqualFunc(fromDir.Docs, fromTar.Docs, bytes.Equal) || !maps.Equal(fromDir.Blobs, fromTar.Blobs) {
 		t.Errorf("dir and tar differ:\n%+v\n%+v", fromDir, fromTar)
 	}
 }

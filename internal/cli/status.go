@@ -25,6 +25,15 @@ type StatusImage struct {
 	UserPin bool     `json:"userPin,omitempty"`
 	Sources []string `json:"sources"`
 	Leases  []string `json:"leases"`
+	// Conflicts are sources that want this name with another target: the
+	// newest source won; their content stays leased while they exist.
+	Conflicts []ConflictingSource `json:"conflicts,omitempty"`
+}
+
+// ConflictingSource is a source that wants a name with a target it did not get.
+type ConflictingSource struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
 }
 
 // StatusSource is one source lease in `status -o json`.
@@ -87,12 +96,16 @@ until the kubelet's image GC removes it.`,
 }
 
 func buildStatus(imgs []runtime.ImageDetail, srcs []runtime.SourceState) Status {
-	wantedBy := map[string][]runtime.SourceState{}
+	type claim struct {
+		state  runtime.SourceState
+		target string
+	}
+	wantedBy := map[string][]claim{}
 	st := Status{Images: []StatusImage{}, Sources: []StatusSource{}}
 	for _, s := range srcs {
 		st.Sources = append(st.Sources, StatusSource{Path: s.Source, Lease: s.Lease, Identity: s.Identity, Complete: s.Complete, Images: len(s.Images)})
 		for _, w := range s.Images {
-			wantedBy[w.Name] = append(wantedBy[w.Name], s)
+			wantedBy[w.Name] = append(wantedBy[w.Name], claim{s, w.Target.Digest.String()})
 		}
 	}
 	for _, img := range imgs {
@@ -107,9 +120,12 @@ func buildStatus(imgs []runtime.ImageDetail, srcs []runtime.SourceState) Status 
 			Sources: []string{},
 			Leases:  []string{},
 		}
-		for _, s := range wantedBy[img.Name] {
-			si.Sources = append(si.Sources, s.Source)
-			si.Leases = append(si.Leases, s.Lease)
+		for _, c := range wantedBy[img.Name] {
+			si.Sources = append(si.Sources, c.state.Source)
+			si.Leases = append(si.Leases, c.state.Lease)
+			if c.target != si.Digest {
+				si.Conflicts = append(si.Conflicts, ConflictingSource{Source: c.state.Source, Target: c.target})
+			}
 		}
 		sort.Strings(si.Sources)
 		sort.Strings(si.Leases)

@@ -34,6 +34,9 @@ applied), 2 on bad usage.`,
 				return err
 			}
 			sum := agent.Sync(ctx, s.rt, agent.Config{ImageDirs: dirs, Parallel: parallel, Log: o.log})
+			for _, c := range sum.Conflicts {
+				fmt.Fprintf(cmd.OutOrStdout(), "conflict: %s\n", c)
+			}
 			for _, f := range sum.Failures {
 				fmt.Fprintf(cmd.ErrOrStderr(), "error: %v\n", f)
 			}

@@ -156,8 +156,20 @@ func TestStartStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("restarted in %v", time.Since(begin))
-	if err := p2.Stop(ctx); err != nil {
+
+	// Stop with no grace period left: SIGTERM, then at once SIGKILL to
+	// the group; still nothing may be left.
+	pid = p2.PID()
+	expired, cancelExpired := context.WithCancel(ctx)
+	cancelExpired()
+	if err := p2.Stop(expired); err != nil {
 		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("pid %d still exists after Stop: kill(0) = %v", pid, err)
+	}
+	if points, err := mountPointsUnder(data); err != nil || len(points) != 0 {
+		t.Errorf("mounts left under the data dir: %v %v", points, err)
 	}
 }
 
@@ -212,5 +224,55 @@ func TestStartTimeout(t *testing.T) {
 	}
 	if points, err := mountPointsUnder(data); err != nil || len(points) != 0 {
 		t.Errorf("mounts left under the data dir: %v %v", points, err)
+	}
+}
+
+// TestStartOnOverlayDataDir starts containerd on a data dir that is itself an
+// overlay mount (as in a container). containerd's overlayfs plugin still
+// loads there, but its mounts would fail: the probe must choose native, and
+// the transfer and CRI image services must work with it.
+func TestStartOnOverlayDataDir(t *testing.T) {
+	opts := testOptions(t)
+	if !overlayWorks(t) {
+		t.Skip("overlayfs does not work here")
+	}
+	dir := t.TempDir()
+	for _, d := range []string{"l", "u", "w", "m"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := filepath.Join(dir, "m")
+	if err := unix.Mount("overlay", data, "overlay", 0,
+		"lowerdir="+dir+"/l,upperdir="+dir+"/u,workdir="+dir+"/w"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(data, unix.MNT_DETACH) })
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	p, err := Start(ctx, data, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := p.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+		// Only the data dir's own overlay is left.
+		if points, err := mountPointsUnder(data); err != nil || len(points) != 1 {
+			t.Errorf("mounts under the data dir after Stop: %v %v", points, err)
+		}
+	}()
+	if got := p.Layout().Snapshotter; got != SnapshotterNative {
+		t.Errorf("snapshotter on an overlay data dir = %q, want native", got)
+	}
+	conn, err := grpc.NewClient("unix://"+p.Address(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := criapi.NewImageServiceClient(conn).ListImages(ctx, &criapi.ListImagesRequest{}); err != nil {
+		t.Errorf("CRI ListImages: %v", err)
 	}
 }

@@ -67,6 +67,7 @@ type SourceState struct {
 	Lease     string    `json:"lease"`
 	Source    string    `json:"source"`
 	Identity  string    `json:"identity"`
+	MtimeNs   int64     `json:"mtimeNs"` // the source's mtime: on a conflict the newest source wins
 	Images    []Want    `json:"images"`
 	Complete  bool      `json:"-"` // the state blob exists: the import finished
 	CreatedAt time.Time `json:"-"`
@@ -82,10 +83,9 @@ type ServerInfo struct {
 type ImportRequest struct {
 	Source   string                        // path, as the operator named it
 	Identity string                        // changes whenever the content may have changed
+	MtimeNs  int64                         // the source mtime
 	Dir      bool                          // an OCI layout directory, not a file
 	Open     func() (io.ReadCloser, error) // opens the archive stream (files)
-	Progress func(bytesRead int64)         // optional
-	_        struct{}                      // keep keyed literals
 }
 
 // ImportResult is what an import did.
@@ -109,13 +109,25 @@ type ImageDetail struct {
 // Runtime is an image store holdfast reconciles.
 type Runtime interface {
 	Server(ctx context.Context) (ServerInfo, error)
-	// Import walks one source into the store under the source's lease, and
-	// creates or updates its records, pinned.
+	// Import walks one source into the store under the source's lease and
+	// records the source's desired state there. It writes no image record.
+	// A source whose complete lease exists and whose content is intact is not
+	// read again (Unchanged).
 	Import(ctx context.Context, req ImportRequest) (ImportResult, error)
-	// Images lists records, without the CRI's own sha256: records.
+	// Records lists every image record, the CRI's own sha256: records too.
+	Records(ctx context.Context) ([]Image, error)
+	// Images lists records, without the CRI's own, with what status shows.
 	Images(ctx context.Context) ([]ImageDetail, error)
 	// Sources lists the desired state kept on holdfast's leases.
 	Sources(ctx context.Context) ([]SourceState, error)
+	// Pin makes a record point at its target with both pin labels, touching
+	// no other label.
+	Pin(ctx context.Context, w Want) error
+	// Unpin removes holdfast's pin label from a record it owns, and the CRI's
+	// unless that was there before holdfast's.
+	Unpin(ctx context.Context, name string) error
+	// Release deletes one of holdfast's leases.
+	Release(ctx context.Context, lease string) error
 	// Cleanup aborts holdfast's own stale ingests.
 	Cleanup(ctx context.Context) error
 	Close() error

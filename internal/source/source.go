@@ -46,7 +46,10 @@ type Skipped struct {
 type Result struct {
 	Sources []Source
 	Skipped []Skipped
-	Errors  []error // directories or files that could not be read; their sources are unknown
+	Errors  []error // directories or files that could not be read
+	// Unreadable are the paths (directories or files) whose sources are unknown
+	// this time: what holdfast has from them must be kept as it is.
+	Unreadable []string
 }
 
 // Scan walks each images directory recursively. A directory with an
@@ -59,6 +62,7 @@ func Scan(dirs []string) Result {
 		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				res.Errors = append(res.Errors, fmt.Errorf("reading %s: %w", path, cause(err)))
+				res.Unreadable = append(res.Unreadable, path)
 				if d != nil && d.IsDir() && path != dir {
 					return fs.SkipDir
 				}
@@ -79,6 +83,7 @@ func Scan(dirs []string) Result {
 					}
 					if src, err := identify(path, OCIDir); err != nil {
 						res.Errors = append(res.Errors, err)
+						res.Unreadable = append(res.Unreadable, path)
 					} else if !seen[src.Path] {
 						seen[src.Path] = true
 						res.Sources = append(res.Sources, src)
@@ -94,6 +99,7 @@ func Scan(dirs []string) Result {
 			kind, reason, err := classify(path)
 			if err != nil {
 				res.Errors = append(res.Errors, err)
+				res.Unreadable = append(res.Unreadable, path)
 				return nil
 			}
 			if kind == "" {
@@ -103,6 +109,7 @@ func Scan(dirs []string) Result {
 			src, err := identify(path, kind)
 			if err != nil {
 				res.Errors = append(res.Errors, err)
+				res.Unreadable = append(res.Unreadable, path)
 				return nil
 			}
 			if !seen[src.Path] {

@@ -28,9 +28,9 @@ const writeChunk = 1<<20 - 4<<10
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, writeChunk); return &b }}
 
 // Import walks one archive or OCI layout directory into the store under the
-// source's lease, checks the host platform's content is complete, and creates or
-// updates the records, pinned. On any error nothing of the source is left but
-// what its lease already held from an earlier complete import.
+// source's lease, checks the host platform's content is complete, and saves the
+// source's desired state on the lease. On any error nothing of the source is
+// left but what its lease already held from an earlier complete import.
 func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
 	ctx = r.ns(ctx)
 	id := LeaseID(req.Source, req.Identity)
@@ -44,9 +44,6 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 		if ok, err := r.intact(ctx, prior); err != nil {
 			return res, err
 		} else if ok {
-			if err := r.pinAll(ctx, prior.Images); err != nil {
-				return res, err
-			}
 			res.Images, res.Unchanged = prior.Images, true
 			return res, nil
 		}
@@ -66,9 +63,6 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 		// A lease that held a complete import keeps what it held; one made
 		// for this import, or left by an unfinished one, goes.
 		r.abandon(ctx, id, !prior.Complete, ing)
-		return res, err
-	}
-	if err := r.pinAll(ctx, wants); err != nil {
 		return res, err
 	}
 	res.Images = wants
@@ -177,7 +171,7 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 	if err := r.addToLease(ctx, toLease); err != nil {
 		return nil, err
 	}
-	state := runtime.SourceState{Lease: leaseFromContext(ctx), Source: req.Source, Identity: req.Identity, Images: wants}
+	state := runtime.SourceState{Lease: leaseFromContext(ctx), Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants}
 	if err := r.writeState(ctx, ing, state); err != nil {
 		return nil, err
 	}

@@ -129,7 +129,7 @@ func (r *Runtime) loadState(ctx context.Context, l leases.Lease, blobs map[strin
 	if err := json.Unmarshal(data, &saved); err != nil {
 		return st, fmt.Errorf("reading state of lease %s: %w", l.ID, err)
 	}
-	st.Source, st.Identity, st.Images, st.Complete = saved.Source, saved.Identity, saved.Images, true
+	st.Source, st.Identity, st.MtimeNs, st.Images, st.Complete = saved.Source, saved.Identity, saved.MtimeNs, saved.Images, true
 	return st, nil
 }
 
@@ -220,3 +220,14 @@ func (r *Runtime) intact(ctx context.Context, st runtime.SourceState) (bool, err
 }
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+// Release deletes one of holdfast's leases; what only it held is collected.
+func (r *Runtime) Release(ctx context.Context, id string) error {
+	if !strings.HasPrefix(id, runtime.LeasePrefix) {
+		return fmt.Errorf("lease %s is not holdfast's", id)
+	}
+	if err := r.client.LeasesService().Delete(r.ns(ctx), leases.Lease{ID: id}); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("releasing lease %s: %w", id, err)
+	}
+	return nil
+}

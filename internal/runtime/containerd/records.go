@@ -13,21 +13,12 @@ import (
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
-// pinAll creates or updates each wanted record, pinned.
-func (r *Runtime) pinAll(ctx context.Context, wants []runtime.Want) error {
-	for _, w := range wants {
-		if err := r.pin(ctx, w); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// pin makes the record name point at target with both pin labels. A new record
+// Pin makes the record name point at target with both pin labels. A new record
 // is created with them; an existing one is updated field by field, so labels
 // set by others (the CRI's, a user's) stay. A CRI pin that was there before
 // holdfast's is remembered on the record, so unpinning leaves it.
-func (r *Runtime) pin(ctx context.Context, w runtime.Want) error {
+func (r *Runtime) Pin(ctx context.Context, w runtime.Want) error {
+	ctx = r.ns(ctx)
 	is := r.client.ImageService()
 	for attempt := 0; attempt < 3; attempt++ {
 		img, err := is.Get(ctx, w.Name)
@@ -83,6 +74,50 @@ func (r *Runtime) pin(ctx context.Context, w runtime.Want) error {
 		return nil
 	}
 	return fmt.Errorf("record %s keeps changing under holdfast", w.Name)
+}
+
+// Unpin removes holdfast's pin from a record it owns: its own label, and the
+// CRI's unless a user's pin was there first. Records holdfast does not own are
+// left alone. The record itself stays; the kubelet's GC decides its fate.
+func (r *Runtime) Unpin(ctx context.Context, name string) error {
+	ctx = r.ns(ctx)
+	is := r.client.ImageService()
+	img, err := is.Get(ctx, name)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading record %s: %w", name, err)
+	}
+	if img.Labels[runtime.LabelPinned] != runtime.PinnedValue {
+		return nil
+	}
+	paths := []string{"labels." + runtime.LabelPinned}
+	delete(img.Labels, runtime.LabelPinned)
+	if img.Labels[runtime.LabelPriorPin] == "true" {
+		delete(img.Labels, runtime.LabelPriorPin)
+		paths = append(paths, "labels."+runtime.LabelPriorPin)
+	} else if _, ok := img.Labels[runtime.LabelCRIPinned]; ok {
+		delete(img.Labels, runtime.LabelCRIPinned)
+		paths = append(paths, "labels."+runtime.LabelCRIPinned)
+	}
+	if _, err := is.Update(ctx, img, paths...); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("unpinning %s: %w", name, err)
+	}
+	return nil
+}
+
+// Records lists every record in the namespace.
+func (r *Runtime) Records(ctx context.Context) ([]runtime.Image, error) {
+	recs, err := r.client.ImageService().List(r.ns(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("listing images: %w", err)
+	}
+	out := make([]runtime.Image, 0, len(recs))
+	for _, rec := range recs {
+		out = append(out, runtime.Image{Name: rec.Name, Target: rec.Target, Labels: rec.Labels})
+	}
+	return out, nil
 }
 
 // digestName turns repo:tag into repo@digest; a name that has a digest already gives false.

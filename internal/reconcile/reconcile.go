@@ -1,0 +1,222 @@
+// Package reconcile decides what a pass does to image records and leases. Diff
+// is pure: it compares the desired state (the sources' leases) with the actual
+// records and returns a Plan. It never unpins a name any kept source wants, and
+// only unpins records that carry holdfast's own label.
+package reconcile
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/holdfast-project/holdfast/internal/runtime"
+)
+
+// Reason says why an action is in the plan.
+type Reason string
+
+const (
+	ReasonNew      Reason = "new"      // a source imported in this pass wants it
+	ReasonMissing  Reason = "missing"  // the record is gone: heal it
+	ReasonDrift    Reason = "drift"    // the record points elsewhere: restore it
+	ReasonLabel    Reason = "label"    // a pin label is missing: restore it
+	ReasonUnwanted Reason = "unwanted" // no kept source wants it any more
+	ReasonGone     Reason = "gone"     // the source is gone
+	ReasonReplaced Reason = "replaced" // the source's content changed and the new content is leased
+	ReasonStale    Reason = "stale"    // an import that never finished
+)
+
+// Pin creates or updates a record so it points at Target with both pin labels.
+type Pin struct {
+	Want   runtime.Want
+	Reason Reason
+	Source string // the path of the source that wants it
+	Lease  string
+}
+
+// Unpin removes holdfast's pin from a record (and the CRI's, unless it was there before holdfast's).
+type Unpin struct {
+	Name   string
+	Reason Reason
+}
+
+// Release deletes a source's lease.
+type Release struct {
+	Lease  string
+	Source string
+	Reason Reason
+}
+
+// Conflict is one name that kept sources want with different targets. The
+// source with the newest mtime wins; the others' content stays leased.
+type Conflict struct {
+	Name   string
+	Winner Claim
+	Losers []Claim
+}
+
+// Claim is one source's wish for a name.
+type Claim struct {
+	Source string
+	Lease  string
+	Target string // digest
+}
+
+// Plan is what a pass will do, in order: pins, then unpins, then releases.
+type Plan struct {
+	Pins      []Pin
+	Unpins    []Unpin
+	Releases  []Release
+	Conflicts []Conflict
+	Wanted    int // names the kept sources want
+}
+
+// Empty reports whether the plan changes nothing.
+func (p Plan) Empty() bool { return len(p.Pins) == 0 && len(p.Unpins) == 0 && len(p.Releases) == 0 }
+
+// Present is a source the scan found now.
+type Present struct {
+	Path     string
+	Identity string
+}
+
+// Input is everything Diff looks at.
+type Input struct {
+	// Leases is every holdfast lease in the store, after this pass's imports.
+	Leases []runtime.SourceState
+	// Present is every source the scan found now, by path.
+	Present map[string]Present
+	// Unknown holds paths whose fate is unknown this pass (their directory
+	// could not be read): their leases are kept as they are.
+	Unknown func(path string) bool
+	// Imported holds the leases this pass imported: their pins are "new", not heals.
+	Imported map[string]bool
+	// Records is every image record in the namespace.
+	Records []runtime.Image
+}
+
+// Diff compares the desired state with the records and returns the plan.
+func Diff(in Input) Plan {
+	var plan Plan
+	kept := keptLeases(in, &plan)
+
+	// The names kept sources want; on a conflict the newest source wins.
+	type claim struct {
+		want  runtime.Want
+		state runtime.SourceState
+	}
+	claims := map[string][]claim{}
+	for _, st := range kept {
+		for _, w := range st.Images {
+			claims[w.Name] = append(claims[w.Name], claim{w, st})
+		}
+	}
+	wanted := map[string]claim{}
+	for name, cs := range claims {
+		sort.SliceStable(cs, func(i, j int) bool { return newer(cs[i].state, cs[j].state) })
+		wanted[name] = cs[0]
+		var losers []Claim
+		for _, c := range cs[1:] {
+			if c.want.Target.Digest != cs[0].want.Target.Digest {
+				losers = append(losers, Claim{Source: c.state.Source, Lease: c.state.Lease, Target: c.want.Target.Digest.String()})
+			}
+		}
+		if len(losers) > 0 {
+			plan.Conflicts = append(plan.Conflicts, Conflict{
+				Name:   name,
+				Winner: Claim{Source: cs[0].state.Source, Lease: cs[0].state.Lease, Target: cs[0].want.Target.Digest.String()},
+				Losers: losers,
+			})
+		}
+	}
+	plan.Wanted = len(wanted)
+
+	records := map[string]runtime.Image{}
+	for _, r := range in.Records {
+		if !runtime.IsCRIRecord(r.Name) {
+			records[r.Name] = r
+		}
+	}
+	for name, c := range wanted {
+		rec, ok := records[name]
+		reason := Reason("")
+		switch {
+		case !ok:
+			reason = ReasonMissing
+		case rec.Target.Digest != c.want.Target.Digest:
+			reason = ReasonDrift
+		case !rec.Pinned() || !rec.Owned():
+			reason = ReasonLabel
+		default:
+			continue
+		}
+		if in.Imported[c.state.Lease] && (!ok || reason == ReasonDrift || !rec.Owned()) {
+			reason = ReasonNew
+		}
+		plan.Pins = append(plan.Pins, Pin{Want: c.want, Reason: reason, Source: c.state.Source, Lease: c.state.Lease})
+	}
+	for name, rec := range records {
+		if _, ok := wanted[name]; ok || !rec.Owned() {
+			continue
+		}
+		plan.Unpins = append(plan.Unpins, Unpin{Name: name, Reason: ReasonUnwanted})
+	}
+	sort.Slice(plan.Pins, func(i, j int) bool { return plan.Pins[i].Want.Name < plan.Pins[j].Want.Name })
+	sort.Slice(plan.Unpins, func(i, j int) bool { return plan.Unpins[i].Name < plan.Unpins[j].Name })
+	sort.Slice(plan.Releases, func(i, j int) bool { return plan.Releases[i].Lease < plan.Releases[j].Lease })
+	sort.Slice(plan.Conflicts, func(i, j int) bool { return plan.Conflicts[i].Name < plan.Conflicts[j].Name })
+	return plan
+}
+
+// keptLeases returns the leases whose wants stay, and plans the release of the others.
+func keptLeases(in Input, plan *Plan) []runtime.SourceState {
+	// The complete lease of each present source's current identity.
+	current := map[string]bool{}
+	for _, st := range in.Leases {
+		if p, ok := in.Present[st.Source]; ok && st.Complete && p.Identity == st.Identity {
+			current[st.Source] = true
+		}
+	}
+	var kept []runtime.SourceState
+	for _, st := range in.Leases {
+		p, present := in.Present[st.Source]
+		switch {
+		case in.Unknown != nil && in.Unknown(st.Source):
+			if st.Complete {
+				kept = append(kept, st)
+			}
+		case !st.Complete:
+			plan.Releases = append(plan.Releases, Release{Lease: st.Lease, Source: st.Source, Reason: ReasonStale})
+		case !present:
+			plan.Releases = append(plan.Releases, Release{Lease: st.Lease, Source: st.Source, Reason: ReasonGone})
+		case p.Identity == st.Identity:
+			kept = append(kept, st)
+		case current[st.Source]:
+			plan.Releases = append(plan.Releases, Release{Lease: st.Lease, Source: st.Source, Reason: ReasonReplaced})
+		default:
+			// The source changed but its new content is not leased (the
+			// import failed): what it had stays wanted until it is.
+			kept = append(kept, st)
+		}
+	}
+	return kept
+}
+
+// newer orders claims: newest source mtime first, then by lease for a stable result.
+func newer(a, b runtime.SourceState) bool {
+	if a.MtimeNs != b.MtimeNs {
+		return a.MtimeNs > b.MtimeNs
+	}
+	return a.Lease > b.Lease
+}
+
+// String describes a conflict for the summary.
+func (c Conflict) String() string {
+	return fmt.Sprintf("%s: %s (from %s) wins over %d other source(s)", c.Name, short(c.Winner.Target), c.Winner.Source, len(c.Losers))
+}
+
+func short(d string) string {
+	if len(d) > 19 {
+		return d[:19]
+	}
+	return d
+}
