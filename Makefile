@@ -34,6 +34,7 @@ lint: deps
 test: lint
 	PATH="$(BIN):$$PATH" HOLDFAST_CONTAINERD_VERSION=$(CONTAINERD_VERSION) \
 		$(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./...
+	$(MAKE) demo
 
 unit:
 	$(GO) test -short -count=1 ./internal/...

@@ -24,7 +24,9 @@ import (
 // Config is what a pass needs to know.
 type Config struct {
 	ImageDirs []string
-	Parallel  int // archives imported at once; 0 = a default from the CPU count
+	Parallel  int           // archives imported at once; 0 = a default from the CPU count
+	Settle    time.Duration // run: a file is complete when unmodified this long
+	Resync    time.Duration // run: full pass at least this often
 	Log       *slog.Logger
 }
 
@@ -72,75 +74,100 @@ func CheckServer(ctx context.Context, rt hfruntime.Runtime, log *slog.Logger) (h
 // and leases released as reconcile.Diff plans. One source failing never stops
 // the others, and never unpins what it wanted before.
 func Sync(ctx context.Context, rt hfruntime.Runtime, cfg Config) Summary {
-	start := time.Now()
-	log := cfg.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	var sum Summary
-	if err := rt.Cleanup(ctx); err != nil {
-		log.Warn("aborting stale ingests", "error", err)
-	}
-	scan := source.Scan(cfg.ImageDirs)
-	for _, s := range scan.Skipped {
-		log.Debug("skipped", "path", s.Path, "reason", s.Reason)
-	}
-	sum.Failures = append(sum.Failures, scan.Errors...)
-
-	imported := importAll(ctx, rt, cfg, log, scan.Sources, &sum)
-
-	plan, err := Plan(ctx, rt, scan, imported)
-	if err != nil {
-		sum.Failures = append(sum.Failures, err)
-	} else {
-		apply(ctx, rt, plan, log, &sum)
-	}
-	sum.Failed = len(sum.Failures)
-	sum.Duration = time.Since(start)
+	sum, _ := New(rt, cfg, nil).pass(ctx, passOptions{})
 	return sum
 }
 
-// Plan reads the store and returns what reconciling it with scan would do.
-func Plan(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool) (reconcile.Plan, error) {
-	leases, err := rt.Sources(ctx)
-	if err != nil {
-		return reconcile.Plan{}, err
-	}
-	records, err := rt.Records(ctx)
-	if err != nil {
-		return reconcile.Plan{}, err
-	}
-	present := map[string]reconcile.Present{}
-	for _, s := range scan.Sources {
-		if s.Kind == source.Archive || s.Kind == source.OCIDir {
-			present[s.Path] = reconcile.Present{Path: s.Path, Identity: s.Identity}
-		}
-	}
-	return reconcile.Diff(reconcile.Input{
-		Leases:   leases,
-		Present:  present,
-		Unknown:  unknownUnder(scan.Unreadable),
-		Imported: imported,
-		Records:  records,
-	}), nil
+// passOptions tune a pass of the agent: a one-shot sync uses none.
+type passOptions struct {
+	settle bool // skip sources modified within cfg.Settle (still being written)
+	memo   bool // skip sources that failed before with the same identity, until their retry time
 }
 
-// unknownUnder reports paths at or below a directory the scan could not read.
-func unknownUnder(dirs []string) func(string) bool {
-	return func(path string) bool {
-		for _, d := range dirs {
-			if path == d || strings.HasPrefix(path, d+string(filepath.Separator)) {
-				return true
+// passResult is what the loop needs to know after a pass.
+type passResult struct {
+	pending   []string  // sources not final yet: still being written, or waiting for a retry
+	settling  []string  // of those, the ones still being written
+	nextCheck time.Time // when a pending source is due
+}
+
+// pass runs one pass: scan, import, plan, apply.
+func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult) {
+	start := time.Now()
+	var sum Summary
+	var pr passResult
+	if err := a.rt.Cleanup(ctx); err != nil {
+		a.log.Warn("aborting stale ingests", "error", err)
+	}
+	scan := source.Scan(a.cfg.ImageDirs)
+	for _, s := range scan.Skipped {
+		a.log.Debug("skipped", "path", s.Path, "reason", s.Reason)
+	}
+	sum.Failures = append(sum.Failures, scan.Errors...)
+
+	// Sources still being written, or failed and not yet due, are left for
+	// later: their leases stay as they are.
+	var todo []source.Source
+	for _, src := range scan.Sources {
+		switch src.Kind {
+		case source.Archive, source.OCIDir:
+		default:
+			a.log.Debug("list files are not read by this version", "path", src.Path, "kind", src.Kind)
+			continue
+		}
+		if due, wait, settling := a.deferred(src, opts, start); wait {
+			pr.pending = append(pr.pending, src.Path)
+			if settling {
+				pr.settling = append(pr.settling, src.Path)
 			}
+			scan.Unreadable = append(scan.Unreadable, src.Path)
+			if pr.nextCheck.IsZero() || due.Before(pr.nextCheck) {
+				pr.nextCheck = due
+			}
+			continue
 		}
-		return false
+		todo = append(todo, src)
 	}
+
+	imported := a.importAll(ctx, todo, &sum)
+
+	plan, err := Plan(ctx, a.rt, scan, imported)
+	if err != nil {
+		sum.Failures = append(sum.Failures, err)
+	} else {
+		a.apply(ctx, plan, &sum)
+	}
+	sum.Failed = len(sum.Failures)
+	sum.Duration = time.Since(start)
+	a.rec.ReconcileDone(sum.Duration, err == nil)
+	return sum, pr
 }
 
-// importAll imports the archive sources, a few at a time, and returns the
-// leases imported (not unchanged) in this pass.
-func importAll(ctx context.Context, rt hfruntime.Runtime, cfg Config, log *slog.Logger, srcs []source.Source, sum *Summary) map[string]bool {
-	parallel := cfg.Parallel
+// deferred says whether src waits this pass, until when, and whether that is
+// because it is still being written. A file is complete once it has not been
+// modified for the settle time; one renamed into place keeps its old mtime and
+// is complete at once.
+func (a *Agent) deferred(src source.Source, opts passOptions, now time.Time) (due time.Time, wait, settling bool) {
+	if opts.settle && a.cfg.Settle > 0 {
+		if settled := time.Unix(0, src.MtimeNs).Add(a.cfg.Settle); settled.After(now) {
+			return settled, true, true
+		}
+	}
+	if opts.memo {
+		a.mu.Lock()
+		f, ok := a.failed[src.Path]
+		a.mu.Unlock()
+		if ok && f.identity == src.Identity && f.retryAt.After(now) {
+			return f.retryAt, true, false
+		}
+	}
+	return time.Time{}, false, false
+}
+
+// importAll imports the sources, a few at a time, and returns the leases
+// imported (not unchanged) in this pass.
+func (a *Agent) importAll(ctx context.Context, srcs []source.Source, sum *Summary) map[string]bool {
+	parallel := a.cfg.Parallel
 	if parallel <= 0 {
 		parallel = min(4, max(2, runtime.NumCPU()))
 	}
@@ -149,28 +176,28 @@ func importAll(ctx context.Context, rt hfruntime.Runtime, cfg Config, log *slog.
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(parallel)
 	for _, src := range srcs {
-		switch src.Kind {
-		case source.Archive, source.OCIDir:
-		default:
-			log.Warn("list files are not read by this version", "path", src.Path, "kind", src.Kind)
-			continue
-		}
 		g.Go(func() error {
-			res, err := importSource(gctx, rt, src)
+			began := time.Now()
+			res, err := importSource(gctx, a.rt, src)
 			mu.Lock()
 			defer mu.Unlock()
 			sum.BytesRead += res.BytesRead
 			if err != nil {
 				sum.Failures = append(sum.Failures, err)
+				a.rec.ImportDone("failed", res.BytesRead, time.Since(began))
+				a.noteFailure(src.Path, src.Identity)
 				return nil
 			}
+			a.clearFailure(src.Path)
 			if res.Unchanged {
 				sum.Unchanged++
+				a.rec.ImportDone("unchanged", 0, time.Since(began))
 				return nil
 			}
 			sum.Imported++
 			imported[res.Lease] = true
-			log.Info("imported", "path", src.Path, "images", len(res.Images), "written", res.Written,
+			a.rec.ImportDone("imported", res.BytesRead, time.Since(began))
+			a.log.Info("imported", "path", src.Path, "images", len(res.Images), "written", res.Written,
 				"present", res.Present, "bytes", res.BytesRead, "lease", res.Lease)
 			return nil
 		})
@@ -181,15 +208,18 @@ func importAll(ctx context.Context, rt hfruntime.Runtime, cfg Config, log *slog.
 
 // apply carries a plan out: pins first, then unpins, then releases, so that a
 // wanted image is never unpinned and content is never unleased while wanted.
-func apply(ctx context.Context, rt hfruntime.Runtime, plan reconcile.Plan, log *slog.Logger, sum *Summary) {
+// The names the plan wants become the agent's wanted set before any unpin, so
+// that heal never fights the pass.
+func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
+	a.setWanted(plan.WantedNames)
 	sum.Wanted = plan.Wanted
 	sum.Conflicts = plan.Conflicts
 	for _, c := range plan.Conflicts {
-		log.Warn("conflict", "name", c.Name, "winner", c.Winner.Source, "target", c.Winner.Target, "losers", len(c.Losers))
+		a.log.Warn("conflict", "name", c.Name, "winner", c.Winner.Source, "target", c.Winner.Target, "losers", len(c.Losers))
 	}
 	pinFailed := false
 	for _, p := range plan.Pins {
-		if err := rt.Pin(ctx, p.Want); err != nil {
+		if _, err := a.rt.Pin(ctx, p.Want); err != nil {
 			sum.Failures = append(sum.Failures, fmt.Errorf("pin %s (wanted by %s): %w", p.Want.Name, p.Source, err))
 			pinFailed = true
 			continue
@@ -200,32 +230,38 @@ func apply(ctx context.Context, rt hfruntime.Runtime, plan reconcile.Plan, log *
 		case reconcile.ReasonDrift:
 			sum.Drift++
 			sum.Healed++
-			log.Warn("restored a re-pointed record", "name", p.Want.Name, "target", p.Want.Target.Digest, "source", p.Source)
+			a.rec.Drift()
+			a.rec.Healed(string(p.Reason))
+			a.log.Warn("restored a re-pointed record", "name", p.Want.Name, "target", p.Want.Target.Digest, "source", p.Source)
 		default:
 			sum.Healed++
-			log.Info("healed", "name", p.Want.Name, "reason", p.Reason, "source", p.Source)
+			a.rec.Healed(string(p.Reason))
+			a.log.Info("healed", "name", p.Want.Name, "reason", p.Reason, "source", p.Source)
 		}
 	}
 	for _, u := range plan.Unpins {
-		if err := rt.Unpin(ctx, u.Name); err != nil {
+		if err := a.rt.Unpin(ctx, u.Name); err != nil {
 			sum.Failures = append(sum.Failures, fmt.Errorf("unpin %s: %w", u.Name, err))
 			continue
 		}
 		sum.Unpinned++
-		log.Info("unpinned", "name", u.Name, "reason", u.Reason)
+		a.log.Info("unpinned", "name", u.Name, "reason", u.Reason)
 	}
+	a.rec.Unpinned(sum.Unpinned)
+	a.rec.SetPinned(plan.Wanted)
 	if pinFailed {
 		// A lease may hold content a failed pin still needs: keep them all until the next pass.
 		return
 	}
 	for _, r := range plan.Releases {
-		if err := rt.Release(ctx, r.Lease); err != nil {
+		if err := a.rt.Release(ctx, r.Lease); err != nil {
 			sum.Failures = append(sum.Failures, fmt.Errorf("release %s: %w", r.Lease, err))
 			continue
 		}
 		sum.Released++
-		log.Info("released", "lease", r.Lease, "source", r.Source, "reason", r.Reason)
+		a.log.Info("released", "lease", r.Lease, "source", r.Source, "reason", r.Reason)
 	}
+	a.rec.Released(sum.Released)
 }
 
 func importSource(ctx context.Context, rt hfruntime.Runtime, src source.Source) (hfruntime.ImportResult, error) {
@@ -255,4 +291,41 @@ func Bytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// Plan reads the store and returns what reconciling it with scan would do.
+func Plan(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool) (reconcile.Plan, error) {
+	leases, err := rt.Sources(ctx)
+	if err != nil {
+		return reconcile.Plan{}, err
+	}
+	records, err := rt.Records(ctx)
+	if err != nil {
+		return reconcile.Plan{}, err
+	}
+	present := map[string]reconcile.Present{}
+	for _, s := range scan.Sources {
+		if s.Kind == source.Archive || s.Kind == source.OCIDir {
+			present[s.Path] = reconcile.Present{Path: s.Path, Identity: s.Identity}
+		}
+	}
+	return reconcile.Diff(reconcile.Input{
+		Leases:   leases,
+		Present:  present,
+		Unknown:  unknownUnder(scan.Unreadable),
+		Imported: imported,
+		Records:  records,
+	}), nil
+}
+
+// unknownUnder reports paths at or below one whose sources are unknown this pass.
+func unknownUnder(paths []string) func(string) bool {
+	return func(path string) bool {
+		for _, d := range paths {
+			if path == d || strings.HasPrefix(path, d+string(filepath.Separator)) {
+				return true
+			}
+		}
+		return false
+	}
 }

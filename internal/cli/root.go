@@ -69,6 +69,10 @@ var envFlags = map[string]string{
 	"namespace":  "HOLDFAST_NAMESPACE",
 	"log-level":  "HOLDFAST_LOG_LEVEL",
 	"log-format": "HOLDFAST_LOG_FORMAT",
+	"parallel":   "HOLDFAST_PARALLEL",
+	"listen":     "HOLDFAST_LISTEN",
+	"settle":     "HOLDFAST_SETTLE",
+	"resync":     "HOLDFAST_RESYNC",
 }
 
 // New builds the holdfast command tree.
@@ -96,7 +100,7 @@ keeps it too).`,
 	pf.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (env HOLDFAST_LOG_LEVEL)")
 	pf.StringVar(&o.logFormat, "log-format", "auto", "auto (text on a terminal, else JSON), text or json (env HOLDFAST_LOG_FORMAT)")
 
-	root.AddCommand(newSync(o), newRun(o), newStatus(o), newVersion(version), newContainerd())
+	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newVersion(version), newContainerd())
 	return root
 }
 

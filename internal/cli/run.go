@@ -1,21 +1,43 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-project/holdfast/internal/agent"
+	"github.com/holdfast-project/holdfast/internal/metrics"
+	"github.com/holdfast-project/holdfast/internal/notify"
+	"github.com/holdfast-project/holdfast/internal/server"
 )
 
 func newRun(o *options) *cobra.Command {
-	var parallel int
+	var (
+		parallel int
+		listen   string
+		settle   time.Duration
+		resync   time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Run the agent: one pass, then stay up (holding the data dir) until SIGTERM or SIGINT",
-		Args:  cobra.NoArgs,
+		Short: "Run the agent: keep containerd in line with the images dirs until SIGTERM or SIGINT",
+		Long: `run is the agent: it holds the data dir, runs a pass at start-up, then watches
+the images dirs (a new or changed archive is imported once it has not been
+modified for --settle; a deleted one is unpinned and its lease released) and
+containerd's image events (a wanted record that is deleted, re-pointed or
+stripped of a pin label is restored from leased content at once). A full pass
+also runs every --resync, and after containerd comes back from a restart.
+
+It serves /metrics, /healthz and /readyz on --listen, and tells systemd
+READY=1 (Type=notify) once every source of the first pass is final.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
+			ctx, cancel := context.WithCancelCause(cmd.Context())
+			defer cancel(nil)
 			dirs, err := o.imageDirs()
 			if err != nil {
 				return err
@@ -25,19 +47,71 @@ func newRun(o *options) *cobra.Command {
 				return err
 			}
 			defer s.close()
+			if s.proc != nil {
+				go func() {
+					select {
+					case <-s.proc.Done():
+						cancel(fmt.Errorf("the embedded containerd exited: %w", s.proc.Err()))
+					case <-ctx.Done():
+					}
+				}()
+			}
 			if _, err := agent.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
 			}
-			sum := agent.Sync(ctx, s.rt, agent.Config{ImageDirs: dirs, Parallel: parallel, Log: o.log})
-			for _, f := range sum.Failures {
-				o.log.Error("source failed", "error", f)
+			reg := prometheus.NewRegistry()
+			m := metrics.New(reg)
+			a := agent.New(s.rt, agent.Config{ImageDirs: dirs, Parallel: parallel, Settle: settle, Resync: resync, Log: o.log}, m)
+			if listen != "" {
+				srv := server.New(listen, reg, func(ctx context.Context) error {
+					_, err := s.rt.Server(ctx)
+					return err
+				}, a.Ready)
+				if err := srv.Listen(ctx); err != nil {
+					return err
+				}
+				o.log.Info("serving /metrics, /healthz and /readyz", "address", srv.Addr())
+				go func() {
+					if err := srv.Run(ctx); err != nil {
+						cancel(err)
+					}
+				}()
 			}
-			o.log.Info(fmt.Sprintf("first pass: %s", sum), "address", s.address)
-			<-ctx.Done()
+			// Tell systemd the first pass is still going, so a long one is not killed.
+			go func() {
+				t := time.NewTicker(10 * time.Second)
+				defer t.Stop()
+				for {
+					if ok, _ := a.Ready(); ok {
+						return
+					}
+					_ = notify.Extend(30 * time.Second)
+					select {
+					case <-ctx.Done():
+						return
+					case <-t.C:
+					}
+				}
+			}()
+			err = a.Run(ctx, func() {
+				o.log.Info("ready: every source of the first pass is final")
+				_ = notify.Ready()
+			})
+			_ = notify.Stopping()
+			if err != nil {
+				return err
+			}
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				return cause
+			}
 			o.log.Info("stopping")
 			return nil
 		},
 	}
-	cmd.Flags().IntVar(&parallel, "parallel", 0, "archives imported at once (0: from the CPU count)")
+	f := cmd.Flags()
+	f.IntVar(&parallel, "parallel", 0, "archives imported at once (env HOLDFAST_PARALLEL; 0: from the CPU count)")
+	f.StringVar(&listen, "listen", server.DefaultAddr, "address for /metrics, /healthz and /readyz; empty disables (env HOLDFAST_LISTEN)")
+	f.DurationVar(&settle, "settle", 2*time.Second, "a file is complete once unmodified this long (env HOLDFAST_SETTLE)")
+	f.DurationVar(&resync, "resync", 5*time.Minute, "full pass at least this often (env HOLDFAST_RESYNC)")
 	return cmd
 }

@@ -63,11 +63,12 @@ type Claim struct {
 
 // Plan is what a pass will do, in order: pins, then unpins, then releases.
 type Plan struct {
-	Pins      []Pin
-	Unpins    []Unpin
-	Releases  []Release
-	Conflicts []Conflict
-	Wanted    int // names the kept sources want
+	Pins        []Pin
+	Unpins      []Unpin
+	Releases    []Release
+	Conflicts   []Conflict
+	Wanted      int                     // names the kept sources want
+	WantedNames map[string]runtime.Want // and their targets (the winners')
 }
 
 // Empty reports whether the plan changes nothing.
@@ -129,6 +130,10 @@ func Diff(in Input) Plan {
 		}
 	}
 	plan.Wanted = len(wanted)
+	plan.WantedNames = make(map[string]runtime.Want, len(wanted))
+	for name, c := range wanted {
+		plan.WantedNames[name] = c.want
+	}
 
 	records := map[string]runtime.Image{}
 	for _, r := range in.Records {

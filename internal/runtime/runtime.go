@@ -106,6 +106,32 @@ type ImageDetail struct {
 	Size         int64         // bytes of the host platform's content
 }
 
+// ImageEventKind is what happened to a record.
+type ImageEventKind string
+
+const (
+	ImageCreated ImageEventKind = "create"
+	ImageUpdated ImageEventKind = "update"
+	ImageDeleted ImageEventKind = "delete"
+)
+
+// ImageEvent says a record changed: it only means "read this name again".
+type ImageEvent struct {
+	Kind   ImageEventKind
+	Name   string
+	Labels map[string]string
+}
+
+// PinResult says what Pin had to change.
+type PinResult struct {
+	Created    bool // the record was missing
+	Retargeted bool // the record pointed elsewhere
+	Labelled   bool // a pin label was missing
+}
+
+// Changed reports whether Pin wrote anything.
+func (p PinResult) Changed() bool { return p.Created || p.Retargeted || p.Labelled }
+
 // Runtime is an image store holdfast reconciles.
 type Runtime interface {
 	Server(ctx context.Context) (ServerInfo, error)
@@ -114,6 +140,8 @@ type Runtime interface {
 	// A source whose complete lease exists and whose content is intact is not
 	// read again (Unchanged).
 	Import(ctx context.Context, req ImportRequest) (ImportResult, error)
+	// Intact reports whether every host-platform blob a source's images need is in the store.
+	Intact(ctx context.Context, st SourceState) (bool, error)
 	// Records lists every image record, the CRI's own sha256: records too.
 	Records(ctx context.Context) ([]Image, error)
 	// Images lists records, without the CRI's own, with what status shows.
@@ -122,12 +150,14 @@ type Runtime interface {
 	Sources(ctx context.Context) ([]SourceState, error)
 	// Pin makes a record point at its target with both pin labels, touching
 	// no other label.
-	Pin(ctx context.Context, w Want) error
+	Pin(ctx context.Context, w Want) (PinResult, error)
 	// Unpin removes holdfast's pin label from a record it owns, and the CRI's
 	// unless that was there before holdfast's.
 	Unpin(ctx context.Context, name string) error
 	// Release deletes one of holdfast's leases.
 	Release(ctx context.Context, lease string) error
+	// WatchImages streams image events; the subscription is live on return.
+	WatchImages(ctx context.Context) (<-chan ImageEvent, <-chan error)
 	// Cleanup aborts holdfast's own stale ingests.
 	Cleanup(ctx context.Context) error
 	Close() error

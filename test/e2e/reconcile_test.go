@@ -511,3 +511,33 @@ func containsDigest(ds []ocispec.Descriptor, d digest.Digest) bool {
 	}
 	return false
 }
+
+// TestHealFallsBackToArchive: when leased blobs were deleted too (`ctr content
+// rm`), the leased content cannot restore the image, and the next sync reads
+// the archive again.
+func TestHealFallsBackToArchive(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	d := startEmbedded(t)
+	dir := tempDir(t)
+	imagesDir := filepath.Join(dir, "images")
+	dataDir := filepath.Join(dir, "data")
+	im := build(t, fixture.ImageSpec{Names: []string{"e2e.local/fb/app:1"}})
+	writeDockerSave(t, filepath.Join(imagesDir, "app.tar"), im)
+	d.syncOK(t, dataDir, imagesDir)
+
+	rec, _ := d.record(t, "e2e.local/fb/app:1")
+	layer := im.Manifests[0].Layers[0].Digest()
+	if err := d.Client.ContentStore().Delete(d.ctx(), layer); err != nil {
+		t.Fatalf("deleting a leased layer: %v", err)
+	}
+	d.deleteImageSync(t, rec.Target.Digest)
+	c := d.syncOK(t, dataDir, imagesDir)
+	if c["imported"] != 1 || c["bytes0"] != 0 {
+		t.Errorf("sync did not read the archive again: %v", c)
+	}
+	d.requirePinned(t, "e2e.local/fb/app:1")
+	if !d.hasBlob(t, layer) {
+		t.Errorf("layer %s not restored", layer)
+	}
+}

@@ -188,7 +188,11 @@ func (r *Runtime) writeState(ctx context.Context, ing *ingester, st runtime.Sour
 	return nil
 }
 
-// intact reports whether every required blob of a source's images is in the store.
+// Intact reports whether every required blob of a source's images is in the store.
+func (r *Runtime) Intact(ctx context.Context, st runtime.SourceState) (bool, error) {
+	return r.intact(r.ns(ctx), st)
+}
+
 func (r *Runtime) intact(ctx context.Context, st runtime.SourceState) (bool, error) {
 	cs := r.client.ContentStore()
 	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {

@@ -17,7 +17,7 @@ import (
 // is created with them; an existing one is updated field by field, so labels
 // set by others (the CRI's, a user's) stay. A CRI pin that was there before
 // holdfast's is remembered on the record, so unpinning leaves it.
-func (r *Runtime) Pin(ctx context.Context, w runtime.Want) error {
+func (r *Runtime) Pin(ctx context.Context, w runtime.Want) (runtime.PinResult, error) {
 	ctx = r.ns(ctx)
 	is := r.client.ImageService()
 	for attempt := 0; attempt < 3; attempt++ {
@@ -35,17 +35,19 @@ func (r *Runtime) Pin(ctx context.Context, w runtime.Want) error {
 				continue // created meanwhile: update it
 			}
 			if err != nil {
-				return fmt.Errorf("creating record %s: %w", w.Name, err)
+				return runtime.PinResult{}, fmt.Errorf("creating record %s: %w", w.Name, err)
 			}
-			return nil
+			return runtime.PinResult{Created: true}, nil
 		}
 		if err != nil {
-			return fmt.Errorf("reading record %s: %w", w.Name, err)
+			return runtime.PinResult{}, fmt.Errorf("reading record %s: %w", w.Name, err)
 		}
+		var res runtime.PinResult
 		var paths []string
 		if img.Target.Digest != w.Target.Digest || img.Target.MediaType != w.Target.MediaType || img.Target.Size != w.Target.Size {
 			img.Target = w.Target
 			paths = append(paths, "target")
+			res.Retargeted = true
 		}
 		if img.Labels == nil {
 			img.Labels = map[string]string{}
@@ -62,18 +64,19 @@ func (r *Runtime) Pin(ctx context.Context, w runtime.Want) error {
 			img.Labels[runtime.LabelCRIPinned] = runtime.PinnedValue
 			paths = append(paths, "labels."+runtime.LabelCRIPinned)
 		}
+		res.Labelled = len(paths) > 0 && !res.Retargeted || len(paths) > 1
 		if len(paths) == 0 {
-			return nil
+			return res, nil
 		}
 		if _, err := is.Update(ctx, img, paths...); err != nil {
 			if errdefs.IsNotFound(err) {
 				continue // deleted meanwhile: create it
 			}
-			return fmt.Errorf("updating record %s: %w", w.Name, err)
+			return runtime.PinResult{}, fmt.Errorf("updating record %s: %w", w.Name, err)
 		}
-		return nil
+		return res, nil
 	}
-	return fmt.Errorf("record %s keeps changing under holdfast", w.Name)
+	return runtime.PinResult{}, fmt.Errorf("record %s keeps changing under holdfast", w.Name)
 }
 
 // Unpin removes holdfast's pin from a record it owns: its own label, and the

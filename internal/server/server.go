@@ -1,0 +1,188 @@
+// Package server serves the agent's HTTP endpoints: /metrics (Prometheus),
+// /healthz (liveness: can holdfast reach containerd) and /readyz (readiness:
+// has the first pass applied). It listens on loopback by default.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// DefaultAddr is the address the CLI listens on unless told otherwise.
+const DefaultAddr = "127.0.0.1:9747"
+
+const (
+	// HealthTimeout bounds one health check; a slower check is a failure.
+	HealthTimeout = 2 * time.Second
+	// shutdownTimeout bounds the graceful shutdown once ctx ends.
+	shutdownTimeout = 5 * time.Second
+)
+
+// Server is the HTTP server of the agent. It serves once: after Run returns it
+// cannot be run again.
+type Server struct {
+	addr string
+	http *http.Server
+
+	mu sync.Mutex
+	ln net.Listener
+}
+
+// New builds a server for addr. gatherer is exposed on /metrics; health is
+// called (with a 2 s deadline) for /healthz; ready reports readiness and, when
+// not ready, why, for /readyz. A nil gatherer exposes nothing; a nil health or
+// ready always passes. New does not listen: call Listen, or let Run do it.
+func New(addr string, gatherer prometheus.Gatherer, health func(context.Context) error, ready func() (bool, string)) *Server {
+	if gatherer == nil {
+		gatherer = prometheus.NewRegistry()
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+		Timeout:             10 * time.Second,
+	}))
+	mux.HandleFunc("GET /healthz", healthz(health))
+	mux.HandleFunc("GET /readyz", readyz(ready))
+	return &Server{
+		addr: addr,
+		http: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       60 * time.Second,
+			MaxHeaderBytes:    16 << 10,
+		},
+	}
+}
+
+// Listen binds the server's address, so that Addr reports the real one (with
+// port 0, the port the kernel chose) before Run serves. Listening twice is an
+// error.
+func (s *Server) Listen(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return fmt.Errorf("listening on %s: already listening on %s", s.addr, s.ln.Addr())
+	}
+	return s.listenLocked(ctx)
+}
+
+func (s *Server) listenLocked(ctx context.Context) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", s.addr, err)
+	}
+	s.ln = ln
+	return nil
+}
+
+// Addr is the address the server listens on once Listen (or Run) has bound
+// it, else the address it was given.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return s.ln.Addr().String()
+	}
+	return s.addr
+}
+
+// Run serves until ctx ends, then shuts down gracefully: in-flight requests get
+// a few seconds to finish, and the rest are cut. It listens first unless
+// Listen already did. It returns nil when stopped by ctx.
+func (s *Server) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.ln == nil {
+		if err := s.listenLocked(ctx); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+	}
+	ln := s.ln
+	s.mu.Unlock()
+	addr := ln.Addr().String()
+
+	served := make(chan error, 1)
+	go func() { served <- s.http.Serve(ln) }()
+
+	select {
+	case err := <-served:
+		// Serve only returns early on a listener failure.
+		return fmt.Errorf("serving %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	shutdownErr := s.http.Shutdown(sctx)
+	if shutdownErr != nil {
+		// Requests still running past the deadline: cut them.
+		_ = s.http.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving %s: %w", addr, err)
+	}
+	if shutdownErr != nil {
+		return fmt.Errorf("shutting down %s: %w", addr, shutdownErr)
+	}
+	return nil
+}
+
+func healthz(health func(context.Context) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		noCache(w)
+		if health == nil {
+			_, _ = fmt.Fprintln(w, "ok")
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), HealthTimeout)
+		defer cancel()
+		// A check that ignores its ctx must not hold the probe past the
+		// deadline: run it aside and stop waiting when the deadline passes.
+		done := make(chan error, 1)
+		go func() { done <- health(ctx) }()
+		var err error
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			err = fmt.Errorf("health check: no answer within %s", HealthTimeout)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = fmt.Fprintln(w, "ok")
+	}
+}
+
+func readyz(ready func() (bool, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		noCache(w)
+		if ready != nil {
+			if ok, reason := ready(); !ok {
+				if reason == "" {
+					reason = "not ready"
+				}
+				http.Error(w, reason, http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = fmt.Fprintln(w, "ready")
+	}
+}
+
+func noCache(w http.ResponseWriter) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+}

@@ -1,0 +1,149 @@
+package source
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/holdfast-project/holdfast/internal/pattern"
+)
+
+// LineError is what is wrong with one line of a list.
+type LineError struct {
+	Path string
+	Line int // from 1
+	Err  error
+}
+
+func (e LineError) Error() string { return fmt.Sprintf("%s:%d: %v", e.Path, e.Line, e.Err) }
+
+func (e LineError) Unwrap() error { return e.Err }
+
+// PullListFile is a parsed *.txt pull list.
+type PullListFile struct {
+	Path    string
+	Entries []PullEntry // in file order, each reference once
+	Errors  []LineError // lines that are not references; the others still count
+}
+
+// PullEntry is one reference of a pull list.
+type PullEntry struct {
+	Line int    // from 1
+	Ref  string // normalised full reference: docker.io/library/nginx:latest
+	Raw  string // as written, without comment and surrounding whitespace
+}
+
+// PinListFile is a parsed *.pins pin list.
+type PinListFile struct {
+	Path     string
+	Patterns []PinPattern // in file order, each pattern once
+	Errors   []LineError  // lines that are not patterns; the others still count
+}
+
+// PinPattern is one pattern of a pin list.
+type PinPattern struct {
+	Line    int    // from 1
+	Raw     string // as written, without comment and surrounding whitespace
+	Pattern pattern.Pattern
+}
+
+// ReadPullList reads a pull list: one image reference per line, by tag or
+// digest (name@sha256:…, name:tag@sha256:…); a name with neither means
+// :latest. Blank lines and comments are ignored: a "#" that starts a line
+// (after any whitespace) or follows whitespace starts a comment. A bad line
+// is reported in Errors and the others still count; a reference listed again
+// (after normalisation) is dropped silently. The error is only for a file
+// that can't be read.
+func ReadPullList(path string) (PullListFile, error) {
+	lines, err := readList(path)
+	if err != nil {
+		return PullListFile{}, err
+	}
+	l := PullListFile{Path: path}
+	seen := map[string]bool{}
+	for _, ln := range lines {
+		if len(strings.Fields(ln.text)) > 1 {
+			l.Errors = append(l.Errors, LineError{path, ln.n, fmt.Errorf("invalid reference %q: one reference per line", ln.text)})
+			continue
+		}
+		ref, err := pattern.NormalizeRef(ln.text)
+		if err != nil {
+			l.Errors = append(l.Errors, LineError{path, ln.n, err})
+			continue
+		}
+		if seen[ref] {
+			continue
+		}
+		seen[ref] = true
+		l.Entries = append(l.Entries, PullEntry{Line: ln.n, Ref: ref, Raw: ln.text})
+	}
+	return l, nil
+}
+
+// ReadPinList reads a pin list: one pattern per line (see package pattern),
+// with the comment and blank-line rules of ReadPullList. A bad line is
+// reported in Errors and the others still count; a pattern listed again
+// (after normalisation: nginx and docker.io/library/nginx are one pattern)
+// is dropped silently. The error is only for a file that can't be read.
+func ReadPinList(path string) (PinListFile, error) {
+	lines, err := readList(path)
+	if err != nil {
+		return PinListFile{}, err
+	}
+	l := PinListFile{Path: path}
+	seen := map[pattern.Pattern]bool{}
+	for _, ln := range lines {
+		p, err := pattern.Parse(ln.text)
+		if err != nil {
+			l.Errors = append(l.Errors, LineError{path, ln.n, err})
+			continue
+		}
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		l.Patterns = append(l.Patterns, PinPattern{Line: ln.n, Raw: ln.text, Pattern: p})
+	}
+	return l, nil
+}
+
+// listLine is the content of one non-blank line of a list.
+type listLine struct {
+	n    int
+	text string
+}
+
+// readList returns the content of each line of a list that has any, with
+// comments and surrounding whitespace removed.
+func readList(path string) ([]listLine, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, cause(err))
+	}
+	data = bytes.TrimPrefix(data, []byte("\ufeff")) // a byte-order mark some editors write
+	var out []listLine
+	for i, line := range strings.Split(string(data), "\n") {
+		if text := ListContent(line); text != "" {
+			out = append(out, listLine{n: i + 1, text: text})
+		}
+	}
+	return out, nil
+}
+
+// ListContent is what a line of a list holds: the line without its comment
+// (from a "#" at the start or after whitespace) and surrounding whitespace.
+// An empty result is a blank or comment line.
+func ListContent(line string) string {
+	for i := 0; i < len(line); i++ {
+		if line[i] == '#' && (i == 0 || isSpace(line[i-1])) {
+			line = line[:i]
+			break
+		}
+	}
+	return strings.TrimSpace(line)
+}
+
+func isSpace(b byte) bool {
+	return b == ' ' || b == '\t' || b == '\r' || b == '\v' || b == '\f'
+}

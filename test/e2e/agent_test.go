@@ -1,0 +1,393 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/holdfast-project/holdfast/internal/embedded"
+	"github.com/holdfast-project/holdfast/internal/fixture"
+)
+
+// agentProc is a `holdfast run` the test started.
+type agentProc struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	logs   []map[string]any
+	raw    []string
+	addr   string
+	exited chan error
+}
+
+// startAgent starts `holdfast run` against d and waits until it serves HTTP.
+func startAgent(t *testing.T, d *daemon, dataDir string, imageDirs []string, extra ...string) *agentProc {
+	t.Helper()
+	args := []string{"run", "--address", d.Address, "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--settle", "1s", "--log-level", "debug"}
+	for _, dir := range imageDirs {
+		args = append(args, "--images", dir)
+	}
+	args = append(args, extra...)
+	cmd := exec.Command(holdfastBin, args...)
+	cmd.Env = append(os.Environ(), "HOLDFAST_LOG_FORMAT=json")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	a := &agentProc{cmd: cmd, exited: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			var m map[string]any
+			_ = json.Unmarshal([]byte(line), &m)
+			a.mu.Lock()
+			a.raw = append(a.raw, line)
+			if m != nil {
+				a.logs = append(a.logs, m)
+				if addr, ok := m["address"].(string); ok && strings.HasPrefix(fmt.Sprint(m["msg"]), "serving") {
+					a.addr = addr
+				}
+			}
+			a.mu.Unlock()
+		}
+		a.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() { a.stop(t) })
+	eventually(t, "the agent to serve HTTP", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.addr != ""
+	})
+	return a
+}
+
+func (a *agentProc) stop(t *testing.T) {
+	if a.cmd.ProcessState != nil {
+		return
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.exited:
+	case <-time.After(30 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+		t.Errorf("holdfast run did not stop within 30s of SIGTERM")
+	}
+}
+
+// logged counts log records whose msg starts with prefix and whose fields match.
+func (a *agentProc) logged(prefix string, fields map[string]string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, m := range a.logs {
+		if !strings.HasPrefix(fmt.Sprint(m["msg"]), prefix) {
+			continue
+		}
+		ok := true
+		for k, v := range fields {
+			if fmt.Sprint(m[k]) != v {
+				ok = false
+			}
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+func (a *agentProc) dump() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return strings.Join(a.raw, "\n")
+}
+
+func (a *agentProc) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + a.addr + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// metric sums a counter or gauge family across the label sets that match.
+func (a *agentProc) metric(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	code, body := a.get(t, "/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	fam, ok := fams[name]
+	if !ok {
+		return 0
+	}
+	sum := 0.0
+	for _, m := range fam.GetMetric() {
+		match := true
+		for k, v := range labels {
+			found := false
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == k && lp.GetValue() == v {
+					found = true
+				}
+			}
+			match = match && found
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			sum += m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
+
+func (d *daemon) waitPinned(t *testing.T, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		eventually(t, n+" pinned", func() bool {
+			cri, hf := d.pinnedBy(t, n)
+			return cri && hf
+		})
+	}
+}
+
+// TestAgentWatch: with `holdfast run` up, an archive written slowly is imported
+// only once complete, a renamed-in one at once, a deleted one is unpinned and
+// released, and a sibling directory is never read.
+func TestAgentWatch(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	d := startEmbedded(t)
+	dir := tempDir(t)
+	imagesDir := filepath.Join(dir, "images")
+	sibling := filepath.Join(dir, "images-old")
+	for _, p := range []string{imagesDir, sibling} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent := startAgent(t, d, filepath.Join(dir, "data"), []string{imagesDir})
+	eventually(t, "ready", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })
+
+	// Written in chunks over ~3 s, straight into the images dir.
+	slow := build(t, fixture.ImageSpec{Names: []string{"e2e.local/watch/slow:1"}, Layers: fixture.UniformLayers(2, 512<<10, false, 31)})
+	staging := filepath.Join(dir, "slow.tar")
+	writeDockerSave(t, staging, slow)
+	data, err := os.ReadFile(staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(imagesDir, "slow.tar")
+	f, err := os.Create(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := len(data)/6 + 1
+	for off := 0; off < len(data); off += chunk {
+		end := min(off+chunk, len(data))
+		if _, err := f.Write(data[off:end]); err != nil {
+			t.Fatal(err)
+		}
+		f.Sync()
+		time.Sleep(500 * time.Millisecond)
+		if _, ok := d.record(t, "e2e.local/watch/slow:1"); ok && end < len(data) {
+			t.Fatalf("imported before the file was complete (%d of %d bytes)", end, len(data))
+		}
+	}
+	f.Close()
+	d.waitPinned(t, "e2e.local/watch/slow:1")
+	for _, line := range strings.Split(agent.dump(), "\n") {
+		if strings.Contains(line, "slow.tar") && strings.Contains(line, `"level":"ERROR"`) {
+			t.Errorf("an import of the incomplete file was attempted: %s", line)
+		}
+	}
+	if n := agent.logged("imported", map[string]string{"path": target}); n != 1 {
+		t.Errorf("slow.tar imported %d times, want once", n)
+	}
+
+	// Renamed into place.
+	quick := build(t, fixture.ImageSpec{Names: []string{"e2e.local/watch/quick:1"}})
+	writeDockerSave(t, filepath.Join(dir, "quick.tar"), quick)
+	if err := os.Rename(filepath.Join(dir, "quick.tar"), filepath.Join(imagesDir, "quick.tar")); err != nil {
+		t.Fatal(err)
+	}
+	d.waitPinned(t, "e2e.local/watch/quick:1")
+
+	// A sibling dir is never read.
+	writeDockerSave(t, filepath.Join(sibling, "old.tar"), build(t, fixture.ImageSpec{Names: []string{"e2e.local/watch/old:1"}}))
+
+	// Deleted: unpinned, lease released, agent still up.
+	if err := os.Remove(filepath.Join(imagesDir, "quick.tar")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "quick unpinned", func() bool {
+		cri, hf := d.pinnedBy(t, "e2e.local/watch/quick:1")
+		return !cri && !hf
+	})
+	eventually(t, "quick's lease released", func() bool {
+		_, ok := d.leaseOf(t, filepath.Join(imagesDir, "quick.tar"))
+		return !ok
+	})
+	if _, ok := d.record(t, "e2e.local/watch/old:1"); ok {
+		t.Error("an archive in a sibling dir was imported")
+	}
+	if _, ok := d.leaseOf(t, filepath.Join(sibling, "old.tar")); ok {
+		t.Error("an archive in a sibling dir was leased")
+	}
+	d.requirePinned(t, "e2e.local/watch/slow:1")
+}
+
+// TestAgentHeal: with `holdfast run` up, every way of losing a pinned image is
+// undone from leased content: crictl rmi, an image-service delete (after which
+// GC really ran), a stripped CRI pin label, and a re-point.
+func TestAgentHeal(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	d := startEmbedded(t)
+	dir := tempDir(t)
+	imagesDir := filepath.Join(dir, "images")
+	app := build(t, fixture.ImageSpec{Names: []string{"e2e.local/heal/app:1", "e2e.local/heal/app:stable"}})
+	other := build(t, fixture.ImageSpec{Names: []string{"e2e.local/heal/other:1"}})
+	writeDockerSave(t, filepath.Join(imagesDir, "app.tar"), app)
+	writeDockerSave(t, filepath.Join(imagesDir, "other.tar"), other)
+	agent := startAgent(t, d, filepath.Join(dir, "data"), []string{imagesDir})
+	eventually(t, "ready", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })
+	names := []string{"e2e.local/heal/app:1", "e2e.local/heal/app:stable"}
+	d.waitPinned(t, names...)
+	heals := func() float64 { return agent.metric(t, "holdfast_heals_total", nil) }
+
+	check := func(what string) {
+		t.Helper()
+		d.waitPinned(t, names...)
+		eventually(t, "CRI to report "+what+" healed and pinned", func() bool {
+			found, pinned := d.criImage(t, "e2e.local/heal/app:1")
+			return found && pinned
+		})
+	}
+
+	// crictl rmi removes every name of the image.
+	before := heals()
+	d.crictl(t, "rmi", "e2e.local/heal/app:1")
+	check("crictl rmi")
+	if heals() <= before {
+		t.Errorf("holdfast_heals_total did not move after crictl rmi")
+	}
+
+	// A synchronous delete of every record of it: GC runs, the lease keeps the content.
+	rec, _ := d.record(t, "e2e.local/heal/app:1")
+	d.deleteImageSync(t, rec.Target.Digest)
+	check("image-service delete")
+	for _, b := range d.hostBlobs(t, rec.Target) {
+		if !d.hasBlob(t, b.Digest) {
+			t.Errorf("blob %s gone after heal", b.Digest)
+		}
+	}
+
+	// The CRI pin label stripped.
+	rec, _ = d.record(t, "e2e.local/heal/app:1")
+	delete(rec.Labels, "io.cri-containerd.pinned")
+	if _, err := d.Client.ImageService().Update(d.ctx(), rec, "labels.io.cri-containerd.pinned"); err != nil {
+		t.Fatal(err)
+	}
+	check("stripped label")
+
+	// Re-pointed at another image, as ctr images tag --force does.
+	want := rec.Target.Digest
+	otherRec, _ := d.record(t, "e2e.local/heal/other:1")
+	rec, _ = d.record(t, "e2e.local/heal/app:1")
+	rec.Target = otherRec.Target
+	if _, err := d.Client.ImageService().Update(d.ctx(), rec, "target"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the re-pointed record restored", func() bool {
+		r, _ := d.record(t, "e2e.local/heal/app:1")
+		return r.Target.Digest == want
+	})
+	if agent.metric(t, "holdfast_drift_total", nil) < 1 {
+		t.Errorf("holdfast_drift_total did not move")
+	}
+}
+
+// TestAgentReconnect: containerd killed and restarted under the agent; the
+// agent reconnects and heals an image deleted right after the restart.
+func TestAgentReconnect(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	dir := tempDir(t)
+	cdir := filepath.Join(dir, "c")
+	start := func() *embedded.Process {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p, err := embedded.Start(ctx, cdir, embedded.Options{Binary: holdfastBin})
+		if err != nil {
+			t.Fatalf("starting containerd: %v", err)
+		}
+		return p
+	}
+	p := start()
+	d := connect(t, "embedded", p.Address(), false)
+	imagesDir := filepath.Join(dir, "images")
+	writeDockerSave(t, filepath.Join(imagesDir, "app.tar"), build(t, fixture.ImageSpec{Names: []string{"e2e.local/rc/app:1"}}))
+	agent := startAgent(t, d, filepath.Join(dir, "data"), []string{imagesDir})
+	d.waitPinned(t, "e2e.local/rc/app:1")
+
+	// Kill containerd outright, then start it again on the same root.
+	if err := syscall.Kill(p.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	_ = p.Stop(stopCtx)
+	cancel()
+	p = start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = p.Stop(ctx)
+	})
+	eventually(t, "the client to reconnect", func() bool {
+		_, err := d.Client.Version(context.Background())
+		return err == nil
+	})
+	rec, ok := d.record(t, "e2e.local/rc/app:1")
+	if !ok {
+		t.Fatal("record gone after a restart")
+	}
+	d.deleteImageSync(t, rec.Target.Digest)
+	d.waitPinned(t, "e2e.local/rc/app:1")
+	eventually(t, "the agent to say it reconnected", func() bool { return agent.logged("reconnected", nil) > 0 })
+	if code, body := agent.get(t, "/healthz"); code != 200 {
+		t.Errorf("/healthz after reconnect: %d %s", code, body)
+	}
+}
