@@ -43,7 +43,7 @@ func TestEmbeddedLifecycle(t *testing.T) {
 		func(ctx context.Context, w io.Writer) error { return fixture.WriteDockerSave(ctx, w, im) })
 
 	var runErr bytes.Buffer
-	run := exec.Command(holdfastBin, "run", "--data-dir", dataDir)
+	run := exec.Command(holdfastBin, "run", "--data-dir", dataDir, "--listen", "127.0.0.1:0")
 	run.Stderr = &runErr
 	run.Env = append(os.Environ(), "HOLDFAST_LOG_FORMAT=json")
 	if err := run.Start(); err != nil {
@@ -55,6 +55,9 @@ func TestEmbeddedLifecycle(t *testing.T) {
 		if run.ProcessState == nil {
 			_ = run.Process.Kill()
 			<-exited
+		}
+		if t.Failed() {
+			t.Logf("holdfast run's log:\n%s", runErr.String())
 		}
 	})
 
