@@ -107,12 +107,12 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 
 	// Sources still being written, or failed and not yet due, are left for
 	// later: their leases stay as they are.
-	var todo []source.Source
+	var todo, pinLists []source.Source
 	for _, src := range scan.Sources {
 		switch src.Kind {
-		case source.Archive, source.OCIDir:
+		case source.Archive, source.OCIDir, source.PinList:
 		default:
-			a.log.Debug("list files are not read by this version", "path", src.Path, "kind", src.Kind)
+			a.log.Debug("pull lists are not read by this version", "path", src.Path, "kind", src.Kind)
 			continue
 		}
 		if due, wait, settling := a.deferred(src, opts, start); wait {
@@ -126,12 +126,17 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 			}
 			continue
 		}
+		if src.Kind == source.PinList {
+			pinLists = append(pinLists, src)
+			continue
+		}
 		todo = append(todo, src)
 	}
 
 	imported := a.importAll(ctx, todo, &sum)
+	lists := a.pinLists(ctx, pinLists, scan, &sum, imported)
 
-	plan, err := Plan(ctx, a.rt, scan, imported)
+	plan, err := Plan(ctx, a.rt, scan, imported, lists)
 	if err != nil {
 		sum.Failures = append(sum.Failures, err)
 	} else {
@@ -294,7 +299,8 @@ func Bytes(n int64) string {
 }
 
 // Plan reads the store and returns what reconciling it with scan would do.
-func Plan(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool) (reconcile.Plan, error) {
+// Sources that are not archives (pin lists) are present as given in lists.
+func Plan(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present) (reconcile.Plan, error) {
 	leases, err := rt.Sources(ctx)
 	if err != nil {
 		return reconcile.Plan{}, err
@@ -308,6 +314,9 @@ func Plan(ctx context.Context, rt hfruntime.Runtime, scan source.Result, importe
 		if s.Kind == source.Archive || s.Kind == source.OCIDir {
 			present[s.Path] = reconcile.Present{Path: s.Path, Identity: s.Identity}
 		}
+	}
+	for p, pr := range lists {
+		present[p] = pr
 	}
 	return reconcile.Diff(reconcile.Input{
 		Leases:   leases,

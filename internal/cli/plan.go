@@ -68,7 +68,13 @@ their pins are not listed.`,
 					actions = append(actions, PlanAction{Action: "import", Source: src.Path, Reason: reason})
 				}
 			}
-			plan, err := agent.Plan(ctx, s.rt, scan, nil)
+			// What a pin list wants is only worked out by a sync: keep its lease as it is.
+			for _, src := range scan.Sources {
+				if src.Kind == source.PinList {
+					scan.Unreadable = append(scan.Unreadable, src.Path)
+				}
+			}
+			plan, err := agent.Plan(ctx, s.rt, scan, nil, nil)
 			if err != nil {
 				return err
 			}

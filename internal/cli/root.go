@@ -100,7 +100,7 @@ keeps it too).`,
 	pf.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (env HOLDFAST_LOG_LEVEL)")
 	pf.StringVar(&o.logFormat, "log-format", "auto", "auto (text on a terminal, else JSON), text or json (env HOLDFAST_LOG_FORMAT)")
 
-	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newVersion(version), newContainerd())
+	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newPin(o), newUnpin(o), newVersion(version), newContainerd())
 	return root
 }
 
@@ -145,16 +145,22 @@ func (o *options) complete(cmd *cobra.Command) error {
 	return nil
 }
 
-// imageDirs returns the images dirs, creating the default one.
+// imageDirs returns the images dirs (the default one created), and the data
+// dir's pins dir, where `holdfast pin` keeps local.pins.
 func (o *options) imageDirs() ([]string, error) {
-	if len(o.images) > 0 {
-		return o.images, nil
+	dirs := o.images
+	if len(dirs) == 0 {
+		dir := filepath.Join(o.dataDir, "images")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("creating images dir: %w", err)
+		}
+		dirs = []string{dir}
 	}
-	dir := filepath.Join(o.dataDir, "images")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating images dir: %w", err)
+	pins := filepath.Join(o.dataDir, "pins")
+	if err := os.MkdirAll(pins, 0o755); err != nil {
+		return nil, fmt.Errorf("creating pins dir: %w", err)
 	}
-	return []string{dir}, nil
+	return append(append([]string{}, dirs...), pins), nil
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {

@@ -42,9 +42,12 @@
 //	registry.example.com/app*     registry.example.com/app:1                  match
 //	                              registry.example.com/apps/web:1             match: a prefix has no boundary
 //
-// A prefix without "/" is a Docker Hub name, so a dot in it is refused as
-// ambiguous: registry.example.com* would mean docker.io/library/registry.example.com*;
-// write registry.example.com/* for a registry.
+// A prefix without "/" is a Docker Hub name, so one that looks like a
+// registry (a dot, or localhost) is refused as ambiguous:
+// registry.example.com* would mean docker.io/library/registry.example.com*;
+// write registry.example.com/* for a registry. So is docker.io/library*
+// (docker.io/library/library*): write docker.io/library/* for every official
+// image.
 //
 // Keyword: "*keyword*" matches every image whose full name (tag and digest
 // included) contains keyword. The keyword is not normalised.
@@ -168,9 +171,13 @@ func parsePrefix(body string) (string, error) {
 	if i := strings.LastIndexByte(body, ':'); i > strings.LastIndexByte(body, '/') {
 		name, tagPrefix, inTag = body[:i], body[i+1:], true
 	}
-	if !strings.Contains(name, "/") && strings.Contains(name, ".") {
+	if !strings.Contains(name, "/") && (strings.Contains(name, ".") || name == "localhost") {
 		return "", fmt.Errorf(`%q has no "/", so it is a Docker Hub name (docker.io/library/%s); for a registry write %q`,
 			name, name, name+"/*")
+	}
+	switch body {
+	case "library", "docker.io/library", "index.docker.io/library":
+		return "", errors.New(`it would mean docker.io/library/library*; write "docker.io/library/*" for every official image`)
 	}
 	if inTag {
 		if err := checkTagPrefix(tagPrefix); err != nil {

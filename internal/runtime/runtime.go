@@ -88,6 +88,15 @@ type ImportRequest struct {
 	Open     func() (io.ReadCloser, error) // opens the archive stream (files)
 }
 
+// LeaseRequest asks to lease images already in the store for a source that
+// names images instead of holding them (a pin list).
+type LeaseRequest struct {
+	Source   string
+	Identity string // the list file's identity and what it wants: a new one gets a new lease
+	MtimeNs  int64
+	Wants    []Want
+}
+
 // ImportResult is what an import did.
 type ImportResult struct {
 	Lease     string
@@ -140,6 +149,10 @@ type Runtime interface {
 	// A source whose complete lease exists and whose content is intact is not
 	// read again (Unchanged).
 	Import(ctx context.Context, req ImportRequest) (ImportResult, error)
+	// LeaseWants leases the content of images already in the store and saves
+	// the source's desired state; wants whose content is incomplete are left
+	// out, and reported in the error.
+	LeaseWants(ctx context.Context, req LeaseRequest) (ImportResult, error)
 	// Intact reports whether every host-platform blob a source's images need is in the store.
 	Intact(ctx context.Context, st SourceState) (bool, error)
 	// Records lists every image record, the CRI's own sha256: records too.

@@ -89,22 +89,32 @@ func (d *daemon) crictl(t *testing.T, args ...string) {
 
 // deleteImageSync deletes every record pointing at target (the names and the
 // CRI's sha256: record), the last one with a synchronous delete so that
-// containerd's GC has run when it returns.
+// containerd's GC has run when it returns. It first waits until the CRI knows
+// the image, so the CRI's own record is not created after the delete.
 func (d *daemon) deleteImageSync(t *testing.T, target digest.Digest) {
 	t.Helper()
-	all, err := d.Client.ImageService().List(d.ctx())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, img := range all {
-		if img.Target.Digest == target {
-			names = append(names, img.Name)
+	list := func() []string {
+		all, err := d.Client.ImageService().List(d.ctx())
+		if err != nil {
+			t.Fatal(err)
 		}
+		var names []string
+		for _, img := range all {
+			if img.Target.Digest == target {
+				names = append(names, img.Name)
+			}
+		}
+		return names
 	}
+	names := list()
 	if len(names) == 0 {
 		t.Fatalf("no record points at %s", target)
 	}
+	eventually(t, "the CRI to know "+names[0], func() bool {
+		found, _ := d.criImage(t, names[0])
+		return found
+	})
+	names = list()
 	for i, n := range names {
 		var opts []images.DeleteOpt
 		if i == len(names)-1 {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -234,4 +235,75 @@ func (r *Runtime) Release(ctx context.Context, id string) error {
 		return fmt.Errorf("releasing lease %s: %w", id, err)
 	}
 	return nil
+}
+
+// LeaseWants leases the content of images already in the store for a source
+// that names images rather than holding them (a pin list), and saves the
+// source's desired state. Wants whose host-platform content is not complete
+// are left out and reported; the others are leased.
+func (r *Runtime) LeaseWants(ctx context.Context, req runtime.LeaseRequest) (runtime.ImportResult, error) {
+	ctx = r.ns(ctx)
+	id := LeaseID(req.Source, req.Identity)
+	res := runtime.ImportResult{Lease: id}
+	prior, err := r.readState(ctx, id)
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return res, err
+	}
+	if prior.Complete {
+		if ok, err := r.intact(ctx, prior); err != nil {
+			return res, err
+		} else if ok {
+			res.Images, res.Unchanged = prior.Images, true
+			return res, nil
+		}
+	}
+	if _, err := r.client.LeasesService().Create(ctx, leases.WithID(id), leases.WithLabels(map[string]string{
+		runtime.LabelSource:   truncateLabel(req.Source),
+		runtime.LabelIdentity: truncateLabel(req.Identity),
+	})); err != nil && !errdefs.IsAlreadyExists(err) {
+		return res, fmt.Errorf("creating lease %s: %w", id, err)
+	}
+	lctx := leases.WithLease(ctx, id)
+	cs := r.client.ContentStore()
+	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
+		return content.ReadBlob(ctx, cs, desc)
+	}
+	var (
+		blobs []digest.Digest
+		kept  []runtime.Want
+		errs  []error
+	)
+	for _, w := range req.Wants {
+		refs, err := r.closure(ctx, w.Target, read)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", w.Name, err))
+			continue
+		}
+		var have []digest.Digest
+		complete := true
+		for _, ref := range refs {
+			if _, err := cs.Info(ctx, ref.desc.Digest); err == nil {
+				have = append(have, ref.desc.Digest)
+			} else if ref.required {
+				errs = append(errs, fmt.Errorf("%s: %s %s is not in the store", w.Name, kind(ref.desc.MediaType), ref.desc.Digest))
+				complete = false
+				break
+			}
+		}
+		if complete {
+			blobs = append(blobs, have...)
+			kept = append(kept, w)
+		}
+	}
+	if err := r.addToLease(lctx, blobs); err != nil {
+		return res, err
+	}
+	ing := &ingester{r: r, prefix: refPrefix + randomHex(6) + "-", committed: map[digest.Digest]bool{}, open: map[string]bool{}}
+	st := runtime.SourceState{Lease: id, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: kept}
+	if err := r.writeState(lctx, ing, st); err != nil {
+		r.abandon(ctx, id, !prior.Complete, ing)
+		return res, err
+	}
+	res.Images = kept
+	return res, errors.Join(errs...)
 }

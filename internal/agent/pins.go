@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+
+	"github.com/holdfast-project/holdfast/internal/reconcile"
+	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/source"
+)
+
+// pinLists turns each pin list into a source that wants the images its
+// patterns match, whatever brought them, and leases their content, so a pin
+// outlives the archive that brought the image and heal still works. A name
+// that a present archive wants is left to that archive; the moment the
+// archive goes, the pin list takes the name over in the same pass, before the
+// archive's lease is released. A wanted name whose record was deleted stays
+// wanted (and is healed) for as long as a pattern matches it.
+func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source.Result, sum *Summary, imported map[string]bool) map[string]reconcile.Present {
+	present := map[string]reconcile.Present{}
+	if len(lists) == 0 {
+		return present
+	}
+	records, err := a.rt.Records(ctx)
+	if err != nil {
+		sum.Failures = append(sum.Failures, err)
+		return present
+	}
+	states, err := a.rt.Sources(ctx)
+	if err != nil {
+		sum.Failures = append(sum.Failures, err)
+		return present
+	}
+	current := map[string]string{} // archive path → identity now
+	for _, s := range scan.Sources {
+		if s.Kind == source.Archive || s.Kind == source.OCIDir {
+			current[s.Path] = s.Identity
+		}
+	}
+	byArchive := map[string]bool{}
+	for _, st := range states {
+		if id, ok := current[st.Source]; ok && st.Complete && st.Identity == id {
+			for _, w := range st.Images {
+				byArchive[w.Name] = true
+			}
+		}
+	}
+	for _, src := range lists {
+		pl, err := source.ReadPinList(src.Path)
+		if err != nil {
+			sum.Failures = append(sum.Failures, err)
+			continue // unknown this pass: its lease stays
+		}
+		for _, le := range pl.Errors {
+			sum.Failures = append(sum.Failures, le)
+		}
+		matches := func(name string) bool {
+			for _, p := range pl.Patterns {
+				if p.Pattern.Match(name) {
+					return true
+				}
+			}
+			return false
+		}
+		wants := map[string]hfruntime.Want{}
+		for _, r := range records {
+			if !hfruntime.IsCRIRecord(r.Name) && !byArchive[r.Name] && matches(r.Name) {
+				wants[r.Name] = hfruntime.Want{Name: r.Name, Target: r.Target}
+			}
+		}
+		for _, st := range states {
+			if st.Source != src.Path || !st.Complete {
+				continue
+			}
+			for _, w := range st.Images {
+				if _, ok := wants[w.Name]; !ok && !byArchive[w.Name] && matches(w.Name) {
+					wants[w.Name] = w
+				}
+			}
+		}
+		list := make([]hfruntime.Want, 0, len(wants))
+		for _, w := range wants {
+			list = append(list, w)
+		}
+		sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+		identity := src.Identity + ",wants=" + wantsHash(list)
+		res, err := a.rt.LeaseWants(ctx, hfruntime.LeaseRequest{Source: src.Path, Identity: identity, Wants: list})
+		if err != nil {
+			sum.Failures = append(sum.Failures, fmt.Errorf("pin list %s: %w", src.Path, err))
+		}
+		if res.Lease == "" || (err != nil && len(res.Images) == 0 && len(list) > 0) {
+			continue
+		}
+		present[src.Path] = reconcile.Present{Path: src.Path, Identity: identity}
+		if !res.Unchanged {
+			imported[res.Lease] = true
+			sum.Imported++
+		} else {
+			sum.Unchanged++
+		}
+	}
+	return present
+}
+
+func wantsHash(ws []hfruntime.Want) string {
+	h := sha256.New()
+	for _, w := range ws {
+		fmt.Fprintf(h, "%s=%s\n", w.Name, w.Target.Digest)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
