@@ -11,13 +11,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	eventtypes "github.com/containerd/containerd/api/events"
 	"github.com/containerd/containerd/v2/core/images"
-	"github.com/containerd/typeurl/v2"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -445,58 +442,22 @@ func TestNoTransientUnpin(t *testing.T) {
 		}
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	evs, errs := d.Client.Subscribe(ctx, `namespace=="k8s.io",topic~="^/images/"`)
-	var mu sync.Mutex
-	var bad []string
-	sentinel := make(chan struct{}, 4)
-	go func() {
-		for {
-			select {
-			case e := <-evs:
-				v, err := typeurl.UnmarshalAny(e.Event)
-				if err != nil {
-					continue
-				}
-				mu.Lock()
-				switch ev := v.(type) {
-				case *eventtypes.ImageDelete:
-					if wanted[ev.Name] {
-						bad = append(bad, "delete "+ev.Name)
-					}
-				case *eventtypes.ImageUpdate:
-					if wanted[ev.Name] && (ev.Labels["io.cri-containerd.pinned"] != "pinned" || ev.Labels["io.holdfast.pinned"] != "pinned") {
-						bad = append(bad, fmt.Sprintf("update %s labels %v", ev.Name, ev.Labels))
-					}
-				case *eventtypes.ImageCreate:
-					if strings.HasPrefix(ev.Name, "e2e.local/sentinel") {
-						sentinel <- struct{}{}
-					}
-				}
-				mu.Unlock()
-			case <-errs:
-				return
-			case <-ctx.Done():
-				return
+	w := watchImages(t, d, x.Target)
+	check := func(evs []imageEvent) {
+		t.Helper()
+		for _, e := range evs {
+			if !wanted[e.Name] {
+				continue
+			}
+			if e.Kind == "delete" || !e.pinned() {
+				t.Errorf("a wanted name lost its pin: %s %s %v", e.Kind, e.Name, e.Labels)
 			}
 		}
-	}()
-	flush := func(n int) {
-		name := fmt.Sprintf("e2e.local/sentinel:%d", n)
-		if _, err := d.Client.ImageService().Create(d.ctx(), images.Image{Name: name, Target: x.Target}); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-sentinel:
-		case <-time.After(30 * time.Second):
-			t.Fatal("sentinel event never arrived")
-		}
 	}
-	flush(0) // the watcher is live
 
 	// (i) nothing changes.
 	d.syncOK(t, dataDir, imagesDir)
+	check(w.flush(t))
 	// (ii) y moves from one.tar to two.tar.
 	writeDockerSave(t, filepath.Join(imagesDir, "two.tar"), y)
 	writeDockerSave(t, filepath.Join(imagesDir, "one.tar"), x)
@@ -504,12 +465,7 @@ func TestNoTransientUnpin(t *testing.T) {
 	if c["imported"] != 2 || c["released"] != 1 {
 		t.Errorf("move: %v", c)
 	}
-	flush(1)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(bad) > 0 {
-		t.Errorf("wanted names lost their pin during the syncs: %v", bad)
-	}
+	check(w.flush(t))
 	d.requirePinned(t, "e2e.local/tx/x:1", "e2e.local/tx/y:1")
 }
 

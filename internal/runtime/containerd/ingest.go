@@ -36,27 +36,13 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 	id := LeaseID(req.Source, req.Identity)
 	res := runtime.ImportResult{Lease: id}
 
-	prior, err := r.readState(ctx, id)
-	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	prior, unchanged, err := r.openLease(ctx, id, req.Source, req.Identity)
+	if err != nil || unchanged {
+		res.Images, res.Unchanged = prior.Images, unchanged
 		return res, err
 	}
-	if prior.Complete {
-		if ok, err := r.intact(ctx, prior); err != nil {
-			return res, err
-		} else if ok {
-			res.Images, res.Unchanged = prior.Images, true
-			return res, nil
-		}
-	}
-
-	if _, err := r.client.LeasesService().Create(ctx, leases.WithID(id), leases.WithLabels(map[string]string{
-		runtime.LabelSource:   truncateLabel(req.Source),
-		runtime.LabelIdentity: truncateLabel(req.Identity),
-	})); err != nil && !errdefs.IsAlreadyExists(err) {
-		return res, fmt.Errorf("creating lease %s: %w", id, err)
-	}
 	lctx := leases.WithLease(ctx, id)
-	ing := &ingester{r: r, prefix: refPrefix + randomHex(6) + "-", committed: map[digest.Digest]bool{}, open: map[string]bool{}}
+	ing := r.newIngester()
 
 	wants, err := r.importLeased(lctx, req, ing, &res)
 	if err != nil {
@@ -226,6 +212,32 @@ func withDigestNames(imgs []archive.Image) []runtime.Want {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// openLease reads a source's lease at this identity. When it holds a complete
+// import whose content is intact, the source is unchanged and nothing more is
+// to be done; otherwise the lease is made (or kept) for a new import.
+func (r *Runtime) openLease(ctx context.Context, id, source, identity string) (runtime.SourceState, bool, error) {
+	prior, err := r.readState(ctx, id)
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return prior, false, err
+	}
+	if prior.Complete {
+		if ok, err := r.intact(ctx, prior); err != nil || ok {
+			return prior, ok, err
+		}
+	}
+	if _, err := r.client.LeasesService().Create(ctx, leases.WithID(id), leases.WithLabels(map[string]string{
+		runtime.LabelSource:   truncateLabel(source),
+		runtime.LabelIdentity: truncateLabel(identity),
+	})); err != nil && !errdefs.IsAlreadyExists(err) {
+		return prior, false, fmt.Errorf("creating lease %s: %w", id, err)
+	}
+	return prior, false, nil
+}
+
+func (r *Runtime) newIngester() *ingester {
+	return &ingester{r: r, prefix: refPrefix + randomHex(6) + "-", committed: map[digest.Digest]bool{}, open: map[string]bool{}}
 }
 
 // ingester is the archive.Store of one import: it writes blobs under the

@@ -245,23 +245,10 @@ func (r *Runtime) LeaseWants(ctx context.Context, req runtime.LeaseRequest) (run
 	ctx = r.ns(ctx)
 	id := LeaseID(req.Source, req.Identity)
 	res := runtime.ImportResult{Lease: id}
-	prior, err := r.readState(ctx, id)
-	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	prior, unchanged, err := r.openLease(ctx, id, req.Source, req.Identity)
+	if err != nil || unchanged {
+		res.Images, res.Unchanged = prior.Images, unchanged
 		return res, err
-	}
-	if prior.Complete {
-		if ok, err := r.intact(ctx, prior); err != nil {
-			return res, err
-		} else if ok {
-			res.Images, res.Unchanged = prior.Images, true
-			return res, nil
-		}
-	}
-	if _, err := r.client.LeasesService().Create(ctx, leases.WithID(id), leases.WithLabels(map[string]string{
-		runtime.LabelSource:   truncateLabel(req.Source),
-		runtime.LabelIdentity: truncateLabel(req.Identity),
-	})); err != nil && !errdefs.IsAlreadyExists(err) {
-		return res, fmt.Errorf("creating lease %s: %w", id, err)
 	}
 	lctx := leases.WithLease(ctx, id)
 	cs := r.client.ContentStore()
@@ -298,7 +285,7 @@ func (r *Runtime) LeaseWants(ctx context.Context, req runtime.LeaseRequest) (run
 	if err := r.addToLease(lctx, blobs); err != nil {
 		return res, err
 	}
-	ing := &ingester{r: r, prefix: refPrefix + randomHex(6) + "-", committed: map[digest.Digest]bool{}, open: map[string]bool{}}
+	ing := r.newIngester()
 	st := runtime.SourceState{Lease: id, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: kept}
 	if err := r.writeState(lctx, ing, st); err != nil {
 		r.abandon(ctx, id, !prior.Complete, ing)
