@@ -121,8 +121,10 @@ func (a *Agent) clearFailure(path string) {
 }
 
 // Run runs the agent until ctx ends. It subscribes to image events before the
-// first pass lists anything, so no deletion between the two is missed. A lost
-// event stream is resubscribed with backoff, followed by a full pass.
+// first pass lists anything, so a deletion after the listing is healed from
+// its event (one in the few milliseconds before the stream is live waits for
+// the next full pass). A lost event stream is resubscribed with backoff,
+// followed by a full pass.
 func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	events, streamErr := a.rt.WatchImages(ctx)
 	a.rec.SetConnected(true)
@@ -239,7 +241,7 @@ func (a *Agent) passLoop(ctx context.Context, trigger <-chan string, done chan<-
 	}
 }
 
-// resubscribe retries the event subscription with backoff until it is live.
+// resubscribe waits, with backoff, until containerd answers, then subscribes again.
 func (a *Agent) resubscribe(ctx context.Context) (<-chan hfruntime.ImageEvent, <-chan error) {
 	delay := 200 * time.Millisecond
 	for {

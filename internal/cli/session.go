@@ -24,7 +24,7 @@ type session struct {
 // --address, or to an embedded containerd it starts in the data dir. Another
 // holdfast owning the data dir is an error that says who.
 func (o *options) openOwner(ctx context.Context, command string) (*session, error) {
-	lock, err := datadir.Acquire(o.dataDir, command)
+	lock, err := o.acquire(ctx, command)
 	if err != nil {
 		var le *datadir.LockedError
 		if errors.As(err, &le) {
@@ -51,6 +51,30 @@ func (o *options) openOwner(ctx context.Context, command string) (*session, erro
 		return nil, err
 	}
 	return s, nil
+}
+
+// acquire takes the data dir's lock. The agent waits (up to a minute) for a
+// short-lived holder — a status, plan or sync that started its own containerd
+// a moment earlier — rather than fail; everything else fails at once.
+func (o *options) acquire(ctx context.Context, command string) (*datadir.Lock, error) {
+	deadline := time.Now().Add(time.Minute)
+	logged := false
+	for {
+		lock, err := datadir.Acquire(o.dataDir, command)
+		var le *datadir.LockedError
+		if err == nil || command != "run" || !errors.As(err, &le) || le.Owner.Command == "run" || time.Now().After(deadline) {
+			return lock, err
+		}
+		if !logged {
+			o.log.Info("waiting for another holdfast process to release the data dir", "command", le.Owner.Command, "pid", le.Owner.PID)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // openReader connects for a command that only reads (status): to the

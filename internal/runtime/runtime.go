@@ -169,7 +169,7 @@ type Runtime interface {
 	Unpin(ctx context.Context, name string) error
 	// Release deletes one of holdfast's leases.
 	Release(ctx context.Context, lease string) error
-	// WatchImages streams image events; the subscription is live on return.
+	// WatchImages streams image events; subscribe before listing.
 	WatchImages(ctx context.Context) (<-chan ImageEvent, <-chan error)
 	// Cleanup aborts holdfast's own stale ingests.
 	Cleanup(ctx context.Context) error

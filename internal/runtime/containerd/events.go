@@ -12,10 +12,11 @@ import (
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
-// WatchImages streams the namespace's image events. The subscription is live
-// when it returns, so a caller that lists after calling it misses nothing. The
-// error channel gets one error when the stream breaks (containerd restarted,
-// connection lost); both channels are then done.
+// WatchImages streams the namespace's image events. containerd's Subscribe
+// has no acknowledgement: the stream goes live a few milliseconds after this
+// returns, so a change in that window is only seen by the caller's next full
+// pass. The error channel gets one error when the stream breaks (containerd
+// restarted, connection lost); both channels are then done.
 func (r *Runtime) WatchImages(ctx context.Context) (<-chan runtime.ImageEvent, <-chan error) {
 	filter := fmt.Sprintf(`namespace==%s,topic~="^/images/"`, strconv.Quote(r.namespace))
 	envelopes, errs := r.client.EventService().Subscribe(ctx, filter)
