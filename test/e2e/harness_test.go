@@ -81,6 +81,17 @@ func startEmbedded(t *testing.T) *daemon {
 	return connect(t, "embedded", p.Address(), false)
 }
 
+// embeddedScene is the set-up of a test on its own embedded containerd: the
+// daemon, an images dir and a data dir (neither created).
+func embeddedScene(t *testing.T) (d *daemon, imagesDir, dataDir string) {
+	t.Helper()
+	requireRoot(t)
+	t.Parallel()
+	d = startEmbedded(t)
+	dir := tempDir(t)
+	return d, filepath.Join(dir, "images"), filepath.Join(dir, "data")
+}
+
 // startDebian starts Debian's containerd 1.6 (apt-get install containerd) in a temp dir.
 func startDebian(t *testing.T) *daemon {
 	t.Helper()

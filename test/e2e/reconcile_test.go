@@ -390,12 +390,7 @@ func TestConflictAndDrift(t *testing.T) {
 // the same name: the new target is pinned, and the old version's own blobs are
 // in no holdfast lease any more.
 func TestReplacedArchive(t *testing.T) {
-	requireRoot(t)
-	t.Parallel()
-	d := startEmbedded(t)
-	dir := tempDir(t)
-	imagesDir := filepath.Join(dir, "images")
-	dataDir := filepath.Join(dir, "data")
+	d, imagesDir, dataDir := embeddedScene(t)
 	path := filepath.Join(imagesDir, "app.tar")
 	v1 := build(t, fixture.ImageSpec{Names: []string{"e2e.local/rp/app:1"}, Layers: fixture.UniformLayers(2, 64<<10, false, 101)})
 	v2 := build(t, fixture.ImageSpec{Names: []string{"e2e.local/rp/app:1"}, Layers: fixture.UniformLayers(2, 64<<10, false, 202)})
@@ -425,12 +420,7 @@ func TestReplacedArchive(t *testing.T) {
 // sync that changes nothing nor one that moves an image from one archive to
 // another ever deletes a wanted name or removes a pin label from one.
 func TestNoTransientUnpin(t *testing.T) {
-	requireRoot(t)
-	t.Parallel()
-	d := startEmbedded(t)
-	dir := tempDir(t)
-	imagesDir := filepath.Join(dir, "images")
-	dataDir := filepath.Join(dir, "data")
+	d, imagesDir, dataDir := embeddedScene(t)
 	x := build(t, fixture.ImageSpec{Names: []string{"e2e.local/tx/x:1"}})
 	y := build(t, fixture.ImageSpec{Names: []string{"e2e.local/tx/y:1"}})
 	writeDockerSave(t, filepath.Join(imagesDir, "one.tar"), x, y)
@@ -482,12 +472,7 @@ func containsDigest(ds []ocispec.Descriptor, d digest.Digest) bool {
 // rm`), the leased content cannot restore the image, and the next sync reads
 // the archive again.
 func TestHealFallsBackToArchive(t *testing.T) {
-	requireRoot(t)
-	t.Parallel()
-	d := startEmbedded(t)
-	dir := tempDir(t)
-	imagesDir := filepath.Join(dir, "images")
-	dataDir := filepath.Join(dir, "data")
+	d, imagesDir, dataDir := embeddedScene(t)
 	im := build(t, fixture.ImageSpec{Names: []string{"e2e.local/fb/app:1"}})
 	writeDockerSave(t, filepath.Join(imagesDir, "app.tar"), im)
 	d.syncOK(t, dataDir, imagesDir)
