@@ -14,6 +14,7 @@ import (
 // Recorder receives what the agent does, for metrics. *metrics.Metrics is one.
 type Recorder interface {
 	ImportDone(result string, bytes int64, d time.Duration)
+	PullDone(result string)
 	Healed(cause string)
 	Drift()
 	Unpinned(n int)
@@ -27,6 +28,7 @@ type Recorder interface {
 type noRecorder struct{}
 
 func (noRecorder) ImportDone(string, int64, time.Duration) {}
+func (noRecorder) PullDone(string)                         {}
 func (noRecorder) Healed(string)                           {}
 func (noRecorder) Drift()                                  {}
 func (noRecorder) Unpinned(int)                            {}
@@ -60,6 +62,7 @@ type failure struct {
 	identity string
 	retryAt  time.Time
 	delay    time.Duration
+	err      error
 }
 
 // New makes an agent. rec may be nil.

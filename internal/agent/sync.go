@@ -27,7 +27,10 @@ type Config struct {
 	Parallel  int           // archives imported at once; 0 = a default from the CPU count
 	Settle    time.Duration // run: a file is complete when unmodified this long
 	Resync    time.Duration // run: full pass at least this often
-	Log       *slog.Logger
+	// RegistryConfig is a hosts.toml directory (containerd's certs.d layout) for pulls.
+	RegistryConfig string
+	PullTimeout    time.Duration // for one pull of a pull list entry
+	Log            *slog.Logger
 }
 
 // Summary is what one pass did.
@@ -107,14 +110,8 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 
 	// Sources still being written, or failed and not yet due, are left for
 	// later: their leases stay as they are.
-	var todo, pinLists []source.Source
+	var todo, pinLists, pullLists []source.Source
 	for _, src := range scan.Sources {
-		switch src.Kind {
-		case source.Archive, source.OCIDir, source.PinList:
-		default:
-			a.log.Debug("pull lists are not read by this version", "path", src.Path, "kind", src.Kind)
-			continue
-		}
 		if due, wait, settling := a.deferred(src, opts, start); wait {
 			pr.pending = append(pr.pending, src.Path)
 			if settling {
@@ -126,15 +123,21 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 			}
 			continue
 		}
-		if src.Kind == source.PinList {
+		switch src.Kind {
+		case source.PinList:
 			pinLists = append(pinLists, src)
-			continue
+		case source.PullList:
+			pullLists = append(pullLists, src)
+		default:
+			todo = append(todo, src)
 		}
-		todo = append(todo, src)
 	}
 
 	imported := a.importAll(ctx, todo, &sum)
-	lists := a.pinLists(ctx, pinLists, scan, &sum, imported)
+	lists := a.pullLists(ctx, pullLists, &sum, imported)
+	for p, pr := range a.pinLists(ctx, pinLists, scan, &sum, imported) {
+		lists[p] = pr
+	}
 
 	plan, err := Plan(ctx, a.rt, scan, imported, lists)
 	if err != nil {

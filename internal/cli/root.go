@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -59,6 +60,9 @@ type options struct {
 	logLevel  string
 	logFormat string
 	log       *slog.Logger
+
+	registryConfig string
+	pullTimeout    time.Duration
 }
 
 // envFlags names the environment variable of each common flag.
@@ -73,6 +77,9 @@ var envFlags = map[string]string{
 	"listen":     "HOLDFAST_LISTEN",
 	"settle":     "HOLDFAST_SETTLE",
 	"resync":     "HOLDFAST_RESYNC",
+
+	"registry-config": "HOLDFAST_REGISTRY_CONFIG",
+	"pull-timeout":    "HOLDFAST_PULL_TIMEOUT",
 }
 
 // New builds the holdfast command tree.
@@ -99,6 +106,8 @@ keeps it too).`,
 	pf.StringVar(&o.namespace, "namespace", "k8s.io", "containerd namespace (env HOLDFAST_NAMESPACE)")
 	pf.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (env HOLDFAST_LOG_LEVEL)")
 	pf.StringVar(&o.logFormat, "log-format", "auto", "auto (text on a terminal, else JSON), text or json (env HOLDFAST_LOG_FORMAT)")
+	pf.StringVar(&o.registryConfig, "registry-config", "", "hosts.toml directory for pull lists, containerd's certs.d layout (env HOLDFAST_REGISTRY_CONFIG; default <data-dir>/registry.d, which the embedded containerd's CRI uses too)")
+	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for one pull of a pull-list entry (env HOLDFAST_PULL_TIMEOUT)")
 
 	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newPin(o), newUnpin(o), newVersion(version), newContainerd())
 	return root
@@ -141,6 +150,9 @@ func (o *options) complete(cmd *cobra.Command) error {
 	}
 	if abs, err := filepath.Abs(o.dataDir); err == nil {
 		o.dataDir = abs
+	}
+	if o.registryConfig == "" {
+		o.registryConfig = filepath.Join(o.dataDir, "registry.d")
 	}
 	return nil
 }

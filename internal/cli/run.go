@@ -61,7 +61,7 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 			}
 			reg := prometheus.NewRegistry()
 			m := metrics.New(reg)
-			a := agent.New(s.rt, agent.Config{ImageDirs: dirs, Parallel: parallel, Settle: settle, Resync: resync, Log: o.log}, m)
+			a := agent.New(s.rt, agent.Config{ImageDirs: dirs, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, Settle: settle, Resync: resync, Log: o.log}, m)
 			if listen != "" {
 				srv := server.New(listen, reg, func(ctx context.Context) error {
 					_, err := s.rt.Server(ctx)

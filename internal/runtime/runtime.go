@@ -97,6 +97,13 @@ type LeaseRequest struct {
 	Wants    []Want
 }
 
+// PullOptions tune one pull.
+type PullOptions struct {
+	HostsDir string        // hosts.toml configuration (containerd's certs.d layout); empty: defaults
+	Lease    string        // the lease that holds what is fetched
+	Timeout  time.Duration // for the whole pull
+}
+
 // ImportResult is what an import did.
 type ImportResult struct {
 	Lease     string
@@ -153,6 +160,12 @@ type Runtime interface {
 	// the source's desired state; wants whose content is incomplete are left
 	// out, and reported in the error.
 	LeaseWants(ctx context.Context, req LeaseRequest) (ImportResult, error)
+	// Pull fetches an image's host-platform content from its registry under
+	// opts.Lease and returns its target. It never pins.
+	Pull(ctx context.Context, ref string, opts PullOptions) (Want, error)
+	// TempLease makes a lease for content fetched before its source's own
+	// lease exists; Release it when done.
+	TempLease(ctx context.Context) (string, error)
 	// Intact reports whether every host-platform blob a source's images need is in the store.
 	Intact(ctx context.Context, st SourceState) (bool, error)
 	// Records lists every image record, the CRI's own sha256: records too.

@@ -1,0 +1,186 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/holdfast-project/holdfast/internal/reconcile"
+	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/source"
+)
+
+// pullAttempts is how often one reference is tried in a pass, with backoff between tries.
+const pullAttempts = 3
+
+// pullLists turns each pull list into a source that wants its references.
+// A reference whose record is in the store, or that the list wanted and
+// leased before, is pinned without pulling; the others are pulled, a few at a
+// time, each with a timeout and retries. A bad or unreachable reference is
+// reported as file:line and never stops the others, and never drops what the
+// list pulled before: an unreachable registry unpins nothing.
+func (a *Agent) pullLists(ctx context.Context, lists []source.Source, sum *Summary, imported map[string]bool) map[string]reconcile.Present {
+	present := map[string]reconcile.Present{}
+	if len(lists) == 0 {
+		return present
+	}
+	records, err := a.rt.Records(ctx)
+	if err != nil {
+		sum.Failures = append(sum.Failures, err)
+		return present
+	}
+	states, err := a.rt.Sources(ctx)
+	if err != nil {
+		sum.Failures = append(sum.Failures, err)
+		return present
+	}
+	have := map[string]hfruntime.Want{}
+	for _, r := range records {
+		have[r.Name] = hfruntime.Want{Name: r.Name, Target: r.Target}
+	}
+	for _, src := range lists {
+		pl, err := source.ReadPullList(src.Path)
+		if err != nil {
+			sum.Failures = append(sum.Failures, err)
+			continue // unknown this pass: its lease stays
+		}
+		for _, le := range pl.Errors {
+			sum.Failures = append(sum.Failures, le)
+		}
+		before := map[string]hfruntime.Want{}
+		for _, st := range states {
+			if st.Source == src.Path && st.Complete {
+				for _, w := range st.Images {
+					before[w.Name] = w
+				}
+			}
+		}
+		wants, errs := a.resolvePulls(ctx, pl, have, before)
+		sum.Failures = append(sum.Failures, errs...)
+		identity := src.Identity + ",wants=" + wantsHash(wants)
+		res, err := a.rt.LeaseWants(ctx, hfruntime.LeaseRequest{Source: src.Path, Identity: identity, MtimeNs: src.MtimeNs, Wants: wants})
+		if err != nil {
+			sum.Failures = append(sum.Failures, fmt.Errorf("pull list %s: %w", src.Path, err))
+		}
+		if res.Lease == "" || (err != nil && len(res.Images) == 0 && len(wants) > 0) {
+			continue
+		}
+		present[src.Path] = reconcile.Present{Path: src.Path, Identity: identity}
+		if res.Unchanged {
+			sum.Unchanged++
+		} else {
+			imported[res.Lease] = true
+			sum.Imported++
+		}
+	}
+	return present
+}
+
+// resolvePulls finds each entry's target: in the store, in what the list had
+// before, or from its registry.
+func (a *Agent) resolvePulls(ctx context.Context, pl source.PullListFile, have, before map[string]hfruntime.Want) ([]hfruntime.Want, []error) {
+	var (
+		mu    sync.Mutex
+		wants []hfruntime.Want
+		errs  []error
+	)
+	var toPull []source.PullEntry
+	for _, e := range pl.Entries {
+		if w, ok := have[e.Ref]; ok {
+			wants = append(wants, w)
+			a.rec.PullDone("present")
+			continue
+		}
+		if w, ok := before[e.Ref]; ok {
+			wants = append(wants, w) // leased before: the pass heals its record
+			a.rec.PullDone("present")
+			continue
+		}
+		if err, wait := a.pullBackoff(e.Ref); wait {
+			errs = append(errs, source.LineError{Path: pl.Path, Line: e.Line, Err: fmt.Errorf("pulling %s: %w (waiting before the next try)", e.Ref, err)})
+			continue
+		}
+		toPull = append(toPull, e)
+	}
+	if len(toPull) > 0 {
+		lease, err := a.rt.TempLease(ctx)
+		if err != nil {
+			return wants, []error{fmt.Errorf("pull list %s: %w", pl.Path, err)}
+		}
+		defer func() { _ = a.rt.Release(context.WithoutCancel(ctx), lease) }()
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(4)
+		for _, e := range toPull {
+			g.Go(func() error {
+				w, err := a.pull(gctx, e.Ref, lease)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, source.LineError{Path: pl.Path, Line: e.Line, Err: fmt.Errorf("pulling %s: %w", e.Ref, err)})
+					a.rec.PullDone("failed")
+					a.notePullFailure(e.Ref, err)
+					return nil
+				}
+				a.clearFailure("pull:" + e.Ref)
+				a.log.Info("pulled", "ref", e.Ref, "target", w.Target.Digest, "list", pl.Path)
+				a.rec.PullDone("pulled")
+				wants = append(wants, w)
+				return nil
+			})
+		}
+		_ = g.Wait()
+		sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+	}
+	sort.Slice(wants, func(i, j int) bool { return wants[i].Name < wants[j].Name })
+	return wants, errs
+}
+
+// pull tries one reference a few times, with backoff.
+func (a *Agent) pull(ctx context.Context, ref, lease string) (hfruntime.Want, error) {
+	delay := time.Second
+	var err error
+	for attempt := 1; attempt <= pullAttempts; attempt++ {
+		var w hfruntime.Want
+		w, err = a.rt.Pull(ctx, ref, hfruntime.PullOptions{HostsDir: a.cfg.RegistryConfig, Lease: lease, Timeout: a.cfg.PullTimeout})
+		if err == nil {
+			return w, nil
+		}
+		if attempt == pullAttempts || ctx.Err() != nil {
+			break
+		}
+		a.log.Debug("pull failed; retrying", "ref", ref, "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return hfruntime.Want{}, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay *= 2
+	}
+	return hfruntime.Want{}, err
+}
+
+// pullBackoff reports whether ref failed recently and waits before its next
+// try, so that an unreachable registry does not slow every pass down.
+func (a *Agent) pullBackoff(ref string) (error, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f, ok := a.failed["pull:"+ref]
+	if !ok || time.Now().After(f.retryAt) {
+		return nil, false
+	}
+	return f.err, true
+}
+
+func (a *Agent) notePullFailure(ref string, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f := a.failed["pull:"+ref]
+	f.delay = min(max(f.delay*2, 30*time.Second), 10*time.Minute)
+	f.retryAt = time.Now().Add(f.delay)
+	f.err = err
+	a.failed["pull:"+ref] = f
+}
