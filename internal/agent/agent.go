@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/metrics"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -23,6 +24,7 @@ type Recorder interface {
 	ReconcileDone(d time.Duration, ok bool)
 	SetConnected(bool)
 	SetBackoff(n int)
+	SetSources(counts map[metrics.SourceKey]int)
 }
 
 type noRecorder struct{}
@@ -37,6 +39,7 @@ func (noRecorder) SetPinned(int)                           {}
 func (noRecorder) ReconcileDone(time.Duration, bool)       {}
 func (noRecorder) SetConnected(bool)                       {}
 func (noRecorder) SetBackoff(int)                          {}
+func (noRecorder) SetSources(map[metrics.SourceKey]int)    {}
 
 // Agent is holdfast's daemon: it keeps containerd's records and leases in line
 // with the images dirs, passes triggered by start-up, directory changes, a

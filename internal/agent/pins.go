@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -52,8 +53,10 @@ func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source
 		pl, err := source.ReadPinList(src.Path)
 		if err != nil {
 			sum.Failures = append(sum.Failures, err)
+			sum.set(src, metrics.StateFailed)
 			continue // unknown this pass: its lease stays
 		}
+		failuresBefore := len(sum.Failures)
 		for _, le := range pl.Errors {
 			sum.Failures = append(sum.Failures, le)
 		}
@@ -91,6 +94,7 @@ func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source
 		if err != nil {
 			sum.Failures = append(sum.Failures, fmt.Errorf("pin list %s: %w", src.Path, err))
 		}
+		sum.set(src, stateAfter(len(sum.Failures) > failuresBefore))
 		if res.Lease == "" || (err != nil && len(res.Images) == 0 && len(list) > 0) {
 			continue
 		}
@@ -111,4 +115,12 @@ func wantsHash(ws []hfruntime.Want) string {
 		fmt.Fprintf(h, "%s=%s\n", w.Name, w.Target.Digest)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// stateAfter is a list source's state: failed when any of its lines failed.
+func stateAfter(failed bool) string {
+	if failed {
+		return metrics.StateFailed
+	}
+	return metrics.StateApplied
 }

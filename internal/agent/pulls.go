@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -46,8 +47,10 @@ func (a *Agent) pullLists(ctx context.Context, lists []source.Source, sum *Summa
 		pl, err := source.ReadPullList(src.Path)
 		if err != nil {
 			sum.Failures = append(sum.Failures, err)
+			sum.set(src, metrics.StateFailed)
 			continue // unknown this pass: its lease stays
 		}
+		failuresBefore := len(sum.Failures)
 		for _, le := range pl.Errors {
 			sum.Failures = append(sum.Failures, le)
 		}
@@ -66,6 +69,7 @@ func (a *Agent) pullLists(ctx context.Context, lists []source.Source, sum *Summa
 		if err != nil {
 			sum.Failures = append(sum.Failures, fmt.Errorf("pull list %s: %w", src.Path, err))
 		}
+		sum.set(src, stateAfter(len(sum.Failures) > failuresBefore))
 		if res.Lease == "" || (err != nil && len(res.Images) == 0 && len(wants) > 0) {
 			continue
 		}

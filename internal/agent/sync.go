@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -48,6 +49,30 @@ type Summary struct {
 	Wanted    int     // names the sources want
 	Failures  []error // each names the file and the cause
 	Duration  time.Duration
+
+	states map[string]sourceState // by path
+}
+
+// sourceState is where one source stands after a pass.
+type sourceState struct {
+	kind  source.Kind
+	state string // metrics.StateApplied, StateFailed or StatePending
+}
+
+func (s *Summary) set(src source.Source, state string) {
+	if s.states == nil {
+		s.states = map[string]sourceState{}
+	}
+	s.states[src.Path] = sourceState{kind: src.Kind, state: state}
+}
+
+// sourceCounts counts the sources by kind and state, for holdfast_sources.
+func (s *Summary) sourceCounts() map[metrics.SourceKey]int {
+	out := map[metrics.SourceKey]int{}
+	for _, st := range s.states {
+		out[metrics.SourceKey{Kind: string(st.kind), State: st.state}]++
+	}
+	return out
 }
 
 // String is the one-line summary sync prints.
@@ -113,6 +138,7 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	var todo, pinLists, pullLists []source.Source
 	for _, src := range scan.Sources {
 		if due, wait, settling := a.deferred(src, opts, start); wait {
+			sum.set(src, metrics.StatePending)
 			pr.pending = append(pr.pending, src.Path)
 			if settling {
 				pr.settling = append(pr.settling, src.Path)
@@ -148,6 +174,7 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	sum.Failed = len(sum.Failures)
 	sum.Duration = time.Since(start)
 	a.rec.ReconcileDone(sum.Duration, err == nil)
+	a.rec.SetSources(sum.sourceCounts())
 	return sum, pr
 }
 
@@ -192,11 +219,13 @@ func (a *Agent) importAll(ctx context.Context, srcs []source.Source, sum *Summar
 			sum.BytesRead += res.BytesRead
 			if err != nil {
 				sum.Failures = append(sum.Failures, err)
+				sum.set(src, metrics.StateFailed)
 				a.rec.ImportDone("failed", res.BytesRead, time.Since(began))
 				a.noteFailure(src.Path, src.Identity)
 				return nil
 			}
 			a.clearFailure(src.Path)
+			sum.set(src, metrics.StateApplied)
 			if res.Unchanged {
 				sum.Unchanged++
 				a.rec.ImportDone("unchanged", 0, time.Since(began))

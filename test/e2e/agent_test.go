@@ -391,3 +391,74 @@ func TestAgentReconnect(t *testing.T) {
 		t.Errorf("/healthz after reconnect: %d %s", code, body)
 	}
 }
+
+// TestAgentReadiness: with the last source of the first pass still being
+// written when the agent starts, /readyz stays 503 until that image is pinned
+// in CRI, then turns 200; holdfast_sources and holdfast_imports_total follow.
+func TestAgentReadiness(t *testing.T) {
+	d, imagesDir, dataDir := embeddedScene(t)
+	fast := build(t, fixture.ImageSpec{Names: []string{"e2e.local/ready/fast:1"}})
+	slow := build(t, fixture.ImageSpec{Names: []string{"e2e.local/ready/slow:1"}, Layers: fixture.UniformLayers(2, 256<<10, false, 77)})
+	writeDockerSave(t, filepath.Join(imagesDir, "a-fast.tar"), fast)
+	staging := filepath.Join(filepath.Dir(imagesDir), "slow.tar")
+	writeDockerSave(t, staging, slow)
+	data, err := os.ReadFile(staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(imagesDir, "z-slow.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Write the archive slowly, a chunk every 300 ms (less than --settle),
+	// from before the agent starts until told to finish.
+	finish := make(chan struct{})
+	written := make(chan error, 1)
+	go func() {
+		defer f.Close()
+		chunk := len(data)/64 + 1
+		off := 0
+		for {
+			select {
+			case <-finish:
+				_, err := f.Write(data[off:])
+				written <- err
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+			end := min(off+chunk, len(data)-1) // never the last byte before finish
+			if _, err := f.Write(data[off:end]); err != nil {
+				written <- err
+				return
+			}
+			off = end
+		}
+	}()
+	time.Sleep(400 * time.Millisecond)
+
+	agent := startAgent(t, d, dataDir, []string{imagesDir})
+	d.waitPinned(t, "e2e.local/ready/fast:1")
+	for i := 0; i < 4; i++ {
+		if code, body := agent.get(t, "/readyz"); code != 503 || !strings.Contains(body, "z-slow.tar") {
+			t.Fatalf("/readyz while the last source is being written: %d %q", code, body)
+		}
+		if agent.metric(t, "holdfast_sources", map[string]string{"kind": "archive", "state": "pending"}) != 1 {
+			t.Errorf("holdfast_sources does not show the pending archive")
+		}
+		time.Sleep(400 * time.Millisecond)
+	}
+	close(finish)
+	if err := <-written; err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "/readyz to turn 200", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })
+	if found, pinned := d.criImage(t, "e2e.local/ready/slow:1"); !found || !pinned {
+		t.Errorf("ready before the last image was pinned in CRI: found %v pinned %v", found, pinned)
+	}
+	if n := agent.metric(t, "holdfast_imports_total", map[string]string{"result": "imported"}); n != 2 {
+		t.Errorf("holdfast_imports_total{result=imported} = %v, want 2", n)
+	}
+	if n := agent.metric(t, "holdfast_sources", map[string]string{"kind": "archive", "state": "applied"}); n != 2 {
+		t.Errorf("holdfast_sources{archive,applied} = %v, want 2", n)
+	}
+}
