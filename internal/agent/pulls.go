@@ -149,7 +149,7 @@ func (a *Agent) pull(ctx context.Context, ref, lease string) (hfruntime.Want, er
 	var err error
 	for attempt := 1; attempt <= pullAttempts; attempt++ {
 		var w hfruntime.Want
-		w, err = a.rt.Pull(ctx, ref, hfruntime.PullOptions{HostsDir: a.cfg.RegistryConfig, Lease: lease, Timeout: a.cfg.PullTimeout})
+		w, err = a.rt.Pull(ctx, ref, hfruntime.PullOptions{HostsDir: a.cfg.RegistryConfig, Lease: lease, Timeout: a.cfg.PullTimeout, Credentials: a.credentials})
 		if err == nil {
 			return w, nil
 		}
@@ -187,4 +187,10 @@ func (a *Agent) notePullFailure(ref string, err error) {
 	f.retryAt = time.Now().Add(f.delay)
 	f.err = err
 	a.failed["pull:"+ref] = f
+}
+
+// credentials answers the registry client from the configured credentials.
+func (a *Agent) credentials(host string) (string, string, error) {
+	c := a.cfg.Credentials[host]
+	return c.Username, c.Password, nil
 }

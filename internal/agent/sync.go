@@ -18,6 +18,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
+	"github.com/holdfast-project/holdfast/internal/registries"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/source"
 )
@@ -31,7 +32,9 @@ type Config struct {
 	// RegistryConfig is a hosts.toml directory (containerd's certs.d layout) for pulls.
 	RegistryConfig string
 	PullTimeout    time.Duration // for one pull of a pull list entry
-	Log            *slog.Logger
+	// Credentials per registry host for pulls (from K3s's registries.yaml).
+	Credentials map[string]registries.Credential
+	Log         *slog.Logger
 }
 
 // Summary is what one pass did.

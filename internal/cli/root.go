@@ -14,7 +14,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/holdfast-project/holdfast/internal/agent"
 	"github.com/holdfast-project/holdfast/internal/datadir"
+	"github.com/holdfast-project/holdfast/internal/registries"
 )
 
 // ExitError carries a process exit code out of a command.
@@ -62,6 +64,7 @@ type options struct {
 	log       *slog.Logger
 
 	registryConfig string
+	registriesYAML string
 	pullTimeout    time.Duration
 }
 
@@ -80,6 +83,7 @@ var envFlags = map[string]string{
 
 	"registry-config": "HOLDFAST_REGISTRY_CONFIG",
 	"pull-timeout":    "HOLDFAST_PULL_TIMEOUT",
+	"registries-yaml": "HOLDFAST_REGISTRIES_YAML",
 }
 
 // New builds the holdfast command tree.
@@ -107,6 +111,7 @@ keeps it too).`,
 	pf.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (env HOLDFAST_LOG_LEVEL)")
 	pf.StringVar(&o.logFormat, "log-format", "auto", "auto (text on a terminal, else JSON), text or json (env HOLDFAST_LOG_FORMAT)")
 	pf.StringVar(&o.registryConfig, "registry-config", "", "hosts.toml directory for pull lists, containerd's certs.d layout (env HOLDFAST_REGISTRY_CONFIG; default <data-dir>/registry.d, which the embedded containerd's CRI uses too)")
+	pf.StringVar(&o.registriesYAML, "registries-yaml", "", "K3s registries.yaml whose mirrors, TLS settings and credentials pulls use; its mirrors are written as hosts.toml files into --registry-config (env HOLDFAST_REGISTRIES_YAML; K3s: /etc/rancher/k3s/registries.yaml)")
 	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for one pull of a pull-list entry (env HOLDFAST_PULL_TIMEOUT)")
 
 	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newPin(o), newUnpin(o), newVersion(version), newContainerd())
@@ -155,6 +160,37 @@ func (o *options) complete(cmd *cobra.Command) error {
 		o.registryConfig = filepath.Join(o.dataDir, "registry.d")
 	}
 	return nil
+}
+
+// agentConfig is the agent configuration the common flags give: images dirs,
+// registry settings (K3s's registries.yaml applied) and the logger.
+func (o *options) agentConfig(parallel int) (agent.Config, error) {
+	dirs, err := o.imageDirs()
+	if err != nil {
+		return agent.Config{}, err
+	}
+	cfg := agent.Config{ImageDirs: dirs, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, Log: o.log}
+	if o.registriesYAML == "" {
+		return cfg, nil
+	}
+	f, err := registries.Load(o.registriesYAML)
+	if err != nil {
+		return cfg, err
+	}
+	files, warnings, err := f.HostsFiles(o.registriesYAML)
+	if err != nil {
+		return cfg, err
+	}
+	for _, w := range warnings {
+		o.log.Warn(w)
+	}
+	if err := registries.Write(o.registryConfig, files); err != nil {
+		return cfg, fmt.Errorf("applying %s: %w", o.registriesYAML, err)
+	}
+	if cfg.Credentials, err = f.Credentials(); err != nil {
+		return cfg, fmt.Errorf("%s: %w", o.registriesYAML, err)
+	}
+	return cfg, nil
 }
 
 // imageDirs returns the images dirs (the default one created), and the data

@@ -38,10 +38,11 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithCancelCause(cmd.Context())
 			defer cancel(nil)
-			dirs, err := o.imageDirs()
+			cfg, err := o.agentConfig(parallel)
 			if err != nil {
 				return err
 			}
+			cfg.Settle, cfg.Resync = settle, resync
 			s, err := o.openOwner(ctx, "run")
 			if err != nil {
 				return err
@@ -61,7 +62,7 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 			}
 			reg := prometheus.NewRegistry()
 			m := metrics.New(reg)
-			a := agent.New(s.rt, agent.Config{ImageDirs: dirs, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, Settle: settle, Resync: resync, Log: o.log}, m)
+			a := agent.New(s.rt, cfg, m)
 			if listen != "" {
 				srv := server.New(listen, reg, func(ctx context.Context) error {
 					_, err := s.rt.Server(ctx)

@@ -21,7 +21,7 @@ applied), 2 on bad usage.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			dirs, err := o.imageDirs()
+			cfg, err := o.agentConfig(parallel)
 			if err != nil {
 				return err
 			}
@@ -33,7 +33,7 @@ applied), 2 on bad usage.`,
 			if _, err := agent.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
 			}
-			sum := agent.Sync(ctx, s.rt, agent.Config{ImageDirs: dirs, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, Log: o.log})
+			sum := agent.Sync(ctx, s.rt, cfg)
 			for _, c := range sum.Conflicts {
 				fmt.Fprintf(cmd.OutOrStdout(), "conflict: %s\n", c)
 			}

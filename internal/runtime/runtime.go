@@ -102,6 +102,8 @@ type PullOptions struct {
 	HostsDir string        // hosts.toml configuration (containerd's certs.d layout); empty: defaults
 	Lease    string        // the lease that holds what is fetched
 	Timeout  time.Duration // for the whole pull
+	// Credentials returns a username and password for a registry host, or empty ones.
+	Credentials func(host string) (string, string, error)
 }
 
 // ImportResult is what an import did.

@@ -82,6 +82,12 @@ func TestPullList(t *testing.T) {
 	toolRef := host + "/team/tool:2"
 	digestRef := host + "/team/bydigest@" + byDigestDigest
 	mirrorRef := "mirror.example.com/team/mirrored:1"
+	// A second mirror comes from a K3s registries.yaml.
+	k3sRef := "k3s-mirror.example.com/team/app:1"
+	regYAML := filepath.Join(filepath.Dir(dataDir), "registries.yaml")
+	if err := os.WriteFile(regYAML, []byte(fmt.Sprintf("mirrors:\n  k3s-mirror.example.com:\n    endpoint:\n      - \"http://%s\"\n", host)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	list := strings.Join([]string{
 		"# pulled by holdfast",
 		appRef,
@@ -90,6 +96,7 @@ func TestPullList(t *testing.T) {
 		host + "/team/missing:9",
 		"Not A Valid Ref",
 		mirrorRef,
+		k3sRef,
 	}, "\n") + "\n"
 	listPath := filepath.Join(imagesDir, "list.txt")
 	if err := os.MkdirAll(imagesDir, 0o755); err != nil {
@@ -98,9 +105,9 @@ func TestPullList(t *testing.T) {
 	if err := os.WriteFile(listPath, []byte(list), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	good := []string{appRef, toolRef, digestRef, mirrorRef}
+	good := []string{appRef, toolRef, digestRef, mirrorRef, k3sRef}
 
-	res := d.sync(t, dataDir, imagesDir)
+	res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--registries-yaml", regYAML)
 	if res.Code != 1 {
 		t.Fatalf("sync exited %d, want 1 (two bad lines)\n%s\n%s", res.Code, res.Stdout, res.Stderr)
 	}

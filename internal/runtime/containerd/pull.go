@@ -37,7 +37,7 @@ func (r *Runtime) Pull(ctx context.Context, ref string, opts runtime.PullOptions
 		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
 		defer cancel()
 	}
-	hosts := config.HostOptions{}
+	hosts := config.HostOptions{Credentials: opts.Credentials}
 	if opts.HostsDir != "" {
 		hosts.HostDir = config.HostDirFromRoot(opts.HostsDir)
 	}

@@ -1,0 +1,244 @@
+// Package registries turns K3s's registries.yaml into containerd hosts.toml
+// files, so that pull lists follow the same mirrors as the node's K3s.
+//
+// What carries over: mirrors' endpoints (tried in order, the registry itself
+// last), TLS settings (ca_file, cert_file/key_file, insecure_skip_verify) and
+// credentials (username/password or auth) per host. What does not: rewrites
+// (hosts.toml has no equivalent); a registry that uses them gets a warning.
+package registries
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Marker starts every file this package writes; a hosts.toml without it is
+// the operator's and is never overwritten or removed.
+const Marker = "# Written by holdfast from "
+
+// File is K3s's registries.yaml.
+type File struct {
+	Mirrors map[string]Mirror `json:"mirrors"`
+	Configs map[string]Config `json:"configs"`
+}
+
+// Mirror lists the endpoints of one registry.
+type Mirror struct {
+	Endpoints []string          `json:"endpoint"`
+	Rewrite   map[string]string `json:"rewrite"`
+}
+
+// Config is the TLS and auth of one host.
+type Config struct {
+	Auth *Auth `json:"auth"`
+	TLS  *TLS  `json:"tls"`
+}
+
+// Auth is a host's credentials.
+type Auth struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+	Auth     string `json:"auth"` // base64 of username:password
+}
+
+// TLS is a host's TLS settings.
+type TLS struct {
+	CAFile             string `json:"ca_file"`
+	CertFile           string `json:"cert_file"`
+	KeyFile            string `json:"key_file"`
+	InsecureSkipVerify bool   `json:"insecure_skip_verify"`
+}
+
+// Credential is a username and password for a host.
+type Credential struct{ Username, Password string }
+
+// Load reads and parses a registries.yaml.
+func Load(path string) (File, error) {
+	var f File
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return f, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		return f, fmt.Errorf("parsing %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// HostsFiles returns the hosts.toml content for each registry, by directory
+// name (a registry host, or _default for K3s's "*"), and warnings.
+func (f File) HostsFiles(source string) (map[string]string, []string, error) {
+	out := map[string]string{}
+	var warnings []string
+	names := map[string]bool{}
+	for r := range f.Mirrors {
+		names[r] = true
+	}
+	for r := range f.Configs {
+		if !strings.Contains(r, "://") {
+			names[r] = true
+		}
+	}
+	sorted := make([]string, 0, len(names))
+	for r := range names {
+		sorted = append(sorted, r)
+	}
+	sort.Strings(sorted)
+	for _, reg := range sorted {
+		m := f.Mirrors[reg]
+		if len(m.Rewrite) > 0 {
+			warnings = append(warnings, fmt.Sprintf("%s: registry %s has rewrites, which hosts.toml cannot express; holdfast pulls it without them", source, reg))
+		}
+		dir := reg
+		var b strings.Builder
+		b.WriteString(Marker + source + "; changes here are overwritten.\n")
+		if reg == "*" {
+			dir = "_default"
+		} else {
+			fmt.Fprintf(&b, "server = %s\n", strconv.Quote(serverURL(reg)))
+			if c, ok := f.Configs[reg]; ok && c.TLS != nil {
+				writeTLS(&b, c.TLS)
+			}
+		}
+		for _, ep := range m.Endpoints {
+			u, err := endpointURL(ep)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: mirror %s: %w", source, reg, err)
+			}
+			fmt.Fprintf(&b, "\n[host.%s]\n  capabilities = [\"pull\", \"resolve\"]\n", strconv.Quote(u.String()))
+			if c, ok := f.config(u.Host); ok && c.TLS != nil {
+				writeTLS(&b, c.TLS)
+			}
+		}
+		out[dir] = b.String()
+	}
+	return out, warnings, nil
+}
+
+func writeTLS(b *strings.Builder, t *TLS) {
+	if t.CAFile != "" {
+		fmt.Fprintf(b, "  ca = %s\n", strconv.Quote(t.CAFile))
+	}
+	if t.CertFile != "" && t.KeyFile != "" {
+		fmt.Fprintf(b, "  client = [[%s, %s]]\n", strconv.Quote(t.CertFile), strconv.Quote(t.KeyFile))
+	}
+	if t.InsecureSkipVerify {
+		b.WriteString("  skip_verify = true\n")
+	}
+}
+
+func serverURL(reg string) string {
+	if reg == "docker.io" {
+		return "https://registry-1.docker.io"
+	}
+	return "https://" + reg
+}
+
+func endpointURL(ep string) (*url.URL, error) {
+	if !strings.Contains(ep, "://") {
+		ep = "https://" + ep
+	}
+	u, err := url.Parse(ep)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("endpoint %q is not a URL", ep)
+	}
+	return u, nil
+}
+
+// config finds a host's config, keyed by the host or by a URL of it.
+func (f File) config(host string) (Config, bool) {
+	if c, ok := f.Configs[host]; ok {
+		return c, true
+	}
+	for key, c := range f.Configs {
+		if u, err := url.Parse(key); err == nil && strings.Contains(key, "://") && u.Host == host {
+			return c, true
+		}
+	}
+	return Config{}, false
+}
+
+// Credentials returns the credentials per host.
+func (f File) Credentials() (map[string]Credential, error) {
+	out := map[string]Credential{}
+	for host, c := range f.Configs {
+		if c.Auth == nil {
+			continue
+		}
+		h := host
+		if strings.Contains(host, "://") {
+			u, err := url.Parse(host)
+			if err != nil {
+				return nil, fmt.Errorf("config %q: %w", host, err)
+			}
+			h = u.Host
+		}
+		cred := Credential{Username: c.Auth.Username, Password: c.Auth.Password}
+		if c.Auth.Auth != "" {
+			raw, err := base64.StdEncoding.DecodeString(c.Auth.Auth)
+			if err != nil {
+				return nil, fmt.Errorf("config %q: auth is not base64: %w", host, err)
+			}
+			user, pass, ok := strings.Cut(string(raw), ":")
+			if !ok {
+				return nil, fmt.Errorf("config %q: auth is not username:password", host)
+			}
+			cred = Credential{Username: user, Password: pass}
+		}
+		out[h] = cred
+	}
+	return out, nil
+}
+
+// Write writes the hosts.toml files into dir (one subdirectory each), removes
+// the ones it wrote before that are no longer wanted, and never touches a
+// hosts.toml it did not write.
+func Write(dir string, files map[string]string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, content := range files {
+		path := filepath.Join(dir, name, "hosts.toml")
+		if old, err := os.ReadFile(path); err == nil && !strings.HasPrefix(string(old), Marker) {
+			return fmt.Errorf("%s exists and was not written by holdfast; remove it or drop the registry from registries.yaml", path)
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return err
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if _, wanted := files[e.Name()]; wanted || !e.IsDir() {
+			continue
+		}
+		path := filepath.Join(dir, e.Name(), "hosts.toml")
+		if old, err := os.ReadFile(path); err == nil && strings.HasPrefix(string(old), Marker) {
+			if err := os.Remove(path); err != nil {
+				return err
+			}
+			_ = os.Remove(filepath.Dir(path))
+		}
+	}
+	return nil
+}
