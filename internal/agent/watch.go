@@ -29,9 +29,18 @@ type watcher struct {
 }
 
 func newWatcher(dirs []string, settle time.Duration, log *slog.Logger) (*watcher, error) {
+	return startWatcher(dirs, settle, log, false)
+}
+
+// startWatcher starts a watcher; forcePoll skips inotify (tests).
+func startWatcher(dirs []string, settle time.Duration, log *slog.Logger, forcePoll bool) (*watcher, error) {
 	w := &watcher{dirs: dirs, out: make(chan string, 1), done: make(chan struct{}), log: log,
 		poll: max(settle/2, time.Second), quiet: 200 * time.Millisecond}
-	fw, err := fsnotify.NewWatcher()
+	var fw *fsnotify.Watcher
+	err := errors.New("polling was asked for")
+	if !forcePoll {
+		fw, err = fsnotify.NewWatcher()
+	}
 	if err == nil {
 		w.fs = fw
 		for _, d := range dirs {

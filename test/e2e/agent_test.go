@@ -305,9 +305,21 @@ func TestAgentHeal(t *testing.T) {
 		t.Errorf("holdfast_heals_total did not move after crictl rmi")
 	}
 
-	// A synchronous delete of every record of it: GC runs, the lease keeps the content.
+	// A synchronous delete of every record of it: GC runs (an unleased control
+	// image deleted the same way loses its blobs), the lease keeps the content.
+	control := build(t, fixture.ImageSpec{Names: []string{"e2e.local/heal/control:1"}})
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(fixture.WriteOCI(context.Background(), pw, fixture.OCIOptions{Names: fixture.NameContainerd}, control))
+	}()
+	if _, err := d.Client.Import(d.ctx(), pr); err != nil {
+		t.Fatalf("importing the control image: %v", err)
+	}
+	controlLayer := control.Manifests[0].Layers[0].Digest()
+	d.deleteImageSync(t, control.Target.Digest)
 	rec, _ := d.record(t, "e2e.local/heal/app:1")
 	d.deleteImageSync(t, rec.Target.Digest)
+	eventually(t, "GC to remove the control image's layer", func() bool { return !d.hasBlob(t, controlLayer) })
 	check("image-service delete")
 	for _, b := range d.hostBlobs(t, rec.Target) {
 		if !d.hasBlob(t, b.Digest) {
