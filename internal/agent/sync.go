@@ -356,20 +356,28 @@ func Plan(ctx context.Context, rt hfruntime.Runtime, scan source.Result, importe
 	return reconcile.Diff(reconcile.Input{
 		Leases:   leases,
 		Present:  present,
-		Unknown:  unknownUnder(scan.Unreadable),
+		Unknown:  unknown(scan),
 		Imported: imported,
 		Records:  records,
 	}), nil
 }
 
-// unknownUnder reports paths at or below one whose sources are unknown this pass.
-func unknownUnder(paths []string) func(string) bool {
+// unknown reports the sources a pass cannot judge: those at or below a path
+// the scan could not read or must wait for, and those outside the scanned
+// images dirs (another configuration's, or a dir dropped from this one: they
+// keep their pins and leases rather than lose them to a mistyped --images).
+func unknown(scan source.Result) func(string) bool {
 	return func(path string) bool {
-		for _, d := range paths {
-			if path == d || strings.HasPrefix(path, d+string(filepath.Separator)) {
-				return true
-			}
-		}
-		return false
+		return under(scan.Unreadable, path) || !under(scan.Dirs, path)
 	}
+}
+
+func under(dirs []string, path string) bool {
+	for _, d := range dirs {
+		d = filepath.Clean(d)
+		if path == d || strings.HasPrefix(path, d+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
 }

@@ -196,7 +196,14 @@ func (o *options) agentConfig(parallel int) (agent.Config, error) {
 // imageDirs returns the images dirs (the default one created), and the data
 // dir's pins dir, where `holdfast pin` keeps local.pins.
 func (o *options) imageDirs() ([]string, error) {
-	dirs := o.images
+	var dirs []string
+	for _, d := range o.images {
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return nil, err
+		}
+		dirs = append(dirs, abs)
+	}
 	if len(dirs) == 0 {
 		dir := filepath.Join(o.dataDir, "images")
 		if err := os.MkdirAll(dir, 0o755); err != nil {

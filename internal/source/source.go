@@ -44,6 +44,7 @@ type Skipped struct {
 
 // Result is what a scan found.
 type Result struct {
+	Dirs    []string // the images dirs scanned: sources elsewhere are not this scan's to judge
 	Sources []Source
 	Skipped []Skipped
 	Errors  []error // directories or files that could not be read
@@ -56,7 +57,7 @@ type Result struct {
 // oci-layout file is one source and is not descended into. Dotfiles and
 // temporary names are skipped; other files are classified by their bytes.
 func Scan(dirs []string) Result {
-	var res Result
+	res := Result{Dirs: dirs}
 	seen := map[string]bool{}
 	for _, dir := range dirs {
 		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {

@@ -315,6 +315,18 @@ func TestDataDirLost(t *testing.T) {
 		t.Errorf("x still pinned: %v %v", cri, hf)
 	}
 	d.requirePinned(t, "e2e.local/lost/y:1")
+
+	// A sync pointed at another (empty) images dir judges only that dir: it
+	// unpins and releases nothing of this one's.
+	other := filepath.Join(filepath.Dir(imagesDir), "other-images")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c = d.syncOK(t, filepath.Join(filepath.Dir(imagesDir), "other-data"), other)
+	if c["unpinned"] != 0 || c["released"] != 0 {
+		t.Errorf("a sync of another images dir changed this one's: %v", c)
+	}
+	d.requirePinned(t, "e2e.local/lost/y:1")
 }
 
 // TestConflictAndDrift: the same name from two archives goes to the newest
