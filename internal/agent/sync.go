@@ -162,7 +162,17 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 		}
 	}
 
-	imported := a.importAll(ctx, todo, &sum)
+	// The leases as they are, read once: an unchanged source is then checked
+	// without reading its lease again.
+	known := map[string]*hfruntime.SourceState{}
+	if states, err := a.rt.Sources(ctx); err == nil {
+		for i := range states {
+			if st := &states[i]; st.Complete {
+				known[st.Source+"\x00"+st.Identity] = st
+			}
+		}
+	}
+	imported := a.importAll(ctx, todo, known, &sum)
 	lists := a.pullLists(ctx, pullLists, &sum, imported)
 	for p, pr := range a.pinLists(ctx, pinLists, scan, &sum, imported) {
 		lists[p] = pr
@@ -204,7 +214,7 @@ func (a *Agent) deferred(src source.Source, opts passOptions, now time.Time) (du
 
 // importAll imports the sources, a few at a time, and returns the leases
 // imported (not unchanged) in this pass.
-func (a *Agent) importAll(ctx context.Context, srcs []source.Source, sum *Summary) map[string]bool {
+func (a *Agent) importAll(ctx context.Context, srcs []source.Source, known map[string]*hfruntime.SourceState, sum *Summary) map[string]bool {
 	parallel := a.cfg.Parallel
 	if parallel <= 0 {
 		parallel = min(4, max(2, runtime.NumCPU()))
@@ -216,7 +226,7 @@ func (a *Agent) importAll(ctx context.Context, srcs []source.Source, sum *Summar
 	for _, src := range srcs {
 		g.Go(func() error {
 			began := time.Now()
-			res, err := importSource(gctx, a.rt, src)
+			res, err := importSource(gctx, a.rt, src, known[src.Path+"\x00"+src.Identity])
 			mu.Lock()
 			defer mu.Unlock()
 			sum.BytesRead += res.BytesRead
@@ -304,8 +314,9 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 	a.rec.Released(sum.Released)
 }
 
-func importSource(ctx context.Context, rt hfruntime.Runtime, src source.Source) (hfruntime.ImportResult, error) {
+func importSource(ctx context.Context, rt hfruntime.Runtime, src source.Source, prior *hfruntime.SourceState) (hfruntime.ImportResult, error) {
 	req := hfruntime.ImportRequest{
+		Prior:    prior,
 		Source:   src.Path,
 		Identity: src.Identity,
 		MtimeNs:  src.MtimeNs,

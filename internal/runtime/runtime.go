@@ -64,13 +64,16 @@ type Want struct {
 
 // SourceState is the desired state of one source, as kept in the store on its lease.
 type SourceState struct {
-	Lease     string    `json:"lease"`
-	Source    string    `json:"source"`
-	Identity  string    `json:"identity"`
-	MtimeNs   int64     `json:"mtimeNs"` // the source's mtime: on a conflict the newest source wins
-	Images    []Want    `json:"images"`
-	Complete  bool      `json:"-"` // the state blob exists: the import finished
-	CreatedAt time.Time `json:"-"`
+	Lease    string `json:"lease"`
+	Source   string `json:"source"`
+	Identity string `json:"identity"`
+	MtimeNs  int64  `json:"mtimeNs"` // the source's mtime: on a conflict the newest source wins
+	Images   []Want `json:"images"`
+	// Blobs are the host-platform blobs the images need: the source is intact
+	// while every one is in the store.
+	Blobs     []digest.Digest `json:"blobs,omitempty"`
+	Complete  bool            `json:"-"` // the state blob exists: the import finished
+	CreatedAt time.Time       `json:"-"`
 }
 
 // ServerInfo describes the store's server.
@@ -85,6 +88,7 @@ type ImportRequest struct {
 	Identity string                        // changes whenever the content may have changed
 	MtimeNs  int64                         // the source mtime
 	Dir      bool                          // an OCI layout directory, not a file
+	Prior    *SourceState                  // the source's state at this identity if the caller read it already
 	Open     func() (io.ReadCloser, error) // opens the archive stream (files)
 }
 

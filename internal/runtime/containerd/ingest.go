@@ -36,7 +36,7 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 	id := LeaseID(req.Source, req.Identity)
 	res := runtime.ImportResult{Lease: id}
 
-	prior, unchanged, err := r.openLease(ctx, id, req.Source, req.Identity)
+	prior, unchanged, err := r.openLease(ctx, id, req.Source, req.Identity, req.Prior)
 	if err != nil || unchanged {
 		res.Images, res.Unchanged = prior.Images, unchanged
 		return res, err
@@ -157,7 +157,13 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 	if err := r.addToLease(ctx, toLease); err != nil {
 		return nil, err
 	}
-	state := runtime.SourceState{Lease: leaseFromContext(ctx), Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants}
+	var required []digest.Digest
+	for _, ref := range need {
+		if ref.required {
+			required = append(required, ref.desc.Digest)
+		}
+	}
+	state := runtime.SourceState{Lease: leaseFromContext(ctx), Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required}
 	if err := r.writeState(ctx, ing, state); err != nil {
 		return nil, err
 	}
@@ -217,10 +223,16 @@ func withDigestNames(imgs []archive.Image) []runtime.Want {
 // openLease reads a source's lease at this identity. When it holds a complete
 // import whose content is intact, the source is unchanged and nothing more is
 // to be done; otherwise the lease is made (or kept) for a new import.
-func (r *Runtime) openLease(ctx context.Context, id, source, identity string) (runtime.SourceState, bool, error) {
-	prior, err := r.readState(ctx, id)
-	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
-		return prior, false, err
+// known is the state the caller read already, if any.
+func (r *Runtime) openLease(ctx context.Context, id, source, identity string, known *runtime.SourceState) (runtime.SourceState, bool, error) {
+	var prior runtime.SourceState
+	if known != nil && known.Lease == id && known.Complete {
+		prior = *known
+	} else {
+		var err error
+		if prior, err = r.readState(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			return prior, false, err
+		}
 	}
 	if prior.Complete {
 		if ok, err := r.intact(ctx, prior); err != nil || ok {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -196,6 +197,17 @@ func (r *Runtime) Intact(ctx context.Context, st runtime.SourceState) (bool, err
 
 func (r *Runtime) intact(ctx context.Context, st runtime.SourceState) (bool, error) {
 	cs := r.client.ContentStore()
+	if len(st.Blobs) > 0 {
+		for _, d := range st.Blobs {
+			if _, err := cs.Info(ctx, d); err != nil {
+				if errdefs.IsNotFound(err) {
+					return false, nil
+				}
+				return false, err
+			}
+		}
+		return true, nil
+	}
 	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
 		return content.ReadBlob(ctx, cs, desc)
 	}
@@ -245,7 +257,7 @@ func (r *Runtime) LeaseWants(ctx context.Context, req runtime.LeaseRequest) (run
 	ctx = r.ns(ctx)
 	id := LeaseID(req.Source, req.Identity)
 	res := runtime.ImportResult{Lease: id}
-	prior, unchanged, err := r.openLease(ctx, id, req.Source, req.Identity)
+	prior, unchanged, err := r.openLease(ctx, id, req.Source, req.Identity, nil)
 	if err != nil || unchanged {
 		res.Images, res.Unchanged = prior.Images, unchanged
 		return res, err
@@ -256,9 +268,10 @@ func (r *Runtime) LeaseWants(ctx context.Context, req runtime.LeaseRequest) (run
 		return content.ReadBlob(ctx, cs, desc)
 	}
 	var (
-		blobs []digest.Digest
-		kept  []runtime.Want
-		errs  []error
+		blobs    []digest.Digest
+		required []digest.Digest
+		kept     []runtime.Want
+		errs     []error
 	)
 	for _, w := range req.Wants {
 		refs, err := r.closure(ctx, w.Target, read)
@@ -266,9 +279,12 @@ func (r *Runtime) LeaseWants(ctx context.Context, req runtime.LeaseRequest) (run
 			errs = append(errs, fmt.Errorf("%s: %w", w.Name, err))
 			continue
 		}
-		var have []digest.Digest
+		var have, need []digest.Digest
 		complete := true
 		for _, ref := range refs {
+			if ref.required {
+				need = append(need, ref.desc.Digest)
+			}
 			if _, err := cs.Info(ctx, ref.desc.Digest); err == nil {
 				have = append(have, ref.desc.Digest)
 			} else if ref.required {
@@ -279,6 +295,7 @@ func (r *Runtime) LeaseWants(ctx context.Context, req runtime.LeaseRequest) (run
 		}
 		if complete {
 			blobs = append(blobs, have...)
+			required = append(required, need...)
 			kept = append(kept, w)
 		}
 	}
@@ -286,7 +303,8 @@ func (r *Runtime) LeaseWants(ctx context.Context, req runtime.LeaseRequest) (run
 		return res, err
 	}
 	ing := r.newIngester()
-	st := runtime.SourceState{Lease: id, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: kept}
+	slices.Sort(required)
+	st := runtime.SourceState{Lease: id, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: kept, Blobs: slices.Compact(required)}
 	if err := r.writeState(lctx, ing, st); err != nil {
 		r.abandon(ctx, id, !prior.Complete, ing)
 		return res, err
