@@ -1,0 +1,216 @@
+// Package fake is an in-memory runtime.Runtime for unit tests of pure logic:
+// records with labels, source states and a content set. It imports nothing
+// and pulls nothing unless a test says how.
+package fake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/holdfast-project/holdfast/internal/runtime"
+)
+
+// Runtime is the fake. The exported funcs, when set, answer Import and Pull.
+type Runtime struct {
+	ImportFunc func(runtime.ImportRequest) (runtime.ImportResult, error)
+	PullFunc   func(ref string) (runtime.Want, error)
+
+	mu      sync.Mutex
+	records map[string]runtime.Image
+	states  map[string]runtime.SourceState
+	content map[digest.Digest]bool
+	events  chan runtime.ImageEvent
+	pins    int // Pin calls that changed something
+}
+
+var _ runtime.Runtime = &Runtime{}
+
+// New makes an empty fake.
+func New() *Runtime {
+	return &Runtime{records: map[string]runtime.Image{}, states: map[string]runtime.SourceState{},
+		content: map[digest.Digest]bool{}, events: make(chan runtime.ImageEvent, 64)}
+}
+
+// Emit sends an image event to the watcher.
+func (r *Runtime) Emit(ev runtime.ImageEvent) { r.events <- ev }
+
+// Delete removes a record, as crictl rmi would, and emits its event.
+func (r *Runtime) Delete(name string) {
+	r.mu.Lock()
+	delete(r.records, name)
+	r.mu.Unlock()
+	r.Emit(runtime.ImageEvent{Kind: runtime.ImageDeleted, Name: name})
+}
+
+// Record returns one record.
+func (r *Runtime) Record(name string) (runtime.Image, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	img, ok := r.records[name]
+	return img, ok
+}
+
+// PutState stores a source state as if an import had made it.
+func (r *Runtime) PutState(st runtime.SourceState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st.Complete = true
+	r.states[st.Lease] = st
+}
+
+// Pins counts the Pin calls that changed a record.
+func (r *Runtime) Pins() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pins
+}
+
+func (r *Runtime) Server(context.Context) (runtime.ServerInfo, error) {
+	return runtime.ServerInfo{Version: "fake", UUID: "fake"}, nil
+}
+
+func (r *Runtime) Import(_ context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
+	if r.ImportFunc == nil {
+		return runtime.ImportResult{}, errors.New("fake: no ImportFunc")
+	}
+	res, err := r.ImportFunc(req)
+	if err == nil && !res.Unchanged {
+		r.PutState(runtime.SourceState{Lease: res.Lease, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: res.Images})
+	}
+	return res, err
+}
+
+func (r *Runtime) LeaseWants(_ context.Context, req runtime.LeaseRequest) (runtime.ImportResult, error) {
+	id := runtime.LeasePrefix + req.Source + "@" + req.Identity
+	r.PutState(runtime.SourceState{Lease: id, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: req.Wants})
+	return runtime.ImportResult{Lease: id, Images: req.Wants}, nil
+}
+
+func (r *Runtime) Pull(_ context.Context, ref string, _ runtime.PullOptions) (runtime.Want, error) {
+	if r.PullFunc == nil {
+		return runtime.Want{}, fmt.Errorf("fake: cannot pull %s", ref)
+	}
+	return r.PullFunc(ref)
+}
+
+func (r *Runtime) TempLease(context.Context) (string, error) { return runtime.LeasePrefix + "tmp", nil }
+
+func (r *Runtime) Intact(context.Context, runtime.SourceState) (bool, error) { return true, nil }
+
+func (r *Runtime) Records(context.Context) ([]runtime.Image, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]runtime.Image, 0, len(r.records))
+	for _, img := range r.records {
+		out = append(out, img)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (r *Runtime) Images(ctx context.Context) ([]runtime.ImageDetail, error) {
+	recs, _ := r.Records(ctx)
+	out := make([]runtime.ImageDetail, 0, len(recs))
+	for _, img := range recs {
+		out = append(out, runtime.ImageDetail{Image: img})
+	}
+	return out, nil
+}
+
+func (r *Runtime) Sources(context.Context) ([]runtime.SourceState, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]runtime.SourceState, 0, len(r.states))
+	for _, st := range r.states {
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Lease < out[j].Lease })
+	return out, nil
+}
+
+func (r *Runtime) Pin(_ context.Context, w runtime.Want) (runtime.PinResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	img, ok := r.records[w.Name]
+	var res runtime.PinResult
+	if !ok {
+		img = runtime.Image{Name: w.Name, Labels: map[string]string{}}
+		res.Created = true
+	}
+	if img.Labels == nil {
+		img.Labels = map[string]string{}
+	}
+	if ok && img.Target.Digest != w.Target.Digest {
+		res.Retargeted = true
+	}
+	img.Target = w.Target
+	if img.Labels[runtime.LabelPinned] != runtime.PinnedValue || img.Labels[runtime.LabelCRIPinned] != runtime.PinnedValue {
+		if ok && img.Labels[runtime.LabelPinned] != runtime.PinnedValue && img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {
+			img.Labels[runtime.LabelPriorPin] = "true"
+		}
+		res.Labelled = ok
+	}
+	img.Labels[runtime.LabelPinned] = runtime.PinnedValue
+	img.Labels[runtime.LabelCRIPinned] = runtime.PinnedValue
+	r.records[w.Name] = img
+	if res.Changed() {
+		r.pins++
+	}
+	return res, nil
+}
+
+func (r *Runtime) Unpin(_ context.Context, name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	img, ok := r.records[name]
+	if !ok || img.Labels[runtime.LabelPinned] != runtime.PinnedValue {
+		return nil
+	}
+	delete(img.Labels, runtime.LabelPinned)
+	if img.Labels[runtime.LabelPriorPin] == "true" {
+		delete(img.Labels, runtime.LabelPriorPin)
+	} else {
+		delete(img.Labels, runtime.LabelCRIPinned)
+	}
+	r.records[name] = img
+	return nil
+}
+
+func (r *Runtime) Release(_ context.Context, lease string) error {
+	if !strings.HasPrefix(lease, runtime.LeasePrefix) {
+		return fmt.Errorf("lease %s is not holdfast's", lease)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.states, lease)
+	return nil
+}
+
+func (r *Runtime) WatchImages(ctx context.Context) (<-chan runtime.ImageEvent, <-chan error) {
+	out := make(chan runtime.ImageEvent)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev := <-r.events:
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, make(chan error)
+}
+
+func (r *Runtime) Cleanup(context.Context) error { return nil }
+func (r *Runtime) Close() error                  { return nil }
