@@ -39,5 +39,15 @@ test: lint
 unit:
 	$(GO) test -short -count=1 ./internal/...
 
+# bench: holdfast side by side with ctr and the machine's floor (bench/, docs/benchmarks.md); writes
+# bench/results/latest.json. BENCH_FLAGS=-quick for a one-minute smoke run; see -h for the rest.
+BENCH_FLAGS ?=
+
+.PHONY: bench
+bench: build
+	$(GO) build -trimpath -ldflags '-s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)' \
+		-o $(BIN)/ctr github.com/containerd/containerd/v2/cmd/ctr
+	$(GO) run ./bench/cmd/holdfast-bench -holdfast $(BIN)/holdfast -ctr $(BIN)/ctr $(BENCH_FLAGS)
+
 clean:
 	rm -rf $(BIN)

@@ -68,9 +68,9 @@ their pins are not listed.`,
 					actions = append(actions, PlanAction{Action: "import", Source: src.Path, Reason: reason})
 				}
 			}
-			// What a pin list wants is only worked out by a sync: keep its lease as it is.
+			// What a pin or pull list wants is only worked out by a sync: keep its lease as it is.
 			for _, src := range scan.Sources {
-				if src.Kind == source.PinList {
+				if src.Kind == source.PinList || src.Kind == source.PullList {
 					scan.Unreadable = append(scan.Unreadable, src.Path)
 				}
 			}
