@@ -1,0 +1,263 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// coldMethod is one contender of a cold-import scenario. Each measurement
+// gets a fresh embedded containerd on a new data dir (unless it needs none).
+type coldMethod struct {
+	scenario, method string
+	containerd       bool     // needs a fresh containerd
+	names            []string // the records the import must leave
+	pinned           bool     // ... pinned by holdfast
+	run              func(ctx context.Context, env coldEnv) (procRun, error)
+}
+
+// coldEnv is where one measurement runs.
+type coldEnv struct {
+	dir string // the measurement's own directory
+	st  *store // nil when the method needs no containerd
+}
+
+// cold measures every cold-import scenario, alternating the contenders: in
+// each round every method of every scenario runs once, in the same order.
+func (h *harness) cold(ctx context.Context) error {
+	ms := h.coldMethods()
+	if len(ms) == 0 {
+		return nil
+	}
+	for round := 1; round <= h.cfg.Rounds; round++ {
+		for _, m := range ms {
+			s, err := h.measureCold(ctx, m, round)
+			if err != nil {
+				return err
+			}
+			h.record(s)
+		}
+	}
+	return nil
+}
+
+func (h *harness) coldMethods() []coldMethod {
+	a := h.arch
+	var ms []coldMethod
+	if h.cfg.runs("P1") {
+		ms = append(ms,
+			h.holdfastSync(ScenarioP1, MethodHoldfast, a.GroupDir("large"), a.Large),
+			h.ctrImport(ScenarioP1, MethodCtr, false, a.Large),
+			h.ctrImport(ScenarioP1, MethodCtrLocal, true, a.Large),
+			h.floor(ScenarioP1, a.Large),
+			h.holdfastSync(ScenarioP1, MethodHoldfastZst, a.GroupDir("large-zst"), a.LargeZst),
+		)
+	}
+	if h.cfg.runs("P1s") {
+		ms = append(ms,
+			h.holdfastSync(ScenarioP1Small, MethodHoldfast, a.GroupDir("small"), a.Small),
+			h.ctrImport(ScenarioP1Small, MethodCtr, false, a.Small),
+			h.ctrImport(ScenarioP1Small, MethodCtrLocal, true, a.Small),
+			h.floor(ScenarioP1Small, a.Small),
+		)
+	}
+	if h.cfg.runs("P2") {
+		ms = append(ms,
+			h.holdfastSync(ScenarioP2, MethodHoldfast, a.GroupDir("medium"), a.Medium...),
+			h.ctrImport(ScenarioP2, MethodCtr, false, a.Medium...),
+			h.ctrImport(ScenarioP2, MethodCtrLocal, true, a.Medium...),
+		)
+	}
+	return ms
+}
+
+// holdfastSync is one `holdfast sync` of an images dir holding archives.
+func (h *harness) holdfastSync(scenario, method, imagesDir string, archives ...Archive) coldMethod {
+	return coldMethod{
+		scenario: scenario, method: method, containerd: true, names: Names(archives...), pinned: true,
+		run: func(ctx context.Context, env coldEnv) (procRun, error) {
+			return h.runSync(ctx, env.st, filepath.Join(env.dir, "holdfast"), imagesDir, filepath.Join(env.dir, "sync"))
+		},
+	}
+}
+
+// runSync runs `holdfast sync` against st with its own data dir and checks
+// that it succeeded.
+func (h *harness) runSync(ctx context.Context, st *store, dataDir, imagesDir, logBase string) (procRun, error) {
+	r, err := runProc(ctx, logBase, h.cfg.Tools.Holdfast,
+		"sync", "--address", st.Address(), "--data-dir", dataDir, "--images", imagesDir)
+	if err != nil {
+		return r, err
+	}
+	if _, err := parseSummary(r.Stdout); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// ctrImport imports archives with ctr one after another, through the
+// transfer service or with --local (client.Import: what K3s does).
+func (h *harness) ctrImport(scenario, method string, local bool, archives ...Archive) coldMethod {
+	return coldMethod{
+		scenario: scenario, method: method, containerd: true, names: Names(archives...),
+		run: func(ctx context.Context, env coldEnv) (procRun, error) {
+			return h.runCtrImports(ctx, env.st, filepath.Join(env.dir, "ctr"), local, archives)
+		},
+	}
+}
+
+// runCtrImports runs `ctr images import --no-unpack [--local]` for each
+// archive in turn; the wall time is the whole sequence, the CPU time the sum,
+// the RSS the largest.
+func (h *harness) runCtrImports(ctx context.Context, st *store, logBase string, local bool, archives []Archive) (procRun, error) {
+	var total procRun
+	start := time.Now()
+	for i, a := range archives {
+		args := []string{"-a", st.Address(), "-n", Namespace, "images", "import", "--no-unpack"}
+		if local {
+			args = append(args, "--local")
+		}
+		r, err := runProc(ctx, fmt.Sprintf("%s-%d", logBase, i), h.cfg.Tools.Ctr, append(args, a.Path)...)
+		total.CPU += r.CPU
+		total.MaxRSS = max(total.MaxRSS, r.MaxRSS)
+		if err != nil {
+			return total, fmt.Errorf("importing %s with ctr: %w", a.Path, err)
+		}
+	}
+	total.Wall = time.Since(start)
+	return total, nil
+}
+
+// floor runs WriteFloor on the archive, in the harness process.
+func (h *harness) floor(scenario string, a Archive) coldMethod {
+	return coldMethod{
+		scenario: scenario, method: MethodFloor,
+		run: func(ctx context.Context, env coldEnv) (procRun, error) {
+			var r procRun
+			cpu0 := selfCPU()
+			start := time.Now()
+			res, err := WriteFloor(ctx, a.Path, filepath.Join(env.dir, "floor"))
+			r.Wall = time.Since(start)
+			r.CPU = selfCPU() - cpu0
+			if err == nil && res.Blobs == 0 {
+				err = fmt.Errorf("writing the floor of %s: no blobs in it", a.Path)
+			}
+			return r, err
+		},
+	}
+}
+
+// selfCPU is the CPU time the harness process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// measureCold runs one measurement of m in a new directory, on a fresh
+// containerd when m needs one, and removes both afterwards. The error is
+// only for what stops the harness (ctx); a failed import is in the sample.
+func (h *harness) measureCold(ctx context.Context, m coldMethod, round int) (s Sample, err error) {
+	s = Sample{Scenario: m.scenario, Method: m.method, Round: round}
+	dir, err := h.newRunDir()
+	if err != nil {
+		return s, err
+	}
+	defer func() {
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("removing %s: %w", dir, rerr))
+		}
+	}()
+	if err := h.quiesce(); err != nil {
+		return s, err
+	}
+	env := coldEnv{dir: dir}
+	if m.containerd {
+		st, err := startStore(ctx, filepath.Join(dir, "containerd"), h.cfg.Tools.Holdfast)
+		if err != nil {
+			if ctx.Err() != nil {
+				return s, ctx.Err()
+			}
+			return s, fmt.Errorf("starting containerd for %s / %s: %w", m.scenario, m.method, err)
+		}
+		defer func() {
+			if serr := st.stop(ctx); serr != nil {
+				err = errors.Join(err, serr)
+			}
+		}()
+		h.noteVersion(ctx, st)
+		env.st = st
+	}
+	meter := startMeter(env.st)
+	r, runErr := m.run(ctx, env)
+	if ctx.Err() != nil {
+		return s, ctx.Err()
+	}
+	s.Seconds = r.Wall.Seconds()
+	s.ClientCPUSeconds = r.CPU.Seconds()
+	s.MaxRSSBytes = r.MaxRSS
+	s.Summary = summaryLine(r.Stdout)
+	child := r.CPU
+	if !m.containerd {
+		child = 0 // the floor runs in the harness: its CPU is the harness's
+	}
+	meter.finish(&s, child)
+	if env.st != nil {
+		if runErr == nil {
+			runErr = env.st.checkImages(ctx, m.names, m.pinned)
+		}
+	}
+	if runErr != nil {
+		s.Error = runErr.Error()
+	}
+	return s, nil
+}
+
+// syncSummary is the counts of holdfast sync's summary line.
+type syncSummary struct {
+	Imported, Unchanged, Healed, Unpinned, Failed int
+	Duration                                      time.Duration // its own "read in" time
+}
+
+// summaryLine is the "sync: ..." line of holdfast sync's output, or "".
+func summaryLine(stdout string) string {
+	for _, line := range strings.Split(stdout, "\n") {
+		if strings.HasPrefix(line, "sync: ") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
+}
+
+// parseSummary reads holdfast sync's summary line.
+func parseSummary(stdout string) (syncSummary, error) {
+	var s syncSummary
+	line := summaryLine(stdout)
+	re := regexp.MustCompile(`^sync: (\d+) imported, (\d+) unchanged, (\d+) healed, (\d+) unpinned, (\d+) failed;.* read in (\S+)$`)
+	m := re.FindStringSubmatch(line)
+	if m == nil {
+		return s, fmt.Errorf("holdfast sync printed no summary line I can read: %q", strings.TrimSpace(stdout))
+	}
+	counts := []*int{&s.Imported, &s.Unchanged, &s.Healed, &s.Unpinned, &s.Failed}
+	for i, p := range counts {
+		*p, _ = strconv.Atoi(m[i+1])
+	}
+	d, err := time.ParseDuration(m[6])
+	if err != nil {
+		return s, fmt.Errorf("holdfast sync's summary line %q: %w", line, err)
+	}
+	s.Duration = d
+	if s.Failed > 0 {
+		return s, fmt.Errorf("holdfast sync failed on %d sources: %s", s.Failed, line)
+	}
+	return s, nil
+}

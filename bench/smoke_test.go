@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSmoke runs the whole harness in quick mode: tiny archives, one round,
+// real containerds, holdfast and ctr. It takes about a minute, so it runs
+// only with HOLDFAST_BENCH_SMOKE=1 (as root).
+func TestSmoke(t *testing.T) {
+	if os.Getenv("HOLDFAST_BENCH_SMOKE") != "1" {
+		t.Skip("set HOLDFAST_BENCH_SMOKE=1 to run the bench harness end to end in quick mode (root, about a minute)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the bench harness starts containerd: run as root")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	// Short dirs: containerd's socket paths must stay within 104 bytes.
+	tmp, err := os.MkdirTemp("", "hfb-smoke-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	tools, err := BuildTools(ctx, filepath.Join(tmp, "bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress bytes.Buffer
+	cfg := Config{Tools: tools, Set: QuickSet(), Rounds: 1, ZstdWindow: 8 << 20, WorkDir: tmp, Progress: &progress, Command: "smoke"}
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	for _, s := range res.Samples {
+		if s.Error != "" {
+			t.Errorf("%s / %s #%d failed: %s", s.Scenario, s.Method, s.Round, s.Error)
+		}
+	}
+	want := map[string][]string{
+		ScenarioP1:      {MethodHoldfast, MethodCtr, MethodCtrLocal, MethodFloor, MethodHoldfastZst},
+		ScenarioP1Small: {MethodHoldfast, MethodCtr, MethodCtrLocal, MethodFloor},
+		ScenarioP2:      {MethodHoldfast, MethodCtr, MethodCtrLocal},
+		ScenarioP3:      {MethodHoldfastSetup, MethodHoldfastWarm, MethodHoldfastNoCache, MethodProcessStart, MethodCtrLocal},
+		ScenarioHeal:    {MethodAgent},
+		ScenarioWatch:   {MethodAgent},
+	}
+	for scenario, methods := range want {
+		for _, m := range methods {
+			if s := findStat(res.Stats, scenario, m); s == nil || s.N == 0 {
+				t.Errorf("no successful sample of %s / %s", scenario, m)
+			}
+		}
+	}
+	if s := findStat(res.Stats, ScenarioHeal, MethodAgent); s != nil && s.N != cfg.Set.Heal.Count {
+		t.Errorf("%d heal samples, want %d", s.N, cfg.Set.Heal.Count)
+	}
+	if len(res.Targets) < 12 {
+		t.Errorf("only %d targets evaluated", len(res.Targets))
+	}
+	if res.Machine.ContainerdVersion == "" || res.Machine.CPUs == 0 || res.Machine.Filesystem == "" {
+		t.Errorf("machine facts incomplete: %+v", res.Machine)
+	}
+
+	var report strings.Builder
+	if err := WriteReport(&report, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"| P1 ", "| P4 heal", "P6 zst vs tar"} {
+		if !strings.Contains(report.String(), s) {
+			t.Errorf("report lacks %q:\n%s", s, report.String())
+		}
+	}
+	out := filepath.Join(tmp, "latest.json")
+	if err := WriteJSON(out, res); err != nil {
+		t.Fatal(err)
+	}
+	var back Results
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Samples) != len(res.Samples) {
+		t.Errorf("the JSON does not read back (%v)", err)
+	}
+	// Nothing is left: the work dir is gone and no containerd or agent runs.
+	left, _ := filepath.Glob(filepath.Join(tmp, "hfb-*"))
+	if len(left) > 0 {
+		t.Errorf("work dir left behind: %v", left)
+	}
+	if pids := processesUnder(tools.Holdfast); len(pids) > 0 {
+		t.Errorf("processes of %s still running: %v", tools.Holdfast, pids)
+	}
+}
+
+// processesUnder lists the pids whose executable is bin.
+func processesUnder(bin string) []string {
+	var pids []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == bin {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
+}
