@@ -1,6 +1,7 @@
 // Package archive reads image archives (docker save, Docker ≥25 hybrid, OCI image
-// layout as a tar or a directory), plain or compressed, in one pass. It knows
-// nothing of containerd: blob bytes go to a Store, documents come back in memory.
+// layout as a tar or a directory), plain or compressed, in one pass; blobs of a
+// seekable archive are written concurrently after it. It knows nothing of
+// containerd: blob bytes go to a Store, documents come back in memory.
 package archive
 
 import (
@@ -32,7 +33,10 @@ const (
 	Lz4   Compression = "lz4"
 )
 
-// Store receives blob bytes during a walk. The walker calls it from one goroutine.
+// Store receives blob bytes during a walk. Its methods may be called from
+// several goroutines at once: a walk of a seekable archive or of a layout
+// directory writes up to WalkOptions.Concurrency blobs concurrently. Every call
+// has returned when the walk returns.
 type Store interface {
 	// Has reports whether the store already holds the complete blob.
 	Has(ctx context.Context, dgst digest.Digest) (bool, error)
@@ -55,4 +59,26 @@ type Result struct {
 	Docs        map[digest.Digest][]byte // JSON documents (indexes, manifests, configs), not given to Store.Put
 	Blobs       map[digest.Digest]int64  // other blobs the archive holds, written or already present, with sizes
 	BytesRead   int64                    // size of the archive as stored (compressed); bytes of skipped blobs that were seeked over count too
+}
+
+// DefaultConcurrency is the number of blobs a walk writes at once unless
+// WalkOptions says otherwise.
+const DefaultConcurrency = 4
+
+// WalkOptions tune a walk.
+type WalkOptions struct {
+	// Concurrency is how many blobs are written to the Store at once when the
+	// archive can be read again at any offset: an uncompressed tar given as an
+	// io.ReaderAt that is also an io.Seeker (an *os.File), or a layout
+	// directory. The walk then reads the tar headers first and writes the blobs
+	// afterwards, the largest first. 0 means DefaultConcurrency; 1 writes each
+	// blob as the single pass meets it, as with any other input.
+	Concurrency int
+}
+
+func (o WalkOptions) concurrency() int {
+	if o.Concurrency <= 0 {
+		return DefaultConcurrency
+	}
+	return o.Concurrency
 }

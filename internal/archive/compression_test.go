@@ -308,3 +308,27 @@ func BenchmarkSniff(b *testing.B) {
 		Sniff(heads[i%len(heads)])
 	}
 }
+
+// BenchmarkDecompress decodes 16 MiB of text that compresses a bit, for each
+// compression: MB/s of decompressed bytes; ratio is compressed/decompressed.
+func BenchmarkDecompress(b *testing.B) {
+	data := compressible(16<<20, 3)
+	for _, c := range allCompressions[1:] {
+		b.Run(string(c), func(b *testing.B) {
+			comp := compress(b, c, data)
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				rc, _, err := Decompress(bytes.NewReader(comp))
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, err := io.Copy(io.Discard, rc)
+				rc.Close()
+				if err != nil || n != int64(len(data)) {
+					b.Fatalf("%d bytes, %v", n, err)
+				}
+			}
+			b.ReportMetric(float64(len(comp))/float64(len(data)), "ratio")
+		})
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/distribution/reference"
@@ -33,9 +35,9 @@ func FuzzWalk(f *testing.F) {
 		// fast by accepting small windows only.
 		lim := defaultLimits()
 		lim.zstdWindow = 1 << 20
-		res, err := walk(t.Context(), bytes.NewReader(b), st, lim)
+		res, err := walk(t.Context(), bytes.NewReader(b), st, WalkOptions{Concurrency: 4}, lim)
 		// The same bytes as a stream (no seeking) give the same outcome.
-		res2, err2 := walk(t.Context(), struct{ io.Reader }{bytes.NewReader(b)}, newMemStore(), lim)
+		res2, err2 := walk(t.Context(), struct{ io.Reader }{bytes.NewReader(b)}, newMemStore(), WalkOptions{}, lim)
 		if (err == nil) != (err2 == nil) {
 			t.Fatalf("seekable: %v; stream: %v", err, err2)
 		}
@@ -49,6 +51,9 @@ func FuzzWalk(f *testing.F) {
 		j2, _ := json.Marshal(res2.Images)
 		if !bytes.Equal(j1, j2) || res.BytesRead != res2.BytesRead {
 			t.Fatalf("seekable and stream differ: %v %d; %v %d", res.Images, res.BytesRead, res2.Images, res2.BytesRead)
+		}
+		if !maps.EqualFunc(res.Docs, res2.Docs, bytes.Equal) || !maps.Equal(res.Blobs, res2.Blobs) {
+			t.Fatalf("seekable and stream differ: docs %v, blobs %v; docs %v, blobs %v", slices.Collect(maps.Keys(res.Docs)), res.Blobs, slices.Collect(maps.Keys(res2.Docs)), res2.Blobs)
 		}
 		if res.BytesRead != int64(len(b)) {
 			t.Errorf("BytesRead %d of %d", res.BytesRead, len(b))

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,8 +25,10 @@ import (
 	"github.com/ulikunitz/xz"
 )
 
-// memStore is an in-memory Store that counts its calls.
+// memStore is an in-memory Store that counts its calls. Its methods may run
+// concurrently; read its fields once the walk has returned.
 type memStore struct {
+	mu         sync.Mutex
 	blobs      map[digest.Digest][]byte
 	present    map[digest.Digest]bool // blobs the store "has" without their bytes
 	hasN       int
@@ -38,6 +41,8 @@ func newMemStore() *memStore {
 }
 
 func (s *memStore) Has(_ context.Context, d digest.Digest) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.hasN++
 	_, ok := s.blobs[d]
 	return ok || s.present[d], nil
@@ -58,6 +63,8 @@ func (s *memStore) Put(_ context.Context, expected digest.Digest, size int64, r 
 			return "", fmt.Errorf("put: digest %s, expected %s", d, expected)
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.present[d] {
 		s.putPresent = append(s.putPresent, d)
 		return d, nil
@@ -65,6 +72,56 @@ func (s *memStore) Put(_ context.Context, expected digest.Digest, size int64, r 
 	s.blobs[d] = b
 	s.puts = append(s.puts, d)
 	return d, nil
+}
+
+// overlapStore is a memStore whose Put calls wait, up to a deadline, until
+// two of them run at once: a walk that writes blobs concurrently shows it
+// without depending on the scheduler's luck.
+type overlapStore struct {
+	*memStore
+	wait time.Duration // 0: do not wait
+
+	mu     sync.Mutex
+	active int
+	both   chan struct{} // closed once two Put calls ran at once
+}
+
+func newOverlapStore(wait time.Duration) *overlapStore {
+	return &overlapStore{memStore: newMemStore(), wait: wait, both: make(chan struct{})}
+}
+
+func (s *overlapStore) Put(ctx context.Context, expected digest.Digest, size int64, r io.Reader) (digest.Digest, error) {
+	s.mu.Lock()
+	s.active++
+	if s.active == 2 && !s.overlapped() {
+		close(s.both)
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.active--
+		s.mu.Unlock()
+	}()
+	if s.wait > 0 {
+		timer := time.NewTimer(s.wait)
+		defer timer.Stop()
+		select {
+		case <-s.both:
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+	}
+	return s.memStore.Put(ctx, expected, size, r)
+}
+
+// overlapped reports whether two Put calls ever ran at once.
+func (s *overlapStore) overlapped() bool {
+	select {
+	case <-s.both:
+		return true
+	default:
+		return false
+	}
 }
 
 // discardStore hashes what it must and keeps nothing.

@@ -1,7 +1,6 @@
 package archive
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -478,7 +477,7 @@ func (w *walker) synthesize(ctx context.Context, e dockerImage) (*target, error)
 		}
 		if !fi.named && !fi.stored {
 			if _, ok := w.blobs[fi.dgst]; !ok {
-				if err := w.put(ctx, cleanName(p), fi.dgst, fi.size, bytes.NewReader(fi.data)); err != nil {
+				if err := w.putHeld(ctx, cleanName(p), fi); err != nil {
 					return nil, err
 				}
 			}

@@ -88,34 +88,57 @@ type walker struct {
 	docBytes  int64
 	heldBytes int64
 	entries   int
+
+	// With deferred writes, the walker queues blob writes in jobs and
+	// runJobs does them, concurrency at a time, once it has read the
+	// archive's headers.
+	deferred    bool
+	concurrency int
+	jobs        []*blobJob
+	jobRead     int64 // bytes the jobs read
 }
 
-func newWalker(st Store, lim limits) *walker {
+func newWalker(st Store, lim limits, concurrency int) *walker {
 	return &walker{
-		st:    st,
-		lim:   lim,
-		docs:  make(map[digest.Digest][]byte),
-		blobs: make(map[digest.Digest]int64),
-		files: make(map[string]*fileInfo),
-		links: make(map[string]string),
-		meta:  make(map[string][]byte),
+		st:          st,
+		lim:         lim,
+		concurrency: concurrency,
+		docs:        make(map[digest.Digest][]byte),
+		blobs:       make(map[digest.Digest]int64),
+		files:       make(map[string]*fileInfo),
+		links:       make(map[string]string),
+		meta:        make(map[string][]byte),
 	}
 }
 
-// Walk reads an image archive stream once: a docker save (v1.1, v1.2 or the
-// go-containerregistry tarball variant), a Docker ≥ 25 hybrid, or an OCI image
-// layout tar, plain or compressed. Blobs go to st as they stream by (those st
-// already has are skipped: seeked over when r is an uncompressed io.ReadSeeker
-// such as an *os.File, read and discarded otherwise); JSON documents come back
-// in Result.Docs. An error wraps ErrNotTar when the (decompressed) stream is not
-// a tar at all, ErrNotImage when it is a tar without manifest.json or
-// index.json. Errors name the entry or digest and the cause, not the archive:
-// the caller adds that.
+// Walk is WalkWith with the default options.
 func Walk(ctx context.Context, r io.Reader, st Store) (*Result, error) {
-	return walk(ctx, r, st, defaultLimits())
+	return WalkWith(ctx, r, st, WalkOptions{})
 }
 
-func walk(ctx context.Context, r io.Reader, st Store, lim limits) (*Result, error) {
+// WalkWith reads an image archive stream once: a docker save (v1.1, v1.2 or
+// the go-containerregistry tarball variant), a Docker ≥ 25 hybrid, or an OCI
+// image layout tar, plain or compressed. Blobs go to st as they stream by
+// (those st already has are skipped: seeked over when r is an uncompressed
+// io.ReadSeeker such as an *os.File, read and discarded otherwise); JSON
+// documents come back in Result.Docs.
+//
+// When r is an uncompressed tar that is an io.ReaderAt and an io.Seeker (an
+// *os.File), and opts.Concurrency is not 1, WalkWith reads the tar headers
+// first, seeking past blob data, then writes the blobs st lacks
+// opts.Concurrency at a time, the largest first, each read through its own
+// io.SectionReader. The result is the same either way.
+//
+// An error wraps ErrNotTar when the (decompressed) stream is not a tar at
+// all, ErrNotImage when it is a tar without manifest.json or index.json.
+// Errors name the entry or digest and the cause, not the archive: the caller
+// adds that. The first error stops the other writes; no call to st is still
+// running when WalkWith returns.
+func WalkWith(ctx context.Context, r io.Reader, st Store, opts WalkOptions) (*Result, error) {
+	return walk(ctx, r, st, opts, defaultLimits())
+}
+
+func walk(ctx context.Context, r io.Reader, st Store, opts WalkOptions, lim limits) (*Result, error) {
 	in, err := openInput(r, lim)
 	if err != nil {
 		return nil, err
@@ -124,8 +147,14 @@ func walk(ctx context.Context, r io.Reader, st Store, lim limits) (*Result, erro
 	c := in.comp
 
 	tr := tar.NewReader(in.tar)
-	w := newWalker(st, lim)
+	w := newWalker(st, lim, opts.concurrency())
+	var ra io.ReaderAt
+	if in.seekable && w.concurrency > 1 {
+		ra, w.deferred = r.(io.ReaderAt)
+	}
 	first := true
+	var prev string   // the entry before: when seekable, Next seeks past its data
+	var prevEnd int64 // where its data ends
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -151,10 +180,21 @@ func walk(ctx context.Context, r io.Reader, st Store, lim limits) (*Result, erro
 			if first && in.decodeErr() == nil {
 				return nil, notTar(c, err)
 			}
+			if in.seekable && errors.Is(err, io.ErrUnexpectedEOF) && in.endsBefore(prevEnd) {
+				return nil, fmt.Errorf("reading %s: %w", prev, err)
+			}
 			return nil, in.streamErr(fmt.Errorf("reading tar: %w", err))
 		}
 		first = false
-		if err := w.entry(ctx, hdr, tr); err != nil {
+		var again reopener
+		if in.seekable {
+			// The tar reader reads nothing ahead: the entry's data starts here.
+			prev, prevEnd = cleanName(hdr.Name), in.sc.pos+hdr.Size
+			if w.deferred {
+				again = sectionOpener(ra, in.sc.pos, hdr.Size)
+			}
+		}
+		if err := w.entry(ctx, hdr, tr, again); err != nil {
 			return nil, in.streamErr(err)
 		}
 		if !in.seekable {
@@ -169,8 +209,18 @@ func walk(ctx context.Context, r io.Reader, st Store, lim limits) (*Result, erro
 	if err != nil {
 		return nil, in.streamErr(err)
 	}
+	if w.deferred {
+		w.queueHeldLayers()
+		if err := w.runJobs(ctx); err != nil {
+			return nil, err
+		}
+	}
 	res, err := w.finish(ctx)
 	if err != nil {
+		return nil, err
+	}
+	// Held layers of images only manifest.json names (Docker ≥ 25).
+	if err := w.runJobs(ctx); err != nil {
 		return nil, err
 	}
 	res.Compression = c
@@ -184,6 +234,7 @@ type input struct {
 	tar      io.Reader       // *countingReader, or *seekCounter when seekable
 	reads    *countingReader // bytes the tar reader read
 	seekable bool            // uncompressed and seekable: the tar reader seeks past skipped entries
+	sc       *seekCounter    // when seekable
 	raw      *countingReader // compressed input (nil when seekable)
 	dec      *decoder        // nil when seekable
 	rs       io.ReadSeeker   // when seekable
@@ -202,8 +253,8 @@ func openInput(r io.Reader, lim limits) (*input, error) {
 				return nil, fmt.Errorf("seeking: %w", err)
 			}
 			if Sniff(head[:n]) == None {
-				sc := &seekCounter{countingReader: countingReader{r: rs}, s: rs}
-				return &input{comp: None, tar: sc, reads: &sc.countingReader, seekable: true, rs: rs, start: start}, nil
+				sc := &seekCounter{countingReader: countingReader{r: rs}, s: rs, pos: start}
+				return &input{comp: None, tar: sc, reads: &sc.countingReader, seekable: true, sc: sc, rs: rs, start: start}, nil
 			}
 		}
 	}
@@ -214,6 +265,12 @@ func openInput(r io.Reader, lim limits) (*input, error) {
 	}
 	reads := &countingReader{r: rc}
 	return &input{comp: c, tar: reads, reads: reads, raw: raw, dec: rc.(*decoder)}, nil
+}
+
+// endsBefore reports whether a seekable input ends before offset off.
+func (in *input) endsBefore(off int64) bool {
+	end, err := in.rs.Seek(0, io.SeekEnd)
+	return err == nil && end < off
 }
 
 func (in *input) decodeErr() error {
@@ -288,7 +345,9 @@ func blobName(d digest.Digest) string {
 	return "blobs/" + d.Algorithm().String() + "/" + d.Encoded()
 }
 
-func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader) error {
+// entry takes in one tar entry, read from r. again, when the walker defers
+// writes, reads the entry's data again later.
+func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader, again reopener) error {
 	w.entries++
 	if w.entries > w.lim.entries {
 		return fmt.Errorf("archive has more than %d entries", w.lim.entries)
@@ -333,9 +392,9 @@ func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader) error 
 		return nil
 	}
 	if d, ok := blobDigest(name); ok {
-		return w.digestBlob(ctx, name, d, hdr.Size, r)
+		return w.digestBlob(ctx, name, d, hdr.Size, r, again)
 	}
-	return w.otherFile(ctx, name, hdr.Size, r)
+	return w.otherFile(ctx, name, hdr.Size, r, again)
 }
 
 // isSparse reports whether hdr is a GNU sparse file (old GNU or PAX format).
@@ -389,8 +448,10 @@ func (w *walker) addDocBytes(name string, n int64) error {
 }
 
 // digestBlob takes in an entry whose name gives its digest: small JSON ones
-// become documents, other ones go to the store unless it has them.
-func (w *walker) digestBlob(ctx context.Context, name string, d digest.Digest, size int64, r io.Reader) error {
+// become documents, other ones go to the store unless it has them. With again
+// (deferred writes) they are queued, and read no further than it takes to
+// tell their compression and whether they are documents.
+func (w *walker) digestBlob(ctx context.Context, name string, d digest.Digest, size int64, r io.Reader, again reopener) error {
 	// The same blob a second time (a duplicate entry, or a docker save layer
 	// with the same bytes): remember the name, skip the bytes.
 	if _, ok := w.docs[d]; ok {
@@ -410,9 +471,28 @@ func (w *walker) digestBlob(ctx context.Context, name string, d digest.Digest, s
 	}
 	fi := &fileInfo{dgst: d, size: size, named: true}
 	if size <= w.lim.docSize {
-		b, err := readN(r, size)
-		if err != nil {
-			return fmt.Errorf("reading %s: %w", name, err)
+		var b []byte
+		if again != nil {
+			head, err := readHead(r, size)
+			if err != nil {
+				return fmt.Errorf("reading %s: %w", name, err)
+			}
+			if !mayBeJSON(head) {
+				fi.comp, fi.stored = Sniff(head), true
+				w.queue(&blobJob{name: name, dgst: d, size: size, head: head, rest: again})
+				w.files[name] = fi
+				return nil
+			}
+			rest, err := readN(r, size-int64(len(head)))
+			if err != nil {
+				return fmt.Errorf("reading %s: %w", name, err)
+			}
+			b = append(head, rest...)
+		} else {
+			var err error
+			if b, err = readN(r, size); err != nil {
+				return fmt.Errorf("reading %s: %w", name, err)
+			}
 		}
 		if isJSON(b) {
 			if got := d.Algorithm().FromBytes(b); got != d {
@@ -427,7 +507,10 @@ func (w *walker) digestBlob(ctx context.Context, name string, d digest.Digest, s
 			return nil
 		}
 		fi.comp = Sniff(b)
-		if err := w.put(ctx, name, d, size, bytes.NewReader(b)); err != nil {
+		if again != nil {
+			// Blank bytes, then not JSON: read it again rather than hold it.
+			w.queue(&blobJob{name: name, dgst: d, size: size, rest: again})
+		} else if err := w.put(ctx, name, d, size, bytes.NewReader(b)); err != nil {
 			return err
 		}
 		fi.stored = true
@@ -439,6 +522,12 @@ func (w *walker) digestBlob(ctx context.Context, name string, d digest.Digest, s
 		return fmt.Errorf("reading %s: %w", name, err)
 	}
 	fi.comp = Sniff(head)
+	if again != nil {
+		w.queue(&blobJob{name: name, dgst: d, size: size, check: true, head: head, rest: again})
+		fi.stored = true
+		w.files[name] = fi
+		return nil
+	}
 	has, err := w.st.Has(ctx, d)
 	if err != nil {
 		return fmt.Errorf("checking %s: %w", d, err)
@@ -455,6 +544,13 @@ func (w *walker) digestBlob(ctx context.Context, name string, d digest.Digest, s
 
 // sniffHead is how many bytes of a large blob are read to tell its compression.
 const sniffHead = 16
+
+// mayBeJSON reports whether a blob that starts with head may be a JSON object
+// (isJSON): head is blank, or its first non-blank byte is '{'.
+func mayBeJSON(head []byte) bool {
+	t := bytes.TrimLeft(head, " \t\r\n")
+	return len(t) == 0 || t[0] == '{'
+}
 
 func readHead(r io.Reader, size int64) ([]byte, error) {
 	return readN(r, min(size, sniffHead))
@@ -475,8 +571,9 @@ func (w *walker) put(ctx context.Context, name string, d digest.Digest, size int
 
 // otherFile takes in an entry not named by digest (docker save): small ones
 // are held until the end, when manifest.json tells configs and layers from
-// the rest; large ones go to the store, which computes their digest.
-func (w *walker) otherFile(ctx context.Context, name string, size int64, r io.Reader) error {
+// the rest; large ones go to the store, which computes their digest. With
+// again (deferred writes) those writes are queued.
+func (w *walker) otherFile(ctx context.Context, name string, size int64, r io.Reader, again reopener) error {
 	if size <= w.lim.docSize {
 		b, err := readN(r, size)
 		if err != nil {
@@ -492,7 +589,9 @@ func (w *walker) otherFile(ctx context.Context, name string, size int64, r io.Re
 			w.heldBytes += size
 		} else {
 			// Too much held already: write it now, layer or not.
-			if err := w.put(ctx, name, fi.dgst, size, bytes.NewReader(b)); err != nil {
+			if again != nil {
+				w.queue(&blobJob{name: name, dgst: fi.dgst, size: size, rest: again})
+			} else if err := w.put(ctx, name, fi.dgst, size, bytes.NewReader(b)); err != nil {
 				return err
 			}
 			fi.data, fi.stored = nil, true
@@ -503,6 +602,13 @@ func (w *walker) otherFile(ctx context.Context, name string, size int64, r io.Re
 	head, err := readHead(r, size)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", name, err)
+	}
+	if again != nil {
+		// The digest is known once the job has run.
+		fi := &fileInfo{size: size, comp: Sniff(head), stored: true}
+		w.queue(&blobJob{name: name, size: size, head: head, rest: again, fi: fi})
+		w.files[name] = fi
+		return nil
 	}
 	d, err := w.st.Put(ctx, "", size, io.MultiReader(bytes.NewReader(head), r))
 	if err != nil {
@@ -537,14 +643,26 @@ type countingReader struct {
 	n int64
 }
 
-// seekCounter counts the bytes read and lets the tar reader seek.
+// seekCounter counts the bytes read, lets the tar reader seek and knows
+// where it is.
 type seekCounter struct {
 	countingReader
-	s io.Seeker
+	s   io.Seeker
+	pos int64 // offset in s
+}
+
+func (c *seekCounter) Read(p []byte) (int, error) {
+	n, err := c.countingReader.Read(p)
+	c.pos += int64(n)
+	return n, err
 }
 
 func (c *seekCounter) Seek(offset int64, whence int) (int64, error) {
-	return c.s.Seek(offset, whence)
+	pos, err := c.s.Seek(offset, whence)
+	if err == nil {
+		c.pos = pos
+	}
+	return pos, err
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
@@ -553,17 +671,25 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// WalkDir reads an OCI image layout directory (oci-layout, index.json,
+// WalkDir is WalkDirWith with the default options.
+func WalkDir(ctx context.Context, dir string, st Store) (*Result, error) {
+	return WalkDirWith(ctx, dir, st, WalkOptions{})
+}
+
+// WalkDirWith reads an OCI image layout directory (oci-layout, index.json,
 // blobs/<alg>/<hex>; a manifest.json beside them is used as in a Docker ≥ 25
 // archive). It reads only the blobs reachable from index.json (and
 // manifest.json); blobs missing from the directory are left to the caller's
-// completeness check, as in Walk.
-func WalkDir(ctx context.Context, dir string, st Store) (*Result, error) {
-	return walkDir(ctx, dir, st, defaultLimits())
+// completeness check, as in Walk. Unless opts.Concurrency is 1, it reads the
+// documents first, then writes the other blobs opts.Concurrency at a time,
+// the largest first.
+func WalkDirWith(ctx context.Context, dir string, st Store, opts WalkOptions) (*Result, error) {
+	return walkDir(ctx, dir, st, opts, defaultLimits())
 }
 
-func walkDir(ctx context.Context, dir string, st Store, lim limits) (*Result, error) {
-	w := newWalker(st, lim)
+func walkDir(ctx context.Context, dir string, st Store, opts WalkOptions, lim limits) (*Result, error) {
+	w := newWalker(st, lim, opts.concurrency())
+	w.deferred = w.concurrency > 1
 	var n int64
 	for _, name := range []string{nameOCILayout, nameIndexJSON, nameManifestJSON} {
 		b, err := readFileLimit(filepath.Join(dir, name), lim.docSize)
@@ -604,12 +730,18 @@ func walkDir(ctx context.Context, dir string, st Store, lim limits) (*Result, er
 			}
 		}
 	}
+	if err := w.runJobs(ctx); err != nil {
+		return nil, err
+	}
 	res, err := w.finish(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if err := w.runJobs(ctx); err != nil {
+		return nil, err
+	}
 	res.Compression = None
-	res.BytesRead = n + dw.n
+	res.BytesRead = n + dw.n + w.jobRead
 	return res, nil
 }
 
@@ -653,7 +785,8 @@ func (dw *dirWalker) fetch(ctx context.Context, d digest.Digest, depth int) erro
 		return fmt.Errorf("layout refers to more than %d blobs", w.lim.entries)
 	}
 	name := blobName(d)
-	f, err := os.Open(filepath.Join(dw.dir, filepath.FromSlash(name)))
+	p := filepath.Join(dw.dir, filepath.FromSlash(name))
+	f, err := os.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -669,7 +802,11 @@ func (dw *dirWalker) fetch(ctx context.Context, d digest.Digest, depth int) erro
 		return fmt.Errorf("%s is not a regular file", name)
 	}
 	cr := &countingReader{r: f}
-	err = w.digestBlob(ctx, name, d, st.Size(), cr)
+	var again reopener
+	if w.deferred {
+		again = fileOpener(p)
+	}
+	err = w.digestBlob(ctx, name, d, st.Size(), cr, again)
 	dw.n += cr.n
 	if err != nil {
 		return err

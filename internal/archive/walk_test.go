@@ -14,7 +14,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -378,15 +380,23 @@ func TestWalkFormats(t *testing.T) {
 		},
 	} {
 		for _, c := range allCompressions {
-			for _, mode := range []string{"seekable", "stream"} {
-				if c != None && mode == "seekable" {
+			for _, mode := range walkModes {
+				if c != None && mode != "stream" {
 					continue // a compressed archive is a stream either way
 				}
 				t.Run(tc.name+"/"+string(c)+"/"+mode, func(t *testing.T) {
 					t.Parallel()
 					archive := compress(t, c, tarBytes(t, tc.entries))
+					if mode == "seekable" {
+						res, st := walkConcurrently(t, archive)
+						checkResult(t, res, archive, c, st, tc.want)
+						if tc.check != nil {
+							tc.check(t, res)
+						}
+						return
+					}
 					st := newMemStore()
-					res, err := Walk(t.Context(), input_(mode, archive), st)
+					res, err := walkAs(t.Context(), mode, archive, st)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -400,24 +410,88 @@ func TestWalkFormats(t *testing.T) {
 	}
 }
 
-// input_ returns the archive as a seekable reader (as an *os.File is) or as
-// a plain stream (as a pipe is).
-func input_(mode string, b []byte) io.Reader {
-	if mode == "seekable" {
-		return bytes.NewReader(b)
+// walkModes are the ways tests give an archive to Walk; see walkAs.
+var walkModes = []string{"seekable", "seekable-seq", "stream"}
+
+// walkAs walks an archive given as mode: "seekable" is a bytes.Reader (an
+// io.ReaderAt and io.Seeker, as an *os.File is), whose blobs are written 4 at
+// a time; "seekable-seq" the same, written one by one as the pass meets them;
+// "stream" a plain io.Reader (as a pipe is).
+func walkAs(ctx context.Context, mode string, b []byte, st Store) (*Result, error) {
+	switch mode {
+	case "seekable":
+		return WalkWith(ctx, bytes.NewReader(b), st, WalkOptions{Concurrency: 4})
+	case "seekable-seq":
+		return WalkWith(ctx, bytes.NewReader(b), st, WalkOptions{Concurrency: 1})
 	}
-	return struct{ io.Reader }{bytes.NewReader(b)}
+	return Walk(ctx, struct{ io.Reader }{bytes.NewReader(b)}, st)
 }
 
-// readCounter counts the bytes read through a seekable reader.
+// walkConcurrently walks a plain archive one blob at a time, then with 4
+// writers into a store that waits for two Put calls to overlap. The results
+// must be the same, and the writes must overlap when there are several.
+func walkConcurrently(t *testing.T, archive []byte) (*Result, *memStore) {
+	t.Helper()
+	seqStore := newMemStore()
+	seq, err := walkAs(t.Context(), "seekable-seq", archive, seqStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	several := len(seqStore.puts) >= 2
+	var wait time.Duration
+	if several {
+		wait = 10 * time.Second
+	}
+	st := newOverlapStore(wait)
+	res, err := walkAs(t.Context(), "seekable", archive, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameResult(t, seq, res)
+	if several && !st.overlapped() {
+		t.Errorf("no two of %d Put calls ran at once", len(st.puts))
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(seqStore.puts)), slices.Sorted(slices.Values(st.puts))) {
+		t.Errorf("Put calls %v, one by one %v", st.puts, seqStore.puts)
+	}
+	return res, st.memStore
+}
+
+// sameResult fails unless two walks found the same.
+func sameResult(t *testing.T, want, got *Result) {
+	t.Helper()
+	j1, _ := json.Marshal(want.Images)
+	j2, _ := json.Marshal(got.Images)
+	if !bytes.Equal(j1, j2) {
+		t.Errorf("images differ:\n%s\n%s", j1, j2)
+	}
+	if want.Format != got.Format || want.Compression != got.Compression || want.BytesRead != got.BytesRead {
+		t.Errorf("format, compression, bytes read: %s %s %d, want %s %s %d", got.Format, got.Compression, got.BytesRead, want.Format, want.Compression, want.BytesRead)
+	}
+	if !maps.EqualFunc(want.Docs, got.Docs, bytes.Equal) {
+		t.Errorf("docs differ: %v, want %v", slices.Sorted(maps.Keys(got.Docs)), slices.Sorted(maps.Keys(want.Docs)))
+	}
+	if !maps.Equal(want.Blobs, got.Blobs) {
+		t.Errorf("blobs differ: %v, want %v", got.Blobs, want.Blobs)
+	}
+}
+
+// readCounter counts the bytes read through a seekable reader, with Read or
+// (concurrently) ReadAt.
 type readCounter struct {
 	*bytes.Reader
-	n int64
+	n atomic.Int64
 }
 
 func (r *readCounter) Read(p []byte) (int, error) {
 	n, err := r.Reader.Read(p)
-	r.n += int64(n)
+	r.n.Add(int64(n))
+	return n, err
+}
+
+func (r *readCounter) ReadAt(p []byte, off int64) (int, error) {
+	n, err := r.Reader.ReadAt(p, off)
+	r.n.Add(int64(n))
 	return n, err
 }
 
@@ -440,7 +514,7 @@ func TestWalkSkipsPresentBlob(t *testing.T) {
 	mf := blob{ocispec.MediaTypeImageManifest, manifestJSON(t, cfg, []blob{present, absent, small})}
 	archive := tarBytes(t, ociEntries("", indexJSON(t, withAnnotations(mf.desc(), annotationContainerdName, "example.com/big:1")), mf, cfg, present, absent, small))
 
-	for _, mode := range []string{"seekable", "stream"} {
+	for _, mode := range walkModes {
 		st := newMemStore()
 		st.present[present.digest()] = true
 		rc := &readCounter{Reader: bytes.NewReader(archive)}
@@ -448,7 +522,11 @@ func TestWalkSkipsPresentBlob(t *testing.T) {
 		if mode == "stream" {
 			in = struct{ io.Reader }{rc}
 		}
-		res, err := Walk(t.Context(), in, st)
+		opts := WalkOptions{Concurrency: 4}
+		if mode == "seekable-seq" {
+			opts.Concurrency = 1
+		}
+		res, err := WalkWith(t.Context(), in, st, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -461,8 +539,13 @@ func TestWalkSkipsPresentBlob(t *testing.T) {
 		if slices.Contains(st.puts, present.digest()) || len(st.putPresent) != 0 {
 			t.Errorf("%s: present blob was given to Put", mode)
 		}
-		if !slices.Equal(st.puts, digests(absent, small)) {
-			t.Errorf("%s: Put calls %v, want %v", mode, st.puts, digests(absent, small))
+		puts := st.puts
+		if mode == "seekable" {
+			// Concurrent writes, the largest first: any order.
+			puts = slices.Sorted(slices.Values(puts))
+		}
+		if wantPuts := digests(absent, small); !slices.Equal(puts, wantPuts) && !slices.Equal(puts, slices.Sorted(slices.Values(wantPuts))) {
+			t.Errorf("%s: Put calls %v, want %v", mode, st.puts, wantPuts)
 		}
 		if st.hasN != 2 {
 			t.Errorf("%s: %d Has calls, want 2 (one per large blob)", mode, st.hasN)
@@ -473,11 +556,17 @@ func TestWalkSkipsPresentBlob(t *testing.T) {
 		skipped := int64(len(archive) - len(present.data))
 		// What is read: the peek at the start, then all but the present blob,
 		// of which only the first bytes (to tell its compression) and the last.
-		if mode == "seekable" && rc.n > skipped+peekSize+sniffHead+1 {
-			t.Errorf("seekable: read %d bytes of %d; the present blob's %d should be seeked over", rc.n, len(archive), len(present.data))
+		// Concurrent writers read again the last byte of each blob they
+		// write, which the tar reader read to check the archive goes on.
+		allow := skipped + peekSize + sniffHead + 1
+		if mode == "seekable" {
+			allow += 2
 		}
-		if mode == "stream" && rc.n != int64(len(archive)) {
-			t.Errorf("stream: read %d bytes of %d", rc.n, len(archive))
+		if n := rc.n.Load(); mode != "stream" && n > allow {
+			t.Errorf("%s: read %d bytes of %d; the present blob's %d should be seeked over", mode, n, len(archive), len(present.data))
+		}
+		if n := rc.n.Load(); mode == "stream" && n != int64(len(archive)) {
+			t.Errorf("stream: read %d bytes of %d", n, len(archive))
 		}
 	}
 
@@ -634,10 +723,10 @@ func TestWalkErrors(t *testing.T) {
 		{"negative size in index", tarBytes(t, ociEntries("", []byte(`{"schemaVersion":2,"manifests":[{"digest":"sha256:`+strings.Repeat("0", 64)+`","size":-1}]}`))), "is not in the archive", nil},
 		{"invalid digest in index", tarBytes(t, ociEntries("", []byte(`{"schemaVersion":2,"manifests":[{"digest":"sha256:xyz","size":1}]}`))), `index.json entry 0: digest "sha256:xyz"`, nil},
 	} {
-		for _, mode := range []string{"seekable", "stream"} {
+		for _, mode := range walkModes {
 			t.Run(tc.name+"/"+mode, func(t *testing.T) {
 				t.Parallel()
-				_, err := Walk(t.Context(), input_(mode, tc.in), newMemStore())
+				_, err := walkAs(t.Context(), mode, tc.in, newMemStore())
 				if err == nil {
 					t.Fatal("no error")
 				}
@@ -663,14 +752,14 @@ func TestWalkTruncatedAtEntryBoundary(t *testing.T) {
 	es := ociEntries("", indexJSON(t, withAnnotations(im.manifest.desc(), annotationContainerdName, "a:1")), im.blobs()...)
 	full := tarBytes(t, es)
 	for i := 1; i < len(es); i++ {
-		for _, mode := range []string{"seekable", "stream"} {
+		for _, mode := range walkModes {
 			cut := len(tarBytes(t, es[:i])) - 1024 // without the end-of-archive blocks
-			_, err := Walk(t.Context(), input_(mode, full[:cut]), newMemStore())
+			_, err := walkAs(t.Context(), mode, full[:cut], newMemStore())
 			if err == nil || !strings.Contains(err.Error(), "without an end-of-archive marker") {
 				t.Errorf("%s: cut after entry %d (%s): %v", mode, i, es[i-1].name, err)
 			}
 			// Cut inside the entry's data or padding.
-			_, err = Walk(t.Context(), input_(mode, full[:cut-1]), newMemStore())
+			_, err = walkAs(t.Context(), mode, full[:cut-1], newMemStore())
 			if err == nil || !strings.Contains(err.Error(), "unexpected EOF") && !strings.Contains(err.Error(), "without an end-of-archive marker") {
 				t.Errorf("%s: cut inside entry %d (%s): %v", mode, i, es[i-1].name, err)
 			}
@@ -730,7 +819,7 @@ func TestWalkContextCancelled(t *testing.T) {
 	// Cancelled by the store in the middle of the stream.
 	ctx, cancel = context.WithCancel(t.Context())
 	st := &cancelStore{memStore: newMemStore(), cancel: cancel}
-	if _, err := walk(ctx, bytes.NewReader(archive), st, smallLimits()); !errors.Is(err, context.Canceled) {
+	if _, err := walk(ctx, bytes.NewReader(archive), st, WalkOptions{}, smallLimits()); !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v, want context.Canceled", err)
 	}
 }
@@ -745,7 +834,7 @@ func (s *cancelStore) Put(ctx context.Context, d digest.Digest, size int64, r io
 	return s.memStore.Put(ctx, d, size, r)
 }
 
-type failStore struct{ memStore }
+type failStore struct{ *memStore }
 
 func (failStore) Put(context.Context, digest.Digest, int64, io.Reader) (digest.Digest, error) {
 	return "", errors.New("disk full")
@@ -755,7 +844,7 @@ func TestWalkStoreError(t *testing.T) {
 	t.Parallel()
 	im := makeImage(t, "amd64", None, "x")
 	archive := tarBytes(t, ociEntries("", indexJSON(t, withAnnotations(im.manifest.desc(), annotationContainerdName, "a:1")), im.blobs()...))
-	_, err := Walk(t.Context(), bytes.NewReader(archive), &failStore{*newMemStore()})
+	_, err := Walk(t.Context(), bytes.NewReader(archive), failStore{newMemStore()})
 	want := "writing blobs/sha256/" + im.layers[0].digest().Encoded() + ": disk full"
 	if err == nil || err.Error() != want {
 		t.Fatalf("error %v, want %s", err, want)
@@ -787,7 +876,7 @@ func TestWalkLimits(t *testing.T) {
 		{"huge index.json", []entry{{name: "index.json", data: bytes.Repeat([]byte(" "), 5<<10)}}, "index.json: 5120 bytes is too large"},
 		{"long name", []entry{{name: strings.Repeat("n/", 3000) + "f", data: []byte("x")}}, "is longer than 4096 bytes"},
 	} {
-		_, err := walk(t.Context(), bytes.NewReader(tarBytes(t, tc.es)), newMemStore(), lim)
+		_, err := walk(t.Context(), bytes.NewReader(tarBytes(t, tc.es)), newMemStore(), WalkOptions{}, lim)
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.err)
 		}
@@ -808,7 +897,7 @@ func TestWalkDir(t *testing.T) {
 	writeLayout(t, dir, top, append([]blob{idx, arm.manifest, stray}, amd.blobs()...)...)
 	st := newMemStore()
 	st.present[amd.layers[0].digest()] = true
-	res, err := walkDir(t.Context(), dir, st, smallLimits())
+	res, err := walkDir(t.Context(), dir, st, WalkOptions{}, smallLimits())
 	if err != nil {
 		t.Fatal(err)
 	}

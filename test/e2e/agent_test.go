@@ -448,7 +448,9 @@ func TestAgentReadiness(t *testing.T) {
 	}()
 	time.Sleep(400 * time.Millisecond)
 
-	agent := startAgent(t, d, dataDir, []string{imagesDir})
+	// A long settle time, so that a busy machine delaying the writer cannot
+	// make the half-written file look complete.
+	agent := startAgent(t, d, dataDir, []string{imagesDir}, "--settle", "4s")
 	d.waitPinned(t, "e2e.local/ready/fast:1")
 	for i := 0; i < 4; i++ {
 		if code, body := agent.get(t, "/readyz"); code != 503 || !strings.Contains(body, "z-slow.tar") {

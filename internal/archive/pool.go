@@ -1,0 +1,227 @@
+package archive
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync/atomic"
+
+	"github.com/opencontainers/go-digest"
+	"golang.org/x/sync/errgroup"
+)
+
+// reopener reads the bytes of an entry again, from skip on, when the walker
+// defers its write: from another goroutine, after the pass over the archive.
+type reopener func(skip int64) (io.ReadCloser, error)
+
+// sectionOpener reopens size bytes at offset off of ra.
+func sectionOpener(ra io.ReaderAt, off, size int64) reopener {
+	return func(skip int64) (io.ReadCloser, error) {
+		return io.NopCloser(io.NewSectionReader(ra, off+skip, size-skip)), nil
+	}
+}
+
+// fileOpener reopens a file.
+func fileOpener(name string) reopener {
+	return func(skip int64) (io.ReadCloser, error) {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		if skip > 0 {
+			if _, err := f.Seek(skip, io.SeekStart); err != nil {
+				f.Close()
+				return nil, err
+			}
+		}
+		return f, nil
+	}
+}
+
+// blobJob is one deferred write.
+type blobJob struct {
+	name  string        // entry name, for errors
+	dgst  digest.Digest // expected digest; empty: the store computes it
+	size  int64
+	check bool     // ask the store first, and write only if it lacks the blob
+	head  []byte   // the first bytes of the blob, read already
+	rest  reopener // the bytes after head; nil when head holds them all
+	fi    *fileInfo
+
+	got  digest.Digest // what the store returned
+	read int64         // bytes read through rest
+}
+
+// queue defers a write to the pool. A blob of known digest is in Blobs from
+// now on, as it would be once written (or found present) in a single pass.
+func (w *walker) queue(j *blobJob) {
+	if j.dgst != "" {
+		w.blobs[j.dgst] = j.size
+	}
+	w.jobs = append(w.jobs, j)
+}
+
+// putHeld writes a file held in memory (a small docker save layer), or queues
+// the write when writes are deferred.
+func (w *walker) putHeld(ctx context.Context, name string, fi *fileInfo) error {
+	if w.deferred {
+		w.queue(&blobJob{name: name, dgst: fi.dgst, size: fi.size, head: fi.data})
+		return nil
+	}
+	return w.put(ctx, name, fi.dgst, fi.size, bytes.NewReader(fi.data))
+}
+
+// queueHeldLayers queues the small layers of a docker save archive that are
+// held in memory, so that they are written by the same pool as the other
+// blobs instead of after them. They are the ones synthesize would write: in
+// a docker save archive (no index.json) it makes every manifest.json image.
+// Anything wrong in manifest.json is left to finish to report.
+func (w *walker) queueHeldLayers() {
+	if _, ok := w.meta[nameIndexJSON]; ok {
+		return
+	}
+	var entries []dockerImage
+	if json.Unmarshal(w.meta[nameManifestJSON], &entries) != nil || len(entries) > w.lim.indexItems {
+		return
+	}
+	for _, e := range entries {
+		if len(e.Layers) > w.lim.indexItems {
+			return
+		}
+		for _, p := range e.Layers {
+			fi := w.lookup(p)
+			if fi == nil || fi.named || fi.stored {
+				continue
+			}
+			if _, ok := layerMediaType(fi.comp); !ok {
+				continue
+			}
+			if _, ok := w.blobs[fi.dgst]; ok {
+				continue
+			}
+			// synthesize finds it in Blobs and does not write it again.
+			w.queue(&blobJob{name: cleanName(p), dgst: fi.dgst, size: fi.size, head: fi.data})
+		}
+	}
+}
+
+// runJobs writes the queued blobs, the largest first, w.concurrency at a time.
+// The first error cancels the others; every write has returned when it
+// returns.
+func (w *walker) runJobs(ctx context.Context) error {
+	jobs := w.jobs
+	w.jobs = nil
+	if len(jobs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(jobs, func(a, b *blobJob) int { return cmp.Compare(b.size, a.size) })
+	g, gctx := errgroup.WithContext(ctx)
+	var next atomic.Int64
+	for range min(w.concurrency, len(jobs)) {
+		g.Go(func() error {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(jobs)) {
+					return nil
+				}
+				if err := gctx.Err(); err != nil {
+					return err
+				}
+				if err := runJob(gctx, w.st, jobs[i]); err != nil {
+					return err
+				}
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		w.jobRead += j.read
+		if j.fi != nil {
+			j.fi.dgst = j.got
+			w.blobs[j.got] = j.size
+		}
+	}
+	return nil
+}
+
+// runJob does one write. It touches nothing of the walker's but j, so that
+// jobs can run concurrently.
+func runJob(ctx context.Context, st Store, j *blobJob) error {
+	if j.check {
+		has, err := st.Has(ctx, j.dgst)
+		if err != nil {
+			return fmt.Errorf("checking %s: %w", j.dgst, err)
+		}
+		if has {
+			return nil
+		}
+	}
+	var r io.Reader = bytes.NewReader(j.head)
+	if j.rest != nil {
+		rc, err := j.rest(int64(len(j.head)))
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", j.name, err)
+		}
+		defer rc.Close()
+		cr := &countingReader{r: rc}
+		defer func() { j.read = cr.n }()
+		r = &joinReader{head: j.head, rest: cr}
+	}
+	got, err := st.Put(ctx, j.dgst, j.size, &ctxReader{ctx: ctx, r: r})
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", j.name, err)
+	}
+	if j.dgst == "" {
+		if err := got.Validate(); err != nil {
+			return fmt.Errorf("writing %s: store returned digest %q: %w", j.name, got, err)
+		}
+	} else if got != "" && got != j.dgst {
+		return fmt.Errorf("writing %s: store computed digest %s, expected %s", j.name, got, j.dgst)
+	}
+	j.got = got
+	return nil
+}
+
+// joinReader reads head, then rest, filling each read from both where it
+// spans them: the store sees reads of the size it asks for from the start.
+type joinReader struct {
+	head []byte
+	rest io.Reader
+}
+
+func (r *joinReader) Read(p []byte) (int, error) {
+	n := copy(p, r.head)
+	r.head = r.head[n:]
+	if n == len(p) {
+		return n, nil
+	}
+	m, err := r.rest.Read(p[n:])
+	if n > 0 && err == io.EOF {
+		err = nil // report it on the next read, with no bytes
+	}
+	return n + m, err
+}
+
+// ctxReader stops reading once ctx is done, so that a write another worker's
+// error cancelled stops even if the store does not watch ctx.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (r *ctxReader) Read(p []byte) (int, error) {
+	if err := r.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return r.r.Read(p)
+}
