@@ -22,17 +22,8 @@ import (
 // wanted (and is healed) for as long as a pattern matches it.
 func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source.Result, sum *Summary, imported map[string]bool) map[string]reconcile.Present {
 	present := map[string]reconcile.Present{}
-	if len(lists) == 0 {
-		return present
-	}
-	records, err := a.rt.Records(ctx)
-	if err != nil {
-		sum.Failures = append(sum.Failures, err)
-		return present
-	}
-	states, err := a.rt.Sources(ctx)
-	if err != nil {
-		sum.Failures = append(sum.Failures, err)
+	records, states, ok := a.storeView(ctx, len(lists), sum)
+	if !ok {
 		return present
 	}
 	current := map[string]string{} // archive path → identity now
@@ -89,24 +80,52 @@ func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source
 			list = append(list, w)
 		}
 		sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-		identity := src.Identity + ",wants=" + wantsHash(list)
-		res, err := a.rt.LeaseWants(ctx, hfruntime.LeaseRequest{Source: src.Path, Identity: identity, Wants: list})
-		if err != nil {
-			sum.Failures = append(sum.Failures, fmt.Errorf("pin list %s: %w", src.Path, err))
-		}
-		sum.set(src, stateAfter(len(sum.Failures) > failuresBefore))
-		if res.Lease == "" || (err != nil && len(res.Images) == 0 && len(list) > 0) {
-			continue
-		}
-		present[src.Path] = reconcile.Present{Path: src.Path, Identity: identity}
-		if !res.Unchanged {
-			imported[res.Lease] = true
-			sum.Imported++
-		} else {
-			sum.Unchanged++
-		}
+		// A pin list's mtime is 0: on a conflict, an archive's target wins.
+		a.leaseList(ctx, "pin list", src, 0, list, failuresBefore, sum, imported, present)
 	}
 	return present
+}
+
+// storeView reads the records and the source states once for the list
+// sources of a pass; false when there are none or the store cannot be read.
+func (a *Agent) storeView(ctx context.Context, lists int, sum *Summary) ([]hfruntime.Image, []hfruntime.SourceState, bool) {
+	if lists == 0 {
+		return nil, nil, false
+	}
+	records, err := a.rt.Records(ctx)
+	if err != nil {
+		sum.Failures = append(sum.Failures, err)
+		return nil, nil, false
+	}
+	states, err := a.rt.Sources(ctx)
+	if err != nil {
+		sum.Failures = append(sum.Failures, err)
+		return nil, nil, false
+	}
+	return records, states, true
+}
+
+// leaseList leases what a list source wants, under an identity made of the
+// file's and of the wants, and records the outcome: the source's state, and
+// whether it is present (and newly leased) for the plan.
+func (a *Agent) leaseList(ctx context.Context, what string, src source.Source, mtimeNs int64, wants []hfruntime.Want,
+	failuresBefore int, sum *Summary, imported map[string]bool, present map[string]reconcile.Present) {
+	identity := src.Identity + ",wants=" + wantsHash(wants)
+	res, err := a.rt.LeaseWants(ctx, hfruntime.LeaseRequest{Source: src.Path, Identity: identity, MtimeNs: mtimeNs, Wants: wants})
+	if err != nil {
+		sum.Failures = append(sum.Failures, fmt.Errorf("%s %s: %w", what, src.Path, err))
+	}
+	sum.set(src, stateAfter(len(sum.Failures) > failuresBefore))
+	if res.Lease == "" || (err != nil && len(res.Images) == 0 && len(wants) > 0) {
+		return // unknown this pass: its old lease stays
+	}
+	present[src.Path] = reconcile.Present{Path: src.Path, Identity: identity}
+	if res.Unchanged {
+		sum.Unchanged++
+	} else {
+		imported[res.Lease] = true
+		sum.Imported++
+	}
 }
 
 func wantsHash(ws []hfruntime.Want) string {

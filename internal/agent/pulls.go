@@ -26,17 +26,8 @@ const pullAttempts = 3
 // list pulled before: an unreachable registry unpins nothing.
 func (a *Agent) pullLists(ctx context.Context, lists []source.Source, sum *Summary, imported map[string]bool) map[string]reconcile.Present {
 	present := map[string]reconcile.Present{}
-	if len(lists) == 0 {
-		return present
-	}
-	records, err := a.rt.Records(ctx)
-	if err != nil {
-		sum.Failures = append(sum.Failures, err)
-		return present
-	}
-	states, err := a.rt.Sources(ctx)
-	if err != nil {
-		sum.Failures = append(sum.Failures, err)
+	records, states, ok := a.storeView(ctx, len(lists), sum)
+	if !ok {
 		return present
 	}
 	have := map[string]hfruntime.Want{}
@@ -64,22 +55,7 @@ func (a *Agent) pullLists(ctx context.Context, lists []source.Source, sum *Summa
 		}
 		wants, errs := a.resolvePulls(ctx, pl, have, before)
 		sum.Failures = append(sum.Failures, errs...)
-		identity := src.Identity + ",wants=" + wantsHash(wants)
-		res, err := a.rt.LeaseWants(ctx, hfruntime.LeaseRequest{Source: src.Path, Identity: identity, MtimeNs: src.MtimeNs, Wants: wants})
-		if err != nil {
-			sum.Failures = append(sum.Failures, fmt.Errorf("pull list %s: %w", src.Path, err))
-		}
-		sum.set(src, stateAfter(len(sum.Failures) > failuresBefore))
-		if res.Lease == "" || (err != nil && len(res.Images) == 0 && len(wants) > 0) {
-			continue
-		}
-		present[src.Path] = reconcile.Present{Path: src.Path, Identity: identity}
-		if res.Unchanged {
-			sum.Unchanged++
-		} else {
-			imported[res.Lease] = true
-			sum.Imported++
-		}
+		a.leaseList(ctx, "pull list", src, src.MtimeNs, wants, failuresBefore, sum, imported, present)
 	}
 	return present
 }
