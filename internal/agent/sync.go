@@ -165,7 +165,8 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	// The leases as they are, read once: an unchanged source is then checked
 	// without reading its lease again.
 	known := map[string]*hfruntime.SourceState{}
-	if states, err := a.rt.Sources(ctx); err == nil {
+	states, serr := a.rt.Sources(ctx)
+	if serr == nil {
 		for i := range states {
 			if st := &states[i]; st.Complete {
 				known[st.Source+"\x00"+st.Identity] = st
@@ -178,7 +179,12 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 		lists[p] = pr
 	}
 
-	plan, err := Plan(ctx, a.rt, scan, imported, lists)
+	// Nothing leased anew: the leases read before the imports are still the leases.
+	var unchanged []hfruntime.SourceState
+	if serr == nil && len(imported) == 0 {
+		unchanged = states
+	}
+	plan, err := planWith(ctx, a.rt, scan, imported, lists, unchanged)
 	if err != nil {
 		sum.Failures = append(sum.Failures, err)
 	} else {
@@ -347,9 +353,16 @@ func Bytes(n int64) string {
 // Plan reads the store and returns what reconciling it with scan would do.
 // Sources that are not archives (pin lists) are present as given in lists.
 func Plan(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present) (reconcile.Plan, error) {
-	leases, err := rt.Sources(ctx)
-	if err != nil {
-		return reconcile.Plan{}, err
+	return planWith(ctx, rt, scan, imported, lists, nil)
+}
+
+// planWith is Plan with the leases given when the caller has read them already.
+func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present, leases []hfruntime.SourceState) (reconcile.Plan, error) {
+	if leases == nil {
+		var err error
+		if leases, err = rt.Sources(ctx); err != nil {
+			return reconcile.Plan{}, err
+		}
 	}
 	records, err := rt.Records(ctx)
 	if err != nil {
