@@ -80,13 +80,16 @@ func cpuModel() string {
 	return ""
 }
 
-func memTotal() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
+func memTotal() int64 { return procKiB("/proc/meminfo", "MemTotal:") }
+
+// procKiB reads a "Key:  N kB" line of a /proc file, in bytes; 0 if absent.
+func procKiB(path, key string) int64 {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+		if rest, ok := strings.CutPrefix(line, key); ok {
 			f := strings.Fields(rest)
 			if len(f) > 0 {
 				kb, _ := strconv.ParseInt(f[0], 10, 64)

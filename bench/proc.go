@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -139,22 +138,7 @@ func (h *hwmSampler) stop() int64 {
 
 // readHWM is the VmHWM of a /proc/<pid>/status file in bytes, 0 when the
 // process is gone (or a zombie: its memory is released before it is reaped).
-func readHWM(path string) int64 {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				kb, _ := strconv.ParseInt(f[0], 10, 64)
-				return kb << 10
-			}
-		}
-	}
-	return 0
-}
+func readHWM(path string) int64 { return procKiB(path, "VmHWM:") }
 
 // childMaxRSS is a child's peak RSS. Its rusage ru_maxrss is not enough on
 // its own: Go forks with CLONE_VM, so the child starts on the harness's

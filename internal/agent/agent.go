@@ -58,7 +58,6 @@ type Agent struct {
 
 	ready      atomic.Bool
 	readyState atomic.Value // string: why not ready
-	passes     atomic.Int64
 }
 
 type failure struct {
@@ -233,7 +232,6 @@ func (a *Agent) passLoop(ctx context.Context, trigger <-chan string, done chan<-
 			return
 		case why := <-trigger:
 			sum, pr := a.pass(ctx, passOptions{settle: true, memo: why != "resync"})
-			a.passes.Add(1)
 			for _, f := range sum.Failures {
 				a.log.Error("pass", "error", f)
 			}

@@ -34,8 +34,8 @@ func (a *Agent) onImageEvent(ctx context.Context, ev hfruntime.ImageEvent, timer
 	if !ok {
 		return
 	}
-	if ev.Kind != hfruntime.ImageDeleted && ev.Labels[hfruntime.LabelCRIPinned] == hfruntime.PinnedValue &&
-		ev.Labels[hfruntime.LabelPinned] == hfruntime.PinnedValue && ev.Kind == hfruntime.ImageCreated {
+	if ev.Kind == hfruntime.ImageCreated && ev.Labels[hfruntime.LabelCRIPinned] == hfruntime.PinnedValue &&
+		ev.Labels[hfruntime.LabelPinned] == hfruntime.PinnedValue {
 		return // a create with both labels is holdfast's own
 	}
 	a.heal(ctx, want, timer)

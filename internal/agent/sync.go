@@ -42,7 +42,6 @@ type Summary struct {
 	Imported  int // sources read and leased
 	Unchanged int // sources whose lease was complete and intact: not read
 	Healed    int // records restored from leased content
-	Pinned    int // records pinned for newly imported sources
 	Unpinned  int // records no source wants any more
 	Released  int // leases of sources that are gone or replaced
 	Drift     int // records someone re-pointed, restored
@@ -282,7 +281,6 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 		}
 		switch p.Reason {
 		case reconcile.ReasonNew:
-			sum.Pinned++
 		case reconcile.ReasonDrift:
 			sum.Drift++
 			sum.Healed++

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"errors"
+
 	"github.com/spf13/cobra"
 )
 
@@ -13,11 +15,7 @@ func newContainerd() *cobra.Command {
 		Short:              "Run the embedded containerd (holdfast starts it itself; see --address)",
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return &usageError{errString("holdfast containerd must be the first argument")}
+			return &usageError{errors.New("holdfast containerd must be the first argument")}
 		},
 	}
 }
-
-type errString string
-
-func (e errString) Error() string { return string(e) }

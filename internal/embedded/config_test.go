@@ -322,18 +322,7 @@ func TestDetectSnapshotterOnOverlay(t *testing.T) {
 	if !overlayWorks(t) {
 		t.Skip("overlayfs does not work here")
 	}
-	dir := t.TempDir()
-	for _, d := range []string{"l", "u", "w", "m"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	merged := filepath.Join(dir, "m")
-	if err := unix.Mount("overlay", merged, "overlay", 0,
-		"lowerdir="+dir+"/l,upperdir="+dir+"/u,workdir="+dir+"/w"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
+	merged := overlayMount(t)
 
 	if got := detectSnapshotter(merged, 0); got != SnapshotterNative {
 		t.Errorf("detectSnapshotter on an overlay = %q, want native", got)
@@ -387,4 +376,23 @@ func TestChildEnv(t *testing.T) {
 	if want := []string{"PATH=/bin", "HOME=/root"}; !slices.Equal(got, want) {
 		t.Errorf("childEnv = %q, want %q", got, want)
 	}
+}
+
+// overlayMount mounts a fresh overlay in a temp dir for the test and returns
+// its merged dir.
+func overlayMount(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{"l", "u", "w", "m"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	merged := filepath.Join(dir, "m")
+	if err := unix.Mount("overlay", merged, "overlay", 0,
+		"lowerdir="+dir+"/l,upperdir="+dir+"/u,workdir="+dir+"/w"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
+	return merged
 }

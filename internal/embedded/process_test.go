@@ -236,18 +236,7 @@ func TestStartOnOverlayDataDir(t *testing.T) {
 	if !overlayWorks(t) {
 		t.Skip("overlayfs does not work here")
 	}
-	dir := t.TempDir()
-	for _, d := range []string{"l", "u", "w", "m"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	data := filepath.Join(dir, "m")
-	if err := unix.Mount("overlay", data, "overlay", 0,
-		"lowerdir="+dir+"/l,upperdir="+dir+"/u,workdir="+dir+"/w"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(data, unix.MNT_DETACH) })
+	data := overlayMount(t)
 
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

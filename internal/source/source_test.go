@@ -123,4 +123,7 @@ func TestScanMissingDir(t *testing.T) {
 	if len(res.Errors) != 1 {
 		t.Fatalf("errors = %v, want one", res.Errors)
 	}
+	if len(res.Unreadable) != 1 {
+		t.Errorf("unreadable = %v, want the missing dir: what it held must be kept", res.Unreadable)
+	}
 }

@@ -65,12 +65,7 @@ func TestPinList(t *testing.T) {
 
 // TestPinCommand: `holdfast pin` and `holdfast unpin` take effect on the running agent.
 func TestPinCommand(t *testing.T) {
-	requireRoot(t)
-	t.Parallel()
-	d := startEmbedded(t)
-	dir := tempDir(t)
-	imagesDir := filepath.Join(dir, "images")
-	dataDir := filepath.Join(dir, "data")
+	d, imagesDir, dataDir := embeddedScene(t)
 	app := build(t, fixture.ImageSpec{Names: []string{"e2e.local/pc/app:1"}})
 	archive := filepath.Join(imagesDir, "app.tar")
 	writeDockerSave(t, archive, app)

@@ -14,12 +14,7 @@ import (
 // runs), and the names it says a sync would pin, heal or unpin are exactly the
 // names whose pin state the next sync changes.
 func TestPlanMatchesSync(t *testing.T) {
-	requireRoot(t)
-	t.Parallel()
-	d := startEmbedded(t)
-	dir := tempDir(t)
-	imagesDir := filepath.Join(dir, "images")
-	dataDir := filepath.Join(dir, "data")
+	d, imagesDir, dataDir := embeddedScene(t)
 	a := build(t, fixture.ImageSpec{Names: []string{"e2e.local/plan/a:1"}})
 	b := build(t, fixture.ImageSpec{Names: []string{"e2e.local/plan/b:1", "e2e.local/plan/b:2"}})
 	writeDockerSave(t, filepath.Join(imagesDir, "a.tar"), a)

@@ -288,12 +288,7 @@ func TestHealAfterGC(t *testing.T) {
 // TestDataDirLost: desired state lives in containerd, so a lost data dir
 // changes nothing: the next sync still unpins exactly what is gone and heals.
 func TestDataDirLost(t *testing.T) {
-	requireRoot(t)
-	t.Parallel()
-	d := startEmbedded(t)
-	dir := tempDir(t)
-	imagesDir := filepath.Join(dir, "images")
-	dataDir := filepath.Join(dir, "data")
+	d, imagesDir, dataDir := embeddedScene(t)
 	x := build(t, fixture.ImageSpec{Names: []string{"e2e.local/lost/x:1"}})
 	y := build(t, fixture.ImageSpec{Names: []string{"e2e.local/lost/y:1"}})
 	writeDockerSave(t, filepath.Join(imagesDir, "x.tar"), x)
@@ -332,12 +327,7 @@ func TestDataDirLost(t *testing.T) {
 // TestConflictAndDrift: the same name from two archives goes to the newest
 // archive and is reported; a pinned name re-pointed by someone else is restored.
 func TestConflictAndDrift(t *testing.T) {
-	requireRoot(t)
-	t.Parallel()
-	d := startEmbedded(t)
-	dir := tempDir(t)
-	imagesDir := filepath.Join(dir, "images")
-	dataDir := filepath.Join(dir, "data")
+	d, imagesDir, dataDir := embeddedScene(t)
 	older := build(t, fixture.ImageSpec{Names: []string{"e2e.local/cf/app:1"}, Labels: map[string]string{"v": "old"}})
 	newer := build(t, fixture.ImageSpec{Names: []string{"e2e.local/cf/app:1"}, Labels: map[string]string{"v": "new"}})
 	other := build(t, fixture.ImageSpec{Names: []string{"e2e.local/cf/other:1"}})

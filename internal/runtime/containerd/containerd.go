@@ -79,24 +79,4 @@ func (r *Runtime) Cleanup(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Ingests lists the refs of unfinished ingests (tests use it).
-func (r *Runtime) Ingests(ctx context.Context) ([]string, error) {
-	statuses, err := r.client.ContentStore().ListStatuses(r.ns(ctx))
-	if err != nil {
-		return nil, err
-	}
-	refs := make([]string, 0, len(statuses))
-	for _, st := range statuses {
-		refs = append(refs, st.Ref)
-	}
-	return refs, nil
-}
-
 func isNotFound(err error) bool { return errdefs.IsNotFound(err) }
-
-func notFound(err error) error {
-	if errdefs.IsNotFound(err) {
-		return fmt.Errorf("%w: %w", runtime.ErrNotFound, err)
-	}
-	return err
-}

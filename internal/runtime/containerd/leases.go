@@ -158,21 +158,6 @@ func (r *Runtime) Sources(ctx context.Context) ([]runtime.SourceState, error) {
 	return out, nil
 }
 
-// LeaseResources lists the content digests a lease holds.
-func (r *Runtime) LeaseResources(ctx context.Context, id string) ([]digest.Digest, error) {
-	res, err := r.client.LeasesService().ListResources(r.ns(ctx), leases.Lease{ID: id})
-	if err != nil {
-		return nil, notFound(err)
-	}
-	var out []digest.Digest
-	for _, rs := range res {
-		if rs.Type == "content" {
-			out = append(out, digest.Digest(rs.ID))
-		}
-	}
-	return out, nil
-}
-
 // writeState stores the desired state in a blob the lease holds.
 func (r *Runtime) writeState(ctx context.Context, ing *ingester, st runtime.SourceState) error {
 	data, err := json.Marshal(st)
