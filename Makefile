@@ -4,7 +4,8 @@
 GO                 ?= go
 VERSION            ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 CONTAINERD_VERSION := $(shell $(GO) list -m -f '{{.Version}}' github.com/containerd/containerd/v2 2>/dev/null | sed 's/^v//')
-LDFLAGS            := -s -w -X main.version=$(VERSION) -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)
+LDFLAGS            := -s -w -X main.version=$(VERSION)
+CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)
 BIN                := $(CURDIR)/bin
 CRICTL_VERSION     := v1.37.0
 STATICCHECK        := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -17,6 +18,7 @@ export GOFLAGS := -buildvcs=false
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/holdfast ./cmd/holdfast
+	$(GO) build -trimpath -ldflags '$(CONTAINERD_LDFLAGS)' -o $(BIN)/holdfast-containerd ./cmd/holdfast-containerd
 	$(GO) build -trimpath -o $(BIN)/imagegen ./cmd/imagegen
 
 demo: build
@@ -45,8 +47,7 @@ BENCH_FLAGS ?=
 
 .PHONY: bench
 bench: build
-	$(GO) build -trimpath -ldflags '-s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)' \
-		-o $(BIN)/ctr github.com/containerd/containerd/v2/cmd/ctr
+	$(GO) build -trimpath -ldflags '$(CONTAINERD_LDFLAGS)' -o $(BIN)/ctr github.com/containerd/containerd/v2/cmd/ctr
 	$(GO) run ./bench/cmd/holdfast-bench -holdfast $(BIN)/holdfast -ctr $(BIN)/ctr $(BENCH_FLAGS)
 
 clean:

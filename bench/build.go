@@ -18,8 +18,8 @@ type Tools struct {
 // containerdModule is the module ctr and the embedded containerd come from.
 const containerdModule = "github.com/containerd/containerd/v2"
 
-// BuildTools builds holdfast (linked with containerd's version, as `make
-// build` does) and ctr from the containerd module version go.mod requires,
+// BuildTools builds holdfast, holdfast-containerd (linked with containerd's
+// version, as `make build` does) and ctr from the containerd module version go.mod requires,
 // into dir. It runs the go command of PATH in the module holding the working
 // directory.
 func BuildTools(ctx context.Context, dir string) (Tools, error) {
@@ -36,7 +36,8 @@ func BuildTools(ctx context.Context, dir string) (Tools, error) {
 	version = strings.TrimPrefix(version, "v")
 	versionFlag := "-X " + containerdModule + "/version.Version=" + version
 	builds := []struct{ out, pkg, ldflags string }{
-		{t.Holdfast, "./cmd/holdfast", "-s -w -X main.version=bench " + versionFlag},
+		{t.Holdfast, "./cmd/holdfast", "-s -w -X main.version=bench"},
+		{filepath.Join(dir, "holdfast-containerd"), "./cmd/holdfast-containerd", "-s -w " + versionFlag},
 		{t.Ctr, containerdModule + "/cmd/ctr", "-s -w " + versionFlag},
 	}
 	for _, b := range builds {

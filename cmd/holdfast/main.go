@@ -17,13 +17,19 @@ import (
 var version = "dev"
 
 func main() {
-	// The embedded containerd runs in a child process started as
-	// "holdfast containerd ...": hand over before anything else is set up.
+	// `holdfast containerd ...` is the embedded containerd: become it.
 	if len(os.Args) > 1 && os.Args[1] == "containerd" {
-		os.Exit(embedded.Main(os.Args[1:]))
+		bin, err := embedded.Binary()
+		if err == nil {
+			err = syscall.Exec(bin, append([]string{bin}, os.Args[1:]...), os.Environ())
+		}
+		fmt.Fprintf(os.Stderr, "holdfast: %v\n", err)
+		os.Exit(1)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	stopProfile := startProfile()
 	err := cli.New(version).ExecuteContext(ctx)
+	stopProfile()
 	stop()
 	var ee *cli.ExitError
 	if err != nil && !(errors.As(err, &ee) && ee.Err == nil) {

@@ -126,10 +126,25 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	start := time.Now()
 	var sum Summary
 	var pr passResult
-	if err := a.rt.Cleanup(ctx); err != nil {
-		a.log.Warn("aborting stale ingests", "error", err)
-	}
+	// What the pass reads first, read at once: stale ingests go (before any
+	// import starts its own), the leases and the records are listed, the
+	// images dirs scanned.
+	var (
+		states  []hfruntime.SourceState
+		records []hfruntime.Image
+		serr    error
+		rerr    error
+		reads   sync.WaitGroup
+	)
+	reads.Go(func() {
+		if err := a.rt.Cleanup(ctx); err != nil {
+			a.log.Warn("aborting stale ingests", "error", err)
+		}
+	})
+	reads.Go(func() { states, serr = a.rt.Sources(ctx) })
+	reads.Go(func() { records, rerr = a.rt.Records(ctx) })
 	scan := source.Scan(a.cfg.ImageDirs)
+	reads.Wait()
 	for _, s := range scan.Skipped {
 		a.log.Debug("skipped", "path", s.Path, "reason", s.Reason)
 	}
@@ -164,7 +179,6 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	// The leases as they are, read once: an unchanged source is then checked
 	// without reading its lease again.
 	known := map[string]*hfruntime.SourceState{}
-	states, serr := a.rt.Sources(ctx)
 	if serr == nil {
 		for i := range states {
 			if st := &states[i]; st.Complete {
@@ -178,12 +192,15 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 		lists[p] = pr
 	}
 
-	// Nothing leased anew: the leases read before the imports are still the leases.
+	// Nothing leased anew: the leases and records read before the imports are
+	// still the ones to plan with. After imports, which take a while, both
+	// are read again.
 	var unchanged []hfruntime.SourceState
-	if serr == nil && len(imported) == 0 {
-		unchanged = states
+	var current []hfruntime.Image
+	if serr == nil && rerr == nil && len(imported) == 0 {
+		unchanged, current = states, records
 	}
-	plan, err := planWith(ctx, a.rt, scan, imported, lists, unchanged)
+	plan, err := planWith(ctx, a.rt, scan, imported, lists, unchanged, current)
 	if err != nil {
 		sum.Failures = append(sum.Failures, err)
 	} else {
@@ -351,20 +368,21 @@ func Bytes(n int64) string {
 // Plan reads the store and returns what reconciling it with scan would do.
 // Sources that are not archives (pin lists) are present as given in lists.
 func Plan(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present) (reconcile.Plan, error) {
-	return planWith(ctx, rt, scan, imported, lists, nil)
+	return planWith(ctx, rt, scan, imported, lists, nil, nil)
 }
 
 // planWith is Plan with the leases given when the caller has read them already.
-func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present, leases []hfruntime.SourceState) (reconcile.Plan, error) {
+func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present, leases []hfruntime.SourceState, records []hfruntime.Image) (reconcile.Plan, error) {
+	var err error
 	if leases == nil {
-		var err error
 		if leases, err = rt.Sources(ctx); err != nil {
 			return reconcile.Plan{}, err
 		}
 	}
-	records, err := rt.Records(ctx)
-	if err != nil {
-		return reconcile.Plan{}, err
+	if records == nil {
+		if records, err = rt.Records(ctx); err != nil {
+			return reconcile.Plan{}, err
+		}
 	}
 	present := map[string]reconcile.Present{}
 	for _, s := range scan.Sources {

@@ -60,11 +60,7 @@ their pins are not listed.`,
 				if src.Kind != source.Archive && src.Kind != source.OCIDir {
 					continue
 				}
-				reason, err := importReason(cmd, s.rt, src, leases)
-				if err != nil {
-					return err
-				}
-				if reason != "" {
+				if reason := importReason(src, leases); reason != "" {
 					actions = append(actions, PlanAction{Action: "import", Source: src.Path, Reason: reason})
 				}
 			}
@@ -95,7 +91,7 @@ their pins are not listed.`,
 }
 
 // importReason says why a sync would read src, or "" when it would not.
-func importReason(cmd *cobra.Command, rt runtime.Runtime, src source.Source, leases []runtime.SourceState) (string, error) {
+func importReason(src source.Source, leases []runtime.SourceState) string {
 	known := false
 	for _, st := range leases {
 		if st.Source != src.Path {
@@ -103,20 +99,16 @@ func importReason(cmd *cobra.Command, rt runtime.Runtime, src source.Source, lea
 		}
 		known = true
 		if st.Identity == src.Identity && st.Complete {
-			ok, err := rt.Intact(cmd.Context(), st)
-			if err != nil {
-				return "", err
+			if st.Intact {
+				return ""
 			}
-			if ok {
-				return "", nil
-			}
-			return "leased content is gone", nil
+			return "leased content is gone"
 		}
 	}
 	if known {
-		return "changed", nil
+		return "changed"
 	}
-	return "new", nil
+	return "new"
 }
 
 func planActions(p reconcile.Plan) []PlanAction {

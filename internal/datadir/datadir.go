@@ -87,7 +87,8 @@ func (l *Lock) SetOwner(o Owner) error {
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(filepath.Join(l.dir, "owner.json"), data, 0o600)
+	// Who holds the lock only matters while it does: no fsync.
+	return writeAtomic(filepath.Join(l.dir, "owner.json"), data, 0o600, false)
 }
 
 // Release gives the lock up.
@@ -128,6 +129,10 @@ func ReadOwner(dir string) (Owner, error) {
 
 // WriteFileAtomic writes data to a temp file beside path, syncs it and renames it into place.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	return writeAtomic(path, data, perm, true)
+}
+
+func writeAtomic(path string, data []byte, perm os.FileMode, durable bool) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return err
@@ -141,9 +146,11 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 		tmp.Close()
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	if durable {
+		if err := tmp.Sync(); err != nil {
+			tmp.Close()
+			return err
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return err

@@ -37,7 +37,8 @@ type Options struct {
 	// pprof debug socket at Layout.DebugAddress.
 	Debug bool
 	// Binary is the executable Start runs as `<Binary> containerd --config F`;
-	// "" means os.Executable(). Tests set it to a binary whose main calls Main.
+	// "" means [Binary](): holdfast-containerd. Tests set it to a binary
+	// whose main calls daemon.Main.
 	Binary string
 }
 

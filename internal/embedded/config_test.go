@@ -396,3 +396,19 @@ func overlayMount(t *testing.T) string {
 	t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
 	return merged
 }
+
+func TestBinaryFromPath(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("PATH", dir)
+	if _, err := Binary(); err == nil || !strings.Contains(err.Error(), BinaryName) || !strings.Contains(err.Error(), "--address") {
+		t.Fatalf("no %s anywhere: got %v, want an error naming it and --address", BinaryName, err)
+	}
+	bin := filepath.Join(dir, BinaryName)
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Binary()
+	if err != nil || got != bin {
+		t.Fatalf("Binary() = %q, %v; want %q", got, err, bin)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -47,6 +48,29 @@ type Process struct {
 	stopErr  error
 }
 
+// BinaryName is the embedded containerd's executable, installed next to holdfast.
+const BinaryName = "holdfast-containerd"
+
+// Binary finds the embedded containerd's executable: beside the running
+// executable, else in PATH.
+func Binary() (string, error) {
+	if self, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(self), BinaryName); isExecutable(p) {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(BinaryName); err == nil {
+		return p, nil
+	}
+	self, _ := os.Executable()
+	return "", fmt.Errorf("the embedded containerd, %s, is neither beside %s nor in PATH: install it there, or give --address of a running containerd", BinaryName, self)
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
 // Start writes the config for dataDir ([WriteConfig]) and runs
 // `<binary> containerd --config <file>` as a child process, then waits until
 // containerd answers the gRPC health service on its socket. The child:
@@ -74,8 +98,8 @@ func Start(ctx context.Context, dataDir string, opts Options) (*Process, error) 
 	}
 	bin := opts.Binary
 	if bin == "" {
-		if bin, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("starting containerd: finding own executable: %w", err)
+		if bin, err = Binary(); err != nil {
+			return nil, fmt.Errorf("starting containerd: %w", err)
 		}
 	}
 

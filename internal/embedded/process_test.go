@@ -15,16 +15,18 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health/grpc_health_v1"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/holdfast-project/holdfast/internal/embedded/daemon"
 )
 
-// childEnvVar makes the test binary act as `holdfast containerd`: Start runs
+// childEnvVar makes the test binary act as holdfast-containerd: Start runs
 // os.Args[0] (this test binary) with `containerd --config F`, and TestMain
-// hands those arguments to Main, as cmd/holdfast does.
+// hands those arguments to daemon.Main, as cmd/holdfast-containerd does.
 const childEnvVar = "HOLDFAST_EMBEDDED_CHILD"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnvVar) == "1" {
-		os.Exit(Main(os.Args[1:]))
+		os.Exit(daemon.Main(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }

@@ -71,9 +71,12 @@ type SourceState struct {
 	Images   []Want `json:"images"`
 	// Blobs are the host-platform blobs the images need: the source is intact
 	// while every one is in the store.
-	Blobs     []digest.Digest `json:"blobs,omitempty"`
-	Complete  bool            `json:"-"` // the state blob exists: the import finished
-	CreatedAt time.Time       `json:"-"`
+	Blobs    []digest.Digest `json:"blobs,omitempty"`
+	Complete bool            `json:"-"` // the state blob exists: the import finished
+	// Intact says every blob in Blobs was in the store when Sources read the
+	// state: a complete, intact source needs no import at the same identity.
+	Intact    bool      `json:"-"`
+	CreatedAt time.Time `json:"-"`
 }
 
 // ServerInfo describes the store's server.
@@ -172,8 +175,6 @@ type Runtime interface {
 	// TempLease makes a lease for content fetched before its source's own
 	// lease exists; Release it when done.
 	TempLease(ctx context.Context) (string, error)
-	// Intact reports whether every host-platform blob a source's images need is in the store.
-	Intact(ctx context.Context, st SourceState) (bool, error)
 	// Records lists every image record, the CRI's own sha256: records too.
 	Records(ctx context.Context) ([]Image, error)
 	// Images lists records, without the CRI's own, with what status shows.

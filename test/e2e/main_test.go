@@ -53,7 +53,7 @@ func buildHoldfast(out string) error {
 	}
 	cmd := exec.Command("go", "build", "-trimpath",
 		"-ldflags", "-X github.com/containerd/containerd/v2/version.Version="+version+" -X main.version=e2e",
-		"-o", out, "./cmd/holdfast")
+		"-o", filepath.Dir(out)+"/", "./cmd/holdfast", "./cmd/holdfast-containerd")
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {

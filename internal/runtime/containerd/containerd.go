@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
@@ -23,6 +24,11 @@ type Runtime struct {
 	client    *containerd.Client
 	namespace string
 	platform  platformMatcher
+	// version is the server's version as New found it; fresh says no call of
+	// Server has used it yet (later calls ask again: containerd may have been
+	// upgraded and restarted since).
+	version string
+	fresh   atomic.Bool
 }
 
 var _ runtime.Runtime = &Runtime{}
@@ -34,10 +40,13 @@ func New(ctx context.Context, address, namespace string) (*Runtime, error) {
 		return nil, fmt.Errorf("connecting to containerd at %s: %w", address, err)
 	}
 	r := &Runtime{client: c, namespace: namespace, platform: hostPlatform()}
-	if _, err := c.Version(r.ns(ctx)); err != nil {
+	v, err := c.Version(r.ns(ctx))
+	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("connecting to containerd at %s: %w", address, err)
 	}
+	r.version = v.Version
+	r.fresh.Store(true)
 	return r, nil
 }
 
@@ -51,11 +60,14 @@ func (r *Runtime) ns(ctx context.Context) context.Context {
 // Server reports the server's version and UUID.
 func (r *Runtime) Server(ctx context.Context) (runtime.ServerInfo, error) {
 	ctx = r.ns(ctx)
-	v, err := r.client.Version(ctx)
-	if err != nil {
-		return runtime.ServerInfo{}, fmt.Errorf("asking containerd its version: %w", err)
+	info := runtime.ServerInfo{Version: r.version}
+	if !r.fresh.Swap(false) {
+		v, err := r.client.Version(ctx)
+		if err != nil {
+			return info, fmt.Errorf("asking containerd its version: %w", err)
+		}
+		info.Version = v.Version
 	}
-	info := runtime.ServerInfo{Version: v.Version}
 	if s, err := r.client.Server(ctx); err == nil {
 		info.UUID = s.UUID
 	}

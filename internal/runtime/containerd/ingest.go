@@ -227,7 +227,9 @@ func withDigestNames(imgs []archive.Image) []runtime.Want {
 func (r *Runtime) openLease(ctx context.Context, id, source, identity string, known *runtime.SourceState) (runtime.SourceState, bool, error) {
 	var prior runtime.SourceState
 	if known != nil && known.Lease == id && known.Complete {
-		prior = *known
+		if prior = *known; prior.Intact {
+			return prior, true, nil
+		}
 	} else {
 		var err error
 		if prior, err = r.readState(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {

@@ -15,11 +15,15 @@ import (
 	"strconv"
 	"strings"
 
+	contentapi "github.com/containerd/containerd/api/services/content/v1"
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
@@ -71,20 +75,31 @@ func (r *Runtime) holdfastLeases(ctx context.Context) (map[string]leases.Lease, 
 	return out, nil
 }
 
-// stateBlobs finds the desired-state blobs, by lease ID.
-func (r *Runtime) stateBlobs(ctx context.Context, leaseID string) (map[string]content.Info, error) {
-	filter := fmt.Sprintf(`labels.%q`, runtime.LabelState)
-	if leaseID != "" {
-		filter = fmt.Sprintf(`labels.%q==%s`, runtime.LabelState, strconv.Quote(leaseID))
+// walkStates finds the desired-state blobs by lease ID: one lease's with
+// leaseID, else all of them. With present it walks the whole store once and
+// notes every digest in it.
+func (r *Runtime) walkStates(ctx context.Context, leaseID string, present map[digest.Digest]bool) (map[string]content.Info, error) {
+	var filters []string
+	switch {
+	case leaseID != "":
+		filters = append(filters, fmt.Sprintf(`labels.%q==%s`, runtime.LabelState, strconv.Quote(leaseID)))
+	case present == nil:
+		filters = append(filters, fmt.Sprintf(`labels.%q`, runtime.LabelState))
 	}
 	out := map[string]content.Info{}
 	err := r.client.ContentStore().Walk(ctx, func(info content.Info) error {
-		id := info.Labels[runtime.LabelState]
+		if present != nil {
+			present[info.Digest] = true
+		}
+		id, ok := info.Labels[runtime.LabelState]
+		if !ok {
+			return nil
+		}
 		if prev, ok := out[id]; !ok || info.CreatedAt.After(prev.CreatedAt) {
 			out[id] = info
 		}
 		return nil
-	}, filter)
+	}, filters...)
 	if err != nil {
 		return nil, fmt.Errorf("listing holdfast state: %w", err)
 	}
@@ -102,7 +117,7 @@ func (r *Runtime) readState(ctx context.Context, id string) (runtime.SourceState
 	if !ok {
 		return runtime.SourceState{Lease: id}, fmt.Errorf("lease %s: %w", id, runtime.ErrNotFound)
 	}
-	blobs, err := r.stateBlobs(ctx, id)
+	blobs, err := r.walkStates(ctx, id, nil)
 	if err != nil {
 		return runtime.SourceState{}, err
 	}
@@ -120,7 +135,7 @@ func (r *Runtime) loadState(ctx context.Context, l leases.Lease, blobs map[strin
 	if !ok {
 		return st, nil
 	}
-	data, err := content.ReadBlob(ctx, r.client.ContentStore(), ocispec.Descriptor{Digest: info.Digest, Size: info.Size})
+	data, err := r.readSmall(ctx, info)
 	if err != nil {
 		if errdefs.IsNotFound(err) {
 			return st, nil
@@ -131,28 +146,79 @@ func (r *Runtime) loadState(ctx context.Context, l leases.Lease, blobs map[strin
 	if err := json.Unmarshal(data, &saved); err != nil {
 		return st, fmt.Errorf("reading state of lease %s: %w", l.ID, err)
 	}
-	st.Source, st.Identity, st.MtimeNs, st.Images, st.Complete = saved.Source, saved.Identity, saved.MtimeNs, saved.Images, true
+	st.Source, st.Identity, st.MtimeNs, st.Images, st.Blobs, st.Complete = saved.Source, saved.Identity, saved.MtimeNs, saved.Images, saved.Blobs, true
 	return st, nil
 }
 
-// Sources lists the desired state of every holdfast lease.
+// readSmall reads a small blob whose size the caller knows in one call
+// (content.ReadBlob asks the store for its Info first).
+func (r *Runtime) readSmall(ctx context.Context, info content.Info) ([]byte, error) {
+	conn, ok := r.client.Conn().(*grpc.ClientConn)
+	if !ok {
+		return content.ReadBlob(ctx, r.client.ContentStore(), ocispec.Descriptor{Digest: info.Digest, Size: info.Size})
+	}
+	stream, err := contentapi.NewContentClient(conn).Read(ctx, &contentapi.ReadContentRequest{Digest: info.Digest.String()})
+	if err != nil {
+		return nil, errgrpc.ToNative(err)
+	}
+	data := make([]byte, 0, info.Size)
+	for {
+		resp, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, errgrpc.ToNative(err)
+		}
+		data = append(data, resp.Data...)
+	}
+	if int64(len(data)) != info.Size {
+		return nil, fmt.Errorf("blob %s: read %d of %d bytes", info.Digest, len(data), info.Size)
+	}
+	return data, nil
+}
+
+// Sources lists the desired state of every holdfast lease, and whether its
+// content is intact, from one walk of the store and one read per lease.
 func (r *Runtime) Sources(ctx context.Context) ([]runtime.SourceState, error) {
 	ctx = r.ns(ctx)
-	ls, err := r.holdfastLeases(ctx)
-	if err != nil {
-		return nil, err
-	}
-	blobs, err := r.stateBlobs(ctx, "")
-	if err != nil {
+	var (
+		ls      map[string]leases.Lease
+		lerr    error
+		present = map[digest.Digest]bool{}
+	)
+	listed := make(chan struct{})
+	go func() {
+		defer close(listed)
+		ls, lerr = r.holdfastLeases(ctx)
+	}()
+	blobs, err := r.walkStates(ctx, "", present)
+	<-listed
+	if err = errors.Join(lerr, err); err != nil {
 		return nil, err
 	}
 	out := make([]runtime.SourceState, 0, len(ls))
 	for _, l := range ls {
-		st, err := r.loadState(ctx, l, blobs)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, st)
+		out = append(out, runtime.SourceState{Lease: l.ID})
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i := range out {
+		g.Go(func() error {
+			st, err := r.loadState(gctx, ls[out[i].Lease], blobs)
+			if err == nil && st.Complete {
+				if len(st.Blobs) > 0 {
+					st.Intact = !slices.ContainsFunc(st.Blobs, func(d digest.Digest) bool { return !present[d] })
+				} else {
+					st.Intact, err = r.intact(gctx, st) // a state saved without its blob list
+				}
+			}
+			out[i] = st
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Lease < out[j].Lease })
 	return out, nil
@@ -173,11 +239,6 @@ func (r *Runtime) writeState(ctx context.Context, ing *ingester, st runtime.Sour
 		return r.addToLease(ctx, []digest.Digest{desc.Digest})
 	}
 	return nil
-}
-
-// Intact reports whether every required blob of a source's images is in the store.
-func (r *Runtime) Intact(ctx context.Context, st runtime.SourceState) (bool, error) {
-	return r.intact(r.ns(ctx), st)
 }
 
 func (r *Runtime) intact(ctx context.Context, st runtime.SourceState) (bool, error) {

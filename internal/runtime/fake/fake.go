@@ -101,8 +101,6 @@ func (r *Runtime) Pull(_ context.Context, ref string, _ runtime.PullOptions) (ru
 
 func (r *Runtime) TempLease(context.Context) (string, error) { return runtime.LeasePrefix + "tmp", nil }
 
-func (r *Runtime) Intact(context.Context, runtime.SourceState) (bool, error) { return true, nil }
-
 func (r *Runtime) Records(context.Context) ([]runtime.Image, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -128,6 +126,7 @@ func (r *Runtime) Sources(context.Context) ([]runtime.SourceState, error) {
 	defer r.mu.Unlock()
 	out := make([]runtime.SourceState, 0, len(r.states))
 	for _, st := range r.states {
+		st.Intact = st.Complete // the fake never loses content
 		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Lease < out[j].Lease })
