@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/opencontainers/go-digest"
@@ -121,9 +122,15 @@ func (w *walker) runJobs(ctx context.Context) error {
 	}
 	slices.SortStableFunc(jobs, func(a, b *blobJob) int { return cmp.Compare(b.size, a.size) })
 	g, gctx := errgroup.WithContext(ctx)
+	workers := min(w.concurrency, len(jobs))
+	gate := newStagger(workers, jobs[0].size)
 	var next atomic.Int64
-	for range min(w.concurrency, len(jobs)) {
+	for k := range workers {
 		g.Go(func() error {
+			defer gate.openAll() // no more bytes will come from this worker
+			if err := gate.wait(gctx, k); err != nil {
+				return err
+			}
 			for {
 				i := next.Add(1) - 1
 				if i >= int64(len(jobs)) {
@@ -132,7 +139,7 @@ func (w *walker) runJobs(ctx context.Context) error {
 				if err := gctx.Err(); err != nil {
 					return err
 				}
-				if err := runJob(gctx, w.st, jobs[i]); err != nil {
+				if err := runJob(gctx, w.st, jobs[i], gate); err != nil {
 					return err
 				}
 			}
@@ -156,7 +163,7 @@ func (w *walker) runJobs(ctx context.Context) error {
 
 // runJob does one write. It touches nothing of the walker's but j, so that
 // jobs can run concurrently.
-func runJob(ctx context.Context, st Store, j *blobJob) error {
+func runJob(ctx context.Context, st Store, j *blobJob, progress *stagger) error {
 	if j.check {
 		has, err := st.Has(ctx, j.dgst)
 		if err != nil {
@@ -177,7 +184,7 @@ func runJob(ctx context.Context, st Store, j *blobJob) error {
 		defer func() { j.read = cr.n }()
 		r = &joinReader{head: j.head, rest: cr}
 	}
-	got, err := st.Put(ctx, j.dgst, j.size, &ctxReader{ctx: ctx, r: r})
+	got, err := st.Put(ctx, j.dgst, j.size, &ctxReader{ctx: ctx, r: r, progress: progress})
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", j.name, err)
 	}
@@ -215,13 +222,84 @@ func (r *joinReader) Read(p []byte) (int, error) {
 // ctxReader stops reading once ctx is done, so that a write another worker's
 // error cancelled stops even if the store does not watch ctx.
 type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
+	ctx      context.Context
+	r        io.Reader
+	progress *stagger // counts the bytes read, if set
 }
 
 func (r *ctxReader) Read(p []byte) (int, error) {
 	if err := r.ctx.Err(); err != nil {
 		return 0, err
 	}
-	return r.r.Read(p)
+	n, err := r.r.Read(p)
+	if r.progress != nil {
+		r.progress.add(int64(n))
+	}
+	return n, err
+}
+
+// minStagger is the smallest largest-blob size worth staggering writers for.
+const minStagger = 16 << 20
+
+// stagger starts the writers of large blobs one after another instead of all
+// at once: worker k begins once the workers before it have streamed k steps
+// of bytes, a step being the largest blob's size divided by the number of
+// workers. containerd syncs each blob to disk when it is committed, and the
+// kernel writes little back before that (its background threshold is a share
+// of memory), so writers that started together commit together and stall
+// together for the disk, then compete together for the CPU. Staggered, one
+// writer's commit overlaps the others' streaming.
+type stagger struct {
+	step  int64
+	bytes atomic.Int64
+	mu    sync.Mutex
+	gates []chan struct{} // gates[k] opens when worker k+1 may start
+	open  int             // gates opened so far
+}
+
+func newStagger(workers int, largest int64) *stagger {
+	s := &stagger{step: largest / int64(max(workers, 1))}
+	for range workers - 1 {
+		s.gates = append(s.gates, make(chan struct{}))
+	}
+	if largest < minStagger {
+		s.openAll()
+	}
+	return s
+}
+
+// add counts n more bytes streamed and opens the gates they reach.
+func (s *stagger) add(n int64) {
+	if s.step <= 0 || n <= 0 {
+		return
+	}
+	reached := s.bytes.Add(n) / s.step
+	s.mu.Lock()
+	for s.open < len(s.gates) && int64(s.open) < reached {
+		close(s.gates[s.open])
+		s.open++
+	}
+	s.mu.Unlock()
+}
+
+// openAll lets every worker start.
+func (s *stagger) openAll() {
+	s.mu.Lock()
+	for ; s.open < len(s.gates); s.open++ {
+		close(s.gates[s.open])
+	}
+	s.mu.Unlock()
+}
+
+// wait holds worker k until it may start.
+func (s *stagger) wait(ctx context.Context, k int) error {
+	if k == 0 {
+		return nil
+	}
+	select {
+	case <-s.gates[k-1]:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -237,6 +237,7 @@ type input struct {
 	sc       *seekCounter    // when seekable
 	raw      *countingReader // compressed input (nil when seekable)
 	dec      *decoder        // nil when seekable
+	ahead    *aheadReader    // reads dec ahead of the tar reader (nil when seekable)
 	rs       io.ReadSeeker   // when seekable
 	start    int64           // offset of rs at the start
 }
@@ -263,8 +264,9 @@ func openInput(r io.Reader, lim limits) (*input, error) {
 	if err != nil {
 		return nil, err
 	}
-	reads := &countingReader{r: rc}
-	return &input{comp: c, tar: reads, reads: reads, raw: raw, dec: rc.(*decoder)}, nil
+	ahead := newAheadReader(rc)
+	reads := &countingReader{r: ahead}
+	return &input{comp: c, tar: reads, reads: reads, raw: raw, dec: rc.(*decoder), ahead: ahead}, nil
 }
 
 // endsBefore reports whether a seekable input ends before offset off.
@@ -274,10 +276,13 @@ func (in *input) endsBefore(off int64) bool {
 }
 
 func (in *input) decodeErr() error {
-	if in.dec == nil {
+	if in.ahead == nil {
 		return nil
 	}
-	return in.dec.err
+	if err := in.ahead.Err(); err != io.EOF {
+		return err
+	}
+	return nil
 }
 
 // streamErr prefers the decoder's own error: when the compressed stream is
@@ -299,13 +304,16 @@ func (in *input) finish() (int64, error) {
 		}
 		return end - in.start, nil
 	}
-	if _, err := io.Copy(io.Discard, in.dec); err != nil {
+	if _, err := io.Copy(io.Discard, in.ahead); err != nil {
 		return 0, fmt.Errorf("reading past the end of the tar archive: %w", err)
 	}
 	return in.raw.n, nil
 }
 
 func (in *input) close() {
+	if in.ahead != nil {
+		in.ahead.Close()
+	}
 	if in.dec != nil {
 		in.dec.Close()
 	}

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	contentapi "github.com/containerd/containerd/api/services/content/v1"
+	"google.golang.org/grpc"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +24,7 @@ const refPrefix = "holdfast-"
 // Runtime talks to one containerd namespace.
 type Runtime struct {
 	client    *containerd.Client
+	content   contentapi.ContentClient // the content service, for what its proxy does slowly
 	namespace string
 	platform  platformMatcher
 	// version is the server's version as New found it; fresh says no call of
@@ -39,7 +42,12 @@ func New(ctx context.Context, address, namespace string) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to containerd at %s: %w", address, err)
 	}
-	r := &Runtime{client: c, namespace: namespace, platform: hostPlatform()}
+	conn, ok := c.Conn().(*grpc.ClientConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("connecting to containerd at %s: not a gRPC connection", address)
+	}
+	r := &Runtime{client: c, content: contentapi.NewContentClient(conn), namespace: namespace, platform: hostPlatform()}
 	v, err := c.Version(r.ns(ctx))
 	if err != nil {
 		c.Close()

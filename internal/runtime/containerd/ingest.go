@@ -320,9 +320,8 @@ func (w *ingester) writeDoc(ctx context.Context, desc ocispec.Descriptor, data [
 // on the lease in the same transaction); a blob that was already there has its
 // labels brought up to date instead.
 func (w *ingester) put(ctx context.Context, desc ocispec.Descriptor, r io.Reader, labels map[string]string) (digest.Digest, bool, error) {
-	cs := w.r.client.ContentStore()
 	ref := w.nextRef()
-	cw, err := content.OpenWriter(ctx, cs, content.WithRef(ref), content.WithDescriptor(desc))
+	cw, offset, err := w.r.openBlob(ctx, ref, desc)
 	if err != nil {
 		w.done(ref, "", false)
 		if errdefs.IsAlreadyExists(err) && desc.Digest != "" {
@@ -334,15 +333,11 @@ func (w *ingester) put(ctx context.Context, desc ocispec.Descriptor, r io.Reader
 	// A blob that another namespace holds already is "shared": the writer
 	// starts at its full size, and writing would append to it. Commit it as it
 	// is; restart anything else that does not start at zero.
-	if st, err := cw.Status(); err != nil {
-		return "", false, fmt.Errorf("opening writer for %s: %w", blobName(desc), err)
-	} else if st.Offset > 0 {
-		if desc.Digest != "" && st.Offset == desc.Size {
+	if offset > 0 {
+		if desc.Digest != "" && offset == desc.Size {
 			return w.commit(ctx, cw, ref, desc.Digest, desc.Size, labels)
 		}
-		if err := cw.Truncate(0); err != nil {
-			return "", false, fmt.Errorf("restarting writer for %s: %w", blobName(desc), err)
-		}
+		cw.restart()
 	}
 
 	var digester digest.Digester
@@ -352,7 +347,7 @@ func (w *ingester) put(ctx context.Context, desc ocispec.Descriptor, r io.Reader
 		dst = io.MultiWriter(cw, digester.Hash())
 	}
 	bufp := chunkPool.Get().(*[]byte)
-	n, err := io.CopyBuffer(onlyWriter{dst}, onlyReader{r}, *bufp)
+	n, err := copyFull(dst, r, *bufp)
 	chunkPool.Put(bufp)
 	if err != nil {
 		return "", false, fmt.Errorf("writing %s: %w", blobName(desc), err)
@@ -368,13 +363,9 @@ func (w *ingester) put(ctx context.Context, desc ocispec.Descriptor, r io.Reader
 }
 
 // commit finishes a write; a blob that exists already is not an error.
-func (w *ingester) commit(ctx context.Context, cw content.Writer, ref string, d digest.Digest, size int64, labels map[string]string) (digest.Digest, bool, error) {
+func (w *ingester) commit(ctx context.Context, cw *blobWriter, ref string, d digest.Digest, size int64, labels map[string]string) (digest.Digest, bool, error) {
 	cs := w.r.client.ContentStore()
-	var opts []content.Opt
-	if len(labels) > 0 {
-		opts = append(opts, content.WithLabels(labels))
-	}
-	if err := cw.Commit(ctx, size, d, opts...); err != nil {
+	if err := cw.Commit(size, d, labels); err != nil {
 		if errdefs.IsAlreadyExists(err) {
 			_ = cs.Abort(ctx, ref)
 			w.done(ref, d, false)
@@ -422,10 +413,30 @@ func blobName(desc ocispec.Descriptor) string {
 	return fmt.Sprintf("blob of %d bytes", desc.Size)
 }
 
-// onlyWriter and onlyReader hide ReadFrom/WriteTo so that every write is one
-// full buffer.
-type onlyWriter struct{ io.Writer }
-type onlyReader struct{ io.Reader }
+// copyFull copies src to dst in writes of len(buf) bytes, the last one
+// shorter. Each write to the content store is one message and one round trip,
+// and the store's cost per message is high: a decompressor or tar reader that
+// returns a block at a time (zstd: at most 128 KiB) must not set the message
+// size, so reads are gathered until the buffer is full.
+func copyFull(dst io.Writer, src io.Reader, buf []byte) (int64, error) {
+	var total int64
+	for {
+		n, err := io.ReadFull(src, buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return total, werr
+			}
+			total += int64(n)
+		}
+		switch err {
+		case nil:
+		case io.EOF, io.ErrUnexpectedEOF:
+			return total, nil
+		default:
+			return total, err
+		}
+	}
+}
 
 func randomHex(n int) string {
 	b := make([]byte, n)

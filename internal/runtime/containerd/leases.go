@@ -23,7 +23,6 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
@@ -153,11 +152,7 @@ func (r *Runtime) loadState(ctx context.Context, l leases.Lease, blobs map[strin
 // readSmall reads a small blob whose size the caller knows in one call
 // (content.ReadBlob asks the store for its Info first).
 func (r *Runtime) readSmall(ctx context.Context, info content.Info) ([]byte, error) {
-	conn, ok := r.client.Conn().(*grpc.ClientConn)
-	if !ok {
-		return content.ReadBlob(ctx, r.client.ContentStore(), ocispec.Descriptor{Digest: info.Digest, Size: info.Size})
-	}
-	stream, err := contentapi.NewContentClient(conn).Read(ctx, &contentapi.ReadContentRequest{Digest: info.Digest.String()})
+	stream, err := r.content.Read(ctx, &contentapi.ReadContentRequest{Digest: info.Digest.String()})
 	if err != nil {
 		return nil, errgrpc.ToNative(err)
 	}

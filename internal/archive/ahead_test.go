@@ -1,0 +1,93 @@
+package archive
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func TestAheadReaderKeepsBytesAndOrder(t *testing.T) {
+	for _, size := range []int{0, 1, aheadBlockSize - 1, aheadBlockSize, 3*aheadBlockSize + aheadBlockSize/2, 2 * aheadBlocks * aheadBlockSize} {
+		src := make([]byte, size)
+		rng := rand.New(rand.NewPCG(uint64(size), 1))
+		for i := range src {
+			src[i] = byte(rng.Uint32())
+		}
+		// A source that returns odd-sized pieces, as decoders do.
+		a := newAheadReader(&pieceReader{r: bytes.NewReader(src), max: 777_777})
+		got, err := io.ReadAll(a)
+		if err != nil {
+			t.Fatalf("size %d: %v", size, err)
+		}
+		if !bytes.Equal(got, src) {
+			t.Fatalf("size %d: read %d bytes that differ from the source", size, len(got))
+		}
+		if err := a.Err(); err != io.EOF {
+			t.Fatalf("size %d: Err() = %v, want io.EOF", size, err)
+		}
+		a.Close()
+	}
+}
+
+func TestAheadReaderPassesTheErrorAfterTheBytes(t *testing.T) {
+	boom := errors.New("zstd: corrupt block")
+	src := bytes.Repeat([]byte("x"), aheadBlockSize+5)
+	a := newAheadReader(io.MultiReader(bytes.NewReader(src), &errReader{err: boom}))
+	defer a.Close()
+	got, err := io.ReadAll(a)
+	if !errors.Is(err, boom) {
+		t.Fatalf("ReadAll error = %v, want %v", err, boom)
+	}
+	if !bytes.Equal(got, src) {
+		t.Fatalf("read %d bytes before the error, want the %d decoded before it", len(got), len(src))
+	}
+	if !errors.Is(a.Err(), boom) {
+		t.Fatalf("Err() = %v, want %v", a.Err(), boom)
+	}
+}
+
+func TestAheadReaderCloseStopsReading(t *testing.T) {
+	src := &countingZeros{}
+	a := newAheadReader(src)
+	if _, err := io.ReadFull(a, make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() { a.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return while the source had more to give")
+	}
+	n := src.n
+	// Bounded: what the buffers hold plus the block being read at Close.
+	if limit := int64(aheadBlocks+2) * aheadBlockSize; n > limit {
+		t.Fatalf("read %d bytes of an endless source, more than %d", n, limit)
+	}
+	a.Close() // a second Close is harmless
+}
+
+type pieceReader struct {
+	r   io.Reader
+	max int
+}
+
+func (p *pieceReader) Read(b []byte) (int, error) {
+	return p.r.Read(b[:min(len(b), p.max)])
+}
+
+type errReader struct{ err error }
+
+func (e *errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// countingZeros is an endless source; n is only read after the reader's goroutine is done.
+type countingZeros struct{ n int64 }
+
+func (c *countingZeros) Read(b []byte) (int, error) {
+	clear(b)
+	c.n += int64(len(b))
+	return len(b), nil
+}
