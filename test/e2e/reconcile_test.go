@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -485,6 +486,19 @@ func TestHealFallsBackToArchive(t *testing.T) {
 		t.Fatalf("deleting a leased layer: %v", err)
 	}
 	d.deleteImageSync(t, rec.Target.Digest)
+	// plan sees the missing layer the way sync does.
+	res := holdfast(t, "plan", "-o", "json", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir)
+	var plan struct {
+		Actions []struct{ Action, Source, Reason string } `json:"actions"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &plan); res.Code != 0 || err != nil {
+		t.Fatalf("plan: %d %v %s %s", res.Code, err, res.Stdout, res.Stderr)
+	}
+	if !slices.ContainsFunc(plan.Actions, func(a struct{ Action, Source, Reason string }) bool {
+		return a.Action == "import" && filepath.Base(a.Source) == "app.tar" && a.Reason == "leased content is gone"
+	}) {
+		t.Errorf("plan does not import app.tar again because its leased content is gone: %+v", plan.Actions)
+	}
 	c := d.syncOK(t, dataDir, imagesDir)
 	if c["imported"] != 1 || c["bytes0"] != 0 {
 		t.Errorf("sync did not read the archive again: %v", c)
