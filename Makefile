@@ -17,7 +17,7 @@ export GOFLAGS := -buildvcs=false
 .PHONY: build demo test lint deps unit e2e clean
 
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/holdfast ./cmd/holdfast
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/holdfast ./cmd/holdfast
 	$(GO) build -trimpath -ldflags '$(CONTAINERD_LDFLAGS)' -o $(BIN)/holdfast-containerd ./cmd/holdfast-containerd
 	$(GO) build -trimpath -o $(BIN)/imagegen ./cmd/imagegen
 

@@ -35,13 +35,13 @@ func BuildTools(ctx context.Context, dir string) (Tools, error) {
 	}
 	version = strings.TrimPrefix(version, "v")
 	versionFlag := "-X " + containerdModule + "/version.Version=" + version
-	builds := []struct{ out, pkg, ldflags string }{
-		{t.Holdfast, "./cmd/holdfast", "-s -w -X main.version=bench"},
-		{filepath.Join(dir, "holdfast-containerd"), "./cmd/holdfast-containerd", "-s -w " + versionFlag},
-		{t.Ctr, containerdModule + "/cmd/ctr", "-s -w " + versionFlag},
+	builds := []struct{ out, pkg, ldflags, env string }{
+		{t.Holdfast, "./cmd/holdfast", "-s -w -X main.version=bench", "CGO_ENABLED=0"}, // static, as `make build`
+		{filepath.Join(dir, "holdfast-containerd"), "./cmd/holdfast-containerd", "-s -w " + versionFlag, ""},
+		{t.Ctr, containerdModule + "/cmd/ctr", "-s -w " + versionFlag, ""},
 	}
 	for _, b := range builds {
-		if _, err := goOutput(ctx, root, "build", "-buildvcs=false", "-trimpath", "-ldflags", b.ldflags, "-o", b.out, b.pkg); err != nil {
+		if _, err := goOutputEnv(ctx, root, []string{b.env}, "build", "-buildvcs=false", "-trimpath", "-ldflags", b.ldflags, "-o", b.out, b.pkg); err != nil {
 			return t, fmt.Errorf("building %s: %w", b.pkg, err)
 		}
 	}
@@ -49,8 +49,22 @@ func BuildTools(ctx context.Context, dir string) (Tools, error) {
 }
 
 func goOutput(ctx context.Context, dir string, args ...string) (string, error) {
+	return goOutputEnv(ctx, dir, nil, args...)
+}
+
+// goOutputEnv runs the go command with env (NAME=value; empty ones are
+// ignored) added to holdfast-bench's environment.
+func goOutputEnv(ctx context.Context, dir string, env []string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
+	for _, e := range env {
+		if e != "" {
+			if cmd.Env == nil {
+				cmd.Env = os.Environ()
+			}
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

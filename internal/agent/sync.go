@@ -91,7 +91,7 @@ func CheckServer(ctx context.Context, rt hfruntime.Runtime, log *slog.Logger) (h
 	if err != nil {
 		return info, err
 	}
-	log.Debug("containerd", "version", info.Version, "uuid", info.UUID)
+	log.Debug("containerd", "version", info.Version)
 	if !hfruntime.CRIHonoursPins(info.Version) {
 		log.Warn("this containerd's CRI does not report pinned images to the kubelet (needs containerd >= 1.7.10 or 1.6.25): the kubelet's image GC may delete images holdfast pinned; holdfast's leases still keep their content",
 			"version", info.Version)

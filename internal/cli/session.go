@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/datadir"
@@ -50,6 +51,7 @@ func (o *options) openOwner(ctx context.Context, command string) (*session, erro
 		s.close()
 		return nil, err
 	}
+	s.rt.CacheStates(o.stateCacheDir())
 	return s, nil
 }
 
@@ -98,6 +100,7 @@ func (o *options) openReader(ctx context.Context, command string) (*session, err
 	if err != nil {
 		return nil, err
 	}
+	rt.CacheStates(o.stateCacheDir())
 	return &session{rt: rt, address: address}, nil
 }
 
@@ -113,3 +116,7 @@ func (s *session) close() {
 	}
 	s.lock.Release()
 }
+
+// stateCacheDir holds copies of the leases' state blobs, named by digest: a
+// pass reads them there instead of asking containerd for each.
+func (o *options) stateCacheDir() string { return filepath.Join(o.dataDir, "state") }

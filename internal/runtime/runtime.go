@@ -82,7 +82,6 @@ type SourceState struct {
 // ServerInfo describes the store's server.
 type ServerInfo struct {
 	Version string
-	UUID    string
 }
 
 // ImportRequest is one archive (or OCI layout directory) to import.

@@ -51,13 +51,25 @@ func buildHoldfast(out string) error {
 		}
 		version = strings.TrimPrefix(strings.TrimSpace(string(v)), "v")
 	}
-	cmd := exec.Command("go", "build", "-trimpath",
-		"-ldflags", "-X github.com/containerd/containerd/v2/version.Version="+version+" -X main.version=e2e",
-		"-o", filepath.Dir(out)+"/", "./cmd/holdfast", "./cmd/holdfast-containerd")
-	cmd.Dir = root
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building holdfast: %w", err)
+	// As `make build` does: holdfast static, the embedded containerd with
+	// containerd's version linked in, side by side.
+	builds := []struct {
+		cgo, ldflags, pkg string
+	}{
+		{"0", "-X main.version=e2e", "./cmd/holdfast"},
+		{"", "-X github.com/containerd/containerd/v2/version.Version=" + version, "./cmd/holdfast-containerd"},
+	}
+	for _, b := range builds {
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", b.ldflags, "-o", filepath.Dir(out)+"/", b.pkg)
+		cmd.Dir = root
+		cmd.Env = os.Environ()
+		if b.cgo != "" {
+			cmd.Env = append(cmd.Env, "CGO_ENABLED="+b.cgo)
+		}
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("building %s: %w", b.pkg, err)
+		}
 	}
 	return nil
 }

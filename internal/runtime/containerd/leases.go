@@ -134,12 +134,16 @@ func (r *Runtime) loadState(ctx context.Context, l leases.Lease, blobs map[strin
 	if !ok {
 		return st, nil
 	}
-	data, err := r.readSmall(ctx, info)
-	if err != nil {
-		if errdefs.IsNotFound(err) {
-			return st, nil
+	data := r.states.get(info.Digest)
+	if data == nil {
+		var err error
+		if data, err = r.readSmall(ctx, info); err != nil {
+			if errdefs.IsNotFound(err) {
+				return st, nil
+			}
+			return st, fmt.Errorf("reading state of lease %s: %w", l.ID, err)
 		}
-		return st, fmt.Errorf("reading state of lease %s: %w", l.ID, err)
+		r.states.put(info.Digest, data)
 	}
 	var saved runtime.SourceState
 	if err := json.Unmarshal(data, &saved); err != nil {
@@ -215,6 +219,11 @@ func (r *Runtime) Sources(ctx context.Context) ([]runtime.SourceState, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	keep := map[digest.Digest]bool{}
+	for _, info := range blobs {
+		keep[info.Digest] = true
+	}
+	r.states.prune(keep)
 	sort.Slice(out, func(i, j int) bool { return out[i].Lease < out[j].Lease })
 	return out, nil
 }

@@ -72,7 +72,7 @@ func (r *Runtime) Pins() int {
 }
 
 func (r *Runtime) Server(context.Context) (runtime.ServerInfo, error) {
-	return runtime.ServerInfo{Version: "fake", UUID: "fake"}, nil
+	return runtime.ServerInfo{Version: "fake"}, nil
 }
 
 func (r *Runtime) Import(_ context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
