@@ -170,6 +170,7 @@ func runJob(ctx context.Context, st Store, j *blobJob, progress *stagger) error 
 			return fmt.Errorf("checking %s: %w", j.dgst, err)
 		}
 		if has {
+			progress.add(j.size) // as far along as if it had been written
 			return nil
 		}
 	}
@@ -270,7 +271,7 @@ func newStagger(workers int, largest int64) *stagger {
 
 // add counts n more bytes streamed and opens the gates they reach.
 func (s *stagger) add(n int64) {
-	if s.step <= 0 || n <= 0 {
+	if s == nil || s.step <= 0 || n <= 0 {
 		return
 	}
 	reached := s.bytes.Add(n) / s.step

@@ -6,14 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	contentapi "github.com/containerd/containerd/api/services/content/v1"
-	"google.golang.org/grpc"
 	"sync/atomic"
 	"time"
 
+	contentapi "github.com/containerd/containerd/api/services/content/v1"
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+	"google.golang.org/grpc"
 
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
