@@ -87,8 +87,8 @@ func (l *Lock) SetOwner(o Owner) error {
 	if err != nil {
 		return err
 	}
-	// Who holds the lock only matters while it does: no fsync.
-	return writeAtomic(filepath.Join(l.dir, "owner.json"), data, 0o600, false)
+	// Who holds the lock only matters while it does.
+	return ReplaceFile(filepath.Join(l.dir, "owner.json"), data, 0o600)
 }
 
 // Release gives the lock up.
@@ -130,6 +130,12 @@ func ReadOwner(dir string) (Owner, error) {
 // WriteFileAtomic writes data to a temp file beside path, syncs it and renames it into place.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	return writeAtomic(path, data, perm, true)
+}
+
+// ReplaceFile is WriteFileAtomic without the sync, for files that need not
+// survive a crash: readers see the old content or the new, never a part.
+func ReplaceFile(path string, data []byte, perm os.FileMode) error {
+	return writeAtomic(path, data, perm, false)
 }
 
 func writeAtomic(path string, data []byte, perm os.FileMode, durable bool) error {

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/holdfast-project/holdfast/internal/datadir"
 )
 
 // stateCache keeps copies of the leases' state blobs in a directory of the
@@ -33,20 +35,10 @@ func (c stateCache) get(d digest.Digest) []byte {
 
 // put saves a copy of blob d, best effort: a copy is never needed.
 func (c stateCache) put(d digest.Digest, data []byte) {
-	if c.dir == "" || d.Validate() != nil {
+	if c.dir == "" || d.Validate() != nil || os.MkdirAll(c.dir, 0o700) != nil {
 		return
 	}
-	if os.MkdirAll(c.dir, 0o700) != nil {
-		return
-	}
-	tmp, err := os.CreateTemp(c.dir, ".tmp-*")
-	if err != nil {
-		return
-	}
-	_, werr := tmp.Write(data)
-	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), c.path(d)) != nil {
-		_ = os.Remove(tmp.Name())
-	}
+	_ = datadir.ReplaceFile(c.path(d), data, 0o600)
 }
 
 // prune removes the copies of blobs that are not in keep.
