@@ -23,23 +23,26 @@ const pullAttempts = 3
 // leased before, is pinned without pulling; the others are pulled, a few at a
 // time, each with a timeout and retries. A bad or unreachable reference is
 // reported as file:line and never stops the others, and never drops what the
-// list pulled before: an unreachable registry unpins nothing.
-func (a *Agent) pullLists(ctx context.Context, lists []source.Source, sum *Summary, imported map[string]bool) map[string]reconcile.Present {
+// list pulled before: an unreachable registry unpins nothing. It also returns
+// the lists it could not read or lease: they keep what they had.
+func (a *Agent) pullLists(ctx context.Context, lists []source.Source, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
 	present := map[string]reconcile.Present{}
 	records, states, ok := a.storeView(ctx, len(lists), sum)
 	if !ok {
-		return present
+		return present, unjudged(lists, sum)
 	}
 	have := map[string]hfruntime.Want{}
 	for _, r := range records {
 		have[r.Name] = hfruntime.Want{Name: r.Name, Target: r.Target}
 	}
+	var unknown []string
 	for _, src := range lists {
 		pl, err := source.ReadPullList(src.Path)
 		if err != nil {
 			sum.Failures = append(sum.Failures, err)
 			sum.set(src, metrics.StateFailed)
-			continue // unknown this pass: its lease stays
+			unknown = append(unknown, src.Path)
+			continue
 		}
 		failuresBefore := len(sum.Failures)
 		for _, le := range pl.Errors {
@@ -55,9 +58,11 @@ func (a *Agent) pullLists(ctx context.Context, lists []source.Source, sum *Summa
 		}
 		wants, errs := a.resolvePulls(ctx, pl, have, before)
 		sum.Failures = append(sum.Failures, errs...)
-		a.leaseList(ctx, "pull list", src, src.MtimeNs, wants, failuresBefore, sum, imported, present)
+		if !a.leaseList(ctx, "pull list", src, src.MtimeNs, wants, failuresBefore, sum, imported, present) {
+			unknown = append(unknown, src.Path)
+		}
 	}
-	return present
+	return present, unknown
 }
 
 // resolvePulls finds each entry's target: in the store, in what the list had

@@ -187,10 +187,14 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 		}
 	}
 	imported := a.importAll(ctx, todo, known, &sum)
-	lists := a.pullLists(ctx, pullLists, &sum, imported)
-	for p, pr := range a.pinLists(ctx, pinLists, scan, &sum, imported) {
+	lists, unread := a.pullLists(ctx, pullLists, &sum, imported)
+	pins, unreadPins := a.pinLists(ctx, pinLists, scan, &sum, imported)
+	for p, pr := range pins {
 		lists[p] = pr
 	}
+	// A list that could not be read or leased keeps what it had, as an
+	// unreadable archive does.
+	scan.Unreadable = append(append(scan.Unreadable, unread...), unreadPins...)
 
 	// Nothing leased anew: the leases and records read before the imports are
 	// still the ones to plan with. After imports, which take a while, both

@@ -1,0 +1,91 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/runtime/fake"
+)
+
+func wantOf(name, content string) hfruntime.Want {
+	return hfruntime.Want{Name: name, Target: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromString(content), Size: 1}}
+}
+
+func pinnedIn(rt *fake.Runtime, name string) bool {
+	r, ok := rt.Record(name)
+	return ok && r.Pinned() && r.Owned()
+}
+
+func leasesOf(t *testing.T, rt *fake.Runtime, path string) []string {
+	t.Helper()
+	sts, err := rt.Sources(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, st := range sts {
+		if st.Source == path {
+			out = append(out, st.Lease)
+		}
+	}
+	return out
+}
+
+// TestUnreadableListsKeep: a pull list and a pin list that cannot be read
+// (here: symlinks to a directory, which fail for root too) keep their pins and
+// leases, as an unreadable archive does.
+func TestUnreadableListsKeep(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pull, pins := filepath.Join(dir, "pull.txt"), filepath.Join(dir, "keep.pins")
+	x, y := wantOf("example.com/x:1", "x"), wantOf("example.com/y:1", "y")
+	rt := fake.New()
+	rt.PullFunc = func(ref string) (hfruntime.Want, error) { return x, nil }
+	ctx := context.Background()
+	if _, err := rt.Pin(ctx, y); err != nil { // y is in the store, brought by something else
+		t.Fatal(err)
+	}
+	if err := rt.Unpin(ctx, y.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pull, []byte(x.Name+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pins, []byte("example.com/y\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{ImageDirs: []string{dir}}
+	if sum := Sync(ctx, rt, cfg); sum.Failed != 0 || !pinnedIn(rt, x.Name) || !pinnedIn(rt, y.Name) {
+		t.Fatalf("first sync: %v %v", sum, sum.Failures)
+	}
+	before := map[string][]string{pull: leasesOf(t, rt, pull), pins: leasesOf(t, rt, pins)}
+
+	for _, p := range []string{pull, pins} {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(t.TempDir(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := Sync(ctx, rt, cfg)
+	if sum.Failed != 2 || sum.Unpinned != 0 || sum.Released != 0 {
+		t.Errorf("sync with unreadable lists: %v %v; want 2 failed, nothing unpinned or released", sum, sum.Failures)
+	}
+	for _, w := range []hfruntime.Want{x, y} {
+		if !pinnedIn(rt, w.Name) {
+			t.Errorf("%s unpinned", w.Name)
+		}
+	}
+	for p, want := range before {
+		if got := leasesOf(t, rt, p); len(got) != 1 || got[0] != want[0] {
+			t.Errorf("%s: leases %v, want %v", p, got, want)
+		}
+	}
+}

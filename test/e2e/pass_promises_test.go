@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/holdfast-project/holdfast/internal/fixture"
+)
+
+// passNobody is the uid and gid `holdfast sync` runs as in the tests of
+// sources it cannot read (as root, a mode of 000 does not stop a read).
+const passNobody = 65534
+
+// passSyncAsNobody runs `holdfast sync` against d as uid 65534.
+func passSyncAsNobody(t *testing.T, d *daemon, dataDir, imagesDir string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, holdfastBin, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Env = append(os.Environ(), "HOLDFAST_LOG_FORMAT=json")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: passNobody, Gid: passNobody}}
+	err := cmd.Run()
+	res := result{Stdout: stdout.String(), Stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		res.Code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("running holdfast sync as uid %d: %v", passNobody, err)
+	}
+	return res
+}
+
+// passOpenTo lets uid 65534 reach d's socket and run the holdfast binary:
+// search permission on every directory above them, and the socket writable.
+func passOpenTo(t *testing.T, d *daemon) {
+	t.Helper()
+	for _, p := range []string{d.Address, holdfastBin} {
+		for dir := filepath.Dir(p); dir != "/"; dir = filepath.Dir(dir) {
+			fi, err := os.Stat(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm()&0o001 == 0 {
+				if err := os.Chmod(dir, fi.Mode().Perm()|0o011); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if err := os.Chmod(d.Address, 0o666); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPassUnreadableListsKeep: a pull list and a pin list that `holdfast sync`
+// cannot read (it runs as an unprivileged user; the lists are mode 000) keep
+// what they had: their images stay pinned and their leases stay, as for an
+// unreadable archive; the failure names each file. Readable again, they
+// unpin nothing; deleted, their images are unpinned.
+func TestPassUnreadableListsKeep(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir := filepath.Join(dir, "images")
+		dataDir := filepath.Join(dir, "data")
+		if err := os.MkdirAll(imagesDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(dataDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dataDir, passNobody, passNobody); err != nil {
+			t.Fatal(err)
+		}
+		passOpenTo(t, d)
+		if err := os.Chmod(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+
+		// Two images brought by no holdfast source: the lists pin them.
+		pullName, pinName := "e2e.local/pass/listed:1", "e2e.local/pass/patterned:1"
+		for _, n := range []string{pullName, pinName} {
+			img := build(t, fixture.ImageSpec{Names: []string{n}})
+			pr, pw := io.Pipe()
+			go func() {
+				pw.CloseWithError(fixture.WriteOCI(context.Background(), pw, fixture.OCIOptions{Names: fixture.NameContainerd}, img))
+			}()
+			if _, err := d.Client.Import(d.ctx(), pr); err != nil {
+				t.Fatalf("importing %s: %v", n, err)
+			}
+		}
+		pullList := filepath.Join(imagesDir, "pull.txt")
+		pinList := filepath.Join(imagesDir, "keep.pins")
+		if err := os.WriteFile(pullList, []byte(pullName+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(pinList, []byte("e2e.local/pass/patterned\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res := passSyncAsNobody(t, d, dataDir, imagesDir)
+		if res.Code != 0 {
+			t.Fatalf("sync as uid %d exited %d\n%s\n%s", passNobody, res.Code, res.Stdout, res.Stderr)
+		}
+		d.requirePinned(t, pullName, pinName)
+		leaseIDs := map[string]string{}
+		for _, p := range []string{pullList, pinList} {
+			l, ok := d.leaseOf(t, p)
+			if !ok {
+				t.Fatalf("%s has no lease", p)
+			}
+			leaseIDs[p] = l.ID
+		}
+
+		// Unreadable: both keep what they had.
+		for _, p := range []string{pullList, pinList} {
+			if err := os.Chmod(p, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res = passSyncAsNobody(t, d, dataDir, imagesDir)
+		c := summaryCounts(t, res.Stdout)
+		if res.Code != 1 || c["unpinned"] != 0 || c["released"] != 0 {
+			t.Errorf("sync with unreadable lists: exit %d, %v; want exit 1, nothing unpinned or released\n%s\n%s", res.Code, c, res.Stdout, res.Stderr)
+		}
+		for _, p := range []string{pullList, pinList} {
+			if !strings.Contains(res.Stderr, "reading "+p+": permission denied") {
+				t.Errorf("the failure does not name %s and the cause:\n%s", p, res.Stderr)
+			}
+			if l, ok := d.leaseOf(t, p); !ok || l.ID != leaseIDs[p] {
+				t.Errorf("%s: lease %q, want %q kept", p, l.ID, leaseIDs[p])
+			}
+		}
+		d.requirePinned(t, pullName, pinName)
+
+		// Readable again (the chmod changed their ctime: each is leased anew
+		// and its old lease replaced): nothing is unpinned.
+		for _, p := range []string{pullList, pinList} {
+			if err := os.Chmod(p, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res = passSyncAsNobody(t, d, dataDir, imagesDir)
+		if c := summaryCounts(t, res.Stdout); res.Code != 0 || c["unpinned"] != 0 {
+			t.Errorf("sync with the lists readable again: exit %d, %v\n%s", res.Code, c, res.Stderr)
+		}
+		d.requirePinned(t, pullName, pinName)
+
+		// Deleted: their images are unpinned and their leases released.
+		for _, p := range []string{pullList, pinList} {
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res = passSyncAsNobody(t, d, dataDir, imagesDir)
+		if c := summaryCounts(t, res.Stdout); res.Code != 0 || c["released"] != 2 {
+			t.Errorf("sync with the lists deleted: exit %d, %v\n%s", res.Code, c, res.Stderr)
+		}
+		for _, n := range []string{pullName, pinName} {
+			if cri, hf := d.pinnedBy(t, n); cri || hf {
+				t.Errorf("%s still pinned after its list was deleted", n)
+			}
+		}
+	})
+}
