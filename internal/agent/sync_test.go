@@ -37,6 +37,44 @@ func leasesOf(t *testing.T, rt *fake.Runtime, path string) []string {
 	return out
 }
 
+// TestPullListRestoresDrift: a pull list keeps the target it leased for a
+// name whose record someone re-pointed; the pass restores the record as drift
+// and the list's lease stays as it was.
+func TestPullListRestoresDrift(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	list := filepath.Join(dir, "list.txt")
+	if err := os.WriteFile(list, []byte("example.com/x:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	x := wantOf("example.com/x:1", "x")
+	rt := fake.New()
+	pulls := 0
+	rt.PullFunc = func(ref string) (hfruntime.Want, error) { pulls++; return x, nil }
+	ctx := context.Background()
+	if sum := Sync(ctx, rt, Config{ImageDirs: []string{dir}}); sum.Failed != 0 || !pinnedIn(rt, x.Name) {
+		t.Fatalf("first sync: %v %v", sum, sum.Failures)
+	}
+	leases := leasesOf(t, rt, list)
+
+	if _, err := rt.Pin(ctx, wantOf(x.Name, "elsewhere")); err != nil { // ctr tag --force
+		t.Fatal(err)
+	}
+	sum := Sync(ctx, rt, Config{ImageDirs: []string{dir}})
+	if sum.Drift != 1 || sum.Released != 0 || sum.Failed != 0 {
+		t.Errorf("sync after the re-point: %v %v; want 1 drift, nothing released", sum, sum.Failures)
+	}
+	if r, _ := rt.Record(x.Name); r.Target.Digest != x.Target.Digest {
+		t.Errorf("x:1 points at %s, want the list's %s", r.Target.Digest, x.Target.Digest)
+	}
+	if got := leasesOf(t, rt, list); len(got) != 1 || got[0] != leases[0] {
+		t.Errorf("the list's leases %v, want %v", got, leases)
+	}
+	if pulls != 1 {
+		t.Errorf("pulled %d times, want once", pulls)
+	}
+}
+
 // TestUnreadableListsKeep: a pull list and a pin list that cannot be read
 // (here: symlinks to a directory, which fail for root too) keep their pins and
 // leases, as an unreadable archive does.

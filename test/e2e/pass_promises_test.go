@@ -13,8 +13,97 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/holdfast-project/holdfast/internal/fixture"
 )
+
+// TestPassPullListRestoresDrift: a pull list whose names were re-pointed while
+// no agent watched (ctr tag --force; an Update of the target) restores them at
+// the next sync and reports drift; what it leased stays as it was. One name
+// the list pulled from a registry, one it found in the store, brought by an
+// archive that is older than the list.
+func TestPassPullListRestoresDrift(t *testing.T) {
+	d, imagesDir, dataDir := embeddedScene(t)
+	_, host := startRegistry(t)
+	pulled := build(t, fixture.ImageSpec{Names: []string{"e2e.local/pass/pulled:1"}})
+	app := build(t, fixture.ImageSpec{Names: []string{"e2e.local/pass/app:1"}})
+	other := build(t, fixture.ImageSpec{Names: []string{"e2e.local/pass/other:1"}})
+	pulledRef := host + "/team/pulled:1"
+	pulledDigest := push(t, pulledRef, pulled)
+	writeDockerSave(t, filepath.Join(imagesDir, "app.tar"), app)
+	d.syncOK(t, dataDir, imagesDir)
+	appRec, _ := d.record(t, "e2e.local/pass/app:1")
+
+	listPath := filepath.Join(imagesDir, "list.txt")
+	if err := os.WriteFile(listPath, []byte(pulledRef+"\ne2e.local/pass/app:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.syncOK(t, dataDir, imagesDir)
+	d.requirePinned(t, pulledRef, "e2e.local/pass/app:1")
+	lease, ok := d.leaseOf(t, listPath)
+	if !ok {
+		t.Fatal("the pull list has no lease")
+	}
+	held := d.leaseContent(t, lease)
+
+	// Another image, brought by no source of holdfast's.
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(fixture.WriteOCI(context.Background(), pw, fixture.OCIOptions{Names: fixture.NameContainerd}, other))
+	}()
+	if _, err := d.Client.Import(d.ctx(), pr); err != nil {
+		t.Fatalf("importing another image: %v", err)
+	}
+	otherRec, ok := d.record(t, "e2e.local/pass/other:1")
+	if !ok {
+		t.Fatal("the other image has no record")
+	}
+	// Both names re-pointed at it, with no agent to heal them.
+	for _, n := range []string{pulledRef, "e2e.local/pass/app:1"} {
+		rec, _ := d.record(t, n)
+		rec.Target = otherRec.Target
+		if _, err := d.Client.ImageService().Update(d.ctx(), rec, "target"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	res := d.sync(t, dataDir, imagesDir)
+	c := summaryCounts(t, res.Stdout)
+	if res.Code != 0 || c["drift"] != 2 || c["conflicts"] != 0 || c["released"] != 0 {
+		t.Errorf("sync after the re-points: exit %d, %v, want drift 2, no conflict, nothing released\n%s\n%s", res.Code, c, res.Stdout, res.Stderr)
+	}
+	if rec, _ := d.record(t, pulledRef); rec.Target.Digest.String() != pulledDigest {
+		t.Errorf("%s points at %s, want the list's %s", pulledRef, rec.Target.Digest, pulledDigest)
+	}
+	if rec, _ := d.record(t, "e2e.local/pass/app:1"); rec.Target.Digest != appRec.Target.Digest {
+		t.Errorf("app:1 points at %s, want the archive's and the list's %s", rec.Target.Digest, appRec.Target.Digest)
+	}
+	d.requirePinned(t, pulledRef, "e2e.local/pass/app:1")
+	now, ok := d.leaseOf(t, listPath)
+	if !ok || now.ID != lease.ID {
+		t.Errorf("the pull list's lease changed: %q, was %q", now.ID, lease.ID)
+	} else if got := d.leaseContent(t, now); !passSameSet(got, held) {
+		t.Errorf("the pull list's lease holds %d blobs, held %d", len(got), len(held))
+	}
+
+	// The next sync has nothing to restore.
+	if c := d.syncOK(t, dataDir, imagesDir); c["drift"] != 0 || c["released"] != 0 || c["unpinned"] != 0 {
+		t.Errorf("sync after the restore: %v", c)
+	}
+}
+
+func passSameSet(a, b map[digest.Digest]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
+}
 
 // passNobody is the uid and gid `holdfast sync` runs as in the tests of
 // sources it cannot read (as root, a mode of 000 does not stop a read).

@@ -88,6 +88,12 @@ func (r *Runtime) Import(_ context.Context, req runtime.ImportRequest) (runtime.
 
 func (r *Runtime) LeaseWants(_ context.Context, req runtime.LeaseRequest) (runtime.ImportResult, error) {
 	id := runtime.LeasePrefix + req.Source + "@" + req.Identity
+	r.mu.Lock()
+	_, had := r.states[id]
+	r.mu.Unlock()
+	if had { // as the real runtime: a complete lease for this identity is kept
+		return runtime.ImportResult{Lease: id, Images: req.Wants, Unchanged: true}, nil
+	}
 	r.PutState(runtime.SourceState{Lease: id, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: req.Wants})
 	return runtime.ImportResult{Lease: id, Images: req.Wants}, nil
 }
