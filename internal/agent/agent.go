@@ -55,6 +55,7 @@ type Agent struct {
 	wanted map[string]hfruntime.Want // what the last plan wants: heal restores these
 	failed map[string]failure        // sources whose import failed, by path
 	heals  map[string]*healState     // per-name heal history, for backoff
+	seen   map[string]sighting       // when a pass first saw each source as it is; passes only
 
 	ready      atomic.Bool
 	readyState atomic.Value // string: why not ready

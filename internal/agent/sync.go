@@ -152,6 +152,9 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 
 	// Sources still being written, or failed and not yet due, are left for
 	// later: their leases stay as they are.
+	if opts.settle {
+		a.forgetUnseen(scan.Sources)
+	}
 	var todo, pinLists, pullLists []source.Source
 	for _, src := range scan.Sources {
 		if due, wait, settling := a.deferred(src, opts, start); wait {
@@ -218,12 +221,10 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 }
 
 // deferred says whether src waits this pass, until when, and whether that is
-// because it is still being written. A file is complete once it has not been
-// modified for the settle time; one renamed into place keeps its old mtime and
-// is complete at once.
+// because it is still being written. See settledAt for when a file is complete.
 func (a *Agent) deferred(src source.Source, opts passOptions, now time.Time) (due time.Time, wait, settling bool) {
 	if opts.settle && a.cfg.Settle > 0 {
-		if settled := time.Unix(0, src.MtimeNs).Add(a.cfg.Settle); settled.After(now) {
+		if settled := a.settledAt(src, now); settled.After(now) {
 			return settled, true, true
 		}
 	}
@@ -236,6 +237,49 @@ func (a *Agent) deferred(src source.Source, opts passOptions, now time.Time) (du
 		}
 	}
 	return time.Time{}, false, false
+}
+
+// settledAt is when src counts as completely written: once its mtime is the
+// settle time old (a file renamed into place keeps its old mtime and is
+// complete at once), or once its identity (size, mtime, inode, ctime) has
+// stayed the same for the settle time by the agent's own clock, counted from
+// when a pass first saw it. The second rule is for an mtime ahead of the
+// clock (cp -p, rsync -a or tar -x from a machine whose clock is ahead),
+// which would otherwise not be old enough for as long as the clocks differ.
+func (a *Agent) settledAt(src source.Source, now time.Time) time.Time {
+	byMtime := time.Unix(0, src.MtimeNs).Add(a.cfg.Settle)
+	if a.seen == nil {
+		a.seen = map[string]sighting{}
+	}
+	s, ok := a.seen[src.Path]
+	if !ok || s.identity != src.Identity {
+		s = sighting{identity: src.Identity, at: now}
+		a.seen[src.Path] = s
+	}
+	if byClock := s.at.Add(a.cfg.Settle); byClock.Before(byMtime) {
+		return byClock
+	}
+	return byMtime
+}
+
+// sighting is when a pass first saw a source with its current identity.
+type sighting struct {
+	identity string
+	at       time.Time
+}
+
+// forgetUnseen drops the sightings of sources the scan no longer finds.
+// Passes run one at a time: only they touch a.seen.
+func (a *Agent) forgetUnseen(srcs []source.Source) {
+	found := make(map[string]bool, len(srcs))
+	for _, s := range srcs {
+		found[s.Path] = true
+	}
+	for p := range a.seen {
+		if !found[p] {
+			delete(a.seen, p)
+		}
+	}
 }
 
 // importAll imports the sources, a few at a time, and returns the leases

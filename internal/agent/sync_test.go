@@ -5,12 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
+	"github.com/holdfast-project/holdfast/internal/source"
 )
 
 func wantOf(name, content string) hfruntime.Want {
@@ -35,6 +37,49 @@ func leasesOf(t *testing.T, rt *fake.Runtime, path string) []string {
 		}
 	}
 	return out
+}
+
+// TestSettledAt: a file is complete once its mtime is the settle time old,
+// or once it has stayed the same for the settle time by the agent's clock,
+// however far ahead of the clock its mtime is.
+func TestSettledAt(t *testing.T) {
+	t.Parallel()
+	a := New(fake.New(), Config{Settle: 2 * time.Second}, nil)
+	opts := passOptions{settle: true}
+	t0 := time.Now()
+	future := source.Source{Path: "/i/a.tar", Identity: "size=1,mtime=future", MtimeNs: t0.AddDate(1, 0, 0).UnixNano()}
+	if due, wait, settling := a.deferred(future, opts, t0); !wait || !settling || !due.Equal(t0.Add(2*time.Second)) {
+		t.Errorf("future mtime, first seen: due %v wait %v settling %v; want settling until %v", due, wait, settling, t0.Add(2*time.Second))
+	}
+	if _, wait, _ := a.deferred(future, opts, t0.Add(time.Second)); !wait {
+		t.Error("future mtime: complete before the settle time passed")
+	}
+	if _, wait, _ := a.deferred(future, opts, t0.Add(2*time.Second)); wait {
+		t.Error("future mtime, unchanged for the settle time: still waiting")
+	}
+
+	// It changes: the settle time starts again from when that was seen.
+	grown := future
+	grown.Identity = "size=2,mtime=future"
+	if due, wait, _ := a.deferred(grown, opts, t0.Add(3*time.Second)); !wait || !due.Equal(t0.Add(5*time.Second)) {
+		t.Errorf("changed: due %v wait %v; want waiting until %v", due, wait, t0.Add(5*time.Second))
+	}
+
+	// An mtime in the past: the mtime rule, as before.
+	old := source.Source{Path: "/i/b.tar", Identity: "size=1,mtime=old", MtimeNs: t0.Add(-time.Hour).UnixNano()}
+	if _, wait, _ := a.deferred(old, opts, t0); wait {
+		t.Error("a file renamed into place with an old mtime waits")
+	}
+	fresh := source.Source{Path: "/i/c.tar", Identity: "size=1,mtime=fresh", MtimeNs: t0.Add(-500 * time.Millisecond).UnixNano()}
+	if due, wait, _ := a.deferred(fresh, opts, t0); !wait || !due.Equal(t0.Add(1500*time.Millisecond)) {
+		t.Errorf("fresh mtime: due %v wait %v; want waiting until %v", due, wait, t0.Add(1500*time.Millisecond))
+	}
+
+	// Gone from the scan: forgotten.
+	a.forgetUnseen([]source.Source{old})
+	if _, ok := a.seen[future.Path]; ok {
+		t.Error("a source no longer scanned is remembered")
+	}
 }
 
 // TestPullListRestoresDrift: a pull list keeps the target it leased for a

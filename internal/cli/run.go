@@ -26,8 +26,8 @@ func newRun(o *options) *cobra.Command {
 		Use:   "run",
 		Short: "Run the agent: keep containerd in line with the images dirs until SIGTERM or SIGINT",
 		Long: `run is the agent: it holds the data dir, runs a pass at start-up, then watches
-the images dirs (a new or changed archive is imported once it has not been
-modified for --settle; a deleted one is unpinned and its lease released) and
+the images dirs (a new or changed archive is imported once it has stayed
+unchanged for --settle; a deleted one is unpinned and its lease released) and
 containerd's image events (a wanted record that is deleted, re-pointed or
 stripped of a pin label is restored from leased content at once). A full pass
 also runs every --resync, and after containerd comes back from a restart.
@@ -112,7 +112,7 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 	f := cmd.Flags()
 	f.IntVar(&parallel, "parallel", 0, "archives imported at once (env HOLDFAST_PARALLEL; 0: from the CPU count)")
 	f.StringVar(&listen, "listen", server.DefaultAddr, "address for /metrics, /healthz and /readyz; empty disables (env HOLDFAST_LISTEN)")
-	f.DurationVar(&settle, "settle", 2*time.Second, "a file is complete once unmodified this long (env HOLDFAST_SETTLE)")
+	f.DurationVar(&settle, "settle", 2*time.Second, "a file is complete once its mtime is this old, or it stayed unchanged this long (env HOLDFAST_SETTLE)")
 	f.DurationVar(&resync, "resync", 5*time.Minute, "full pass at least this often (env HOLDFAST_RESYNC)")
 	return cmd
 }

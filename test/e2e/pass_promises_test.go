@@ -18,6 +18,33 @@ import (
 	"github.com/holdfast-project/holdfast/internal/fixture"
 )
 
+// TestPassFutureMtimeImported: under `holdfast run`, an archive whose mtime is
+// a year ahead of the clock (copied with cp -p from a machine whose clock is
+// ahead) is imported and pinned once it has stayed unchanged for the settle
+// time, and the agent becomes ready.
+func TestPassFutureMtimeImported(t *testing.T) {
+	d, imagesDir, dataDir := embeddedScene(t)
+	img := build(t, fixture.ImageSpec{Names: []string{"e2e.local/pass/future:1"}})
+	path := filepath.Join(imagesDir, "future.tar")
+	writeDockerSave(t, path, img)
+	future := time.Now().AddDate(1, 0, 0)
+	if err := os.Chtimes(path, future, future); err != nil {
+		t.Fatal(err)
+	}
+	agent := startAgent(t, d, dataDir, []string{imagesDir})
+	eventually(t, "/readyz to turn 200 with an archive whose mtime is a year ahead", func() bool {
+		code, _ := agent.get(t, "/readyz")
+		return code == 200
+	})
+	d.waitPinned(t, "e2e.local/pass/future:1")
+	if _, ok := d.leaseOf(t, path); !ok {
+		t.Error("future.tar has no lease")
+	}
+	if n := agent.logged("imported", map[string]string{"path": path}); n != 1 {
+		t.Errorf("future.tar imported %d times, want once", n)
+	}
+}
+
 // TestPassPullListRestoresDrift: a pull list whose names were re-pointed while
 // no agent watched (ctr tag --force; an Update of the target) restores them at
 // the next sync and reports drift; what it leased stays as it was. One name
