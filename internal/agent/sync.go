@@ -151,17 +151,22 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	sum.Failures = append(sum.Failures, scan.Errors...)
 
 	// Sources still being written, or failed and not yet due, are left for
-	// later: their leases stay as they are.
+	// later: their leases stay as they are. While one is being written, the
+	// sources gone from its images dir keep their pins and leases too, as it
+	// may want the same images (pin eagerly, unpin lazily); one waiting to
+	// retry a failed import holds nothing back, as it may never import.
 	if opts.settle {
 		a.forgetUnseen(scan.Sources)
 	}
 	var todo, pinLists, pullLists []source.Source
+	var writing []string // images dirs holding a source still being written
 	for _, src := range scan.Sources {
 		if due, wait, settling := a.deferred(src, opts, start); wait {
 			sum.set(src, metrics.StatePending)
 			pr.pending = append(pr.pending, src.Path)
 			if settling {
 				pr.settling = append(pr.settling, src.Path)
+				writing = append(writing, dirOf(scan.Dirs, src.Path))
 			}
 			scan.Unreadable = append(scan.Unreadable, src.Path)
 			if pr.nextCheck.IsZero() || due.Before(pr.nextCheck) {
@@ -207,7 +212,7 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	if serr == nil && rerr == nil && len(imported) == 0 {
 		unchanged, current = states, records
 	}
-	plan, err := planWith(ctx, a.rt, scan, imported, lists, unchanged, current)
+	plan, err := planWith(ctx, a.rt, scan, imported, lists, unchanged, current, func(path string) bool { return under(writing, path) })
 	if err != nil {
 		sum.Failures = append(sum.Failures, err)
 	} else {
@@ -280,6 +285,16 @@ func (a *Agent) forgetUnseen(srcs []source.Source) {
 			delete(a.seen, p)
 		}
 	}
+}
+
+// dirOf is the images dir that path is in (path itself when in none).
+func dirOf(dirs []string, path string) string {
+	for _, d := range dirs {
+		if under([]string{d}, path) {
+			return filepath.Clean(d)
+		}
+	}
+	return path
 }
 
 // importAll imports the sources, a few at a time, and returns the leases
@@ -368,6 +383,9 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 	}
 	a.rec.Unpinned(sum.Unpinned)
 	a.rec.SetPinned(plan.Wanted)
+	for _, h := range plan.Held {
+		a.log.Debug("kept while a source is still being written", "lease", h.Lease, "source", h.Source)
+	}
 	if pinFailed {
 		// A lease may hold content a failed pin still needs: keep them all until the next pass.
 		return
@@ -416,11 +434,13 @@ func Bytes(n int64) string {
 // Plan reads the store and returns what reconciling it with scan would do.
 // Sources that are not archives (pin lists) are present as given in lists.
 func Plan(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present) (reconcile.Plan, error) {
-	return planWith(ctx, rt, scan, imported, lists, nil, nil)
+	return planWith(ctx, rt, scan, imported, lists, nil, nil, nil)
 }
 
-// planWith is Plan with the leases given when the caller has read them already.
-func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present, leases []hfruntime.SourceState, records []hfruntime.Image) (reconcile.Plan, error) {
+// planWith is Plan with the leases given when the caller has read them
+// already, and hold saying which gone sources keep their leases this pass.
+func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present,
+	leases []hfruntime.SourceState, records []hfruntime.Image, hold func(string) bool) (reconcile.Plan, error) {
 	var err error
 	if leases == nil {
 		if leases, err = rt.Sources(ctx); err != nil {
@@ -445,6 +465,7 @@ func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imp
 		Leases:   leases,
 		Present:  present,
 		Unknown:  unknown(scan),
+		Hold:     hold,
 		Imported: imported,
 		Records:  records,
 	}), nil

@@ -82,6 +82,113 @@ func TestSettledAt(t *testing.T) {
 	}
 }
 
+// TestPassHoldsGoneSourcesWhileOneIsWritten: an upgrade that copies the new
+// archive in, then deletes the old one: while the new one is being written,
+// nothing the old one wanted is unpinned and its lease stays; once the new
+// one is imported, the old lease is released and only what no source wants
+// is unpinned.
+func TestPassHoldsGoneSourcesWhileOneIsWritten(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	v1, v2 := filepath.Join(dir, "v1"), filepath.Join(dir, "v2")
+	shared, oldOnly, newOnly := wantOf("example.com/shared:1", "s"), wantOf("example.com/old:1", "o"), wantOf("example.com/new:1", "n")
+	rt := fake.New()
+	rt.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
+		res := hfruntime.ImportResult{Lease: hfruntime.LeasePrefix + filepath.Base(req.Source) + "@" + req.Identity}
+		if req.Source == v1 {
+			res.Images = []hfruntime.Want{shared, oldOnly}
+		} else {
+			res.Images = []hfruntime.Want{shared, newOnly}
+		}
+		return res, nil
+	}
+	a := New(rt, Config{ImageDirs: []string{dir}, Settle: time.Hour}, nil)
+	ctx := context.Background()
+	mkLayout(t, v1)
+	a.pass(ctx, passOptions{settle: true})
+	if !pinnedIn(rt, shared.Name) || !pinnedIn(rt, oldOnly.Name) {
+		t.Fatal("v1's images not pinned")
+	}
+	v1Leases := leasesOf(t, rt, v1)
+
+	// v2 being written (a fresh mtime, an hour's settle time), v1 deleted.
+	mkLayout(t, v2)
+	now := time.Now()
+	if err := os.Chtimes(filepath.Join(v2, "index.json"), now, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(v1); err != nil {
+		t.Fatal(err)
+	}
+	sum, pr := a.pass(ctx, passOptions{settle: true})
+	if len(pr.settling) != 1 || sum.Unpinned != 0 || sum.Released != 0 {
+		t.Errorf("pass while v2 is written: settling %v, %d unpinned, %d released; want v2 settling, nothing unpinned or released",
+			pr.settling, sum.Unpinned, sum.Released)
+	}
+	for _, w := range []hfruntime.Want{shared, oldOnly} {
+		if !pinnedIn(rt, w.Name) {
+			t.Errorf("%s unpinned while v2 is written", w.Name)
+		}
+		if _, ok := a.wantedFor(w.Name); !ok {
+			t.Errorf("%s no longer healed while v2 is written", w.Name)
+		}
+	}
+	if got := leasesOf(t, rt, v1); len(got) != 1 || got[0] != v1Leases[0] {
+		t.Errorf("v1's leases %v, want %v kept", got, v1Leases)
+	}
+
+	// v2 complete.
+	past := now.Add(-2 * time.Hour)
+	if err := os.Chtimes(filepath.Join(v2, "index.json"), past, past); err != nil {
+		t.Fatal(err)
+	}
+	sum, pr = a.pass(ctx, passOptions{settle: true})
+	if len(pr.pending) != 0 || sum.Imported != 1 || sum.Released != 1 {
+		t.Errorf("pass after v2 settled: pending %v, %d imported, %d released; want v2 imported, v1 released", pr.pending, sum.Imported, sum.Released)
+	}
+	if !pinnedIn(rt, shared.Name) || !pinnedIn(rt, newOnly.Name) || pinnedIn(rt, oldOnly.Name) {
+		t.Errorf("after the upgrade: shared %v, new %v, old %v; want shared and new pinned, old not",
+			pinnedIn(rt, shared.Name), pinnedIn(rt, newOnly.Name), pinnedIn(rt, oldOnly.Name))
+	}
+	if got := leasesOf(t, rt, v1); len(got) != 0 {
+		t.Errorf("v1's leases %v, want released", got)
+	}
+}
+
+// TestPassFailedSourceHoldsNothing: a source waiting for its retry after a
+// failed import holds no unpin back: it may never import.
+func TestPassFailedSourceHoldsNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	v1, broken := filepath.Join(dir, "v1"), filepath.Join(dir, "broken")
+	x := wantOf("example.com/x:1", "x")
+	rt := fake.New()
+	rt.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
+		if req.Source == broken {
+			return hfruntime.ImportResult{}, os.ErrInvalid
+		}
+		return hfruntime.ImportResult{Lease: hfruntime.LeasePrefix + "v1", Images: []hfruntime.Want{x}}, nil
+	}
+	a := New(rt, Config{ImageDirs: []string{dir}, Settle: time.Hour}, nil)
+	ctx := context.Background()
+	mkLayout(t, v1)
+	mkLayout(t, broken)
+	a.pass(ctx, passOptions{settle: true, memo: true})
+	if !pinnedIn(rt, x.Name) {
+		t.Fatal("x not pinned")
+	}
+	if err := os.RemoveAll(v1); err != nil {
+		t.Fatal(err)
+	}
+	sum, pr := a.pass(ctx, passOptions{settle: true, memo: true})
+	if len(pr.pending) != 1 || len(pr.settling) != 0 {
+		t.Fatalf("broken is not waiting for its retry: pending %v settling %v", pr.pending, pr.settling)
+	}
+	if sum.Unpinned != 1 || sum.Released != 1 || pinnedIn(rt, x.Name) {
+		t.Errorf("v1 deleted beside a failed source: %d unpinned, %d released; want x unpinned and v1 released", sum.Unpinned, sum.Released)
+	}
+}
+
 // TestPullListRestoresDrift: a pull list keeps the target it leased for a
 // name whose record someone re-pointed; the pass restores the record as drift
 // and the list's lease stays as it was.
