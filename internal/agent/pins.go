@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/holdfast-project/holdfast/internal/metrics"
+	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -23,6 +24,8 @@ import (
 // returns the lists it could not read or lease: they keep what they had.
 func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source.Result, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
 	present := map[string]reconcile.Present{}
+	read := map[string][]pattern.Pattern{} // the patterns of the lists read: late images that match bring on a pass
+	defer func() { a.notePinLists(scan, read) }()
 	records, states, ok := a.storeView(ctx, len(lists), sum)
 	if !ok {
 		return present, unjudged(lists, sum)
@@ -53,6 +56,9 @@ func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source
 		failuresBefore := len(sum.Failures)
 		for _, le := range pl.Errors {
 			sum.Failures = append(sum.Failures, le)
+		}
+		for _, p := range pl.Patterns {
+			read[src.Path] = append(read[src.Path], p.Pattern)
 		}
 		matches := func(name string) bool {
 			for _, p := range pl.Patterns {

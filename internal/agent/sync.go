@@ -116,9 +116,10 @@ type passOptions struct {
 
 // passResult is what the loop needs to know after a pass.
 type passResult struct {
-	pending   []string  // sources not final yet: still being written, or waiting for a retry
-	settling  []string  // of those, the ones still being written
-	nextCheck time.Time // when a pending source is due
+	pending   []string        // sources not final yet: still being written, or waiting for a retry
+	settling  []string        // of those, the ones still being written
+	nextCheck time.Time       // when a pending source, a failed import or a failed pull is due
+	touched   map[string]bool // names of image events the pass may have planned without
 }
 
 // pass runs one pass: scan, import, plan, apply.
@@ -126,6 +127,7 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	start := time.Now()
 	var sum Summary
 	var pr passResult
+	seen := a.beginPass()
 	// What the pass reads first, read at once: stale ingests go (before any
 	// import starts its own), the leases and the records are listed, the
 	// images dirs scanned.
@@ -204,12 +206,12 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	// unreadable archive does.
 	scan.Unreadable = append(append(scan.Unreadable, unread...), unreadPins...)
 
-	// Nothing leased anew: the leases and records read before the imports are
-	// still the ones to plan with. After imports, which take a while, both
-	// are read again.
+	// Nothing leased anew and no image event since the listing: the leases
+	// and records read before the imports are still the ones to plan with.
+	// Otherwise both are read again.
 	var unchanged []hfruntime.SourceState
 	var current []hfruntime.Image
-	if serr == nil && rerr == nil && len(imported) == 0 {
+	if serr == nil && rerr == nil && len(imported) == 0 && !a.eventsSince(seen) {
 		unchanged, current = states, records
 	}
 	plan, err := planWith(ctx, a.rt, scan, imported, lists, unchanged, current, func(path string) bool { return under(writing, path) })
@@ -217,6 +219,10 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 		sum.Failures = append(sum.Failures, err)
 	} else {
 		a.apply(ctx, plan, &sum)
+	}
+	pr.touched = a.takeTouched()
+	if next := a.nextRetry(scan.Sources); !next.IsZero() && (pr.nextCheck.IsZero() || next.Before(pr.nextCheck)) {
+		pr.nextCheck = next
 	}
 	sum.Failed = len(sum.Failures)
 	sum.Duration = time.Since(start)
@@ -234,11 +240,8 @@ func (a *Agent) deferred(src source.Source, opts passOptions, now time.Time) (du
 		}
 	}
 	if opts.memo {
-		a.mu.Lock()
-		f, ok := a.failed[src.Path]
-		a.mu.Unlock()
-		if ok && f.identity == src.Identity && f.retryAt.After(now) {
-			return f.retryAt, true, false
+		if until, ok := a.failedUntil(src.Path, src.Identity); ok {
+			return until, true, false
 		}
 	}
 	return time.Time{}, false, false

@@ -15,7 +15,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/source"
 )
 
-func wantOf(name, content string) hfruntime.Want {
+func wantAt(name, content string) hfruntime.Want {
 	return hfruntime.Want{Name: name, Target: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromString(content), Size: 1}}
 }
 
@@ -91,7 +91,7 @@ func TestPassHoldsGoneSourcesWhileOneIsWritten(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	v1, v2 := filepath.Join(dir, "v1"), filepath.Join(dir, "v2")
-	shared, oldOnly, newOnly := wantOf("example.com/shared:1", "s"), wantOf("example.com/old:1", "o"), wantOf("example.com/new:1", "n")
+	shared, oldOnly, newOnly := wantAt("example.com/shared:1", "s"), wantAt("example.com/old:1", "o"), wantAt("example.com/new:1", "n")
 	rt := fake.New()
 	rt.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
 		res := hfruntime.ImportResult{Lease: hfruntime.LeasePrefix + filepath.Base(req.Source) + "@" + req.Identity}
@@ -129,7 +129,10 @@ func TestPassHoldsGoneSourcesWhileOneIsWritten(t *testing.T) {
 		if !pinnedIn(rt, w.Name) {
 			t.Errorf("%s unpinned while v2 is written", w.Name)
 		}
-		if _, ok := a.wantedFor(w.Name); !ok {
+		a.mu.Lock()
+		_, ok := a.wanted[w.Name]
+		a.mu.Unlock()
+		if !ok {
 			t.Errorf("%s no longer healed while v2 is written", w.Name)
 		}
 	}
@@ -161,7 +164,7 @@ func TestPassFailedSourceHoldsNothing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	v1, broken := filepath.Join(dir, "v1"), filepath.Join(dir, "broken")
-	x := wantOf("example.com/x:1", "x")
+	x := wantAt("example.com/x:1", "x")
 	rt := fake.New()
 	rt.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
 		if req.Source == broken {
@@ -199,7 +202,7 @@ func TestPullListRestoresDrift(t *testing.T) {
 	if err := os.WriteFile(list, []byte("example.com/x:1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	x := wantOf("example.com/x:1", "x")
+	x := wantAt("example.com/x:1", "x")
 	rt := fake.New()
 	pulls := 0
 	rt.PullFunc = func(ref string) (hfruntime.Want, error) { pulls++; return x, nil }
@@ -209,7 +212,7 @@ func TestPullListRestoresDrift(t *testing.T) {
 	}
 	leases := leasesOf(t, rt, list)
 
-	if _, err := rt.Pin(ctx, wantOf(x.Name, "elsewhere")); err != nil { // ctr tag --force
+	if _, err := rt.Pin(ctx, wantAt(x.Name, "elsewhere")); err != nil { // ctr tag --force
 		t.Fatal(err)
 	}
 	sum := Sync(ctx, rt, Config{ImageDirs: []string{dir}})
@@ -234,7 +237,7 @@ func TestUnreadableListsKeep(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	pull, pins := filepath.Join(dir, "pull.txt"), filepath.Join(dir, "keep.pins")
-	x, y := wantOf("example.com/x:1", "x"), wantOf("example.com/y:1", "y")
+	x, y := wantAt("example.com/x:1", "x"), wantAt("example.com/y:1", "y")
 	rt := fake.New()
 	rt.PullFunc = func(ref string) (hfruntime.Want, error) { return x, nil }
 	ctx := context.Background()
