@@ -169,7 +169,7 @@ func (a *Agent) pullBackoff(ref string) (error, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	f, ok := a.failed["pull:"+ref]
-	if !ok || time.Now().After(f.retryAt) {
+	if !ok || a.clock.Now().After(f.retryAt) {
 		return nil, false
 	}
 	return f.err, true
@@ -180,7 +180,7 @@ func (a *Agent) notePullFailure(ref string, err error) {
 	defer a.mu.Unlock()
 	f := a.failed["pull:"+ref]
 	f.delay = min(max(f.delay*2, 30*time.Second), 10*time.Minute)
-	f.retryAt = time.Now().Add(f.delay)
+	f.retryAt = a.clock.Now().Add(f.delay)
 	f.err = err
 	a.failed["pull:"+ref] = f
 }

@@ -125,6 +125,7 @@ type passResult struct {
 // pass runs one pass: scan, import, plan, apply.
 func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult) {
 	start := time.Now()
+	now := a.clock.Now() // for settling and retries: the agent's clock
 	var sum Summary
 	var pr passResult
 	seen := a.beginPass()
@@ -163,7 +164,7 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	var todo, pinLists, pullLists []source.Source
 	var writing []string // images dirs holding a source still being written
 	for _, src := range scan.Sources {
-		if due, wait, settling := a.deferred(src, opts, start); wait {
+		if due, wait, settling := a.deferred(src, opts, now); wait {
 			sum.set(src, metrics.StatePending)
 			pr.pending = append(pr.pending, src.Path)
 			if settling {
