@@ -146,6 +146,15 @@ type ImageEvent struct {
 	Labels map[string]string
 }
 
+// PinOptions tune one Pin.
+type PinOptions struct {
+	// First says holdfast pins the name for the first time: a CRI pin already
+	// on the record is a user's, and is remembered as a prior pin so that
+	// unpinning leaves it. A heal of a name holdfast pinned before never
+	// records one: the CRI pin it finds is holdfast's own.
+	First bool
+}
+
 // PinResult says what Pin had to change.
 type PinResult struct {
 	Created    bool // the record was missing
@@ -182,7 +191,7 @@ type Runtime interface {
 	Sources(ctx context.Context) ([]SourceState, error)
 	// Pin makes a record point at its target with both pin labels, touching
 	// no other label.
-	Pin(ctx context.Context, w Want) (PinResult, error)
+	Pin(ctx context.Context, w Want, opts PinOptions) (PinResult, error)
 	// Unpin removes holdfast's pin label from a record it owns, and the CRI's
 	// unless that was there before holdfast's.
 	Unpin(ctx context.Context, name string) error
