@@ -199,7 +199,8 @@ type Runtime interface {
 	Release(ctx context.Context, lease string) error
 	// WatchImages streams image events; subscribe before listing.
 	WatchImages(ctx context.Context) (<-chan ImageEvent, <-chan error)
-	// Cleanup aborts holdfast's own stale ingests.
+	// Cleanup aborts holdfast's stale ingests: its own from an earlier run,
+	// and any left unwritten for long; never another holdfast's live import.
 	Cleanup(ctx context.Context) error
 	Close() error
 }
