@@ -59,7 +59,7 @@ func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer *time.Timer
 	st.pending = false
 	a.mu.Unlock()
 
-	res, err := a.rt.Pin(ctx, want, hfruntime.PinOptions{})
+	res, err := a.rt.Pin(ctx, want)
 	if err != nil {
 		a.log.Error("heal", "name", want.Name, "error", err)
 		return
