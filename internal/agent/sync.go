@@ -358,7 +358,7 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 	}
 	pinFailed := false
 	for _, p := range plan.Pins {
-		if _, err := a.rt.Pin(ctx, p.Want); err != nil {
+		if _, err := a.rt.Pin(ctx, p.Want, hfruntime.FirstPin(p.Reason == reconcile.ReasonNew)); err != nil {
 			sum.Failures = append(sum.Failures, fmt.Errorf("pin %s (wanted by %s): %w", p.Want.Name, p.Source, err))
 			pinFailed = true
 			continue

@@ -310,18 +310,21 @@ func TestDiffNeverUnpinsWanted(t *testing.T) {
 	t.Parallel()
 	names := []string{"a:1", "b:1", "c:1", "d:1"}
 	paths := []string{"/i/1.tar", "/i/2.tar", "/i/3.tar"}
-	for mask := 0; mask < 1<<12; mask++ {
+	// The low bits say which names each source wants, the high bits which
+	// sources are present: independent, so every combination is generated.
+	wantBits := len(paths) * len(names)
+	for mask := 0; mask < 1<<(wantBits+len(paths)); mask++ {
 		var leases []runtime.SourceState
 		pres := map[string]Present{}
 		for pi, p := range paths {
 			var ws []runtime.Want
 			for ni, n := range names {
-				if mask&(1<<(pi*4+ni)) != 0 {
+				if mask&(1<<(pi*len(names)+ni)) != 0 {
 					ws = append(ws, want(n, n+p))
 				}
 			}
 			leases = append(leases, lease("l"+p, p, "1", int64(pi), ws...))
-			if (mask>>pi)&1 == 1 {
+			if mask&(1<<(wantBits+pi)) != 0 {
 				pres[p] = Present{Path: p, Identity: "1"}
 			}
 		}
@@ -343,9 +346,12 @@ func TestDiffNeverUnpinsWanted(t *testing.T) {
 				t.Fatalf("mask %b: %s is wanted but planned for unpin", mask, u.Name)
 			}
 		}
+		if plan.Wanted != len(wanted) {
+			t.Fatalf("mask %b: plan wants %d names, the present sources want %d", mask, plan.Wanted, len(wanted))
+		}
 		for n := range wanted {
-			if plan.Wanted == 0 {
-				t.Fatalf("mask %b: %s wanted but plan wants nothing", mask, n)
+			if _, ok := plan.WantedNames[n]; !ok {
+				t.Fatalf("mask %b: %s wanted but not in the plan's wanted names", mask, n)
 			}
 		}
 	}

@@ -184,7 +184,8 @@ func (r *Runtime) Sources(context.Context) ([]runtime.SourceState, error) {
 	return out, nil
 }
 
-func (r *Runtime) Pin(_ context.Context, w runtime.Want) (runtime.PinResult, error) {
+func (r *Runtime) Pin(_ context.Context, w runtime.Want, opts ...runtime.PinOption) (runtime.PinResult, error) {
+	first := runtime.ApplyPinOptions(opts).First
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	img, ok := r.records[w.Name]
@@ -201,7 +202,7 @@ func (r *Runtime) Pin(_ context.Context, w runtime.Want) (runtime.PinResult, err
 	}
 	img.Target = w.Target
 	if img.Labels[runtime.LabelPinned] != runtime.PinnedValue || img.Labels[runtime.LabelCRIPinned] != runtime.PinnedValue {
-		if ok && img.Labels[runtime.LabelPinned] != runtime.PinnedValue && img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {
+		if first && ok && img.Labels[runtime.LabelPinned] != runtime.PinnedValue && img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {
 			img.Labels[runtime.LabelPriorPin] = "true"
 		}
 		res.Labelled = ok
