@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/pattern"
+	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/source"
 )
@@ -113,6 +115,23 @@ func (a *Agent) setWanted(w map[string]hfruntime.Want) {
 	defer a.mu.Unlock()
 	a.wanted = w
 	a.collecting = false
+}
+
+// wantDuringPins sets the wanted set while a plan's pins are applied: every
+// name the plan wants but those it pins for the first time. An event heal
+// must not pin such a name before the pass does, as only the first pin
+// notices a user's own pin that was there before. Image events keep being
+// collected until setWanted, and are healed after the pass.
+func (a *Agent) wantDuringPins(plan reconcile.Plan) {
+	w := maps.Clone(plan.WantedNames)
+	for _, p := range plan.Pins {
+		if p.Reason == reconcile.ReasonNew {
+			delete(w, p.Want.Name)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.wanted = w
 }
 
 // beginPass starts keeping the names of image events for a pass, and returns
