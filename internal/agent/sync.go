@@ -350,7 +350,7 @@ func (a *Agent) importAll(ctx context.Context, srcs []source.Source, known map[s
 // The names the plan wants become the agent's wanted set before any unpin, so
 // that heal never fights the pass.
 func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
-	a.setWanted(plan.WantedNames)
+	a.wantDuringPins(plan)
 	sum.Wanted = plan.Wanted
 	sum.Conflicts = plan.Conflicts
 	for _, c := range plan.Conflicts {
@@ -377,6 +377,7 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 			a.log.Info("healed", "name", p.Want.Name, "reason", p.Reason, "source", p.Source)
 		}
 	}
+	a.setWanted(plan.WantedNames)
 	for _, u := range plan.Unpins {
 		if err := a.rt.Unpin(ctx, u.Name); err != nil {
 			sum.Failures = append(sum.Failures, fmt.Errorf("unpin %s: %w", u.Name, err))
