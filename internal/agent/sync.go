@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -342,7 +341,7 @@ func importSource(ctx context.Context, rt hfruntime.Runtime, src source.Source, 
 		Identity: src.Identity,
 		MtimeNs:  src.MtimeNs,
 		Dir:      src.Kind == source.OCIDir,
-		Open:     func() (io.ReadCloser, error) { return os.Open(src.Path) },
+		Open:     func() (io.ReadCloser, error) { return source.Open(src.Path) },
 	}
 	res, err := rt.Import(ctx, req)
 	if err != nil {
