@@ -148,6 +148,7 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 		a.log.Debug("skipped", "path", s.Path, "reason", s.Reason)
 	}
 	sum.Failures = append(sum.Failures, scan.Errors...)
+	a.checkMarkers(scan, states, serr, &sum)
 
 	// Sources still being written, or failed and not yet due, are left for
 	// later: their leases stay as they are.
@@ -395,19 +396,23 @@ func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imp
 	return reconcile.Diff(reconcile.Input{
 		Leases:   leases,
 		Present:  present,
-		Unknown:  unknown(scan),
+		Unknown:  unknown(scan, leases),
 		Imported: imported,
 		Records:  records,
 	}), nil
 }
 
 // unknown reports the sources a pass cannot judge: those at or below a path
-// the scan could not read or must wait for, and those outside the scanned
-// images dirs (another configuration's, or a dir dropped from this one: they
-// keep their pins and leases rather than lose them to a mistyped --images).
-func unknown(scan source.Result) func(string) bool {
+// the scan could not read or must wait for, those in an images dir that lacks
+// its marker and holds no source (an unmounted volume, see checkMarkers), and
+// those outside the scanned images dirs (another configuration's, or a dir
+// dropped from this one: they keep their pins and leases rather than lose
+// them to a mistyped --images). Sources are named under the images dirs as
+// given, also when a dir is a symlink, so paths compare as they are.
+func unknown(scan source.Result, leases []hfruntime.SourceState) func(string) bool {
+	unmarked := unconfirmed(scan, leases)
 	return func(path string) bool {
-		return under(scan.Unreadable, path) || !under(scan.Dirs, path)
+		return under(scan.Unreadable, path) || under(unmarked, path) || !under(scan.Dirs, path)
 	}
 }
 
