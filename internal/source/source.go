@@ -71,9 +71,9 @@ type Result struct {
 // symlink is read through it; sources are named under the path given. A
 // directory with an oci-layout file is one source and is not descended into.
 // Dotfiles and temporary names are skipped, and so is anything that is not a
-// regular file or a directory (a named pipe, a device, a symlink to one or to
-// a directory): none of them is ever opened. Other files are classified by
-// their bytes.
+// regular file or a directory (a named pipe, a device, a symlink to one):
+// none of them is ever opened. A symlink to a directory is not followed (an
+// error). Other files are classified by their bytes.
 func Scan(dirs []string) Result {
 	res := Result{Dirs: dirs, Links: map[string]string{}}
 	seen := map[string]bool{}
@@ -166,7 +166,9 @@ func Scan(dirs []string) Result {
 
 // notRegular says why a directory entry that is not a directory is no
 // source, or "" for a regular file (or a symlink to one). It only stats: a
-// named pipe or a device is never opened, as an open of one may block.
+// named pipe or a device is never opened, as an open of one may block. A
+// symlink to a directory is not followed, and is an error rather than a skip:
+// what it held before is unknown, not gone.
 func notRegular(path string, d fs.DirEntry) (string, error) {
 	mode := d.Type()
 	link := mode&fs.ModeSymlink != 0
@@ -183,7 +185,7 @@ func notRegular(path string, d fs.DirEntry) (string, error) {
 	what := "a special file"
 	switch {
 	case mode.IsDir():
-		return "a symlink to a directory: not followed", nil
+		return "", fmt.Errorf("reading %s: a symlink to a directory, not followed", path)
 	case mode&fs.ModeNamedPipe != 0:
 		what = "a named pipe"
 	case mode&fs.ModeSocket != 0:
