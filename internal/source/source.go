@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/holdfast-project/holdfast/internal/archive"
 )
 
@@ -63,7 +65,9 @@ type Result struct {
 	// Links maps each images dir reached through a symlink to the directory
 	// read. Sources are named under the dir as given.
 	Links map[string]string
-	// Unmarked are the images dirs read that lack the Marker file.
+	// Unmarked are the images dirs read that lack the Marker file though it
+	// could be written there: a dir this process cannot write to (read-only,
+	// another user's) never gets one, so its lack says nothing.
 	Unmarked []string
 }
 
@@ -87,7 +91,7 @@ func Scan(dirs []string) Result {
 		if root != filepath.Clean(dir) {
 			res.Links[dir] = root
 		}
-		if _, err := os.Lstat(filepath.Join(root, Marker)); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Lstat(filepath.Join(root, Marker)); errors.Is(err, fs.ErrNotExist) && unix.Access(root, unix.W_OK) == nil {
 			res.Unmarked = append(res.Unmarked, dir)
 		}
 		err = filepath.WalkDir(root, func(real string, d fs.DirEntry, err error) error {

@@ -253,3 +253,17 @@ func TestScanMarker(t *testing.T) {
 		}
 	}
 }
+
+// TestScanMarkerReadOnly: a dir the marker cannot be written to never had
+// one: its lack says nothing, and it is not reported unmarked.
+func TestScanMarkerReadOnly(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_RDONLY, "size=1m"); err != nil {
+		t.Skipf("cannot mount a read-only tmpfs (needs root): %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	if res := Scan([]string{dir}); len(res.Unmarked) != 0 || len(res.Errors) != 0 {
+		t.Errorf("read-only dir: unmarked %v, errors %v; want neither", res.Unmarked, res.Errors)
+	}
+}
