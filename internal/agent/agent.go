@@ -269,6 +269,7 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 			a.log.Debug("images dir changed", "what", why)
 			kick("watch")
 		case <-ticker.C:
+			w.Refresh() // a resync watches again what went unwatched
 			kick("resync")
 		case <-retry.C():
 			kick("retry")

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -152,6 +151,7 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 		a.log.Debug("skipped", "path", s.Path, "reason", s.Reason)
 	}
 	sum.Failures = append(sum.Failures, scan.Errors...)
+	a.checkMarkers(scan, states, serr, &sum)
 
 	// Sources still being written, or failed and not yet due, are left for
 	// later: their leases stay as they are. While one is being written, the
@@ -413,7 +413,7 @@ func importSource(ctx context.Context, rt hfruntime.Runtime, src source.Source, 
 		Identity: src.Identity,
 		MtimeNs:  src.MtimeNs,
 		Dir:      src.Kind == source.OCIDir,
-		Open:     func() (io.ReadCloser, error) { return os.Open(src.Path) },
+		Open:     func() (io.ReadCloser, error) { return source.Open(src.Path) },
 	}
 	res, err := rt.Import(ctx, req)
 	if err != nil {
@@ -469,7 +469,7 @@ func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imp
 	return reconcile.Diff(reconcile.Input{
 		Leases:   leases,
 		Present:  present,
-		Unknown:  unknown(scan),
+		Unknown:  unknown(scan, leases),
 		Hold:     hold,
 		Imported: imported,
 		Records:  records,
@@ -477,12 +477,16 @@ func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imp
 }
 
 // unknown reports the sources a pass cannot judge: those at or below a path
-// the scan could not read or must wait for, and those outside the scanned
-// images dirs (another configuration's, or a dir dropped from this one: they
-// keep their pins and leases rather than lose them to a mistyped --images).
-func unknown(scan source.Result) func(string) bool {
+// the scan could not read or must wait for, those in an images dir that lacks
+// its marker and holds no source (an unmounted volume, see checkMarkers), and
+// those outside the scanned images dirs (another configuration's, or a dir
+// dropped from this one: they keep their pins and leases rather than lose
+// them to a mistyped --images). Sources are named under the images dirs as
+// given, also when a dir is a symlink, so paths compare as they are.
+func unknown(scan source.Result, leases []hfruntime.SourceState) func(string) bool {
+	unmarked := unconfirmed(scan, leases)
 	return func(path string) bool {
-		return under(scan.Unreadable, path) || !under(scan.Dirs, path)
+		return under(scan.Unreadable, path) || under(unmarked, path) || !under(scan.Dirs, path)
 	}
 }
 
