@@ -189,6 +189,7 @@ func (a *Agent) failedUntil(path, identity string) (time.Time, bool) {
 
 // nextRetry is the earliest time a failure still waits for: of a scanned
 // source whose import failed, or of a pull list reference. Zero if none.
+// The failures of sources that are gone are forgotten.
 func (a *Agent) nextRetry(srcs []source.Source) time.Time {
 	scanned := map[string]bool{}
 	for _, s := range srcs {
@@ -200,7 +201,8 @@ func (a *Agent) nextRetry(srcs []source.Source) time.Time {
 	var next time.Time
 	for key, f := range a.failed {
 		if !scanned[key] && !strings.HasPrefix(key, "pull:") {
-			continue // a source that is gone
+			delete(a.failed, key) // a source that is gone
+			continue
 		}
 		if f.retryAt.After(now) && (next.IsZero() || f.retryAt.Before(next)) {
 			next = f.retryAt

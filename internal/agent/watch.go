@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -138,6 +139,10 @@ func (w *watcher) checkRoot(r *watchRoot, force bool) (string, error) {
 	case real != r.real || dev != r.dev || ino != r.ino:
 		changed = "replaced"
 		w.unwatch(r.real)
+	case !w.watched(real):
+		// Deleted and made again with the same inode number (file systems
+		// reuse them): inotify dropped the watch all the same.
+		changed = "unwatched"
 	case !force:
 		return "", nil
 	}
@@ -165,6 +170,11 @@ func (w *watcher) checkRoots(force bool) []string {
 		}
 	}
 	return changed
+}
+
+// watched reports whether inotify watches dir.
+func (w *watcher) watched(dir string) bool {
+	return slices.Contains(w.fs.WatchList(), dir)
 }
 
 // unwatch drops the watches on dir and below (a directory that went, or the
@@ -224,7 +234,7 @@ func (w *watcher) loop() {
 	var pending []string
 	note := func(paths ...string) {
 		for _, p := range paths {
-			if len(pending) < maxNames && !contains(pending, p) {
+			if len(pending) < maxNames && !slices.Contains(pending, p) {
 				pending = append(pending, p)
 			}
 		}
@@ -286,15 +296,6 @@ func (w *watcher) loop() {
 			pending = nil
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // pollLoop compares the dirs' sources every poll interval and reports the
