@@ -304,7 +304,11 @@ func (w *ingester) Has(ctx context.Context, d digest.Digest) (bool, error) {
 // Put streams one blob into the store.
 func (w *ingester) Put(ctx context.Context, expected digest.Digest, size int64, r io.Reader) (digest.Digest, error) {
 	// A stream's blobs are known one at a time: each is checked as it comes.
-	if err := w.r.space.check(ctx, w.r, blobName(ocispec.Descriptor{Digest: expected, Size: size})+" needs", 1, size); err != nil {
+	what := "a blob needs"
+	if expected != "" {
+		what = "blob " + expected.String() + " needs"
+	}
+	if err := w.r.space.check(ctx, w.r, what, 1, size); err != nil {
 		return "", err
 	}
 	d, committed, err := w.put(ctx, ocispec.Descriptor{Digest: expected, Size: size}, r, nil)

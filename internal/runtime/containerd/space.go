@@ -152,7 +152,7 @@ func (g *spaceGuard) check(ctx context.Context, r *Runtime, what string, blobs i
 
 // Reserve refuses an archive whose blobs would not fit, before any is written.
 func (w *ingester) Reserve(ctx context.Context, blobs int, bytes int64) error {
-	return w.r.space.check(ctx, w.r, fmt.Sprintf("its %d new blobs need", blobs), blobs, bytes)
+	return w.r.space.check(ctx, w.r, fmt.Sprintf("the archive's %d new blobs need", blobs), blobs, bytes)
 }
 
 // noSpace says the store ran out of space while writing: containerd's
