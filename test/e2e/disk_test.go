@@ -147,7 +147,8 @@ func diskRefusal(t *testing.T, out string) (need, free int64, root string) {
 // space of containerd's content store is refused before anything of it is
 // written, with the bytes needed and free in the error; the images pinned
 // before stay. One that fits, but would leave less than --min-free, is
-// refused the same way, and imported once the limit allows it.
+// refused the same way; under the agent, a refusal is retried, and the
+// archive imported once space is freed.
 func TestDiskArchiveThatWouldNotFitIsRefused(t *testing.T) {
 	d, mnt, imagesDir, dataDir := diskScene(t, 64<<20)
 
@@ -209,11 +210,21 @@ func TestDiskArchiveThatWouldNotFitIsRefused(t *testing.T) {
 	}
 	d.diskNothingOf(t, midPath, mid)
 
-	// The default (5 % of 64 MiB) lets it in.
-	c := d.syncOK(t, dataDir, imagesDir)
-	if c["imported"] != 1 {
-		t.Fatalf("imported %d, want 1", c["imported"])
+	// Under the agent, with the default --min-free (5 % of 64 MiB) but the
+	// disk filled so that 20 MiB do not fit, the refusal is retried and the
+	// archive imported once space is freed.
+	filler := filepath.Join(mnt, "filler")
+	diskFill(t, filler, 16<<20)
+	a := startAgent(t, d, dataDir, []string{imagesDir})
+	eventually(t, "the agent to refuse the import for lack of space", func() bool {
+		return a.diskLoggedError(midPath+": not enough disk space: the archive's") > 0
+	})
+	d.diskNothingOf(t, midPath, mid)
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
 	}
+	d.waitPinned(t, "example.com/disk/mid:1")
+	a.stop(t)
 	d.requirePinned(t, "example.com/disk/small:1", "example.com/disk/mid:1")
 }
 
