@@ -315,3 +315,29 @@ func (a *agentProc) diskLoggedError(s string) int {
 	}
 	return n
 }
+
+// TestDiskContentRoot: holdfast finds the content store's directory by asking
+// containerd (2.4 and 1.6 alike); one it cannot stat is reported once, and
+// imports go on unchecked.
+func TestDiskContentRoot(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
+		writeDockerSave(t, filepath.Join(imagesDir, "a.tar"), build(t, fixture.ImageSpec{Names: []string{"example.com/disk/root-a:1"}}))
+		res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--log-level", "debug")
+		if res.Code != 0 || !strings.Contains(res.Stderr, `"msg":"imports check free disk space"`) || !strings.Contains(res.Stderr, `io.containerd.content.v1.content","from":"containerd"`) {
+			t.Fatalf("sync exited %d, want 0 and the content root from containerd in the log:\n%s%s", res.Code, res.Stdout, res.Stderr)
+		}
+
+		writeDockerSave(t, filepath.Join(imagesDir, "b.tar"), build(t, fixture.ImageSpec{Names: []string{"example.com/disk/root-b:1"}}))
+		missing := filepath.Join(dir, "no-such-dir")
+		res = holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--content-root", missing)
+		if res.Code != 0 {
+			t.Fatalf("sync exited %d, want 0:\n%s%s", res.Code, res.Stdout, res.Stderr)
+		}
+		if n := strings.Count(res.Stderr, "free disk space is not checked before imports"); n != 1 || !strings.Contains(res.Stderr, missing) {
+			t.Errorf("%d warnings naming %s, want 1:\n%s", n, missing, res.Stderr)
+		}
+		d.requirePinned(t, "example.com/disk/root-a:1", "example.com/disk/root-b:1")
+	})
+}
