@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,6 +53,8 @@ type Runtime struct {
 	// ingests of other runs, and leaves other owners' alone unless stale.
 	owner string
 	run   string
+	// labelMu makes merges of distribution source labels one at a time.
+	labelMu sync.Mutex
 }
 
 var _ runtime.Runtime = &Runtime{}
