@@ -3,8 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/content"
@@ -140,4 +142,154 @@ func TestDistributionSourceLabels(t *testing.T) {
 			}
 		}
 	})
+}
+
+// criStatus is what these tests read of `status -o json`.
+type criStatus struct {
+	Images []struct {
+		Name string `json:"name"`
+		CRI  *struct {
+			Seen   bool `json:"seen"`
+			Pinned bool `json:"pinned"`
+		} `json:"cri"`
+	} `json:"images"`
+	CRI struct {
+		Available    bool   `json:"available"`
+		PinsReported bool   `json:"pinsReported"`
+		Note         string `json:"note"`
+	} `json:"cri"`
+}
+
+// criStatusOf runs `status -o json` against d and reads it.
+func (d *daemon) criStatusOf(t *testing.T, dataDir string, extra ...string) criStatus {
+	t.Helper()
+	res := holdfast(t, append([]string{"status", "-o", "json", "--address", d.Address, "--data-dir", dataDir}, extra...)...)
+	if res.Code != 0 {
+		t.Fatalf("status exited %d\n%s\n%s", res.Code, res.Stdout, res.Stderr)
+	}
+	var st criStatus
+	if err := json.Unmarshal([]byte(res.Stdout), &st); err != nil {
+		t.Fatalf("reading status: %v\n%s", err, res.Stdout)
+	}
+	return st
+}
+
+// TestStatusShowsCRIView: status reports, per image, what the CRI image
+// service tells the kubelet: on containerd 2.4.2 each pinned image is seen
+// and pinned; on Debian's 1.6.20, whose CRI reports no pins, each is seen,
+// not pinned, and status says once that heal is what protects the images.
+func TestStatusShowsCRIView(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir := filepath.Join(dir, "images")
+		dataDir := filepath.Join(dir, "data")
+		app := build(t, fixture.ImageSpec{Names: []string{"e2e.local/cri/app:1"}})
+		writeDockerSave(t, filepath.Join(imagesDir, "app.tar"), app)
+		d.syncOK(t, dataDir, imagesDir)
+		names := []string{"e2e.local/cri/app:1", "e2e.local/cri/app@" + app.Target.Digest.String()}
+		if _, ok := d.record(t, names[1]); !ok {
+			rec, _ := d.record(t, names[0])
+			names[1] = "e2e.local/cri/app@" + rec.Target.Digest.String()
+		}
+
+		var st criStatus
+		// The CRI learns of records from containerd's events: wait for it.
+		eventually(t, "status to show the CRI seeing both names", func() bool {
+			st = d.criStatusOf(t, dataDir)
+			seen := 0
+			for _, img := range st.Images {
+				if img.CRI != nil && img.CRI.Seen {
+					seen++
+				}
+			}
+			return seen == len(names)
+		})
+		if !st.CRI.Available {
+			t.Errorf("status: the CRI is not available: %+v", st.CRI)
+		}
+		byName := map[string]bool{}
+		for _, img := range st.Images {
+			byName[img.Name] = true
+			if img.CRI == nil {
+				t.Errorf("%s: no CRI view in status", img.Name)
+				continue
+			}
+			if want := !d.Old; img.CRI.Pinned != want {
+				t.Errorf("%s: the CRI reports pinned %v in status; want %v", img.Name, img.CRI.Pinned, want)
+			}
+			if found, pinned := d.criImage(t, img.Name); !found || pinned != img.CRI.Pinned {
+				t.Errorf("%s: the CRI itself says found %v pinned %v; status says %+v", img.Name, found, pinned, *img.CRI)
+			}
+		}
+		for _, n := range names {
+			if !byName[n] {
+				t.Errorf("status lacks %s: %+v", n, st.Images)
+			}
+		}
+		table := holdfast(t, "status", "--address", d.Address, "--data-dir", dataDir)
+		heal := "the kubelet cannot see pins here; holdfast's heal restores deleted images"
+		if d.Old {
+			if st.CRI.PinsReported || !strings.Contains(st.CRI.Note, heal) {
+				t.Errorf("status on containerd 1.6.20: cri %+v; want pins not reported and a note naming heal", st.CRI)
+			}
+			if n := strings.Count(table.Stdout, heal); n != 1 {
+				t.Errorf("the table says %d times that pins are not seen; want once\n%s", n, table.Stdout)
+			}
+		} else {
+			if !st.CRI.PinsReported || st.CRI.Note != "" {
+				t.Errorf("status on containerd 2.4.2: cri %+v; want pins reported and no note", st.CRI)
+			}
+			if strings.Contains(table.Stdout, heal) {
+				t.Errorf("the table says pins are not seen on containerd 2.4.2\n%s", table.Stdout)
+			}
+		}
+		want := "pinned"
+		if d.Old {
+			want = "seen"
+		}
+		if !strings.Contains(table.Stdout, "CRI") || !criTableHas(table.Stdout, names[0], want) {
+			t.Errorf("the table does not show the CRI's view (%s) of %s\n%s", want, names[0], table.Stdout)
+		}
+	})
+}
+
+// criTableHas reports whether the status table's row for name has word as a column.
+func criTableHas(table, name, word string) bool {
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == name {
+			for _, w := range f[1:] {
+				if w == word {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// TestNoCRINamespace: in a namespace the CRI does not serve, status says
+// "no CRI" and gives no per-image view, and the agent's readiness does not
+// wait for a CRI that will never see its images.
+func TestNoCRINamespace(t *testing.T) {
+	d, imagesDir, dataDir := embeddedScene(t)
+	const ns = "holdfast-e2e-nocri"
+	app := build(t, fixture.ImageSpec{Names: []string{"e2e.local/nocri/app:1"}})
+	writeDockerSave(t, filepath.Join(imagesDir, "app.tar"), app)
+	agent := startAgent(t, d, dataDir, []string{imagesDir}, "--namespace", ns)
+	eventually(t, "/readyz to turn 200 without a CRI", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })
+	agent.stop(t)
+
+	st := d.criStatusOf(t, dataDir, "--namespace", ns)
+	if len(st.Images) == 0 {
+		t.Fatalf("status in %s lists no images", ns)
+	}
+	if st.CRI.Available || !strings.Contains(st.CRI.Note, "no CRI") {
+		t.Errorf("status in %s: cri %+v; want not available and a note saying no CRI", ns, st.CRI)
+	}
+	for _, img := range st.Images {
+		if img.CRI != nil {
+			t.Errorf("%s: a CRI view %+v in a namespace without a CRI", img.Name, *img.CRI)
+		}
+	}
 }
