@@ -62,8 +62,9 @@ func newStatus(o *options) *cobra.Command {
 		Short: "Show the images in the namespace, whether they are pinned, and which sources want them",
 		Long: `status lists every image record in the namespace (not the CRI's own sha256: records):
 its CRI image ID, host-platform size, whether it is pinned and whether holdfast owns
-the pin, and the sources and leases that want it. While holdfast run owns the data
-dir, status attaches to its containerd.
+the pin, whether the CRI image service (what the kubelet asks) sees it and reports
+it pinned, and the sources and leases that want it. While holdfast run owns the
+data dir, status attaches to its containerd.
 
 Unpinning does not free disk at once: the CRI keeps its own record of an image
 until the kubelet's image GC removes it.`,
