@@ -14,9 +14,10 @@ import (
 // (what the kubelet asks) to see the images it pinned before it says it is
 // ready: the CRI learns of records from containerd's events, a moment later.
 type criWait struct {
-	timer Timer
-	delay time.Duration // until the next look; doubles up to criMaxDelay
-	noted bool          // "no CRI" was logged
+	timer  Timer
+	delay  time.Duration // until the next look; doubles up to criMaxDelay
+	noted  bool          // "no CRI" was logged
+	waited bool          // waiting for the CRI was logged
 }
 
 const (
@@ -33,7 +34,7 @@ func (a *Agent) awaitCRI(ctx context.Context, w *criWait, onReady func()) {
 	case errors.Is(err, hfruntime.ErrNoCRI):
 		if !w.noted {
 			w.noted = true
-			a.log.Info("no CRI image service in this namespace: readiness does not wait for the CRI", "error", err)
+			a.log.Info("no CRI image service here (a namespace other than k8s.io, or containerd's CRI plugin disabled): readiness does not wait for the CRI", "error", err)
 		}
 	case err != nil:
 		a.readyState.Store(fmt.Sprintf("asking the CRI which images it sees: %v", err))
@@ -44,7 +45,12 @@ func (a *Agent) awaitCRI(ctx context.Context, w *criWait, onReady func()) {
 		if len(shown) > 5 {
 			shown = shown[:5]
 		}
-		a.readyState.Store(fmt.Sprintf("waiting for the CRI to see %d image(s): %v", len(missing), shown))
+		why := fmt.Sprintf("waiting for the CRI to see %d image(s): %v", len(missing), shown)
+		a.readyState.Store(why)
+		if !w.waited {
+			w.waited = true
+			a.log.Info(why)
+		}
 		w.again()
 		return
 	}

@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/leases"
@@ -268,28 +273,107 @@ func criTableHas(table, name, word string) bool {
 	return false
 }
 
-// TestNoCRINamespace: in a namespace the CRI does not serve, status says
-// "no CRI" and gives no per-image view, and the agent's readiness does not
-// wait for a CRI that will never see its images.
-func TestNoCRINamespace(t *testing.T) {
-	d, imagesDir, dataDir := embeddedScene(t)
-	const ns = "holdfast-e2e-nocri"
-	app := build(t, fixture.ImageSpec{Names: []string{"e2e.local/nocri/app:1"}})
-	writeDockerSave(t, filepath.Join(imagesDir, "app.tar"), app)
-	agent := startAgent(t, d, dataDir, []string{imagesDir}, "--namespace", ns)
-	eventually(t, "/readyz to turn 200 without a CRI", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })
-	agent.stop(t)
+// TestNoCRI: where there is no CRI — a namespace the CRI does not serve, or
+// a containerd with its CRI plugin disabled — status says "no CRI" and gives
+// no per-image view, and the agent's readiness does not wait for a CRI that
+// will never see its images.
+func TestNoCRI(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		start func(*testing.T) *daemon
+		ns    string
+	}{
+		{"other-namespace", startEmbedded, "holdfast-e2e-nocri"},
+		{"cri-disabled", criStartDebianWithoutCRI, namespace},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			d := c.start(t)
+			dir := tempDir(t)
+			imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
+			app := build(t, fixture.ImageSpec{Names: []string{"e2e.local/nocri/app:1"}})
+			writeDockerSave(t, filepath.Join(imagesDir, "app.tar"), app)
+			agent := startAgent(t, d, dataDir, []string{imagesDir}, "--namespace", c.ns)
+			eventually(t, "/readyz to turn 200 without a CRI", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })
+			agent.stop(t) // every line it logged has been read once it has stopped
+			if n := agent.logged("no CRI image service", nil); n != 1 {
+				t.Errorf("the agent said %d times that there is no CRI; want once\n%s", n, agent.dump())
+			}
 
-	st := d.criStatusOf(t, dataDir, "--namespace", ns)
-	if len(st.Images) == 0 {
-		t.Fatalf("status in %s lists no images", ns)
+			st := d.criStatusOf(t, dataDir, "--namespace", c.ns)
+			if len(st.Images) == 0 {
+				t.Fatalf("status in %s lists no images", c.ns)
+			}
+			if st.CRI.Available || !strings.Contains(st.CRI.Note, "no CRI") {
+				t.Errorf("status in %s: cri %+v; want not available and a note saying no CRI", c.ns, st.CRI)
+			}
+			for _, img := range st.Images {
+				if img.CRI != nil {
+					t.Errorf("%s: a CRI view %+v where there is no CRI", img.Name, *img.CRI)
+				}
+			}
+		})
 	}
-	if st.CRI.Available || !strings.Contains(st.CRI.Note, "no CRI") {
-		t.Errorf("status in %s: cri %+v; want not available and a note saying no CRI", ns, st.CRI)
+}
+
+// criStartDebianWithoutCRI starts Debian's containerd 1.6 with its CRI plugin
+// disabled: it answers containerd's API, and the CRI's with Unimplemented.
+func criStartDebianWithoutCRI(t *testing.T) *daemon {
+	t.Helper()
+	requireRoot(t)
+	bin, err := exec.LookPath("containerd")
+	if err != nil {
+		t.Skip("Debian's containerd is not installed (make test installs it with apt-get)")
 	}
-	for _, img := range st.Images {
-		if img.CRI != nil {
-			t.Errorf("%s: a CRI view %+v in a namespace without a CRI", img.Name, *img.CRI)
+	dir := tempDir(t)
+	sock := filepath.Join(dir, "c.sock")
+	cfg := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = %q
+[ttrpc]
+  address = %q
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc", filepath.Join(dir, "opt"))
+	cfgPath := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "containerd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config", cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
 		}
-	}
+		logf.Close()
+		unmountUnder(t, dir)
+	})
+	eventually(t, "containerd without its CRI to create its socket", func() bool {
+		select {
+		case <-done:
+			log, _ := os.ReadFile(logf.Name())
+			t.Fatalf("containerd exited early:\n%s", tail(string(log), 20))
+		default:
+		}
+		_, err := os.Stat(sock)
+		return err == nil
+	})
+	return connect(t, "debian-1.6-no-cri", sock, true)
 }
