@@ -29,7 +29,10 @@ const (
 // image the agent pinned and wants; otherwise it says why not and looks again
 // when w's timer fires. A store without a CRI has nothing to wait for.
 func (a *Agent) awaitCRI(ctx context.Context, w *criWait, onReady func()) {
-	missing, err := a.criMissing(ctx)
+	// The loop heals while it waits here: a CRI that hangs must not stop it.
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	missing, err := a.criMissing(cctx)
+	cancel()
 	switch {
 	case errors.Is(err, hfruntime.ErrNoCRI):
 		if !w.noted {
