@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +54,8 @@ type Runtime struct {
 	owner string
 	run   string
 	space *spaceGuard // the disk check of imports
+	// labelMu makes merges of distribution source labels one at a time.
+	labelMu sync.Mutex
 }
 
 var _ runtime.Runtime = &Runtime{}

@@ -91,11 +91,13 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 	// Everything the images need, parents before children.
 	var need []blobRef
 	index := map[digest.Digest]int{}
+	sources := sourceLabels{}
 	for _, img := range walked.Images {
 		refs, err := r.closure(ctx, img.Target, read)
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", img.Name, err)
 		}
+		sources.add(img.Name, digestsOf(refs))
 		for _, ref := range refs {
 			if i, ok := index[ref.desc.Digest]; ok {
 				need[i].required = need[i].required || ref.required
@@ -155,6 +157,11 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 		}
 	}
 	if err := r.addToLease(ctx, toLease); err != nil {
+		return nil, err
+	}
+	// Every blob is in the store now, written or found there: label each
+	// with where its images come from, for K3s's embedded registry mirror.
+	if err := r.labelSources(ctx, sources); err != nil {
 		return nil, err
 	}
 	var required []digest.Digest
