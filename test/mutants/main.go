@@ -156,17 +156,12 @@ func (r runner) try(s sabotage) outcome {
 	}()
 	for _, e := range s.edits {
 		path := filepath.Join(r.dir, e.file)
-		b, ok := originals[e.file]
-		if !ok {
-			var err error
-			if b, err = os.ReadFile(path); err != nil {
-				return outcome{"STALE", err.Error()}
-			}
-			originals[e.file] = b
-		}
 		cur, err := os.ReadFile(path)
 		if err != nil {
 			return outcome{"STALE", err.Error()}
+		}
+		if _, ok := originals[e.file]; !ok {
+			originals[e.file] = cur
 		}
 		if n := bytes.Count(cur, []byte(e.old)); n != 1 {
 			return outcome{"STALE", fmt.Sprintf("%s: the text to replace occurs %d times: %q", e.file, n, firstLine(e.old))}
@@ -220,11 +215,16 @@ func (r runner) goTest(ts tests) (string, string, error) {
 		return "", text, fmt.Errorf("%s does not build", ts.pkg)
 	}
 	var failed []string
-	for _, m := range regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)`).FindAllStringSubmatch(text, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^--- FAIL: (\S+)`).FindAllStringSubmatch(text, -1) {
 		failed = append(failed, m[1])
 	}
 	if len(failed) == 0 {
-		failed = []string{ts.pkg + " (" + firstLine(tail(text, 1)) + ")"}
+		if m := regexp.MustCompile(`(?m)^panic: .*`).FindString(text); m != "" {
+			return m, text, nil // a test panicked: that is noticing too
+		}
+		// No test failed: TestMain could not build the binaries, or the
+		// like. That judges nothing.
+		return "", text, fmt.Errorf("%s failed without a failing test", ts.pkg)
 	}
 	return strings.Join(failed, ", "), text, nil
 }

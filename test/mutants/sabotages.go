@@ -28,13 +28,13 @@ var sabotages = []sabotage{
 		tests: []tests{{e2e, []string{"TestPullList"}}},
 	},
 	{
-		name: "import-outside-lease",
-		// An import writes its blobs and state outside the source's lease,
-		// which is then empty and released as unfinished: only records keep
-		// the content.
+		name: "lease-emptied-after-import",
+		// The source's lease keeps its state but lets go of the image's
+		// blobs: only records keep the content.
 		edits: []edit{{"internal/runtime/containerd/ingest.go",
-			"lctx := leases.WithLease(ctx, id)\n\ting := r.newIngester()",
-			"lctx := ctx\n\ting := r.newIngester()"}},
+			"\tif err := r.writeState(ctx, ing, state); err != nil {",
+			"\tfor _, d := range required {\n\t\t_ = r.client.LeasesService().DeleteResource(ctx, leases.Lease{ID: leaseFromContext(ctx)}, leases.Resource{ID: d.String(), Type: \"content\"})\n\t}\n" +
+				"\tif err := r.writeState(ctx, ing, state); err != nil {"}},
 		tests: []tests{{e2e, []string{"TestAgentHeal"}}},
 	},
 	{
@@ -68,7 +68,7 @@ var sabotages = []sabotage{
 		// The plan unpins records holdfast does not own.
 		edits: []edit{{"internal/reconcile/reconcile.go",
 			"if _, ok := wanted[name]; ok || !rec.Owned() {",
-			"if _, ok := wanted[name]; ok {"}},
+			"if _, ok := wanted[name]; ok || rec.Name == \"\" {"}},
 		tests: []tests{{"./internal/reconcile", []string{"TestDiff"}}},
 	},
 	{
@@ -78,12 +78,20 @@ var sabotages = []sabotage{
 		edits: []edit{
 			{"internal/reconcile/reconcile.go",
 				"if _, ok := wanted[name]; ok || !rec.Owned() {",
-				"if _, ok := wanted[name]; ok {"},
+				"if _, ok := wanted[name]; ok || rec.Name == \"\" {"},
 			{"internal/runtime/containerd/records.go",
 				"\tif img.Labels[runtime.LabelPinned] != runtime.PinnedValue {\n\t\treturn nil\n\t}\n",
 				""},
 		},
 		tests: []tests{{e2e, []string{"TestRestarts"}}},
+	},
+	{
+		name: "unpin-ignores-owner-label",
+		// Unpin takes the CRI pin off a record holdfast never pinned.
+		edits: []edit{{"internal/runtime/containerd/records.go",
+			"\tif img.Labels[runtime.LabelPinned] != runtime.PinnedValue {\n\t\treturn nil\n\t}\n",
+			""}},
+		tests: []tests{{e2e, []string{"TestRuntimePinUnpinOwnership"}}},
 	},
 	{
 		name: "diff-unpins-wanted",
