@@ -30,15 +30,19 @@ type edit struct {
 	file, old, new string
 }
 
-// tests are test functions of one package, run with -run '^(A|B)$'.
+// tests are test functions of one package, run with -run '^(A|B)$' and env
+// (KEY=value) added to the environment.
 type tests struct {
 	pkg   string
 	names []string
+	env   []string
 }
 
 func (ts tests) pattern() string { return "^(" + strings.Join(ts.names, "|") + ")$" }
 
-func (ts tests) String() string { return ts.pkg + " " + strings.Join(ts.names, ",") }
+func (ts tests) String() string {
+	return strings.TrimSpace(strings.Join(ts.env, " ") + " " + ts.pkg + " " + strings.Join(ts.names, ","))
+}
 
 // sabotage breaks one promise; tests are what must notice.
 type sabotage struct {
@@ -192,7 +196,7 @@ func (r runner) goTest(ts tests) (string, string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "test", "-v", "-count=1", "-timeout", r.timeout.String(), "-run", ts.pattern(), ts.pkg)
 	cmd.Dir = r.dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+	cmd.Env = append(append(os.Environ(), "GOFLAGS=-buildvcs=false"), ts.env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if r.verbose {
@@ -229,29 +233,32 @@ func (r runner) goTest(ts tests) (string, string, error) {
 	return strings.Join(failed, ", "), text, nil
 }
 
-// merged is every test of the list, once, by package.
+// merged is every test of the list, once, by package and environment.
 func merged(list []sabotage) []tests {
-	byPkg := map[string]map[string]bool{}
+	groups := map[string]*tests{}
+	seen := map[string]bool{}
 	for _, s := range list {
 		for _, ts := range s.tests {
-			if byPkg[ts.pkg] == nil {
-				byPkg[ts.pkg] = map[string]bool{}
+			key := ts.pkg + "\x00" + strings.Join(ts.env, "\x00")
+			g := groups[key]
+			if g == nil {
+				g = &tests{pkg: ts.pkg, env: ts.env}
+				groups[key] = g
 			}
 			for _, n := range ts.names {
-				byPkg[ts.pkg][n] = true
+				if !seen[key+"\x00"+n] {
+					seen[key+"\x00"+n] = true
+					g.names = append(g.names, n)
+				}
 			}
 		}
 	}
 	var out []tests
-	for pkg, names := range byPkg {
-		ts := tests{pkg: pkg}
-		for n := range names {
-			ts.names = append(ts.names, n)
-		}
-		sort.Strings(ts.names)
-		out = append(out, ts)
+	for _, g := range groups {
+		sort.Strings(g.names)
+		out = append(out, *g)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].pkg < out[j].pkg })
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out
 }
 

@@ -16,7 +16,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/runtime/containerd/ingest.go",
 			"if err := r.addToLease(ctx, toLease); err != nil {",
 			"if err := r.addToLease(ctx, nil); err != nil {"}},
-		tests: []tests{{e2e, []string{"TestLargeSharedLayerLeasedBySecondSource"}}},
+		tests: []tests{{e2e, []string{"TestLargeSharedLayerLeasedBySecondSource"}, nil}},
 	},
 	{
 		name: "listed-images-not-leased",
@@ -25,7 +25,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/runtime/containerd/leases.go",
 			"if err := r.addToLease(lctx, blobs); err != nil {",
 			"if err := r.addToLease(lctx, nil); err != nil {"}},
-		tests: []tests{{e2e, []string{"TestPullList"}}},
+		tests: []tests{{e2e, []string{"TestPullList"}, nil}},
 	},
 	{
 		name: "lease-emptied-after-import",
@@ -35,7 +35,7 @@ var sabotages = []sabotage{
 			"\tif err := r.writeState(ctx, ing, state); err != nil {",
 			"\tfor _, d := range required {\n\t\t_ = r.client.LeasesService().DeleteResource(ctx, leases.Lease{ID: leaseFromContext(ctx)}, leases.Resource{ID: d.String(), Type: \"content\"})\n\t}\n" +
 				"\tif err := r.writeState(ctx, ing, state); err != nil {"}},
-		tests: []tests{{e2e, []string{"TestAgentHeal"}}},
+		tests: []tests{{e2e, []string{"TestAgentHeal"}, nil}},
 	},
 	{
 		name: "leases-expire",
@@ -43,7 +43,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/runtime/containerd/ingest.go",
 			"leases.WithID(id), leases.WithLabels(",
 			"leases.WithID(id), leases.WithExpiration(2e9), leases.WithLabels("}},
-		tests: []tests{{e2e, []string{"TestRestarts"}}},
+		tests: []tests{{e2e, []string{"TestRestarts"}, nil}},
 	},
 	{
 		name: "sibling-dir-judged",
@@ -52,7 +52,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/agent/sync.go",
 			"strings.HasPrefix(path, d+string(filepath.Separator))",
 			"strings.HasPrefix(path, d)"}},
-		tests: []tests{{e2e, []string{"TestSiblingDirWithLongerName"}}},
+		tests: []tests{{e2e, []string{"TestSiblingDirWithLongerName"}, nil}},
 	},
 	{
 		name: "unpins-before-pins",
@@ -61,7 +61,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/agent/sync.go",
 			"\tpinFailed := false\n",
 			"\tfor _, u := range plan.Unpins {\n\t\t_ = a.rt.Unpin(ctx, u.Name)\n\t}\n\tpinFailed := false\n"}},
-		tests: []tests{{e2e, []string{"TestRenamedImageNeverLosesItsPin"}}},
+		tests: []tests{{e2e, []string{"TestRenamedImageNeverLosesItsPin"}, nil}},
 	},
 	{
 		name: "diff-unpins-unowned",
@@ -69,7 +69,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/reconcile/reconcile.go",
 			"if _, ok := wanted[name]; ok || !rec.Owned() {",
 			"if _, ok := wanted[name]; ok || rec.Name == \"\" {"}},
-		tests: []tests{{"./internal/reconcile", []string{"TestDiff"}}},
+		tests: []tests{{"./internal/reconcile", []string{"TestDiff"}, nil}},
 	},
 	{
 		name: "unpin-ignores-ownership",
@@ -83,7 +83,7 @@ var sabotages = []sabotage{
 				"\tif img.Labels[runtime.LabelPinned] != runtime.PinnedValue {\n\t\treturn nil\n\t}\n",
 				""},
 		},
-		tests: []tests{{e2e, []string{"TestRestarts"}}},
+		tests: []tests{{e2e, []string{"TestRestarts"}, nil}},
 	},
 	{
 		name: "unpin-ignores-owner-label",
@@ -91,7 +91,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/runtime/containerd/records.go",
 			"\tif img.Labels[runtime.LabelPinned] != runtime.PinnedValue {\n\t\treturn nil\n\t}\n",
 			""}},
-		tests: []tests{{e2e, []string{"TestRuntimePinUnpinOwnership"}}},
+		tests: []tests{{e2e, []string{"TestRuntimePinUnpinOwnership"}, nil}},
 	},
 	{
 		name: "diff-unpins-wanted",
@@ -99,7 +99,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/reconcile/reconcile.go",
 			"if _, ok := wanted[name]; ok || !rec.Owned() {",
 			"if !rec.Owned() {"}},
-		tests: []tests{{"./internal/reconcile", []string{"TestDiffNeverUnpinsWanted"}}},
+		tests: []tests{{"./internal/reconcile", []string{"TestDiffNeverUnpinsWanted"}, nil}},
 	},
 	{
 		name: "prior-pin-not-recorded",
@@ -108,7 +108,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/runtime/containerd/records.go",
 			"if img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {",
 			"if false {"}},
-		tests: []tests{{e2e, []string{"TestRestarts"}}},
+		tests: []tests{{e2e, []string{"TestRestarts"}, nil}},
 	},
 	{
 		name: "prior-pin-ignored-on-unpin",
@@ -116,7 +116,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/runtime/containerd/records.go",
 			`if img.Labels[runtime.LabelPriorPin] == "true" {`,
 			"if false {"}},
-		tests: []tests{{e2e, []string{"TestRestarts"}}},
+		tests: []tests{{e2e, []string{"TestRestarts"}, nil}},
 	},
 	{
 		name: "old-lease-released-before-new-one",
@@ -125,7 +125,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/reconcile/reconcile.go",
 			"case current[st.Source]:",
 			"case true:"}},
-		tests: []tests{{"./internal/reconcile", []string{"TestDiff"}}},
+		tests: []tests{{"./internal/reconcile", []string{"TestDiff"}, nil}},
 	},
 	{
 		name: "unreadable-dir-judged",
@@ -134,7 +134,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/reconcile/reconcile.go",
 			"case in.Unknown != nil && in.Unknown(st.Source):",
 			"case false:"}},
-		tests: []tests{{"./internal/reconcile", []string{"TestDiff"}}},
+		tests: []tests{{"./internal/reconcile", []string{"TestDiff"}, nil}},
 	},
 	{
 		name: "document-digest-unchecked",
@@ -143,7 +143,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/archive/walk.go",
 			"if got := d.Algorithm().FromBytes(b); got != d {",
 			"if got := d.Algorithm().FromBytes(b); got != d && false {"}},
-		tests: []tests{{"./internal/archive", []string{"TestWalkErrors"}}},
+		tests: []tests{{"./internal/archive", []string{"TestWalkErrors"}, nil}},
 	},
 	{
 		name: "blob-digest-unchecked",
@@ -157,7 +157,7 @@ var sabotages = []sabotage{
 			{"internal/archive/walk.go", `if got != "" && got != d {`, "if false {"},
 			{"internal/archive/pool.go", `} else if got != "" && got != j.dgst {`, "} else if false {"},
 		},
-		tests: []tests{{e2e, []string{"TestTamperedLayerRefused"}}},
+		tests: []tests{{e2e, []string{"TestTamperedLayerRefused"}, nil}},
 	},
 	{
 		name: "incomplete-image-imported",
@@ -166,7 +166,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/runtime/containerd/ingest.go",
 			"\t\tif ref.required {\n\t\t\treturn nil, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\"",
 			"\t\tif false {\n\t\t\treturn nil, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\""}},
-		tests: []tests{{e2e, []string{"TestBadInputs"}}},
+		tests: []tests{{e2e, []string{"TestBadInputs"}, nil}},
 	},
 	{
 		name: "others-ingests-aborted",
@@ -175,7 +175,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/runtime/containerd/containerd.go",
 			"cs.ListStatuses(ctx, fmt.Sprintf(`ref~=^%s`, refPrefix))",
 			"cs.ListStatuses(ctx)"}},
-		tests: []tests{{e2e, []string{"TestOthersIngestsAndLeasesUntouched"}}},
+		tests: []tests{{e2e, []string{"TestOthersIngestsAndLeasesUntouched"}, nil}},
 	},
 	{
 		name: "embedded-stop-leaves-mounts",
@@ -184,7 +184,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/embedded/process.go",
 			"if err := unmountUnder(p.layout.Root, p.layout.State, p.layout.Temp); err != nil {",
 			"if err := error(nil); err != nil {"}},
-		tests: []tests{{e2e, []string{"TestEmbeddedLifecycle"}}},
+		tests: []tests{{e2e, []string{"TestEmbeddedLifecycle"}, nil}},
 	},
 	{
 		name: "no-pass-after-reconnect",
@@ -193,7 +193,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/agent/agent.go",
 			"\t\t\tkick(\"reconnect\")\n",
 			""}},
-		tests: []tests{{e2e, []string{"TestAgentReconnect"}}},
+		tests: []tests{{e2e, []string{"TestAgentReconnect"}, nil}},
 	},
 	{
 		name: "file-imported-while-written",
@@ -202,7 +202,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/agent/sync.go",
 			"if settled := time.Unix(0, src.MtimeNs).Add(a.cfg.Settle); settled.After(now) {",
 			"if settled := time.Unix(0, src.MtimeNs).Add(a.cfg.Settle); settled.After(now) && false {"}},
-		tests: []tests{{e2e, []string{"TestAgentWatch"}}},
+		tests: []tests{{e2e, []string{"TestAgentWatch"}, nil}},
 	},
 	{
 		name: "ready-while-written",
@@ -211,6 +211,17 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/agent/agent.go",
 			"if len(pr.settling) == 0 {",
 			"if true {"}},
-		tests: []tests{{e2e, []string{"TestAgentReadiness"}}},
+		tests: []tests{{e2e, []string{"TestAgentReadiness"}, nil}},
+	},
+	{
+		name: "bench-leaves-containerd-running",
+		// The bench harness does not stop the containerds it started (nor
+		// remove their dirs, which would make them exit by themselves).
+		edits: []edit{
+			{"bench/store.go", "return errors.Join(s.client.Close(), s.proc.Stop(ctx))", "return s.client.Close()"},
+			{"bench/cold.go", "if rerr := os.RemoveAll(dir); rerr != nil {", "if rerr := os.Remove(os.DevNull + \"/x\"); rerr == nil {"},
+			{"bench/bench.go", "if cfg.Keep {", "if true {"},
+		},
+		tests: []tests{{"./bench", []string{"TestSmoke"}, []string{"HOLDFAST_BENCH_SMOKE=1"}}},
 	},
 }
