@@ -4,12 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/metrics"
+	"github.com/holdfast-project/holdfast/internal/pattern"
+	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/source"
 )
 
 // Recorder receives what the agent does, for metrics. *metrics.Metrics is one.
@@ -51,10 +56,21 @@ type Agent struct {
 	log *slog.Logger
 	rec Recorder
 
+	clock Clock
+
 	mu     sync.Mutex
 	wanted map[string]hfruntime.Want // what the last plan wants: heal restores these
 	failed map[string]failure        // sources whose import failed, by path
 	heals  map[string]*healState     // per-name heal history, for backoff
+	seen   map[string]sighting       // when a pass first saw each source as it is; passes only
+	// Image events a pass may not have seen: from its start (or the agent's)
+	// until it sets the wanted set, the names of image events are kept
+	// (true: created or updated), to be healed against the new wanted set;
+	// imageEvents counts every event, so a pass knows its listing is stale.
+	collecting  bool
+	touched     map[string]bool
+	imageEvents uint64
+	pinPatterns map[string][]pattern.Pattern // the last pass's pin list patterns, by list path
 
 	ready      atomic.Bool
 	readyState atomic.Value // string: why not ready
@@ -76,8 +92,9 @@ func New(rt hfruntime.Runtime, cfg Config, rec Recorder) *Agent {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Agent{rt: rt, cfg: cfg, log: log, rec: rec,
-		wanted: map[string]hfruntime.Want{}, failed: map[string]failure{}, heals: map[string]*healState{}}
+	a := &Agent{rt: rt, cfg: cfg, log: log, rec: rec, clock: realClock{},
+		wanted: map[string]hfruntime.Want{}, failed: map[string]failure{}, heals: map[string]*healState{},
+		collecting: true, touched: map[string]bool{}, pinPatterns: map[string][]pattern.Pattern{}}
 	a.readyState.Store("the first pass has not finished")
 	return a
 }
@@ -91,17 +108,56 @@ func (a *Agent) Ready() (bool, string) {
 	return false, a.readyState.Load().(string)
 }
 
+// setWanted makes w the wanted set: from now on image events are healed
+// against it, and no longer kept for the pass.
 func (a *Agent) setWanted(w map[string]hfruntime.Want) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.wanted = w
+	a.collecting = false
+}
+
+// wantDuringPins sets the wanted set while a plan's pins are applied: every
+// name the plan wants but those it pins for the first time. An event heal
+// must not pin such a name before the pass does, as only the first pin
+// notices a user's own pin that was there before. Image events keep being
+// collected until setWanted, and are healed after the pass.
+func (a *Agent) wantDuringPins(plan reconcile.Plan) {
+	w := maps.Clone(plan.WantedNames)
+	for _, p := range plan.Pins {
+		if p.Reason == reconcile.ReasonNew {
+			delete(w, p.Want.Name)
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.wanted = w
 }
 
-func (a *Agent) wantedFor(name string) (hfruntime.Want, bool) {
+// beginPass starts keeping the names of image events for a pass, and returns
+// the event count for eventsSince.
+func (a *Agent) beginPass() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	w, ok := a.wanted[name]
-	return w, ok
+	a.collecting = true
+	return a.imageEvents
+}
+
+// eventsSince reports whether image events came after beginPass returned n:
+// records listed before then may be stale.
+func (a *Agent) eventsSince(n uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.imageEvents != n
+}
+
+// takeTouched returns the names of the image events kept so far, and forgets them.
+func (a *Agent) takeTouched() map[string]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := a.touched
+	a.touched = map[string]bool{}
+	return t
 }
 
 // noteFailure remembers a failed source so that the loop retries it with
@@ -115,8 +171,44 @@ func (a *Agent) noteFailure(path, identity string) {
 	} else {
 		f.delay = min(f.delay*2, 5*time.Minute)
 	}
-	f.retryAt = time.Now().Add(f.delay)
+	f.retryAt = a.clock.Now().Add(f.delay)
 	a.failed[path] = f
+}
+
+// failedUntil says until when a source that failed at this identity waits
+// before its next try.
+func (a *Agent) failedUntil(path, identity string) (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	f, ok := a.failed[path]
+	if !ok || f.identity != identity || !f.retryAt.After(a.clock.Now()) {
+		return time.Time{}, false
+	}
+	return f.retryAt, true
+}
+
+// nextRetry is the earliest time a failure still waits for: of a scanned
+// source whose import failed, or of a pull list reference. Zero if none.
+// The failures of sources that are gone are forgotten.
+func (a *Agent) nextRetry(srcs []source.Source) time.Time {
+	scanned := map[string]bool{}
+	for _, s := range srcs {
+		scanned[s.Path] = true
+	}
+	now := a.clock.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var next time.Time
+	for key, f := range a.failed {
+		if !scanned[key] && !strings.HasPrefix(key, "pull:") {
+			delete(a.failed, key) // a source that is gone
+			continue
+		}
+		if f.retryAt.After(now) && (next.IsZero() || f.retryAt.Before(next)) {
+			next = f.retryAt
+		}
+	}
+	return next
 }
 
 func (a *Agent) clearFailure(path string) {
@@ -128,8 +220,10 @@ func (a *Agent) clearFailure(path string) {
 // Run runs the agent until ctx ends. It subscribes to image events before the
 // first pass lists anything, so a deletion after the listing is healed from
 // its event (one in the few milliseconds before the stream is live waits for
-// the next full pass). A lost event stream is resubscribed with backoff,
-// followed by a full pass.
+// the next full pass); an event that comes while a pass runs is healed
+// against the wanted set that pass makes. A source whose import failed, and a
+// pull list reference that failed, are tried again when their backoff ends.
+// A lost event stream is resubscribed with backoff, followed by a full pass.
 func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	events, streamErr := a.rt.WatchImages(ctx)
 	a.rec.SetConnected(true)
@@ -163,15 +257,10 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	}
 	ticker := time.NewTicker(resync)
 	defer ticker.Stop()
-	var retry *time.Timer
-	retryC := func() <-chan time.Time {
-		if retry == nil {
-			return nil
-		}
-		return retry.C
-	}
-	healTimer := time.NewTimer(time.Hour)
-	healTimer.Stop()
+	retry := a.clock.NewTimer()
+	defer retry.Stop()
+	healTimer := a.clock.NewTimer()
+	defer healTimer.Stop()
 	initial := true
 
 	for {
@@ -182,14 +271,20 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 			a.log.Debug("images dir changed", "what", why)
 			kick("watch")
 		case <-ticker.C:
+			w.Refresh() // a resync watches again what went unwatched
 			kick("resync")
-		case <-retryC():
-			retry = nil
+		case <-retry.C():
 			kick("retry")
 		case pr := <-passDone:
-			if len(pr.pending) > 0 {
-				wait := time.Until(pr.nextCheck) + 100*time.Millisecond
-				retry = time.NewTimer(max(wait, 100*time.Millisecond))
+			// Sources still being written, and failed imports and pulls, are
+			// looked at again when due.
+			if pr.nextCheck.IsZero() {
+				retry.Stop()
+			} else {
+				retry.Reset(max(pr.nextCheck.Sub(a.clock.Now())+100*time.Millisecond, 100*time.Millisecond))
+			}
+			if a.afterPass(ctx, pr.touched, healTimer) {
+				kick("pin pattern")
 			}
 			if initial {
 				if len(pr.settling) == 0 {
@@ -207,8 +302,10 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 				events = nil
 				continue
 			}
-			a.onImageEvent(ctx, ev, healTimer)
-		case <-healTimer.C:
+			if a.onImageEvent(ctx, ev, healTimer) {
+				kick("pin pattern")
+			}
+		case <-healTimer.C():
 			a.retryBackedOff(ctx, healTimer)
 		case err := <-streamErr:
 			a.rec.SetConnected(false)

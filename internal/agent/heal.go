@@ -4,17 +4,20 @@ import (
 	"context"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/pattern"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/source"
 )
 
-// Heal backoff: a name healed more than healBurst times within healWindow
-// waits before the next heal, twice as long each time, up to healMaxDelay. On
-// a containerd whose CRI does not report pins, the kubelet deletes, holdfast
-// heals, and so on: that must cost little and say so once.
+// Heal backoff: a name healed healBurst times within healWindow waits before
+// its next heal, twice as long each time, up to healMaxDelay. On a containerd
+// whose CRI does not report pins, the kubelet deletes, holdfast heals, and so
+// on: that must cost little and say so once.
 const (
-	healBurst    = 3
-	healWindow   = time.Minute
-	healMaxDelay = 5 * time.Minute
+	healBurst     = 3
+	healWindow    = time.Minute
+	healFirstWait = time.Second
+	healMaxDelay  = 5 * time.Minute
 )
 
 type healState struct {
@@ -25,25 +28,90 @@ type healState struct {
 	warned  bool
 }
 
-// onImageEvent heals a wanted record that an event says changed.
-func (a *Agent) onImageEvent(ctx context.Context, ev hfruntime.ImageEvent, timer *time.Timer) {
+// onImageEvent heals a wanted record that an event says changed, and keeps
+// its name while a pass may not have seen it. It reports whether a pass is
+// needed: a name nobody wants, which a pin list pattern matches, was created
+// or updated.
+func (a *Agent) onImageEvent(ctx context.Context, ev hfruntime.ImageEvent, timer Timer) bool {
 	if hfruntime.IsCRIRecord(ev.Name) {
-		return
-	}
-	want, ok := a.wantedFor(ev.Name)
-	if !ok {
-		return
+		return false
 	}
 	if ev.Kind == hfruntime.ImageCreated && ev.Labels[hfruntime.LabelCRIPinned] == hfruntime.PinnedValue &&
 		ev.Labels[hfruntime.LabelPinned] == hfruntime.PinnedValue {
-		return // a create with both labels is holdfast's own
+		return false // a create with both labels is holdfast's own
 	}
-	a.heal(ctx, want, timer)
+	present := ev.Kind != hfruntime.ImageDeleted
+	a.mu.Lock()
+	a.imageEvents++
+	if a.collecting {
+		a.touched[ev.Name] = a.touched[ev.Name] || present
+	}
+	want, wanted := a.wanted[ev.Name]
+	pass := !wanted && present && a.pinMatchLocked(ev.Name)
+	a.mu.Unlock()
+	if wanted {
+		a.heal(ctx, want, timer)
+	}
+	return pass
+}
+
+// afterPass heals the names of image events that came while the pass ran,
+// against the wanted set it has just set: the pass may have planned before
+// they came. It reports whether a pass is needed for a name a pin list
+// pattern matches.
+func (a *Agent) afterPass(ctx context.Context, touched map[string]bool, timer Timer) bool {
+	var due []hfruntime.Want
+	pass := false
+	a.mu.Lock()
+	for name, present := range touched {
+		if w, ok := a.wanted[name]; ok {
+			due = append(due, w)
+		} else if present && a.pinMatchLocked(name) {
+			pass = true
+		}
+	}
+	a.mu.Unlock()
+	for _, w := range due {
+		a.heal(ctx, w, timer)
+	}
+	return pass
+}
+
+// notePinLists keeps the patterns of the pin lists a pass read, so that an
+// image that arrives later and matches one brings on a pass at once. A list
+// the pass did not read (still being written) keeps its patterns; a list that
+// is gone loses them.
+func (a *Agent) notePinLists(scan source.Result, read map[string][]pattern.Pattern) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old := a.pinPatterns
+	a.pinPatterns = map[string][]pattern.Pattern{}
+	for _, src := range scan.Sources {
+		if src.Kind != source.PinList {
+			continue
+		}
+		if ps, ok := read[src.Path]; ok {
+			a.pinPatterns[src.Path] = ps
+		} else if ps, ok := old[src.Path]; ok {
+			a.pinPatterns[src.Path] = ps
+		}
+	}
+}
+
+func (a *Agent) pinMatchLocked(name string) bool {
+	for _, ps := range a.pinPatterns {
+		for _, p := range ps {
+			if p.Match(name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // heal restores one wanted record from leased content, unless it is in backoff.
-func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer *time.Timer) {
-	now := time.Now()
+func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer Timer) {
+	now := a.clock.Now()
 	a.mu.Lock()
 	st := a.heals[want.Name]
 	if st == nil {
@@ -87,9 +155,9 @@ func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer *time.Timer
 		}
 	}
 	st.recent = append(kept, now)
-	if len(st.recent) > healBurst {
+	if len(st.recent) >= healBurst {
 		if st.delay == 0 {
-			st.delay = time.Second
+			st.delay = healFirstWait
 		} else {
 			st.delay = min(st.delay*2, healMaxDelay)
 		}
@@ -116,7 +184,7 @@ func (a *Agent) backedOffLocked(now time.Time) int {
 }
 
 // armHealTimer sets the timer to the earliest end of a pending backoff.
-func (a *Agent) armHealTimer(timer *time.Timer) {
+func (a *Agent) armHealTimer(timer Timer) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var next time.Time
@@ -126,13 +194,13 @@ func (a *Agent) armHealTimer(timer *time.Timer) {
 		}
 	}
 	if !next.IsZero() {
-		timer.Reset(max(time.Until(next), time.Millisecond))
+		timer.Reset(max(next.Sub(a.clock.Now()), time.Millisecond))
 	}
 }
 
 // retryBackedOff heals the names whose backoff has ended.
-func (a *Agent) retryBackedOff(ctx context.Context, timer *time.Timer) {
-	now := time.Now()
+func (a *Agent) retryBackedOff(ctx context.Context, timer Timer) {
+	now := a.clock.Now()
 	var due []hfruntime.Want
 	a.mu.Lock()
 	for name, st := range a.heals {

@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/holdfast-project/holdfast/internal/metrics"
+	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -19,12 +20,15 @@ import (
 // that a present archive wants is left to that archive; the moment the
 // archive goes, the pin list takes the name over in the same pass, before the
 // archive's lease is released. A wanted name whose record was deleted stays
-// wanted (and is healed) for as long as a pattern matches it.
-func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source.Result, sum *Summary, imported map[string]bool) map[string]reconcile.Present {
+// wanted (and is healed) for as long as a pattern matches it. It also
+// returns the lists it could not read or lease: they keep what they had.
+func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source.Result, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
 	present := map[string]reconcile.Present{}
+	read := map[string][]pattern.Pattern{} // the patterns of the lists read: late images that match bring on a pass
+	defer func() { a.notePinLists(scan, read) }()
 	records, states, ok := a.storeView(ctx, len(lists), sum)
 	if !ok {
-		return present
+		return present, unjudged(lists, sum)
 	}
 	current := map[string]string{} // archive path → identity now
 	for _, s := range scan.Sources {
@@ -40,16 +44,21 @@ func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source
 			}
 		}
 	}
+	var unknown []string
 	for _, src := range lists {
 		pl, err := source.ReadPinList(src.Path)
 		if err != nil {
 			sum.Failures = append(sum.Failures, err)
 			sum.set(src, metrics.StateFailed)
-			continue // unknown this pass: its lease stays
+			unknown = append(unknown, src.Path)
+			continue
 		}
 		failuresBefore := len(sum.Failures)
 		for _, le := range pl.Errors {
 			sum.Failures = append(sum.Failures, le)
+		}
+		for _, p := range pl.Patterns {
+			read[src.Path] = append(read[src.Path], p.Pattern)
 		}
 		matches := func(name string) bool {
 			for _, p := range pl.Patterns {
@@ -81,9 +90,22 @@ func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source
 		}
 		sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 		// A pin list's mtime is 0: on a conflict, an archive's target wins.
-		a.leaseList(ctx, "pin list", src, 0, list, failuresBefore, sum, imported, present)
+		if !a.leaseList(ctx, "pin list", src, 0, list, failuresBefore, sum, imported, present) {
+			unknown = append(unknown, src.Path)
+		}
 	}
-	return present
+	return present, unknown
+}
+
+// unjudged marks lists failed when the store could not be read for them,
+// and returns their paths: what they had stays as it is.
+func unjudged(lists []source.Source, sum *Summary) []string {
+	var paths []string
+	for _, src := range lists {
+		sum.set(src, metrics.StateFailed)
+		paths = append(paths, src.Path)
+	}
+	return paths
 }
 
 // storeView reads the records and the source states once for the list
@@ -107,9 +129,10 @@ func (a *Agent) storeView(ctx context.Context, lists int, sum *Summary) ([]hfrun
 
 // leaseList leases what a list source wants, under an identity made of the
 // file's and of the wants, and records the outcome: the source's state, and
-// whether it is present (and newly leased) for the plan.
+// whether it is present (and newly leased) for the plan. False means its
+// fate is unknown this pass: its old lease must stay.
 func (a *Agent) leaseList(ctx context.Context, what string, src source.Source, mtimeNs int64, wants []hfruntime.Want,
-	failuresBefore int, sum *Summary, imported map[string]bool, present map[string]reconcile.Present) {
+	failuresBefore int, sum *Summary, imported map[string]bool, present map[string]reconcile.Present) bool {
 	identity := src.Identity + ",wants=" + wantsHash(wants)
 	res, err := a.rt.LeaseWants(ctx, hfruntime.LeaseRequest{Source: src.Path, Identity: identity, MtimeNs: mtimeNs, Wants: wants})
 	if err != nil {
@@ -117,7 +140,7 @@ func (a *Agent) leaseList(ctx context.Context, what string, src source.Source, m
 	}
 	sum.set(src, stateAfter(len(sum.Failures) > failuresBefore))
 	if res.Lease == "" || (err != nil && len(res.Images) == 0 && len(wants) > 0) {
-		return // unknown this pass: its old lease stays
+		return false
 	}
 	present[src.Path] = reconcile.Present{Path: src.Path, Identity: identity}
 	if res.Unchanged {
@@ -126,6 +149,7 @@ func (a *Agent) leaseList(ctx context.Context, what string, src source.Source, m
 		imported[res.Lease] = true
 		sum.Imported++
 	}
+	return true
 }
 
 func wantsHash(ws []hfruntime.Want) string {

@@ -19,49 +19,69 @@ import (
 const pullAttempts = 3
 
 // pullLists turns each pull list into a source that wants its references.
-// A reference whose record is in the store, or that the list wanted and
-// leased before, is pinned without pulling; the others are pulled, a few at a
+// A reference that the list wanted and leased before keeps that target, so a
+// record someone re-pointed is restored as drift; one whose record is in the
+// store is pinned as it is, without pulling; the others are pulled, a few at a
 // time, each with a timeout and retries. A bad or unreachable reference is
 // reported as file:line and never stops the others, and never drops what the
-// list pulled before: an unreachable registry unpins nothing.
-func (a *Agent) pullLists(ctx context.Context, lists []source.Source, sum *Summary, imported map[string]bool) map[string]reconcile.Present {
+// list pulled before: an unreachable registry unpins nothing. It also returns
+// the lists it could not read or lease: they keep what they had.
+func (a *Agent) pullLists(ctx context.Context, lists []source.Source, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
 	present := map[string]reconcile.Present{}
 	records, states, ok := a.storeView(ctx, len(lists), sum)
 	if !ok {
-		return present
+		return present, unjudged(lists, sum)
 	}
 	have := map[string]hfruntime.Want{}
 	for _, r := range records {
 		have[r.Name] = hfruntime.Want{Name: r.Name, Target: r.Target}
 	}
+	var unknown []string
 	for _, src := range lists {
 		pl, err := source.ReadPullList(src.Path)
 		if err != nil {
 			sum.Failures = append(sum.Failures, err)
 			sum.set(src, metrics.StateFailed)
-			continue // unknown this pass: its lease stays
+			unknown = append(unknown, src.Path)
+			continue
 		}
 		failuresBefore := len(sum.Failures)
 		for _, le := range pl.Errors {
 			sum.Failures = append(sum.Failures, le)
 		}
-		before := map[string]hfruntime.Want{}
-		for _, st := range states {
-			if st.Source == src.Path && st.Complete {
-				for _, w := range st.Images {
-					before[w.Name] = w
-				}
-			}
-		}
-		wants, errs := a.resolvePulls(ctx, pl, have, before)
+		wants, errs := a.resolvePulls(ctx, pl, have, leasedBefore(states, src.Path))
 		sum.Failures = append(sum.Failures, errs...)
-		a.leaseList(ctx, "pull list", src, src.MtimeNs, wants, failuresBefore, sum, imported, present)
+		if !a.leaseList(ctx, "pull list", src, src.MtimeNs, wants, failuresBefore, sum, imported, present) {
+			unknown = append(unknown, src.Path)
+		}
 	}
-	return present
+	return present, unknown
 }
 
-// resolvePulls finds each entry's target: in the store, in what the list had
-// before, or from its registry.
+// leasedBefore is what the complete leases of the source at path want, by
+// name; where two leases (an old identity's and a newer one's) both want a
+// name, the newer lease's target.
+func leasedBefore(states []hfruntime.SourceState, path string) map[string]hfruntime.Want {
+	var mine []hfruntime.SourceState
+	for _, st := range states {
+		if st.Source == path && st.Complete {
+			mine = append(mine, st)
+		}
+	}
+	sort.SliceStable(mine, func(i, j int) bool { return mine[i].CreatedAt.Before(mine[j].CreatedAt) })
+	before := map[string]hfruntime.Want{}
+	for _, st := range mine {
+		for _, w := range st.Images {
+			before[w.Name] = w
+		}
+	}
+	return before
+}
+
+// resolvePulls finds each entry's target: in what the list leased before,
+// in the store, or from its registry. What the list leased comes first: a
+// record re-pointed while no agent healed it (ctr tag --force, a pull) is
+// drift to restore, never what the list wants from then on.
 func (a *Agent) resolvePulls(ctx context.Context, pl source.PullListFile, have, before map[string]hfruntime.Want) ([]hfruntime.Want, []error) {
 	var (
 		mu    sync.Mutex
@@ -70,13 +90,13 @@ func (a *Agent) resolvePulls(ctx context.Context, pl source.PullListFile, have, 
 	)
 	var toPull []source.PullEntry
 	for _, e := range pl.Entries {
-		if w, ok := have[e.Ref]; ok {
-			wants = append(wants, w)
+		if w, ok := before[e.Ref]; ok {
+			wants = append(wants, w) // leased before: the pass heals its record
 			a.rec.PullDone("present")
 			continue
 		}
-		if w, ok := before[e.Ref]; ok {
-			wants = append(wants, w) // leased before: the pass heals its record
+		if w, ok := have[e.Ref]; ok {
+			wants = append(wants, w)
 			a.rec.PullDone("present")
 			continue
 		}
@@ -149,7 +169,7 @@ func (a *Agent) pullBackoff(ref string) (error, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	f, ok := a.failed["pull:"+ref]
-	if !ok || time.Now().After(f.retryAt) {
+	if !ok || a.clock.Now().After(f.retryAt) {
 		return nil, false
 	}
 	return f.err, true
@@ -160,7 +180,7 @@ func (a *Agent) notePullFailure(ref string, err error) {
 	defer a.mu.Unlock()
 	f := a.failed["pull:"+ref]
 	f.delay = min(max(f.delay*2, 30*time.Second), 10*time.Minute)
-	f.retryAt = time.Now().Add(f.delay)
+	f.retryAt = a.clock.Now().Add(f.delay)
 	f.err = err
 	a.failed["pull:"+ref] = f
 }

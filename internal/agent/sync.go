@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -116,16 +115,19 @@ type passOptions struct {
 
 // passResult is what the loop needs to know after a pass.
 type passResult struct {
-	pending   []string  // sources not final yet: still being written, or waiting for a retry
-	settling  []string  // of those, the ones still being written
-	nextCheck time.Time // when a pending source is due
+	pending   []string        // sources not final yet: still being written, or waiting for a retry
+	settling  []string        // of those, the ones still being written
+	nextCheck time.Time       // when a pending source, a failed import or a failed pull is due
+	touched   map[string]bool // names of image events the pass may have planned without
 }
 
 // pass runs one pass: scan, import, plan, apply.
 func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult) {
 	start := time.Now()
+	now := a.clock.Now() // for settling and retries: the agent's clock
 	var sum Summary
 	var pr passResult
+	seen := a.beginPass()
 	// What the pass reads first, read at once: stale ingests go (before any
 	// import starts its own), the leases and the records are listed, the
 	// images dirs scanned.
@@ -149,16 +151,25 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 		a.log.Debug("skipped", "path", s.Path, "reason", s.Reason)
 	}
 	sum.Failures = append(sum.Failures, scan.Errors...)
+	a.checkMarkers(scan, states, serr, &sum)
 
 	// Sources still being written, or failed and not yet due, are left for
-	// later: their leases stay as they are.
+	// later: their leases stay as they are. While one is being written, the
+	// sources gone from its images dir keep their pins and leases too, as it
+	// may want the same images (pin eagerly, unpin lazily); one waiting to
+	// retry a failed import holds nothing back, as it may never import.
+	if opts.settle {
+		a.forgetUnseen(scan.Sources)
+	}
 	var todo, pinLists, pullLists []source.Source
+	var writing []string // images dirs holding a source still being written
 	for _, src := range scan.Sources {
-		if due, wait, settling := a.deferred(src, opts, start); wait {
+		if due, wait, settling := a.deferred(src, opts, now); wait {
 			sum.set(src, metrics.StatePending)
 			pr.pending = append(pr.pending, src.Path)
 			if settling {
 				pr.settling = append(pr.settling, src.Path)
+				writing = append(writing, dirOf(scan.Dirs, src.Path))
 			}
 			scan.Unreadable = append(scan.Unreadable, src.Path)
 			if pr.nextCheck.IsZero() || due.Before(pr.nextCheck) {
@@ -187,24 +198,32 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 		}
 	}
 	imported := a.importAll(ctx, todo, known, &sum)
-	lists := a.pullLists(ctx, pullLists, &sum, imported)
-	for p, pr := range a.pinLists(ctx, pinLists, scan, &sum, imported) {
+	lists, unread := a.pullLists(ctx, pullLists, &sum, imported)
+	pins, unreadPins := a.pinLists(ctx, pinLists, scan, &sum, imported)
+	for p, pr := range pins {
 		lists[p] = pr
 	}
+	// A list that could not be read or leased keeps what it had, as an
+	// unreadable archive does.
+	scan.Unreadable = append(append(scan.Unreadable, unread...), unreadPins...)
 
-	// Nothing leased anew: the leases and records read before the imports are
-	// still the ones to plan with. After imports, which take a while, both
-	// are read again.
+	// Nothing leased anew and no image event since the listing: the leases
+	// and records read before the imports are still the ones to plan with.
+	// Otherwise both are read again.
 	var unchanged []hfruntime.SourceState
 	var current []hfruntime.Image
-	if serr == nil && rerr == nil && len(imported) == 0 {
+	if serr == nil && rerr == nil && len(imported) == 0 && !a.eventsSince(seen) {
 		unchanged, current = states, records
 	}
-	plan, err := planWith(ctx, a.rt, scan, imported, lists, unchanged, current)
+	plan, err := planWith(ctx, a.rt, scan, imported, lists, unchanged, current, func(path string) bool { return under(writing, path) })
 	if err != nil {
 		sum.Failures = append(sum.Failures, err)
 	} else {
 		a.apply(ctx, plan, &sum)
+	}
+	pr.touched = a.takeTouched()
+	if next := a.nextRetry(scan.Sources); !next.IsZero() && (pr.nextCheck.IsZero() || next.Before(pr.nextCheck)) {
+		pr.nextCheck = next
 	}
 	sum.Failed = len(sum.Failures)
 	sum.Duration = time.Since(start)
@@ -214,24 +233,72 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 }
 
 // deferred says whether src waits this pass, until when, and whether that is
-// because it is still being written. A file is complete once it has not been
-// modified for the settle time; one renamed into place keeps its old mtime and
-// is complete at once.
+// because it is still being written. See settledAt for when a file is complete.
 func (a *Agent) deferred(src source.Source, opts passOptions, now time.Time) (due time.Time, wait, settling bool) {
 	if opts.settle && a.cfg.Settle > 0 {
-		if settled := time.Unix(0, src.MtimeNs).Add(a.cfg.Settle); settled.After(now) {
+		if settled := a.settledAt(src, now); settled.After(now) {
 			return settled, true, true
 		}
 	}
 	if opts.memo {
-		a.mu.Lock()
-		f, ok := a.failed[src.Path]
-		a.mu.Unlock()
-		if ok && f.identity == src.Identity && f.retryAt.After(now) {
-			return f.retryAt, true, false
+		if until, ok := a.failedUntil(src.Path, src.Identity); ok {
+			return until, true, false
 		}
 	}
 	return time.Time{}, false, false
+}
+
+// settledAt is when src counts as completely written: once its mtime is the
+// settle time old (a file renamed into place keeps its old mtime and is
+// complete at once), or once its identity (size, mtime, inode, ctime) has
+// stayed the same for the settle time by the agent's own clock, counted from
+// when a pass first saw it. The second rule is for an mtime ahead of the
+// clock (cp -p, rsync -a or tar -x from a machine whose clock is ahead),
+// which would otherwise not be old enough for as long as the clocks differ.
+func (a *Agent) settledAt(src source.Source, now time.Time) time.Time {
+	byMtime := time.Unix(0, src.MtimeNs).Add(a.cfg.Settle)
+	if a.seen == nil {
+		a.seen = map[string]sighting{}
+	}
+	s, ok := a.seen[src.Path]
+	if !ok || s.identity != src.Identity {
+		s = sighting{identity: src.Identity, at: now}
+		a.seen[src.Path] = s
+	}
+	if byClock := s.at.Add(a.cfg.Settle); byClock.Before(byMtime) {
+		return byClock
+	}
+	return byMtime
+}
+
+// sighting is when a pass first saw a source with its current identity.
+type sighting struct {
+	identity string
+	at       time.Time
+}
+
+// forgetUnseen drops the sightings of sources the scan no longer finds.
+// Passes run one at a time: only they touch a.seen.
+func (a *Agent) forgetUnseen(srcs []source.Source) {
+	found := make(map[string]bool, len(srcs))
+	for _, s := range srcs {
+		found[s.Path] = true
+	}
+	for p := range a.seen {
+		if !found[p] {
+			delete(a.seen, p)
+		}
+	}
+}
+
+// dirOf is the images dir that path is in (path itself when in none).
+func dirOf(dirs []string, path string) string {
+	for _, d := range dirs {
+		if under([]string{d}, path) {
+			return filepath.Clean(d)
+		}
+	}
+	return path
 }
 
 // importAll imports the sources, a few at a time, and returns the leases
@@ -283,7 +350,7 @@ func (a *Agent) importAll(ctx context.Context, srcs []source.Source, known map[s
 // The names the plan wants become the agent's wanted set before any unpin, so
 // that heal never fights the pass.
 func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
-	a.setWanted(plan.WantedNames)
+	a.wantDuringPins(plan)
 	sum.Wanted = plan.Wanted
 	sum.Conflicts = plan.Conflicts
 	for _, c := range plan.Conflicts {
@@ -291,7 +358,7 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 	}
 	pinFailed := false
 	for _, p := range plan.Pins {
-		if _, err := a.rt.Pin(ctx, p.Want); err != nil {
+		if _, err := a.rt.Pin(ctx, p.Want, hfruntime.FirstPin(p.Reason == reconcile.ReasonNew)); err != nil {
 			sum.Failures = append(sum.Failures, fmt.Errorf("pin %s (wanted by %s): %w", p.Want.Name, p.Source, err))
 			pinFailed = true
 			continue
@@ -310,6 +377,7 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 			a.log.Info("healed", "name", p.Want.Name, "reason", p.Reason, "source", p.Source)
 		}
 	}
+	a.setWanted(plan.WantedNames)
 	for _, u := range plan.Unpins {
 		if err := a.rt.Unpin(ctx, u.Name); err != nil {
 			sum.Failures = append(sum.Failures, fmt.Errorf("unpin %s: %w", u.Name, err))
@@ -320,6 +388,9 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 	}
 	a.rec.Unpinned(sum.Unpinned)
 	a.rec.SetPinned(plan.Wanted)
+	for _, h := range plan.Held {
+		a.log.Debug("kept while a source is still being written", "lease", h.Lease, "source", h.Source)
+	}
 	if pinFailed {
 		// A lease may hold content a failed pin still needs: keep them all until the next pass.
 		return
@@ -342,7 +413,7 @@ func importSource(ctx context.Context, rt hfruntime.Runtime, src source.Source, 
 		Identity: src.Identity,
 		MtimeNs:  src.MtimeNs,
 		Dir:      src.Kind == source.OCIDir,
-		Open:     func() (io.ReadCloser, error) { return os.Open(src.Path) },
+		Open:     func() (io.ReadCloser, error) { return source.Open(src.Path) },
 	}
 	res, err := rt.Import(ctx, req)
 	if err != nil {
@@ -368,11 +439,13 @@ func Bytes(n int64) string {
 // Plan reads the store and returns what reconciling it with scan would do.
 // Sources that are not archives (pin lists) are present as given in lists.
 func Plan(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present) (reconcile.Plan, error) {
-	return planWith(ctx, rt, scan, imported, lists, nil, nil)
+	return planWith(ctx, rt, scan, imported, lists, nil, nil, nil)
 }
 
-// planWith is Plan with the leases given when the caller has read them already.
-func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present, leases []hfruntime.SourceState, records []hfruntime.Image) (reconcile.Plan, error) {
+// planWith is Plan with the leases given when the caller has read them
+// already, and hold saying which gone sources keep their leases this pass.
+func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present,
+	leases []hfruntime.SourceState, records []hfruntime.Image, hold func(string) bool) (reconcile.Plan, error) {
 	var err error
 	if leases == nil {
 		if leases, err = rt.Sources(ctx); err != nil {
@@ -396,19 +469,24 @@ func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imp
 	return reconcile.Diff(reconcile.Input{
 		Leases:   leases,
 		Present:  present,
-		Unknown:  unknown(scan),
+		Unknown:  unknown(scan, leases),
+		Hold:     hold,
 		Imported: imported,
 		Records:  records,
 	}), nil
 }
 
 // unknown reports the sources a pass cannot judge: those at or below a path
-// the scan could not read or must wait for, and those outside the scanned
-// images dirs (another configuration's, or a dir dropped from this one: they
-// keep their pins and leases rather than lose them to a mistyped --images).
-func unknown(scan source.Result) func(string) bool {
+// the scan could not read or must wait for, those in an images dir that lacks
+// its marker and holds no source (an unmounted volume, see checkMarkers), and
+// those outside the scanned images dirs (another configuration's, or a dir
+// dropped from this one: they keep their pins and leases rather than lose
+// them to a mistyped --images). Sources are named under the images dirs as
+// given, also when a dir is a symlink, so paths compare as they are.
+func unknown(scan source.Result, leases []hfruntime.SourceState) func(string) bool {
+	unmarked := unconfirmed(scan, leases)
 	return func(path string) bool {
-		return under(scan.Unreadable, path) || !under(scan.Dirs, path)
+		return under(scan.Unreadable, path) || under(unmarked, path) || !under(scan.Dirs, path)
 	}
 }
 

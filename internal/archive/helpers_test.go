@@ -10,12 +10,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/dsnet/compress/bzip2"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
@@ -201,7 +201,7 @@ func compress(t testing.TB, c Compression, b []byte) []byte {
 	case Lz4:
 		w = lz4.NewWriter(&buf)
 	case Bzip2:
-		return bzip2Compress(t, b)
+		w, err = bzip2.NewWriter(&buf, &bzip2.WriterConfig{Level: 9})
 	default:
 		t.Fatalf("compress: %s", c)
 	}
@@ -215,16 +215,6 @@ func compress(t testing.TB, c Compression, b []byte) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
-}
-
-// bzip2Compress uses the bzip2 program (the standard library only decodes).
-func bzip2Compress(t testing.TB, b []byte) []byte {
-	t.Helper()
-	out, err := runFilter(b, "bzip2", "-c", "-9")
-	if err != nil {
-		t.Skipf("bzip2 program: %v", err)
-	}
-	return out
 }
 
 // randomLayer is an uncompressed-looking layer blob of n random bytes.
@@ -450,22 +440,6 @@ func smallLimits() limits {
 	l := defaultLimits()
 	l.docSize = 4 << 10
 	return l
-}
-
-// runFilter pipes b through a program.
-func runFilter(b []byte, prog string, args ...string) ([]byte, error) {
-	p, err := exec.LookPath(prog)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(p, args...)
-	cmd.Stdin = bytes.NewReader(b)
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	if err := cmd.Run(); err != nil {
-		return nil, err
-	}
-	return out.Bytes(), nil
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-project/holdfast/internal/agent"
+	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/notify"
 	"github.com/holdfast-project/holdfast/internal/server"
@@ -26,8 +27,8 @@ func newRun(o *options) *cobra.Command {
 		Use:   "run",
 		Short: "Run the agent: keep containerd in line with the images dirs until SIGTERM or SIGINT",
 		Long: `run is the agent: it holds the data dir, runs a pass at start-up, then watches
-the images dirs (a new or changed archive is imported once it has not been
-modified for --settle; a deleted one is unpinned and its lease released) and
+the images dirs (a new or changed archive is imported once it has stayed
+unchanged for --settle; a deleted one is unpinned and its lease released) and
 containerd's image events (a wanted record that is deleted, re-pointed or
 stripped of a pin label is restored from leased content at once). A full pass
 also runs every --resync, and after containerd comes back from a restart.
@@ -60,6 +61,7 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 			if _, err := agent.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
 			}
+			go o.keepDataDir(ctx, s.lock, parallel)
 			reg := prometheus.NewRegistry()
 			m := metrics.New(reg)
 			a := agent.New(s.rt, cfg, m)
@@ -112,7 +114,42 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 	f := cmd.Flags()
 	f.IntVar(&parallel, "parallel", 0, "archives imported at once (env HOLDFAST_PARALLEL; 0: from the CPU count)")
 	f.StringVar(&listen, "listen", server.DefaultAddr, "address for /metrics, /healthz and /readyz; empty disables (env HOLDFAST_LISTEN)")
-	f.DurationVar(&settle, "settle", 2*time.Second, "a file is complete once unmodified this long (env HOLDFAST_SETTLE)")
+	f.DurationVar(&settle, "settle", 2*time.Second, "a file is complete once its mtime is this old, or it stayed unchanged this long (env HOLDFAST_SETTLE)")
 	f.DurationVar(&resync, "resync", 5*time.Minute, "full pass at least this often (env HOLDFAST_RESYNC)")
 	return cmd
+}
+
+// keepDataDir checks every second that the data dir's lock is still the one
+// the agent holds. A data dir deleted under the agent (rm -rf) would leave it
+// holding a lock on a deleted file: a sync could then run beside it, and
+// <data-dir>/pins would go unwatched. So the dir, its lock and owner, the
+// pins dir (the watcher watches it again once it is back) and the registry
+// config are made again, loudly.
+func (o *options) keepDataDir(ctx context.Context, lock *datadir.Lock, parallel int) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		restored, err := lock.Keep()
+		if err != nil {
+			if !failing {
+				o.log.Error("the data dir was deleted under the agent, and its lock cannot be taken again yet; retrying every second", "dir", o.dataDir, "error", err)
+			}
+			failing = true
+			continue
+		}
+		failing = false
+		if !restored {
+			continue
+		}
+		o.log.Error("the data dir was deleted under the agent: made it again, with its lock; what else it held (the state cache) is rebuilt as it is needed", "dir", o.dataDir)
+		if _, err := o.agentConfig(parallel); err != nil {
+			o.log.Error("making the data dir's contents again", "dir", o.dataDir, "error", err)
+		}
+	}
 }

@@ -51,6 +51,10 @@ func (o *options) openOwner(ctx context.Context, command string) (*session, erro
 		s.close()
 		return nil, err
 	}
+	if err := s.rt.OwnIngests(o.dataDir); err != nil {
+		s.close()
+		return nil, err
+	}
 	s.rt.CacheStates(o.stateCacheDir())
 	return s, nil
 }

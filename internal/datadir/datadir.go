@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 )
 
@@ -52,12 +54,28 @@ func (e *LockedError) Unwrap() error { return ErrLocked }
 
 // Lock is an exclusive lock on a data dir, held until Release or exit.
 type Lock struct {
-	f   *os.File
-	dir string
+	mu    sync.Mutex
+	f     *os.File
+	dir   string
+	owner Owner
 }
 
 // Acquire takes the data dir's lock without waiting, creating the dir if needed.
 func Acquire(dir, command string) (*Lock, error) {
+	f, err := lockFile(dir)
+	if err != nil {
+		return nil, err
+	}
+	l := &Lock{f: f, dir: dir}
+	if err := l.SetOwner(Owner{PID: os.Getpid(), Command: command}); err != nil {
+		l.Release()
+		return nil, err
+	}
+	return l, nil
+}
+
+// lockFile creates dir if needed and returns its lock file, locked.
+func lockFile(dir string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating data dir: %w", err)
 	}
@@ -73,17 +91,19 @@ func Acquire(dir, command string) (*Lock, error) {
 		}
 		return nil, fmt.Errorf("locking %s: %w", dir, err)
 	}
-	l := &Lock{f: f, dir: dir}
-	if err := l.SetOwner(Owner{PID: os.Getpid(), Command: command}); err != nil {
-		l.Release()
-		return nil, err
-	}
-	return l, nil
+	return f, nil
 }
 
 // SetOwner records who holds the lock, for other processes to attach to.
 func (l *Lock) SetOwner(o Owner) error {
-	data, err := json.Marshal(o)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.owner = o
+	return l.writeOwner()
+}
+
+func (l *Lock) writeOwner() error {
+	data, err := json.Marshal(l.owner)
 	if err != nil {
 		return err
 	}
@@ -91,9 +111,47 @@ func (l *Lock) SetOwner(o Owner) error {
 	return ReplaceFile(filepath.Join(l.dir, "owner.json"), data, 0o600)
 }
 
+// Keep takes the lock again when the data dir was deleted or replaced under
+// its owner (rm -rf): a lock on a deleted file keeps nobody out. It re-creates
+// the dir, locks its new lock file and records the owner again, and says
+// whether it had to. While another process holds the new lock, it returns
+// that process's LockedError; a later Keep tries again.
+func (l *Lock) Keep() (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return false, nil
+	}
+	var held, now syscall.Stat_t
+	if err := syscall.Fstat(int(l.f.Fd()), &held); err != nil {
+		return false, fmt.Errorf("checking the lock of %s: %w", l.dir, err)
+	}
+	if err := syscall.Stat(filepath.Join(l.dir, "lock"), &now); err == nil && now.Dev == held.Dev && now.Ino == held.Ino {
+		if _, err := os.Stat(filepath.Join(l.dir, "owner.json")); errors.Is(err, fs.ErrNotExist) {
+			return false, l.writeOwner()
+		}
+		return false, nil
+	}
+	f, err := lockFile(l.dir)
+	if err != nil {
+		return false, err
+	}
+	_ = l.f.Close() // the old file is gone: nobody else can lock it
+	l.f = f
+	if err := l.writeOwner(); err != nil {
+		return true, err
+	}
+	return true, nil
+}
+
 // Release gives the lock up.
 func (l *Lock) Release() {
-	if l == nil || l.f == nil {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
 		return
 	}
 	_ = os.Remove(filepath.Join(l.dir, "owner.json"))

@@ -3,6 +3,7 @@ package datadir
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -40,4 +41,56 @@ func TestLock(t *testing.T) {
 		t.Fatalf("Acquire after release: %v", err)
 	}
 	l2.Release()
+}
+
+// TestLockKeptWhenDataDirDeleted: a data dir deleted under its owner is
+// re-created with its lock and owner; if another process took it first, the
+// owner is told so and takes it back once that one is gone.
+func TestLockKeptWhenDataDirDeleted(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	l, err := Acquire(dir, "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	owner := Owner{PID: os.Getpid(), Command: "run", Address: "/x.sock"}
+	if err := l.SetOwner(owner); err != nil {
+		t.Fatal(err)
+	}
+	if restored, err := l.Keep(); restored || err != nil {
+		t.Fatalf("Keep with nothing lost: %v, %v", restored, err)
+	}
+
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if restored, err := l.Keep(); !restored || err != nil {
+		t.Fatalf("Keep after the data dir was deleted: %v, %v", restored, err)
+	}
+	if o, held := Held(dir); !held || o != owner {
+		t.Errorf("after Keep: Held = %+v, %v; want %+v", o, held, owner)
+	}
+	if _, err := Acquire(dir, "sync"); !errors.Is(err, ErrLocked) {
+		t.Errorf("Acquire beside the restored lock: %v, want ErrLocked", err)
+	}
+
+	// Deleted again, and taken by another process first.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	other, err := Acquire(dir, "sync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restored, err := l.Keep(); restored || !errors.Is(err, ErrLocked) {
+		t.Errorf("Keep while another process holds the new lock: %v, %v; want ErrLocked", restored, err)
+	}
+	other.Release()
+	if restored, err := l.Keep(); !restored || err != nil {
+		t.Fatalf("Keep once the other process is gone: %v, %v", restored, err)
+	}
+	if o, held := Held(dir); !held || o != owner {
+		t.Errorf("after Keep: Held = %+v, %v; want %+v", o, held, owner)
+	}
 }

@@ -3,8 +3,11 @@ package embedded
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,11 +27,35 @@ import (
 // hands those arguments to daemon.Main, as cmd/holdfast-containerd does.
 const childEnvVar = "HOLDFAST_EMBEDDED_CHILD"
 
+// With childEnvVar set to childNeverReady, the child never serves: it writes
+// its pid to the file named by childPIDEnvVar, says so in its log, and waits
+// for SIGTERM.
+const (
+	childNeverReady = "never-ready"
+	childPIDEnvVar  = "HOLDFAST_EMBEDDED_CHILD_PID_FILE"
+	childNeverLine  = "test child: started, never serving"
+)
+
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnvVar) == "1" {
+	switch os.Getenv(childEnvVar) {
+	case "1":
 		os.Exit(daemon.Main(os.Args[1:]))
+	case childNeverReady:
+		os.Exit(neverReady())
 	}
 	os.Exit(m.Run())
+}
+
+func neverReady() int {
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	fmt.Println(childNeverLine)
+	if err := os.WriteFile(os.Getenv(childPIDEnvVar), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	<-term
+	return 0
 }
 
 func testOptions(t *testing.T) Options {
@@ -205,20 +232,50 @@ func TestStartChildExitsEarly(t *testing.T) {
 	}
 }
 
-func TestStartTimeout(t *testing.T) {
+// TestStartGivesUpWhenCtxEnds: a child that never becomes ready holds Start
+// until its ctx ends; then Start stops the child and says why.
+func TestStartGivesUpWhenCtxEnds(t *testing.T) {
 	opts := testOptions(t)
-	// A deadline too short for any start: Start must give up, stop the
-	// child, and say why.
+	t.Setenv(childEnvVar, childNeverReady)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	t.Setenv(childPIDEnvVar, pidFile)
 	data := t.TempDir()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
+
+	// End the start only once the child runs.
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	go func() {
+		defer cancel()
+		stop := time.Now().Add(time.Minute)
+		for time.Now().Before(stop) {
+			if _, err := os.Stat(pidFile); err == nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Error("the child never wrote its pid")
+	}()
 	p, err := Start(ctx, data, opts)
 	if err == nil {
 		_ = p.Stop(context.Background())
-		t.Fatal("Start succeeded within 1 ms")
+		t.Fatal("Start succeeded with a child that never serves")
 	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("error %v does not report the deadline", err)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("error %v does not report the ended ctx", err)
+	}
+	if !strings.Contains(err.Error(), childNeverLine) {
+		t.Errorf("error does not end with the child's log:\n%v", err)
+	}
+	b, rerr := os.ReadFile(pidFile)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	pid, rerr := strconv.Atoi(string(b))
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("child pid %d still exists after the failed start: kill(0) = %v", pid, err)
 	}
 	l := Paths(data)
 	if serving(l.Address) {

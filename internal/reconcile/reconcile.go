@@ -63,9 +63,12 @@ type Claim struct {
 
 // Plan is what a pass will do, in order: pins, then unpins, then releases.
 type Plan struct {
-	Pins        []Pin
-	Unpins      []Unpin
-	Releases    []Release
+	Pins     []Pin
+	Unpins   []Unpin
+	Releases []Release
+	// Held are the releases of gone sources that wait (Input.Hold): their
+	// leases are kept, and their names stay wanted, this pass.
+	Held        []Release
 	Conflicts   []Conflict
 	Wanted      int                     // names the kept sources want
 	WantedNames map[string]runtime.Want // and their targets (the winners')
@@ -89,6 +92,11 @@ type Input struct {
 	// Unknown holds paths whose fate is unknown this pass (their directory
 	// could not be read): their leases are kept as they are.
 	Unknown func(path string) bool
+	// Hold holds paths of gone sources whose release must wait: a source
+	// still being written near them may want what they had (an upgrade that
+	// copies the new archive in, then deletes the old one). Their leases are
+	// kept as they are, and they are listed in Plan.Held.
+	Hold func(path string) bool
 	// Imported holds the leases this pass imported: their pins are "new", not heals.
 	Imported map[string]bool
 	// Records is every image record in the namespace.
@@ -168,6 +176,7 @@ func Diff(in Input) Plan {
 	sort.Slice(plan.Pins, func(i, j int) bool { return plan.Pins[i].Want.Name < plan.Pins[j].Want.Name })
 	sort.Slice(plan.Unpins, func(i, j int) bool { return plan.Unpins[i].Name < plan.Unpins[j].Name })
 	sort.Slice(plan.Releases, func(i, j int) bool { return plan.Releases[i].Lease < plan.Releases[j].Lease })
+	sort.Slice(plan.Held, func(i, j int) bool { return plan.Held[i].Lease < plan.Held[j].Lease })
 	sort.Slice(plan.Conflicts, func(i, j int) bool { return plan.Conflicts[i].Name < plan.Conflicts[j].Name })
 	return plan
 }
@@ -191,6 +200,9 @@ func keptLeases(in Input, plan *Plan) []runtime.SourceState {
 			}
 		case !st.Complete:
 			plan.Releases = append(plan.Releases, Release{Lease: st.Lease, Source: st.Source, Reason: ReasonStale})
+		case !present && in.Hold != nil && in.Hold(st.Source):
+			kept = append(kept, st)
+			plan.Held = append(plan.Held, Release{Lease: st.Lease, Source: st.Source, Reason: ReasonGone})
 		case !present:
 			plan.Releases = append(plan.Releases, Release{Lease: st.Lease, Source: st.Source, Reason: ReasonGone})
 		case p.Identity == st.Identity:

@@ -41,6 +41,7 @@ type summary struct {
 	Unpins    []string
 	Releases  map[string]Reason // lease → reason
 	Conflicts []string
+	Held      []string
 }
 
 func summarize(p Plan) summary {
@@ -54,6 +55,9 @@ func summarize(p Plan) summary {
 	}
 	for _, r := range p.Releases {
 		s.Releases[r.Lease] = r.Reason
+	}
+	for _, h := range p.Held {
+		s.Held = append(s.Held, h.Lease)
 	}
 	for _, c := range p.Conflicts {
 		s.Conflicts = append(s.Conflicts, c.Name+"<-"+c.Winner.Source)
@@ -73,6 +77,7 @@ func TestDiff(t *testing.T) {
 		targets   map[string]string // name → target content, checked when set
 		unpins    []string
 		releases  map[string]Reason
+		held      []string // leases
 		conflicts []string
 	}{
 		{
@@ -228,6 +233,35 @@ func TestDiff(t *testing.T) {
 			},
 		},
 		{
+			name: "source deleted while another is still being written: nothing unpinned or released yet",
+			in: Input{
+				Leases: []runtime.SourceState{
+					lease("l-a", A, "1", 1, want("x:1", "x1"), want("only-a:1", "a1")),
+				},
+				Present: present(B, "1"),
+				Unknown: func(p string) bool { return p == B },
+				Hold:    func(p string) bool { return p == A },
+				Records: []runtime.Image{rec("x:1", "x1", both), rec("only-a:1", "a1", both)},
+			},
+			held: []string{"l-a"},
+		},
+		{
+			name: "held: a replaced lease whose new lease is complete is still released, a stale one too",
+			in: Input{
+				Leases: []runtime.SourceState{
+					lease("l-b1", B, "1", 1, want("y:1", "y1")),
+					lease("l-b2", B, "2", 2, want("y:1", "y2")),
+					{Lease: "l-c", Source: "/images/c.tar", Identity: "1"},
+				},
+				Present:  present(B, "2"),
+				Hold:     func(string) bool { return true },
+				Imported: map[string]bool{"l-b2": true},
+				Records:  []runtime.Image{rec("y:1", "y1", both)},
+			},
+			pins:     map[string]Reason{"y:1": ReasonNew},
+			releases: map[string]Reason{"l-b1": ReasonReplaced, "l-c": ReasonStale},
+		},
+		{
 			name: "a user's pin on an owned record is still unpinned through Unpin (which keeps the user's label)",
 			in: Input{
 				Records: []runtime.Image{rec("x:1", "x1", map[string]string{
@@ -260,6 +294,9 @@ func TestDiff(t *testing.T) {
 			if !reflect.DeepEqual(got.Releases, tc.releases) {
 				t.Errorf("releases = %v, want %v", got.Releases, tc.releases)
 			}
+			if !reflect.DeepEqual(got.Held, tc.held) {
+				t.Errorf("held = %v, want %v", got.Held, tc.held)
+			}
 			if !reflect.DeepEqual(got.Conflicts, tc.conflicts) {
 				t.Errorf("conflicts = %v, want %v", got.Conflicts, tc.conflicts)
 			}
@@ -273,18 +310,21 @@ func TestDiffNeverUnpinsWanted(t *testing.T) {
 	t.Parallel()
 	names := []string{"a:1", "b:1", "c:1", "d:1"}
 	paths := []string{"/i/1.tar", "/i/2.tar", "/i/3.tar"}
-	for mask := 0; mask < 1<<12; mask++ {
+	// The low bits say which names each source wants, the high bits which
+	// sources are present: independent, so every combination is generated.
+	wantBits := len(paths) * len(names)
+	for mask := 0; mask < 1<<(wantBits+len(paths)); mask++ {
 		var leases []runtime.SourceState
 		pres := map[string]Present{}
 		for pi, p := range paths {
 			var ws []runtime.Want
 			for ni, n := range names {
-				if mask&(1<<(pi*4+ni)) != 0 {
+				if mask&(1<<(pi*len(names)+ni)) != 0 {
 					ws = append(ws, want(n, n+p))
 				}
 			}
 			leases = append(leases, lease("l"+p, p, "1", int64(pi), ws...))
-			if (mask>>pi)&1 == 1 {
+			if mask&(1<<(wantBits+pi)) != 0 {
 				pres[p] = Present{Path: p, Identity: "1"}
 			}
 		}
@@ -306,9 +346,12 @@ func TestDiffNeverUnpinsWanted(t *testing.T) {
 				t.Fatalf("mask %b: %s is wanted but planned for unpin", mask, u.Name)
 			}
 		}
+		if plan.Wanted != len(wanted) {
+			t.Fatalf("mask %b: plan wants %d names, the present sources want %d", mask, plan.Wanted, len(wanted))
+		}
 		for n := range wanted {
-			if plan.Wanted == 0 {
-				t.Fatalf("mask %b: %s wanted but plan wants nothing", mask, n)
+			if _, ok := plan.WantedNames[n]; !ok {
+				t.Fatalf("mask %b: %s wanted but not in the plan's wanted names", mask, n)
 			}
 		}
 	}

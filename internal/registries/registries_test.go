@@ -1,6 +1,7 @@
 package registries
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,8 +125,19 @@ func TestWriteKeepsOperatorsFiles(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(own), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(own, []byte("server = \"https://mine.example.com\"\n"), 0o644); err != nil {
+	operators := []byte("server = \"https://mine.example.com\"\n")
+	if err := os.WriteFile(own, operators, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	unchanged := func(when string) {
+		t.Helper()
+		data, err := os.ReadFile(own)
+		if err != nil {
+			t.Fatalf("%s: re-reading the operator's file: %v", when, err)
+		}
+		if !bytes.Equal(data, operators) {
+			t.Errorf("%s: operator's file is now %q, want %q", when, data, operators)
+		}
 	}
 	if err := Write(dir, map[string]string{"a.example.com": Marker + "x\n", "b.example.com": Marker + "y\n"}); err != nil {
 		t.Fatal(err)
@@ -137,12 +149,12 @@ func TestWriteKeepsOperatorsFiles(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "b.example.com", "hosts.toml")); !os.IsNotExist(err) {
 		t.Errorf("stale generated file kept: %v", err)
 	}
-	if data, _ := os.ReadFile(own); !strings.Contains(string(data), "mine.example.com") {
-		t.Errorf("operator's file changed")
+	unchanged("after removing a generated file")
+	err := Write(dir, map[string]string{"mine.example.com": Marker + "z\n"})
+	if err == nil || !strings.Contains(err.Error(), own) {
+		t.Errorf("writing over a hosts.toml holdfast did not write: %v, want an error naming %s", err, own)
 	}
-	if err := Write(dir, map[string]string{"mine.example.com": Marker + "z\n"}); err == nil {
-		t.Error("overwrote a hosts.toml holdfast did not write")
-	}
+	unchanged("after the refused write")
 }
 
 func TestLoadRejectsUnknownKeys(t *testing.T) {

@@ -146,6 +146,31 @@ type ImageEvent struct {
 	Labels map[string]string
 }
 
+// PinOptions are what PinOption values set for one Pin.
+type PinOptions struct {
+	// First says holdfast pins the name for the first time: a CRI pin already
+	// on the record is a user's, and is remembered as a prior pin so that
+	// unpinning leaves it. A heal of a name holdfast pinned before never
+	// records one: the CRI pin it finds is holdfast's own.
+	First bool
+}
+
+// PinOption tunes one Pin; without any, Pin heals.
+type PinOption func(*PinOptions)
+
+// FirstPin marks a pin as holdfast's first pin of the name when first is true
+// (see PinOptions.First).
+func FirstPin(first bool) PinOption { return func(o *PinOptions) { o.First = first } }
+
+// ApplyPinOptions collects what opts set, for implementations of Pin.
+func ApplyPinOptions(opts []PinOption) PinOptions {
+	var o PinOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
 // PinResult says what Pin had to change.
 type PinResult struct {
 	Created    bool // the record was missing
@@ -181,8 +206,9 @@ type Runtime interface {
 	// Sources lists the desired state kept on holdfast's leases.
 	Sources(ctx context.Context) ([]SourceState, error)
 	// Pin makes a record point at its target with both pin labels, touching
-	// no other label.
-	Pin(ctx context.Context, w Want) (PinResult, error)
+	// no other label. Only with FirstPin(true) is a CRI pin found on the
+	// record remembered as a user's (LabelPriorPin).
+	Pin(ctx context.Context, w Want, opts ...PinOption) (PinResult, error)
 	// Unpin removes holdfast's pin label from a record it owns, and the CRI's
 	// unless that was there before holdfast's.
 	Unpin(ctx context.Context, name string) error
@@ -190,7 +216,8 @@ type Runtime interface {
 	Release(ctx context.Context, lease string) error
 	// WatchImages streams image events; subscribe before listing.
 	WatchImages(ctx context.Context) (<-chan ImageEvent, <-chan error)
-	// Cleanup aborts holdfast's own stale ingests.
+	// Cleanup aborts holdfast's stale ingests: its own from an earlier run,
+	// and any left unwritten for long; never another holdfast's live import.
 	Cleanup(ctx context.Context) error
 	Close() error
 }

@@ -3,7 +3,6 @@ package source
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/holdfast-project/holdfast/internal/pattern"
@@ -117,7 +116,7 @@ type listLine struct {
 // readList returns the content of each line of a list that has any, with
 // comments and surrounding whitespace removed.
 func readList(path string) ([]listLine, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, cause(err))
 	}

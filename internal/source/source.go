@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/holdfast-project/holdfast/internal/archive"
 )
 
@@ -42,6 +44,15 @@ type Skipped struct {
 	Reason string
 }
 
+// Marker is the file holdfast keeps in each images dir it has found sources
+// in. A dir that lacks it, holds no source, and from which holdfast still
+// leases sources is taken for a volume not mounted (yet), not for a dir
+// emptied on purpose: see the agent. A dotfile, so no scan reads it.
+const Marker = ".holdfast-images"
+
+// ErrNotRegular is the cause Open gives for anything but a regular file.
+var ErrNotRegular = errors.New("not a regular file")
+
 // Result is what a scan found.
 type Result struct {
 	Dirs    []string // the images dirs scanned: sources elsewhere are not this scan's to judge
@@ -51,25 +62,51 @@ type Result struct {
 	// Unreadable are the paths (directories or files) whose sources are unknown
 	// this time: what holdfast has from them must be kept as it is.
 	Unreadable []string
+	// Links maps each images dir reached through a symlink to the directory
+	// read. Sources are named under the dir as given.
+	Links map[string]string
+	// Unmarked are the images dirs read that lack the Marker file though it
+	// could be written there: a dir this process cannot write to (read-only,
+	// another user's) never gets one, so its lack says nothing.
+	Unmarked []string
 }
 
-// Scan walks each images directory recursively. A directory with an
-// oci-layout file is one source and is not descended into. Dotfiles and
-// temporary names are skipped; other files are classified by their bytes.
+// Scan walks each images directory recursively. An images dir that is a
+// symlink is read through it; sources are named under the path given. A
+// directory with an oci-layout file is one source and is not descended into.
+// Dotfiles and temporary names are skipped, and so is anything that is not a
+// regular file or a directory (a named pipe, a device, a symlink to one):
+// none of them is ever opened. A symlink to a directory is not followed (an
+// error). Other files are classified by their bytes.
 func Scan(dirs []string) Result {
-	res := Result{Dirs: dirs}
+	res := Result{Dirs: dirs, Links: map[string]string{}}
 	seen := map[string]bool{}
 	for _, dir := range dirs {
-		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		root, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			res.Errors = append(res.Errors, fmt.Errorf("reading %s: %w", dir, cause(err)))
+			res.Unreadable = append(res.Unreadable, dir)
+			continue
+		}
+		if root != filepath.Clean(dir) {
+			res.Links[dir] = root
+		}
+		if _, err := os.Lstat(filepath.Join(root, Marker)); errors.Is(err, fs.ErrNotExist) && unix.Access(root, unix.W_OK) == nil {
+			res.Unmarked = append(res.Unmarked, dir)
+		}
+		err = filepath.WalkDir(root, func(real string, d fs.DirEntry, err error) error {
+			// Named under the dir as given, read where it resolved to.
+			path := filepath.Join(dir, strings.TrimPrefix(real, root))
+			isRoot := real == root
 			if err != nil {
 				res.Errors = append(res.Errors, fmt.Errorf("reading %s: %w", path, cause(err)))
 				res.Unreadable = append(res.Unreadable, path)
-				if d != nil && d.IsDir() && path != dir {
+				if d != nil && d.IsDir() && !isRoot {
 					return fs.SkipDir
 				}
 				return nil
 			}
-			if path != dir && Ignored(d.Name()) {
+			if !isRoot && Ignored(d.Name()) {
 				res.Skipped = append(res.Skipped, Skipped{Path: path, Reason: "hidden or temporary name"})
 				if d.IsDir() {
 					return fs.SkipDir
@@ -77,8 +114,8 @@ func Scan(dirs []string) Result {
 				return nil
 			}
 			if d.IsDir() {
-				if _, err := os.Stat(filepath.Join(path, "oci-layout")); err == nil {
-					if path == dir {
+				if _, err := os.Stat(filepath.Join(real, "oci-layout")); err == nil {
+					if isRoot {
 						res.Errors = append(res.Errors, fmt.Errorf("images dir %s is itself an OCI layout; put it in a subdirectory", dir))
 						return fs.SkipDir
 					}
@@ -93,8 +130,12 @@ func Scan(dirs []string) Result {
 				}
 				return nil
 			}
-			if !d.Type().IsRegular() && d.Type()&fs.ModeSymlink == 0 {
-				res.Skipped = append(res.Skipped, Skipped{Path: path, Reason: "not a regular file"})
+			if reason, err := notRegular(path, d); err != nil {
+				res.Errors = append(res.Errors, err)
+				res.Unreadable = append(res.Unreadable, path)
+				return nil
+			} else if reason != "" {
+				res.Skipped = append(res.Skipped, Skipped{Path: path, Reason: reason})
 				return nil
 			}
 			kind, reason, err := classify(path)
@@ -127,6 +168,83 @@ func Scan(dirs []string) Result {
 	return res
 }
 
+// notRegular says why a directory entry that is not a directory is no
+// source, or "" for a regular file (or a symlink to one). It only stats: a
+// named pipe or a device is never opened, as an open of one may block. A
+// symlink to a directory is not followed, and is an error rather than a skip:
+// what it held before is unknown, not gone.
+func notRegular(path string, d fs.DirEntry) (string, error) {
+	mode := d.Type()
+	link := mode&fs.ModeSymlink != 0
+	if link {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return "", fmt.Errorf("reading %s: %w", path, cause(err))
+		}
+		mode = fi.Mode().Type()
+	}
+	if mode.IsRegular() {
+		return "", nil
+	}
+	what := "a special file"
+	switch {
+	case mode.IsDir():
+		return "", fmt.Errorf("reading %s: a symlink to a directory, not followed", path)
+	case mode&fs.ModeNamedPipe != 0:
+		what = "a named pipe"
+	case mode&fs.ModeSocket != 0:
+		what = "a socket"
+	case mode&fs.ModeDevice != 0:
+		what = "a device"
+	}
+	if link {
+		return "not a regular file: a symlink to " + what, nil
+	}
+	return "not a regular file: " + what, nil
+}
+
+// Open opens a regular file for reading. The open itself cannot block (it is
+// made non-blocking, then checked with fstat), and anything but a regular
+// file is refused with ErrNotRegular: a file swapped for a named pipe after a
+// scan never hangs a pass.
+func Open(path string) (*os.File, error) {
+	var fd int
+	var err error
+	for {
+		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		syscall.Close(fd)
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		syscall.Close(fd)
+		return nil, &fs.PathError{Op: "open", Path: path, Err: ErrNotRegular}
+	}
+	if err := syscall.SetNonblock(fd, false); err != nil {
+		syscall.Close(fd)
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// readFile is os.ReadFile through Open.
+func readFile(path string) ([]byte, error) {
+	f, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
 // Ignored reports whether a file or directory name is never a source: dotfiles
 // and the names of files still being written.
 func Ignored(name string) bool {
@@ -149,7 +267,10 @@ func classify(path string) (Kind, string, error) {
 	case strings.HasSuffix(path, ".pins"):
 		return PinList, "", nil
 	}
-	f, err := os.Open(path)
+	f, err := Open(path)
+	if errors.Is(err, ErrNotRegular) {
+		return "", "not a regular file", nil // swapped since the walk
+	}
 	if err != nil {
 		return "", "", fmt.Errorf("reading %s: %w", path, cause(err))
 	}

@@ -4,8 +4,12 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -125,5 +129,141 @@ func TestScanMissingDir(t *testing.T) {
 	}
 	if len(res.Unreadable) != 1 {
 		t.Errorf("unreadable = %v, want the missing dir: what it held must be kept", res.Unreadable)
+	}
+}
+
+func TestScanSymlinkedDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	disk := filepath.Join(dir, "disk", "images")
+	write(t, filepath.Join(disk, "a.tar"), tarBytes(t))
+	write(t, filepath.Join(disk, "sub", "b.tar"), tarBytes(t))
+	link := filepath.Join(dir, "images")
+	if err := os.Symlink(disk, link); err != nil {
+		t.Fatal(err)
+	}
+	res := Scan([]string{link})
+	if len(res.Errors) != 0 {
+		t.Fatalf("errors: %v", res.Errors)
+	}
+	var got []string
+	for _, s := range res.Sources {
+		got = append(got, s.Path)
+	}
+	want := []string{filepath.Join(link, "a.tar"), filepath.Join(link, "sub", "b.tar")}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("sources = %v, want %v (named under the dir as given)", got, want)
+	}
+	real, _ := filepath.EvalSymlinks(disk)
+	if res.Links[link] != real {
+		t.Errorf("links = %v, want %s → %s", res.Links, link, real)
+	}
+}
+
+// TestScanNeverOpensSpecialFiles: named pipes, devices and symlinks to them
+// are skipped with a reason, never opened (opening a pipe would block); a
+// symlink to a directory is not followed.
+func TestScanNeverOpensSpecialFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	images := filepath.Join(dir, "images")
+	write(t, filepath.Join(images, "a.tar"), tarBytes(t))
+	pipe := filepath.Join(dir, "pipe")
+	for _, p := range []string{pipe, filepath.Join(images, "pipe.tar")} {
+		if err := syscall.Mkfifo(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	links := map[string]string{"link.tar": pipe, "link.pins": pipe, "link.txt": pipe, "dev.tar": "/dev/null", "dir.tar": dir}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(images, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := Scan([]string{images})
+	// A symlink to a directory is not followed: what it held is unknown, not gone.
+	dirLink := filepath.Join(images, "dir.tar")
+	if len(res.Errors) != 1 || !strings.Contains(res.Errors[0].Error(), "symlink to a directory") ||
+		len(res.Unreadable) != 1 || res.Unreadable[0] != dirLink {
+		t.Errorf("errors %v, unreadable %v; want %s alone", res.Errors, res.Unreadable, dirLink)
+	}
+	if len(res.Sources) != 1 || res.Sources[0].Path != filepath.Join(images, "a.tar") {
+		t.Errorf("sources = %v, want a.tar alone", res.Sources)
+	}
+	reasons := map[string]string{}
+	for _, s := range res.Skipped {
+		reasons[filepath.Base(s.Path)] = s.Reason
+	}
+	for _, name := range []string{"pipe.tar", "link.tar", "link.pins", "link.txt", "dev.tar"} {
+		if !strings.HasPrefix(reasons[name], "not a regular file") {
+			t.Errorf("%s: skipped for %q, want not a regular file", name, reasons[name])
+		}
+	}
+}
+
+// TestOpenRefusesSpecialFiles: a file swapped for a named pipe after a scan
+// is refused by Open (and by the list readers) instead of blocking them.
+func TestOpenRefusesSpecialFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pipe := filepath.Join(dir, "pipe")
+	if err := syscall.Mkfifo(pipe, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.pins")
+	if err := os.Symlink(pipe, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{pipe, link} {
+		if f, err := Open(p); !errors.Is(err, ErrNotRegular) {
+			if f != nil {
+				f.Close()
+			}
+			t.Errorf("Open(%s): %v, want ErrNotRegular", p, err)
+		}
+	}
+	if _, err := ReadPinList(link); !errors.Is(err, ErrNotRegular) {
+		t.Errorf("ReadPinList(a link to a pipe): %v, want ErrNotRegular", err)
+	}
+	regular := filepath.Join(dir, "a.tar")
+	write(t, regular, tarBytes(t))
+	f, err := Open(regular)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if b, err := io.ReadAll(f); err != nil || !bytes.Equal(b, tarBytes(t)) {
+		t.Errorf("reading a regular file through Open: %d bytes, %v", len(b), err)
+	}
+}
+
+func TestScanMarker(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	marked, unmarked := filepath.Join(dir, "marked"), filepath.Join(dir, "unmarked")
+	write(t, filepath.Join(marked, Marker), nil)
+	write(t, filepath.Join(unmarked, "a.tar"), tarBytes(t))
+	res := Scan([]string{marked, unmarked, filepath.Join(dir, "missing")})
+	if strings.Join(res.Unmarked, " ") != unmarked {
+		t.Errorf("unmarked = %v, want %s alone (a missing dir is unreadable, not unmarked)", res.Unmarked, unmarked)
+	}
+	for _, s := range res.Sources {
+		if filepath.Base(s.Path) == Marker {
+			t.Errorf("the marker is a source: %v", s)
+		}
+	}
+}
+
+// TestScanMarkerReadOnly: a dir the marker cannot be written to never had
+// one: its lack says nothing, and it is not reported unmarked.
+func TestScanMarkerReadOnly(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_RDONLY, "size=1m"); err != nil {
+		t.Skipf("cannot mount a read-only tmpfs (needs root): %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	if res := Scan([]string{dir}); len(res.Unmarked) != 0 || len(res.Errors) != 0 {
+		t.Errorf("read-only dir: unmarked %v, errors %v; want neither", res.Unmarked, res.Errors)
 	}
 }

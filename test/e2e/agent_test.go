@@ -198,14 +198,16 @@ func TestAgentWatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	agent := startAgent(t, d, filepath.Join(dir, "data"), []string{imagesDir})
+	// A settle time far longer than the test: a file being written is never
+	// complete by its age, however slow the machine. A file is complete here
+	// when it gets an old mtime, as a copy that keeps the source's mtime (cp
+	// -p, rsync -a) or a rename into place gives it.
+	agent := startAgent(t, d, filepath.Join(dir, "data"), []string{imagesDir}, "--settle", "1h")
 	eventually(t, "ready", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })
+	past := time.Now().Add(-2 * time.Hour)
 
-	// Written in chunks straight into the images dir. While the file is
-	// incomplete its mtime is kept in the future (set while the agent is
-	// stopped, so it never sees the mtime of a write), so the file is never
-	// complete by its age whatever the machine's speed; each chunk is
-	// followed by a pass that scanned it, and nothing may be imported.
+	// Written in chunks straight into the images dir; after each chunk, a
+	// pass that scanned it, and nothing may be imported.
 	slow := build(t, fixture.ImageSpec{Names: []string{"e2e.local/watch/slow:1"}, Layers: fixture.UniformLayers(2, 512<<10, false, 31)})
 	staging := filepath.Join(dir, "slow.tar")
 	writeDockerSave(t, staging, slow)
@@ -218,32 +220,24 @@ func TestAgentWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	future := time.Now().Add(24 * time.Hour)
 	chunk := len(data)/4 + 1
 	for off := 0; off < len(data); off += chunk {
 		end := min(off+chunk, len(data))
-		gapFreeze(t, agent)
 		if _, err := f.Write(data[off:end]); err != nil {
 			t.Fatal(err)
-		}
-		if end < len(data) {
-			if err := os.Chtimes(target, future, future); err != nil {
-				t.Fatal(err)
-			}
-		}
-		gapThaw(t, agent)
-		if end == len(data) {
-			break // complete: now its age decides
 		}
 		gapScanned(t, agent, imagesDir)
 		if _, ok := d.record(t, "e2e.local/watch/slow:1"); ok {
 			t.Fatalf("imported before the file was complete (%d of %d bytes)", end, len(data))
 		}
 		if n := agent.metric(t, "holdfast_sources", map[string]string{"kind": "archive", "state": "pending"}); n != 1 {
-			t.Errorf("holdfast_sources{archive,pending} = %v while slow.tar is incomplete, want 1", n)
+			t.Errorf("holdfast_sources{archive,pending} = %v while slow.tar is being written (%d of %d bytes), want 1", n, end, len(data))
 		}
 	}
 	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(target, past, past); err != nil {
 		t.Fatal(err)
 	}
 	d.waitPinned(t, "e2e.local/watch/slow:1")
@@ -256,9 +250,12 @@ func TestAgentWatch(t *testing.T) {
 		t.Errorf("slow.tar imported %d times, want once", n)
 	}
 
-	// Renamed into place.
+	// Renamed into place with its old mtime: complete at once.
 	quick := build(t, fixture.ImageSpec{Names: []string{"e2e.local/watch/quick:1"}})
 	writeDockerSave(t, filepath.Join(dir, "quick.tar"), quick)
+	if err := os.Chtimes(filepath.Join(dir, "quick.tar"), past, past); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Rename(filepath.Join(dir, "quick.tar"), filepath.Join(imagesDir, "quick.tar")); err != nil {
 		t.Fatal(err)
 	}
@@ -468,18 +465,20 @@ func TestAgentReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// All but the last bytes, with an mtime in the future: the file is
-	// still being written, however long the agent takes to look at it.
+	// All but the last bytes. The agent's settle time is far longer than
+	// the test, so the file is still being written however long the agent
+	// takes to look at it; it is complete once it gets an old mtime, as a
+	// copy that keeps the source's mtime gives it. a-fast.tar has one.
+	past := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(filepath.Join(imagesDir, "a-fast.tar"), past, past); err != nil {
+		t.Fatal(err)
+	}
 	slowPath := filepath.Join(imagesDir, "z-slow.tar")
 	if err := os.WriteFile(slowPath, data[:len(data)-1], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	future := time.Now().Add(24 * time.Hour)
-	if err := os.Chtimes(slowPath, future, future); err != nil {
-		t.Fatal(err)
-	}
 
-	agent := startAgent(t, d, dataDir, []string{imagesDir})
+	agent := startAgent(t, d, dataDir, []string{imagesDir}, "--settle", "1h")
 	d.waitPinned(t, "e2e.local/ready/fast:1")
 	gapScanned(t, agent, imagesDir)
 	if code, body := agent.get(t, "/readyz"); code != 503 || !strings.Contains(body, "z-slow.tar") {
@@ -491,7 +490,7 @@ func TestAgentReadiness(t *testing.T) {
 	if _, ok := d.record(t, "e2e.local/ready/slow:1"); ok {
 		t.Errorf("z-slow.tar was imported while being written")
 	}
-	// The last byte: now the file's age decides, and it becomes complete.
+	// The last byte, and the old mtime: now it is complete.
 	f, err := os.OpenFile(slowPath, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -500,6 +499,9 @@ func TestAgentReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(slowPath, past, past); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "/readyz to turn 200", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })

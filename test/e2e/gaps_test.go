@@ -421,10 +421,10 @@ func TestRuntimePinUnpinOwnership(t *testing.T) {
 		t.Errorf("Unpin changed a record holdfast does not own: %v, want %v", got, userLabels)
 	}
 
-	// Pinned by the user first, then by holdfast: the prior pin is noted,
-	// and Unpin leaves the user's pin and label.
+	// Pinned by the user first, then by holdfast (its first pin of the
+	// name): the prior pin is noted, and Unpin leaves the user's pin and label.
 	create("e2e.local/own/app:1", map[string]string{"io.cri-containerd.pinned": "pinned", "owner": "ops"})
-	if _, err := rt.Pin(ctx, hfruntime.Want{Name: "e2e.local/own/app:1", Target: img.Target}); err != nil {
+	if _, err := rt.Pin(ctx, hfruntime.Want{Name: "e2e.local/own/app:1", Target: img.Target}, hfruntime.FirstPin(true)); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{"io.cri-containerd.pinned": "pinned", "owner": "ops", "io.holdfast.pinned": "pinned", "io.holdfast.prior-pin": "true"}
@@ -441,7 +441,7 @@ func TestRuntimePinUnpinOwnership(t *testing.T) {
 
 	// Pinned by holdfast alone: Unpin takes both pins, and only them.
 	create("e2e.local/own/mine:1", map[string]string{"owner": "ops"})
-	if _, err := rt.Pin(ctx, hfruntime.Want{Name: "e2e.local/own/mine:1", Target: img.Target}); err != nil {
+	if _, err := rt.Pin(ctx, hfruntime.Want{Name: "e2e.local/own/mine:1", Target: img.Target}, hfruntime.FirstPin(true)); err != nil {
 		t.Fatal(err)
 	}
 	if err := rt.Unpin(ctx, "e2e.local/own/mine:1"); err != nil {

@@ -106,8 +106,8 @@ var sabotages = []sabotage{
 		// Pinning a record the user had pinned does not say so, so
 		// unpinning it later takes the user's pin too.
 		edits: []edit{{"internal/runtime/containerd/records.go",
-			"if img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {",
-			"if false {"}},
+			"if first && img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {",
+			"if first && img.Labels[runtime.LabelCRIPinned] == \"never\" {"}},
 		tests: []tests{{e2e, []string{"TestRestarts"}, nil}},
 	},
 	{
@@ -135,6 +135,42 @@ var sabotages = []sabotage{
 			"case in.Unknown != nil && in.Unknown(st.Source):",
 			"case false:"}},
 		tests: []tests{{"./internal/reconcile", []string{"TestDiff"}, nil}},
+	},
+	{
+		name: "heal-records-prior-pin",
+		// A heal of a record that lost only holdfast's label takes the CRI
+		// pin it finds (holdfast's own) for a user's, so it is never unpinned.
+		edits: []edit{{"internal/runtime/containerd/records.go",
+			"if first && img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {",
+			"if first || img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {"}},
+		tests: []tests{{e2e, []string{"TestSyncHealOfHoldfastLabelKeepsNoPriorPin"}, nil}},
+	},
+	{
+		name: "another-holdfasts-ingest-aborted",
+		// The start-of-pass cleanup aborts another holdfast's import in
+		// progress (same prefix, another owner), not only stale ingests.
+		edits: []edit{{"internal/runtime/containerd/containerd.go",
+			"return strings.HasPrefix(st.Ref, refPrefix) && now.Sub(st.UpdatedAt) > staleIngestAge",
+			"return strings.HasPrefix(st.Ref, refPrefix) || now.Sub(st.UpdatedAt) > staleIngestAge"}},
+		tests: []tests{{"./internal/runtime/containerd", []string{"TestStaleIngests"}, nil}},
+	},
+	{
+		name: "unmounted-volume-judged",
+		// An images dir without its marker and with no source (a volume not
+		// mounted) is taken for emptied: everything it brought is unpinned.
+		edits: []edit{{"internal/agent/sync.go",
+			"return under(scan.Unreadable, path) || under(unmarked, path) || !under(scan.Dirs, path)",
+			"return under(scan.Unreadable, path) || len(unmarked) < 0 || !under(scan.Dirs, path)"}},
+		tests: []tests{{"./internal/agent", []string{"TestEmptiedDirNeedsMarker"}, nil}},
+	},
+	{
+		name: "unreadable-judged",
+		// Sources the pass could not read (a list it cannot open, a dir it
+		// cannot list) are judged: what they brought is unpinned.
+		edits: []edit{{"internal/agent/sync.go",
+			"return under(scan.Unreadable, path) || under(unmarked, path) || !under(scan.Dirs, path)",
+			"return under(unmarked, path) || !under(scan.Dirs, path)"}},
+		tests: []tests{{"./internal/agent", []string{"TestUnreadableListsKeep"}, nil}},
 	},
 	{
 		name: "document-digest-unchecked",
@@ -170,11 +206,14 @@ var sabotages = []sabotage{
 	},
 	{
 		name: "others-ingests-aborted",
-		// The start-of-pass cleanup aborts every ingest, not just
-		// holdfast's own: another client's upload in progress is lost.
-		edits: []edit{{"internal/runtime/containerd/containerd.go",
-			"cs.ListStatuses(ctx, fmt.Sprintf(`ref~=^%s`, refPrefix))",
-			"cs.ListStatuses(ctx)"}},
+		// The start-of-pass cleanup takes every ingest for a stale one of
+		// holdfast's: another client's upload in progress is lost.
+		edits: []edit{
+			{"internal/runtime/containerd/containerd.go", "cs.ListStatuses(ctx, fmt.Sprintf(`ref~=^%s`, refPrefix))", "cs.ListStatuses(ctx)"},
+			{"internal/runtime/containerd/containerd.go",
+				"return strings.HasPrefix(st.Ref, refPrefix) && now.Sub(st.UpdatedAt) > staleIngestAge",
+				"return now.Sub(st.UpdatedAt) >= 0"},
+		},
 		tests: []tests{{e2e, []string{"TestOthersIngestsAndLeasesUntouched"}, nil}},
 	},
 	{
@@ -200,8 +239,8 @@ var sabotages = []sabotage{
 		// The agent does not wait for a file to settle: a file still being
 		// written is imported.
 		edits: []edit{{"internal/agent/sync.go",
-			"if settled := time.Unix(0, src.MtimeNs).Add(a.cfg.Settle); settled.After(now) {",
-			"if settled := time.Unix(0, src.MtimeNs).Add(a.cfg.Settle); settled.After(now) && false {"}},
+			"if settled := a.settledAt(src, now); settled.After(now) {",
+			"if settled := a.settledAt(src, now); settled.After(now) && false {"}},
 		tests: []tests{{e2e, []string{"TestAgentWatch"}, nil}},
 	},
 	{

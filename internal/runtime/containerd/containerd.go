@@ -6,20 +6,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	contentapi "github.com/containerd/containerd/api/services/content/v1"
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc"
 
+	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
-// refPrefix starts every ingest ref holdfast opens, so stale ones can be aborted.
+// refPrefix starts every ingest ref holdfast opens, so stale ones can be
+// aborted. A ref reads holdfast-<owner>-<run>-<import>-<n>: the owner is the
+// data dir's (see OwnIngests), the run this Runtime's.
 const refPrefix = "holdfast-"
+
+// staleIngestAge is how long a holdfast ingest of another owner (or of no
+// known owner) must have gone unwritten before a pass aborts it: its writer
+// is surely gone. A live import writes its open ingests continuously.
+const staleIngestAge = time.Hour
+
+// ownerFile, in the data dir, holds the owner ID of the data dir's ingests.
+const ownerFile = "ingest-owner"
 
 // Runtime talks to one containerd namespace.
 type Runtime struct {
@@ -33,6 +48,10 @@ type Runtime struct {
 	version string
 	fresh   atomic.Bool
 	states  stateCache
+	// owner and run go into every ingest ref: Cleanup aborts the owner's
+	// ingests of other runs, and leaves other owners' alone unless stale.
+	owner string
+	run   string
 }
 
 var _ runtime.Runtime = &Runtime{}
@@ -52,7 +71,8 @@ func New(ctx context.Context, address, namespace string) (*Runtime, error) {
 		c.Close()
 		return nil, fmt.Errorf("connecting to containerd at %s: not a gRPC connection", address)
 	}
-	r := &Runtime{client: c, content: contentapi.NewContentClient(conn), namespace: namespace, platform: hostPlatform()}
+	r := &Runtime{client: c, content: contentapi.NewContentClient(conn), namespace: namespace, platform: hostPlatform(),
+		owner: randomHex(8), run: randomHex(4)}
 	v, err := c.Version(r.ns(ctx))
 	if err != nil {
 		c.Close()
@@ -65,6 +85,42 @@ func New(ctx context.Context, address, namespace string) (*Runtime, error) {
 
 // CacheStates keeps copies of the leases' state blobs in dir (see stateCache).
 func (r *Runtime) CacheStates(dir string) { r.states = stateCache{dir: dir} }
+
+// OwnIngests makes the ingests of this Runtime the data dir's: their refs
+// carry the owner ID kept in dataDir (created on first use), so that a later
+// run on the same data dir aborts what this one leaves behind. Call it only
+// while holding the data dir's lock: the lock makes the owner exclusive.
+// Without it a Runtime is an owner of its own, and aborts only stale ingests.
+func (r *Runtime) OwnIngests(dataDir string) error {
+	path := filepath.Join(dataDir, ownerFile)
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	if id := strings.TrimSpace(string(data)); validOwner(id) {
+		r.owner = id
+		return nil
+	}
+	id := randomHex(8)
+	if err := datadir.WriteFileAtomic(path, []byte(id+"\n"), 0o600); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	r.owner = id
+	return nil
+}
+
+// validOwner reports whether id can be an owner ID: 16 lowercase hex digits.
+func validOwner(id string) bool {
+	if len(id) != 16 {
+		return false
+	}
+	for _, c := range id {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // Close closes the connection.
 func (r *Runtime) Close() error { return r.client.Close() }
@@ -87,7 +143,11 @@ func (r *Runtime) Server(ctx context.Context) (runtime.ServerInfo, error) {
 	return info, nil
 }
 
-// Cleanup aborts ingests holdfast left behind (a crash mid-import).
+// Cleanup aborts holdfast's ingests that are provably stale: this owner's
+// from an earlier run (a crash mid-import: the data dir's lock says no other
+// process of this owner runs), and any holdfast ingest nobody has written for
+// staleIngestAge. Another holdfast's live import (another data dir, the same
+// containerd) is left alone.
 func (r *Runtime) Cleanup(ctx context.Context) error {
 	ctx = r.ns(ctx)
 	cs := r.client.ContentStore()
@@ -97,11 +157,23 @@ func (r *Runtime) Cleanup(ctx context.Context) error {
 	}
 	var errs []error
 	for _, st := range statuses {
+		if !r.stale(st, time.Now()) {
+			continue
+		}
 		if err := cs.Abort(ctx, st.Ref); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("aborting ingest %s: %w", st.Ref, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// stale reports whether Cleanup may abort an ingest.
+func (r *Runtime) stale(st content.Status, now time.Time) bool {
+	mine := refPrefix + r.owner + "-"
+	if strings.HasPrefix(st.Ref, mine) {
+		return !strings.HasPrefix(st.Ref, mine+r.run+"-")
+	}
+	return strings.HasPrefix(st.Ref, refPrefix) && now.Sub(st.UpdatedAt) > staleIngestAge
 }
 
 func isNotFound(err error) bool { return errdefs.IsNotFound(err) }

@@ -251,7 +251,8 @@ func (r *Runtime) openLease(ctx context.Context, id, source, identity string, kn
 }
 
 func (r *Runtime) newIngester() *ingester {
-	return &ingester{r: r, prefix: refPrefix + randomHex(6) + "-", committed: map[digest.Digest]bool{}, open: map[string]bool{}}
+	prefix := refPrefix + r.owner + "-" + r.run + "-" + randomHex(6) + "-"
+	return &ingester{r: r, prefix: prefix, committed: map[digest.Digest]bool{}, open: map[string]bool{}}
 }
 
 // ingester is the archive.Store of one import: it writes blobs under the

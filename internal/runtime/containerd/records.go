@@ -15,10 +15,12 @@ import (
 
 // Pin makes the record name point at target with both pin labels. A new record
 // is created with them; an existing one is updated field by field, so labels
-// set by others (the CRI's, a user's) stay. A CRI pin that was there before
-// holdfast's is remembered on the record, so unpinning leaves it.
-func (r *Runtime) Pin(ctx context.Context, w runtime.Want) (runtime.PinResult, error) {
+// set by others (the CRI's, a user's) stay. On a first pin, a CRI pin that was
+// there before holdfast's is remembered on the record, so unpinning leaves it;
+// a heal never remembers one (the CRI pin it finds is holdfast's own).
+func (r *Runtime) Pin(ctx context.Context, w runtime.Want, opts ...runtime.PinOption) (runtime.PinResult, error) {
 	ctx = r.ns(ctx)
+	first := runtime.ApplyPinOptions(opts).First
 	is := r.client.ImageService()
 	for attempt := 0; attempt < 3; attempt++ {
 		img, err := is.Get(ctx, w.Name)
@@ -53,7 +55,7 @@ func (r *Runtime) Pin(ctx context.Context, w runtime.Want) (runtime.PinResult, e
 			img.Labels = map[string]string{}
 		}
 		if img.Labels[runtime.LabelPinned] != runtime.PinnedValue {
-			if img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {
+			if first && img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {
 				img.Labels[runtime.LabelPriorPin] = "true"
 				paths = append(paths, "labels."+runtime.LabelPriorPin)
 			}

@@ -26,7 +26,9 @@ type Runtime struct {
 	states  map[string]runtime.SourceState
 	content map[digest.Digest]bool
 	events  chan runtime.ImageEvent
-	pins    int // Pin calls that changed something
+	pins    map[string]int // Pin calls by name, whether they changed anything or not
+	lists   int            // Records calls
+	handed  int            // events the watcher's reader has received
 }
 
 var _ runtime.Runtime = &Runtime{}
@@ -34,7 +36,7 @@ var _ runtime.Runtime = &Runtime{}
 // New makes an empty fake.
 func New() *Runtime {
 	return &Runtime{records: map[string]runtime.Image{}, states: map[string]runtime.SourceState{},
-		content: map[digest.Digest]bool{}, events: make(chan runtime.ImageEvent, 64)}
+		content: map[digest.Digest]bool{}, events: make(chan runtime.ImageEvent, 64), pins: map[string]int{}}
 }
 
 // Emit sends an image event to the watcher.
@@ -46,6 +48,23 @@ func (r *Runtime) Delete(name string) {
 	delete(r.records, name)
 	r.mu.Unlock()
 	r.Emit(runtime.ImageEvent{Kind: runtime.ImageDeleted, Name: name})
+}
+
+// Create stores a record, as an import by hand or a pull would, and emits its event.
+func (r *Runtime) Create(img runtime.Image) {
+	r.mu.Lock()
+	r.records[img.Name] = img
+	r.mu.Unlock()
+	r.Emit(runtime.ImageEvent{Kind: runtime.ImageCreated, Name: img.Name, Labels: img.Labels})
+}
+
+// Handed counts the events the watcher's reader has received. A reader that
+// handles one event at a time has finished with every event before the last
+// one counted.
+func (r *Runtime) Handed() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.handed
 }
 
 // Record returns one record.
@@ -64,18 +83,41 @@ func (r *Runtime) PutState(st runtime.SourceState) {
 	r.states[st.Lease] = st
 }
 
-// Pins counts the Pin calls that changed a record.
+// Pins counts every Pin call, whether it changed a record or not.
 func (r *Runtime) Pins() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.pins
+	n := 0
+	for _, c := range r.pins {
+		n += c
+	}
+	return n
+}
+
+// PinsOf counts every Pin call for one name.
+func (r *Runtime) PinsOf(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pins[name]
+}
+
+// Listings counts the Records calls: each pass makes at least one.
+func (r *Runtime) Listings() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lists
 }
 
 func (r *Runtime) Server(context.Context) (runtime.ServerInfo, error) {
 	return runtime.ServerInfo{Version: "fake"}, nil
 }
 
+// Import answers from ImportFunc, but for a source whose intact state at this
+// identity is given as Prior: that one is unchanged, as with containerd.
 func (r *Runtime) Import(_ context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
+	if p := req.Prior; p != nil && p.Complete && p.Intact && p.Identity == req.Identity {
+		return runtime.ImportResult{Lease: p.Lease, Images: p.Images, Unchanged: true}, nil
+	}
 	if r.ImportFunc == nil {
 		return runtime.ImportResult{}, errors.New("fake: no ImportFunc")
 	}
@@ -86,8 +128,16 @@ func (r *Runtime) Import(_ context.Context, req runtime.ImportRequest) (runtime.
 	return res, err
 }
 
+// LeaseWants leases what a list wants; a lease that exists for the same
+// source and identity is unchanged, as with containerd.
 func (r *Runtime) LeaseWants(_ context.Context, req runtime.LeaseRequest) (runtime.ImportResult, error) {
 	id := runtime.LeasePrefix + req.Source + "@" + req.Identity
+	r.mu.Lock()
+	st, ok := r.states[id]
+	r.mu.Unlock()
+	if ok {
+		return runtime.ImportResult{Lease: id, Images: st.Images, Unchanged: true}, nil
+	}
 	r.PutState(runtime.SourceState{Lease: id, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: req.Wants})
 	return runtime.ImportResult{Lease: id, Images: req.Wants}, nil
 }
@@ -104,6 +154,7 @@ func (r *Runtime) TempLease(context.Context) (string, error) { return runtime.Le
 func (r *Runtime) Records(context.Context) ([]runtime.Image, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.lists++
 	out := make([]runtime.Image, 0, len(r.records))
 	for _, img := range r.records {
 		out = append(out, img)
@@ -133,7 +184,8 @@ func (r *Runtime) Sources(context.Context) ([]runtime.SourceState, error) {
 	return out, nil
 }
 
-func (r *Runtime) Pin(_ context.Context, w runtime.Want) (runtime.PinResult, error) {
+func (r *Runtime) Pin(_ context.Context, w runtime.Want, opts ...runtime.PinOption) (runtime.PinResult, error) {
+	first := runtime.ApplyPinOptions(opts).First
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	img, ok := r.records[w.Name]
@@ -150,7 +202,7 @@ func (r *Runtime) Pin(_ context.Context, w runtime.Want) (runtime.PinResult, err
 	}
 	img.Target = w.Target
 	if img.Labels[runtime.LabelPinned] != runtime.PinnedValue || img.Labels[runtime.LabelCRIPinned] != runtime.PinnedValue {
-		if ok && img.Labels[runtime.LabelPinned] != runtime.PinnedValue && img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {
+		if first && ok && img.Labels[runtime.LabelPinned] != runtime.PinnedValue && img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {
 			img.Labels[runtime.LabelPriorPin] = "true"
 		}
 		res.Labelled = ok
@@ -158,9 +210,7 @@ func (r *Runtime) Pin(_ context.Context, w runtime.Want) (runtime.PinResult, err
 	img.Labels[runtime.LabelPinned] = runtime.PinnedValue
 	img.Labels[runtime.LabelCRIPinned] = runtime.PinnedValue
 	r.records[w.Name] = img
-	if res.Changed() {
-		r.pins++
-	}
+	r.pins[w.Name]++
 	return res, nil
 }
 
@@ -202,6 +252,9 @@ func (r *Runtime) WatchImages(ctx context.Context) (<-chan runtime.ImageEvent, <
 			case ev := <-r.events:
 				select {
 				case out <- ev:
+					r.mu.Lock()
+					r.handed++
+					r.mu.Unlock()
 				case <-ctx.Done():
 					return
 				}

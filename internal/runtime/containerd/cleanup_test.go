@@ -1,0 +1,79 @@
+package containerd
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/content"
+)
+
+func TestStaleIngests(t *testing.T) {
+	t.Parallel()
+	r := &Runtime{owner: "0123456789abcdef", run: "01234567"}
+	now := time.Now()
+	fresh, old := now.Add(-time.Minute), now.Add(-2*staleIngestAge)
+	for _, tc := range []struct {
+		ref     string
+		updated time.Time
+		stale   bool
+	}{
+		{"holdfast-0123456789abcdef-01234567-aabbccddeeff-1", old, false},  // this run's, however slow
+		{"holdfast-0123456789abcdef-76543210-aabbccddeeff-1", fresh, true}, // this owner's earlier run
+		{"holdfast-fedcba9876543210-01234567-aabbccddeeff-1", fresh, false},
+		{"holdfast-fedcba9876543210-01234567-aabbccddeeff-1", old, true},
+		{"holdfast-aabbcc-3", fresh, false}, // an older holdfast's ref: only by age
+		{"holdfast-aabbcc-3", old, true},
+		{"someone-else-1", old, false},
+		{"holdfast-0123456789abcdef", fresh, false}, // not this owner's ref: the owner is followed by "-"
+	} {
+		if got := r.stale(content.Status{Ref: tc.ref, UpdatedAt: tc.updated}, now); got != tc.stale {
+			t.Errorf("stale(%s, updated %s ago) = %v, want %v", tc.ref, now.Sub(tc.updated).Round(time.Minute), got, tc.stale)
+		}
+	}
+}
+
+func TestOwnIngests(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := &Runtime{owner: "aaaaaaaaaaaaaaaa", run: "01234567"}
+	if err := r.OwnIngests(dir); err != nil {
+		t.Fatal(err)
+	}
+	first := r.owner
+	if first == "aaaaaaaaaaaaaaaa" || !validOwner(first) {
+		t.Fatalf("owner after the first OwnIngests = %q, want a new valid ID", first)
+	}
+	again := &Runtime{owner: "bbbbbbbbbbbbbbbb"}
+	if err := again.OwnIngests(dir); err != nil {
+		t.Fatal(err)
+	}
+	if again.owner != first {
+		t.Errorf("a later run on the same data dir owns %q, want %q", again.owner, first)
+	}
+	if ing := again.newIngester(); !strings.HasPrefix(ing.nextRef(), refPrefix+first+"-") {
+		t.Errorf("ingest ref %q does not carry the owner %s", ing.nextRef(), first)
+	}
+
+	// A damaged file is replaced by a new ID.
+	path := filepath.Join(dir, ownerFile)
+	if err := os.WriteFile(path, []byte("not-an-id\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	damaged := &Runtime{}
+	if err := damaged.OwnIngests(dir); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !validOwner(damaged.owner) || strings.TrimSpace(string(data)) != damaged.owner {
+		t.Errorf("after a damaged file: owner %q, file %q", damaged.owner, data)
+	}
+	if err := (&Runtime{}).OwnIngests(filepath.Join(path, "sub")); err == nil || !strings.Contains(err.Error(), ownerFile) {
+		t.Errorf("OwnIngests under a file: %v, want an error naming %s", err, ownerFile)
+	}
+}
