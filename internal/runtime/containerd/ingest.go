@@ -49,7 +49,7 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 		// A lease that held a complete import keeps what it held; one made
 		// for this import, or left by an unfinished one, goes.
 		r.abandon(ctx, id, !prior.Complete, ing)
-		return res, err
+		return res, noSpace(err)
 	}
 	res.Images = wants
 	return res, nil
@@ -303,6 +303,14 @@ func (w *ingester) Has(ctx context.Context, d digest.Digest) (bool, error) {
 
 // Put streams one blob into the store.
 func (w *ingester) Put(ctx context.Context, expected digest.Digest, size int64, r io.Reader) (digest.Digest, error) {
+	// A stream's blobs are known one at a time: each is checked as it comes.
+	what := "a blob needs"
+	if expected != "" {
+		what = "blob " + expected.String() + " needs"
+	}
+	if err := w.r.space.check(ctx, w.r, what, 1, size); err != nil {
+		return "", err
+	}
 	d, committed, err := w.put(ctx, ocispec.Descriptor{Digest: expected, Size: size}, r, nil)
 	if err == nil && committed {
 		w.mu.Lock()
