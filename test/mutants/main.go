@@ -62,7 +62,15 @@ func main() {
 	timeout := flag.Duration("timeout", 15*time.Minute, "timeout of each go test")
 	keep := flag.Bool("keep", false, "keep the work dir (its path is printed)")
 	verbose := flag.Bool("v", false, "print the tests' output")
+	check := flag.Bool("check", false, "only check that every sabotage's text occurs exactly once; run no test")
 	flag.Parse()
+	if *check {
+		if err := checkTexts(); err != nil {
+			fmt.Fprintln(os.Stderr, "mutants:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*only, *timeout, *keep, *verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
@@ -139,6 +147,38 @@ func run(only string, timeout time.Duration, keep, verbose bool) error {
 	if counts["KILLED"] != len(list) {
 		return fmt.Errorf("%d of %d sabotages not killed", len(list)-counts["KILLED"], len(list))
 	}
+	return nil
+}
+
+// checkTexts reports the sabotages whose text no longer occurs exactly once
+// in the tree as it is (edits of one sabotage apply in order).
+func checkTexts() error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	stale := 0
+	for _, s := range sabotages {
+		files := map[string][]byte{}
+		for _, e := range s.edits {
+			b, ok := files[e.file]
+			if !ok {
+				if b, err = os.ReadFile(filepath.Join(root, e.file)); err != nil {
+					return err
+				}
+			}
+			if n := bytes.Count(b, []byte(e.old)); n != 1 {
+				fmt.Printf("STALE %s: %s: the text to replace occurs %d times: %q\n", s.name, e.file, n, firstLine(e.old))
+				stale++
+				break
+			}
+			files[e.file] = bytes.Replace(b, []byte(e.old), []byte(e.new), 1)
+		}
+	}
+	if stale > 0 {
+		return fmt.Errorf("%d of %d sabotages stale", stale, len(sabotages))
+	}
+	fmt.Printf("%d sabotages, every text found once\n", len(sabotages))
 	return nil
 }
 
