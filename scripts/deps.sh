@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need and a fresh machine lacks: Go modules, crictl and
-# staticcheck (go install), Debian's containerd 1.6 (the old-version target).
+# staticcheck (go install), Debian's containerd 1.6 (the old-version target) and
+# the bzip2 program (apt-get).
 set -euo pipefail
 bin=$1 crictl_version=$2 staticcheck=$3
 mkdir -p "$bin"
@@ -11,12 +12,17 @@ fi
 if [ ! -x "$bin/staticcheck" ]; then
 	GOBIN="$bin" go install "$staticcheck"
 fi
+apt=()
 if ! command -v containerd >/dev/null 2>&1 || ! containerd --version | grep -q ' 1\.6\.'; then
+	apt+=(containerd)
+fi
+command -v bzip2 >/dev/null 2>&1 || apt+=(bzip2)
+if [ ${#apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		export DEBIAN_FRONTEND=noninteractive
 		apt-get update -qq
-		apt-get install -y -qq containerd >/dev/null
+		apt-get install -y -qq "${apt[@]}" >/dev/null
 	else
-		echo "deps: Debian's containerd 1.6 is not installed and this user cannot apt-get it; the old-containerd tests will say so and skip" >&2
+		echo "deps: ${apt[*]} not installed and this user cannot apt-get them; make test's preflight will say what that leaves untested" >&2
 	fi
 fi

@@ -198,10 +198,16 @@ func TestAgentWatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	agent := startAgent(t, d, filepath.Join(dir, "data"), []string{imagesDir})
+	// A settle time far longer than the test: a file being written is never
+	// complete by its age, however slow the machine. A file is complete here
+	// when it gets an old mtime, as a copy that keeps the source's mtime (cp
+	// -p, rsync -a) or a rename into place gives it.
+	agent := startAgent(t, d, filepath.Join(dir, "data"), []string{imagesDir}, "--settle", "1h")
 	eventually(t, "ready", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })
+	past := time.Now().Add(-2 * time.Hour)
 
-	// Written in chunks over ~3 s, straight into the images dir.
+	// Written in chunks straight into the images dir; after each chunk, a
+	// pass that scanned it, and nothing may be imported.
 	slow := build(t, fixture.ImageSpec{Names: []string{"e2e.local/watch/slow:1"}, Layers: fixture.UniformLayers(2, 512<<10, false, 31)})
 	staging := filepath.Join(dir, "slow.tar")
 	writeDockerSave(t, staging, slow)
@@ -214,19 +220,26 @@ func TestAgentWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunk := len(data)/6 + 1
+	chunk := len(data)/4 + 1
 	for off := 0; off < len(data); off += chunk {
 		end := min(off+chunk, len(data))
 		if _, err := f.Write(data[off:end]); err != nil {
 			t.Fatal(err)
 		}
-		f.Sync()
-		time.Sleep(500 * time.Millisecond)
-		if _, ok := d.record(t, "e2e.local/watch/slow:1"); ok && end < len(data) {
+		gapScanned(t, agent, imagesDir)
+		if _, ok := d.record(t, "e2e.local/watch/slow:1"); ok {
 			t.Fatalf("imported before the file was complete (%d of %d bytes)", end, len(data))
 		}
+		if n := agent.metric(t, "holdfast_sources", map[string]string{"kind": "archive", "state": "pending"}); n != 1 {
+			t.Errorf("holdfast_sources{archive,pending} = %v while slow.tar is being written (%d of %d bytes), want 1", n, end, len(data))
+		}
 	}
-	f.Close()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(target, past, past); err != nil {
+		t.Fatal(err)
+	}
 	d.waitPinned(t, "e2e.local/watch/slow:1")
 	for _, line := range strings.Split(agent.dump(), "\n") {
 		if strings.Contains(line, "slow.tar") && strings.Contains(line, `"level":"ERROR"`) {
@@ -237,9 +250,12 @@ func TestAgentWatch(t *testing.T) {
 		t.Errorf("slow.tar imported %d times, want once", n)
 	}
 
-	// Renamed into place.
+	// Renamed into place with its old mtime: complete at once.
 	quick := build(t, fixture.ImageSpec{Names: []string{"e2e.local/watch/quick:1"}})
 	writeDockerSave(t, filepath.Join(dir, "quick.tar"), quick)
+	if err := os.Chtimes(filepath.Join(dir, "quick.tar"), past, past); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Rename(filepath.Join(dir, "quick.tar"), filepath.Join(imagesDir, "quick.tar")); err != nil {
 		t.Fatal(err)
 	}
@@ -306,6 +322,8 @@ func TestAgentHeal(t *testing.T) {
 
 	// A synchronous delete of every record of it: GC runs (an unleased control
 	// image deleted the same way loses its blobs), the lease keeps the content.
+	// The agent is stopped meanwhile, so that no record it re-creates from
+	// the delete events can be what keeps the content through the GC.
 	control := build(t, fixture.ImageSpec{Names: []string{"e2e.local/heal/control:1"}})
 	pr, pw := io.Pipe()
 	go func() {
@@ -315,10 +333,36 @@ func TestAgentHeal(t *testing.T) {
 		t.Fatalf("importing the control image: %v", err)
 	}
 	controlLayer := control.Manifests[0].Layers[0].Digest()
-	d.deleteImageSync(t, control.Target.Digest)
 	rec, _ := d.record(t, "e2e.local/heal/app:1")
+	blobs := d.hostBlobs(t, rec.Target)
+	lease, ok := d.leaseOf(t, filepath.Join(imagesDir, "app.tar"))
+	if !ok {
+		t.Fatal("app.tar has no lease")
+	}
+	// The CRI must know both images before the agent stops (deleteImageSync waits for it).
+	eventually(t, "the CRI to know the control image", func() bool {
+		found, _ := d.criImage(t, "e2e.local/heal/control:1")
+		return found
+	})
+	gapFreeze(t, agent)
+	d.deleteImageSync(t, control.Target.Digest)
 	d.deleteImageSync(t, rec.Target.Digest)
 	eventually(t, "GC to remove the control image's layer", func() bool { return !d.hasBlob(t, controlLayer) })
+	for _, n := range names {
+		if _, ok := d.record(t, n); ok {
+			t.Fatalf("%s is back although the agent is stopped", n)
+		}
+	}
+	held := d.leaseContent(t, lease)
+	for _, b := range blobs {
+		if !held[b.Digest] {
+			t.Errorf("app.tar's lease lacks %s %s", b.MediaType, b.Digest)
+		}
+		if !d.hasBlob(t, b.Digest) {
+			t.Errorf("GC removed %s %s: only the lease held it", b.MediaType, b.Digest)
+		}
+	}
+	gapThaw(t, agent)
 	check("image-service delete")
 	for _, b := range d.hostBlobs(t, rec.Target) {
 		if !d.hasBlob(t, b.Digest) {
@@ -350,7 +394,8 @@ func TestAgentHeal(t *testing.T) {
 }
 
 // TestAgentReconnect: containerd killed and restarted under the agent; the
-// agent reconnects and heals an image deleted right after the restart.
+// agent reconnects, runs a full pass (logged with trigger=reconnect) and heals
+// an image deleted right after the restart.
 func TestAgentReconnect(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
@@ -396,14 +441,19 @@ func TestAgentReconnect(t *testing.T) {
 	d.deleteImageSync(t, rec.Target.Digest)
 	d.waitPinned(t, "e2e.local/rc/app:1")
 	eventually(t, "the agent to say it reconnected", func() bool { return agent.logged("reconnected", nil) > 0 })
+	// The full pass after the reconnect, which heals what was lost meanwhile.
+	eventually(t, "a pass logged with trigger=reconnect", func() bool {
+		return agent.logged("pass: ", map[string]string{"trigger": "reconnect"}) > 0
+	})
 	if code, body := agent.get(t, "/healthz"); code != 200 {
 		t.Errorf("/healthz after reconnect: %d %s", code, body)
 	}
 }
 
 // TestAgentReadiness: with the last source of the first pass still being
-// written when the agent starts, /readyz stays 503 until that image is pinned
-// in CRI, then turns 200; holdfast_sources and holdfast_imports_total follow.
+// written when the agent starts, /readyz is 503 after the agent's passes have
+// seen it, until that image is pinned in CRI, then turns 200;
+// holdfast_sources and holdfast_imports_total follow.
 func TestAgentReadiness(t *testing.T) {
 	d, imagesDir, dataDir := embeddedScene(t)
 	fast := build(t, fixture.ImageSpec{Names: []string{"e2e.local/ready/fast:1"}})
@@ -415,51 +465,43 @@ func TestAgentReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Create(filepath.Join(imagesDir, "z-slow.tar"))
+	// All but the last bytes. The agent's settle time is far longer than
+	// the test, so the file is still being written however long the agent
+	// takes to look at it; it is complete once it gets an old mtime, as a
+	// copy that keeps the source's mtime gives it. a-fast.tar has one.
+	past := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(filepath.Join(imagesDir, "a-fast.tar"), past, past); err != nil {
+		t.Fatal(err)
+	}
+	slowPath := filepath.Join(imagesDir, "z-slow.tar")
+	if err := os.WriteFile(slowPath, data[:len(data)-1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	agent := startAgent(t, d, dataDir, []string{imagesDir}, "--settle", "1h")
+	d.waitPinned(t, "e2e.local/ready/fast:1")
+	gapScanned(t, agent, imagesDir)
+	if code, body := agent.get(t, "/readyz"); code != 503 || !strings.Contains(body, "z-slow.tar") {
+		t.Fatalf("/readyz while the last source is being written: %d %q", code, body)
+	}
+	if n := agent.metric(t, "holdfast_sources", map[string]string{"kind": "archive", "state": "pending"}); n != 1 {
+		t.Errorf("holdfast_sources{archive,pending} = %v while z-slow.tar is being written, want 1", n)
+	}
+	if _, ok := d.record(t, "e2e.local/ready/slow:1"); ok {
+		t.Errorf("z-slow.tar was imported while being written")
+	}
+	// The last byte, and the old mtime: now it is complete.
+	f, err := os.OpenFile(slowPath, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Write the archive slowly, a chunk every 300 ms (less than --settle),
-	// from before the agent starts until told to finish.
-	finish := make(chan struct{})
-	written := make(chan error, 1)
-	go func() {
-		defer f.Close()
-		chunk := len(data)/64 + 1
-		off := 0
-		for {
-			select {
-			case <-finish:
-				_, err := f.Write(data[off:])
-				written <- err
-				return
-			case <-time.After(300 * time.Millisecond):
-			}
-			end := min(off+chunk, len(data)-1) // never the last byte before finish
-			if _, err := f.Write(data[off:end]); err != nil {
-				written <- err
-				return
-			}
-			off = end
-		}
-	}()
-	time.Sleep(400 * time.Millisecond)
-
-	// A long settle time, so that a busy machine delaying the writer cannot
-	// make the half-written file look complete.
-	agent := startAgent(t, d, dataDir, []string{imagesDir}, "--settle", "4s")
-	d.waitPinned(t, "e2e.local/ready/fast:1")
-	for i := 0; i < 4; i++ {
-		if code, body := agent.get(t, "/readyz"); code != 503 || !strings.Contains(body, "z-slow.tar") {
-			t.Fatalf("/readyz while the last source is being written: %d %q", code, body)
-		}
-		if agent.metric(t, "holdfast_sources", map[string]string{"kind": "archive", "state": "pending"}) != 1 {
-			t.Errorf("holdfast_sources does not show the pending archive")
-		}
-		time.Sleep(400 * time.Millisecond)
+	if _, err := f.Write(data[len(data)-1:]); err != nil {
+		t.Fatal(err)
 	}
-	close(finish)
-	if err := <-written; err != nil {
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(slowPath, past, past); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "/readyz to turn 200", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })
@@ -472,4 +514,36 @@ func TestAgentReadiness(t *testing.T) {
 	if n := agent.metric(t, "holdfast_sources", map[string]string{"kind": "archive", "state": "applied"}); n != 2 {
 		t.Errorf("holdfast_sources{archive,applied} = %v, want 2", n)
 	}
+}
+
+// gapScanned waits until the agent has finished a pass that scanned dir after
+// this call: it drops a file the scan skips (not an image archive) and waits
+// for the end of the pass that logged skipping it.
+func gapScanned(t *testing.T, a *agentProc, dir string) {
+	t.Helper()
+	f, err := os.CreateTemp(dir, "scan-mark-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("not an image\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mark := f.Name()
+	eventually(t, "a pass that scanned "+mark, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		seen := false
+		for _, m := range a.logs {
+			msg := fmt.Sprint(m["msg"])
+			if msg == "skipped" && fmt.Sprint(m["path"]) == mark {
+				seen = true
+			} else if seen && strings.HasPrefix(msg, "pass: ") {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -42,8 +43,24 @@ type daemon struct {
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: the suite starts containerd with the overlayfs snapshotter")
+		gapMissing(t, "root", "needs root: the suite starts containerd with the overlayfs snapshotter")
 	}
+}
+
+// gapSkipVar names the parts of the suite a machine may go without, comma
+// separated: root, containerd-1.6, crictl. A part that is missing and not
+// listed fails the test, so that a run that tested less says so.
+const gapSkipVar = "HOLDFAST_TEST_SKIP"
+
+// gapMissing skips the test when gapSkipVar lists part, and fails it otherwise.
+func gapMissing(t *testing.T, part, why string) {
+	t.Helper()
+	for _, p := range strings.Split(os.Getenv(gapSkipVar), ",") {
+		if strings.TrimSpace(p) == part {
+			t.Skipf("%s (%s lists %s)", why, gapSkipVar, part)
+		}
+	}
+	t.Fatalf("%s; to skip this part on purpose, set %s=%s", why, gapSkipVar, part)
 }
 
 // forEachDaemon runs fn against the embedded containerd and Debian's 1.6, each in its own subtest.
@@ -98,11 +115,11 @@ func startDebian(t *testing.T) *daemon {
 	requireRoot(t)
 	bin, err := exec.LookPath("containerd")
 	if err != nil {
-		t.Skip("Debian's containerd is not installed (make test installs it with apt-get)")
+		gapMissing(t, "containerd-1.6", "Debian's containerd 1.6 is not installed (make deps installs it with apt-get)")
 	}
 	out, err := exec.Command(bin, "--version").Output()
 	if err != nil || !strings.Contains(string(out), " 1.6.") {
-		t.Skipf("%s is not containerd 1.6 (%s)", bin, strings.TrimSpace(string(out)))
+		gapMissing(t, "containerd-1.6", fmt.Sprintf("%s is not containerd 1.6 (%s)", bin, strings.TrimSpace(string(out))))
 	}
 	dir := tempDir(t)
 	sock := filepath.Join(dir, "c.sock")
@@ -277,12 +294,16 @@ func (d *daemon) ctx() context.Context {
 	return namespaces.WithNamespace(context.Background(), namespace)
 }
 
-// record reads one image record.
+// record reads one image record. Only NotFound means there is none; any
+// other error fails the test.
 func (d *daemon) record(t *testing.T, name string) (images.Image, bool) {
 	t.Helper()
 	img, err := d.Client.ImageService().Get(d.ctx(), name)
-	if err != nil {
+	if errdefs.IsNotFound(err) {
 		return images.Image{}, false
+	}
+	if err != nil {
+		t.Fatalf("reading record %s: %v", name, err)
 	}
 	return img, true
 }
@@ -374,11 +395,18 @@ func (d *daemon) ingests(t *testing.T) []string {
 	return refs
 }
 
-// hasBlob reports whether the store has a blob.
+// hasBlob reports whether the store has a blob. Only NotFound means it has
+// not; any other error fails the test.
 func (d *daemon) hasBlob(t *testing.T, dg digest.Digest) bool {
 	t.Helper()
 	_, err := d.Client.ContentStore().Info(d.ctx(), dg)
-	return err == nil
+	if errdefs.IsNotFound(err) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("reading blob %s: %v", dg, err)
+	}
+	return true
 }
 
 // criImage asks the CRI image service about an image: whether it is known and pinned.

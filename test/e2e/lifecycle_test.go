@@ -8,11 +8,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/opencontainers/image-spec/identity"
+
+	"github.com/holdfast-project/holdfast/internal/embedded"
 	"github.com/holdfast-project/holdfast/internal/fixture"
 )
 
@@ -31,7 +38,8 @@ type statusJSON struct {
 
 // TestEmbeddedLifecycle runs the agent on its embedded containerd: a second
 // process refuses the data dir, status attaches to the running agent, and on
-// SIGTERM the agent stops its containerd and leaves no mount behind.
+// SIGTERM the agent stops its containerd and leaves no mount behind, though
+// an unpacked image was mounted from it.
 func TestEmbeddedLifecycle(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
@@ -102,6 +110,14 @@ func TestEmbeddedLifecycle(t *testing.T) {
 	res := holdfast(t, "sync", "--data-dir", dataDir)
 	if res.Code == 0 || !strings.Contains(res.Stderr, "in use by holdfast run") {
 		t.Errorf("second process: exit %d, stderr %q; want a refusal naming holdfast run", res.Code, res.Stderr)
+	}
+
+	// Something mounted from the agent's containerd, as a container's rootfs
+	// is: the image unpacked with the overlayfs snapshotter and a view of it
+	// mounted under containerd's state dir, where a shim mounts rootfs.
+	target := gapMountView(t, dataDir, "e2e.local/life/app:1")
+	if mounts := mountsUnder(t, dataDir); !slices.Contains(mounts, target) {
+		t.Fatalf("the view is not mounted before the stop: %v", mounts)
 	}
 
 	// SIGTERM: the agent stops its containerd and leaves nothing mounted.
@@ -175,4 +191,41 @@ func processesMentioning(t *testing.T, dir string) []string {
 		}
 	}
 	return out
+}
+
+// gapMountView unpacks name in the embedded containerd of dataDir with the
+// overlayfs snapshotter, mounts a view of it under containerd's state dir,
+// and returns the mount point.
+func gapMountView(t *testing.T, dataDir, name string) string {
+	t.Helper()
+	layout := embedded.Paths(dataDir)
+	c, err := containerd.New(layout.Address, containerd.WithDefaultNamespace(namespace), containerd.WithTimeout(30*time.Second))
+	if err != nil {
+		t.Fatalf("connecting to the agent's containerd: %v", err)
+	}
+	defer c.Close()
+	ctx := namespaces.WithNamespace(context.Background(), namespace)
+	img, err := c.GetImage(ctx, name)
+	if err != nil {
+		t.Fatalf("reading image %s: %v", name, err)
+	}
+	if err := img.Unpack(ctx, "overlayfs"); err != nil {
+		t.Fatalf("unpacking %s: %v", name, err)
+	}
+	diffIDs, err := img.RootFS(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts, err := c.SnapshotService("overlayfs").View(ctx, "e2e-life-view", identity.ChainID(diffIDs).String())
+	if err != nil {
+		t.Fatalf("making a view of %s: %v", name, err)
+	}
+	target := filepath.Join(layout.State, "io.containerd.runtime.v2.task", namespace, "e2e-life", "rootfs")
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := mount.All(mounts, target); err != nil {
+		t.Fatalf("mounting the view of %s: %v", name, err)
+	}
+	return target
 }

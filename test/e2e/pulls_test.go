@@ -132,10 +132,39 @@ func TestPullList(t *testing.T) {
 		t.Errorf("sync without the registry: %v\n%s", c, res.Stderr)
 	}
 	d.requirePinned(t, good...)
+	// crictl rmi deletes every record of the image (the last one
+	// synchronously, so GC runs): only the list's lease holds its content.
+	recApp, _ := d.record(t, appRef)
 	d.crictl(t, "rmi", appRef)
+	if _, ok := d.record(t, appRef); ok {
+		t.Fatal("crictl rmi left the record")
+	}
 	res = d.sync(t, dataDir, imagesDir)
 	if c := summaryCounts(t, res.Stdout); c["healed"] < 1 {
 		t.Errorf("not healed without the registry: %v\n%s", c, res.Stderr)
 	}
 	d.requirePinned(t, good...)
+	lease, ok := d.leaseOf(t, listPath)
+	if !ok {
+		t.Fatal("the pull list's lease is gone")
+	}
+	held := d.leaseContent(t, lease)
+	for _, ref := range good {
+		rec, ok := d.record(t, ref)
+		if !ok {
+			t.Errorf("%s: no record", ref)
+			continue
+		}
+		for _, b := range d.hostBlobs(t, rec.Target) {
+			if !held[b.Digest] {
+				t.Errorf("%s: the pull list's lease lacks %s %s", ref, b.MediaType, b.Digest)
+			}
+			if !d.hasBlob(t, b.Digest) {
+				t.Errorf("%s: %s %s is not in the store", ref, b.MediaType, b.Digest)
+			}
+		}
+	}
+	if rec, _ := d.record(t, appRef); rec.Target.Digest != recApp.Target.Digest {
+		t.Errorf("%s healed to %s, want %s", appRef, rec.Target.Digest, recApp.Target.Digest)
+	}
 }

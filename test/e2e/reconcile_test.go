@@ -76,7 +76,7 @@ func (d *daemon) crictl(t *testing.T, args ...string) {
 	t.Helper()
 	bin, err := exec.LookPath("crictl")
 	if err != nil {
-		t.Fatalf("crictl is not on PATH (make test installs it into bin/): %v", err)
+		gapMissing(t, "crictl", fmt.Sprintf("crictl is not on PATH (make deps installs it into bin/): %v", err))
 	}
 	ep := "unix://" + d.Address
 	cmd := exec.Command(bin, append([]string{"--runtime-endpoint", ep, "--image-endpoint", ep, "--timeout", "20s"}, args...)...)
@@ -168,6 +168,20 @@ func TestRestarts(t *testing.T) {
 		if rec, _ := d.record(t, "e2e.local/re/a:1"); rec.Labels["io.holdfast.prior-pin"] != "true" {
 			t.Errorf("(d) the user's earlier pin is not recorded: %v", rec.Labels)
 		}
+		// Each archive's lease holds every blob of its image, the shared layer too.
+		for path, img := range map[string]*fixture.Image{pathA: a, filepath.Join(imagesDir, "b.tar.zst"): b} {
+			l, ok := d.leaseOf(t, path)
+			if !ok {
+				t.Fatalf("no lease for %s", path)
+			}
+			held := d.leaseContent(t, l)
+			rec, _ := d.record(t, img.Names[0])
+			for _, blob := range d.hostBlobs(t, rec.Target) {
+				if !held[blob.Digest] {
+					t.Errorf("the lease of %s lacks %s %s", filepath.Base(path), blob.MediaType, blob.Digest)
+				}
+			}
+		}
 
 		// (a) nothing changed: nothing read, all still pinned.
 		c = d.syncOK(t, dataDir, imagesDir)
@@ -208,10 +222,20 @@ func TestRestarts(t *testing.T) {
 		}
 		d.requirePinned(t, "e2e.local/re/b:1", "e2e.local/re/both:1")
 
-		// (b) the surviving image deleted with crictl rmi: the next sync heals it from leased content.
+		// (b) the surviving image deleted with crictl rmi, and a's records
+		// deleted too, so that nothing but b's lease holds the shared layer
+		// when GC runs (a's own layer, in no lease any more, goes): the next
+		// sync heals b from leased content.
+		recA, _ := d.record(t, "e2e.local/re/a:1")
 		d.crictl(t, "rmi", "e2e.local/re/b:1")
 		if _, ok := d.record(t, "e2e.local/re/both:1"); ok {
 			t.Fatal("crictl rmi left the image's other name")
+		}
+		d.deleteImageSync(t, recA.Target.Digest)
+		aOwn := a.Manifests[0].Layers[len(a.Manifests[0].Layers)-1].Digest()
+		eventually(t, "GC to remove a's own layer", func() bool { return !d.hasBlob(t, aOwn) })
+		if !d.hasBlob(t, shared.Digest()) {
+			t.Errorf("(b) GC removed the shared layer although b's lease should hold it")
 		}
 		c = d.syncOK(t, dataDir, imagesDir)
 		if c["healed"] < 2 || c["imported"] != 0 || c["bytes0"] != 1 {

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Checks that this machine has what `make test` exercises: root (the e2e and
+# embedded tests start containerd), Debian's containerd 1.6 (the old-version
+# target), crictl and bzip2. Each missing part fails the run unless
+# HOLDFAST_TEST_SKIP (comma-separated: root,containerd-1.6,crictl,bzip2) lists
+# it; the tests then skip that part, saying so.
+set -uo pipefail
+bin=$1
+export PATH="$bin:$PATH"
+skip=",${HOLDFAST_TEST_SKIP:-},"
+missing=()
+
+need() { # need PART WHY: a missing part, unless listed
+	if [[ $skip == *",$1,"* ]]; then
+		echo "preflight: skipping $1 on purpose (HOLDFAST_TEST_SKIP): $2" >&2
+	else
+		missing+=("$1")
+		echo "preflight: missing $1: $2" >&2
+	fi
+}
+
+[ "$(id -u)" = 0 ] || need root "not running as root: the end-to-end and embedded tests start containerd and mount overlays"
+if ! command -v containerd >/dev/null 2>&1; then
+	need containerd-1.6 "no containerd on PATH: the old-containerd tests need Debian's containerd 1.6 (make deps installs it with apt-get)"
+elif ! containerd --version | grep -q ' 1\.6\.'; then
+	need containerd-1.6 "$(command -v containerd) is not containerd 1.6: $(containerd --version)"
+fi
+command -v crictl >/dev/null 2>&1 || need crictl "crictl is not in $bin or on PATH (make deps installs it)"
+command -v bzip2 >/dev/null 2>&1 || need bzip2 "the bzip2 program is missing: the bzip2 archive tests need it (make deps installs it with apt-get)"
+
+if [ ${#missing[@]} -gt 0 ]; then
+	list=$(IFS=,; echo "${missing[*]}")
+	echo "preflight: this machine cannot run the whole suite. Install what is missing, or skip it on purpose with HOLDFAST_TEST_SKIP=$list" >&2
+	exit 1
+fi

@@ -1,0 +1,266 @@
+package main
+
+// The e2e package and its binaries are built once per sabotage that runs it:
+// name as few e2e tests as catch the sabotage.
+const e2e = "./test/e2e"
+
+// sabotages each break one of holdfast's safety promises. The old text must
+// occur exactly once in its file; when the code it names changes, update the
+// sabotage rather than drop it.
+var sabotages = []sabotage{
+	{
+		name: "present-blobs-not-leased",
+		// Blobs the store already had are not added to the source's lease:
+		// a layer above the in-memory limit, skipped rather than written,
+		// is held by no lease once its first source goes.
+		edits: []edit{{"internal/runtime/containerd/ingest.go",
+			"if err := r.addToLease(ctx, toLease); err != nil {",
+			"if err := r.addToLease(ctx, nil); err != nil {"}},
+		tests: []tests{{e2e, []string{"TestLargeSharedLayerLeasedBySecondSource"}, nil}},
+	},
+	{
+		name: "listed-images-not-leased",
+		// A pin or pull list's images are pinned but their content is not
+		// added to the list's lease.
+		edits: []edit{{"internal/runtime/containerd/leases.go",
+			"if err := r.addToLease(lctx, blobs); err != nil {",
+			"if err := r.addToLease(lctx, nil); err != nil {"}},
+		tests: []tests{{e2e, []string{"TestPullList"}, nil}},
+	},
+	{
+		name: "lease-emptied-after-import",
+		// The source's lease keeps its state but lets go of the image's
+		// blobs: only records keep the content.
+		edits: []edit{{"internal/runtime/containerd/ingest.go",
+			"\tif err := r.writeState(ctx, ing, state); err != nil {",
+			"\tfor _, d := range required {\n\t\t_ = r.client.LeasesService().DeleteResource(ctx, leases.Lease{ID: leaseFromContext(ctx)}, leases.Resource{ID: d.String(), Type: \"content\"})\n\t}\n" +
+				"\tif err := r.writeState(ctx, ing, state); err != nil {"}},
+		tests: []tests{{e2e, []string{"TestAgentHeal"}, nil}},
+	},
+	{
+		name: "leases-expire",
+		// Source leases get an expiry: GC drops them and their content.
+		edits: []edit{{"internal/runtime/containerd/ingest.go",
+			"leases.WithID(id), leases.WithLabels(",
+			"leases.WithID(id), leases.WithExpiration(2e9), leases.WithLabels("}},
+		tests: []tests{{e2e, []string{"TestRestarts"}, nil}},
+	},
+	{
+		name: "sibling-dir-judged",
+		// A dir whose name extends an images dir's (images-old beside
+		// images) counts as inside it: its sources look gone.
+		edits: []edit{{"internal/agent/sync.go",
+			"strings.HasPrefix(path, d+string(filepath.Separator))",
+			"strings.HasPrefix(path, d)"}},
+		tests: []tests{{e2e, []string{"TestSiblingDirWithLongerName"}, nil}},
+	},
+	{
+		name: "unpins-before-pins",
+		// A pass unpins before it pins: an image whose name changed has no
+		// pinned name in between.
+		edits: []edit{{"internal/agent/sync.go",
+			"\tpinFailed := false\n",
+			"\tfor _, u := range plan.Unpins {\n\t\t_ = a.rt.Unpin(ctx, u.Name)\n\t}\n\tpinFailed := false\n"}},
+		tests: []tests{{e2e, []string{"TestRenamedImageNeverLosesItsPin"}, nil}},
+	},
+	{
+		name: "diff-unpins-unowned",
+		// The plan unpins records holdfast does not own.
+		edits: []edit{{"internal/reconcile/reconcile.go",
+			"if _, ok := wanted[name]; ok || !rec.Owned() {",
+			"if _, ok := wanted[name]; ok || rec.Name == \"\" {"}},
+		tests: []tests{{"./internal/reconcile", []string{"TestDiff"}, nil}},
+	},
+	{
+		name: "unpin-ignores-ownership",
+		// Both ownership checks gone: the plan and Unpin take a user's own
+		// pin off a record holdfast never pinned.
+		edits: []edit{
+			{"internal/reconcile/reconcile.go",
+				"if _, ok := wanted[name]; ok || !rec.Owned() {",
+				"if _, ok := wanted[name]; ok || rec.Name == \"\" {"},
+			{"internal/runtime/containerd/records.go",
+				"\tif img.Labels[runtime.LabelPinned] != runtime.PinnedValue {\n\t\treturn nil\n\t}\n",
+				""},
+		},
+		tests: []tests{{e2e, []string{"TestRestarts"}, nil}},
+	},
+	{
+		name: "unpin-ignores-owner-label",
+		// Unpin takes the CRI pin off a record holdfast never pinned.
+		edits: []edit{{"internal/runtime/containerd/records.go",
+			"\tif img.Labels[runtime.LabelPinned] != runtime.PinnedValue {\n\t\treturn nil\n\t}\n",
+			""}},
+		tests: []tests{{e2e, []string{"TestRuntimePinUnpinOwnership"}, nil}},
+	},
+	{
+		name: "diff-unpins-wanted",
+		// The plan unpins names a kept source still wants.
+		edits: []edit{{"internal/reconcile/reconcile.go",
+			"if _, ok := wanted[name]; ok || !rec.Owned() {",
+			"if !rec.Owned() {"}},
+		tests: []tests{{"./internal/reconcile", []string{"TestDiffNeverUnpinsWanted"}, nil}},
+	},
+	{
+		name: "prior-pin-not-recorded",
+		// Pinning a record the user had pinned does not say so, so
+		// unpinning it later takes the user's pin too.
+		edits: []edit{{"internal/runtime/containerd/records.go",
+			"if first && img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {",
+			"if first && img.Labels[runtime.LabelCRIPinned] == \"never\" {"}},
+		tests: []tests{{e2e, []string{"TestRestarts"}, nil}},
+	},
+	{
+		name: "prior-pin-ignored-on-unpin",
+		// Unpin removes the CRI label although the user's pin came first.
+		edits: []edit{{"internal/runtime/containerd/records.go",
+			`if img.Labels[runtime.LabelPriorPin] == "true" {`,
+			"if false {"}},
+		tests: []tests{{e2e, []string{"TestRestarts"}, nil}},
+	},
+	{
+		name: "old-lease-released-before-new-one",
+		// A changed source's old lease is released although its new
+		// content failed to import: its images lose pins and content.
+		edits: []edit{{"internal/reconcile/reconcile.go",
+			"case current[st.Source]:",
+			"case true:"}},
+		tests: []tests{{"./internal/reconcile", []string{"TestDiff"}, nil}},
+	},
+	{
+		name: "unreadable-dir-judged",
+		// Sources under a dir the pass cannot judge (unreadable, or not one
+		// of its images dirs) lose their pins and leases.
+		edits: []edit{{"internal/reconcile/reconcile.go",
+			"case in.Unknown != nil && in.Unknown(st.Source):",
+			"case false:"}},
+		tests: []tests{{"./internal/reconcile", []string{"TestDiff"}, nil}},
+	},
+	{
+		name: "heal-records-prior-pin",
+		// A heal of a record that lost only holdfast's label takes the CRI
+		// pin it finds (holdfast's own) for a user's, so it is never unpinned.
+		edits: []edit{{"internal/runtime/containerd/records.go",
+			"if first && img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {",
+			"if first || img.Labels[runtime.LabelCRIPinned] == runtime.PinnedValue {"}},
+		tests: []tests{{e2e, []string{"TestSyncHealOfHoldfastLabelKeepsNoPriorPin"}, nil}},
+	},
+	{
+		name: "another-holdfasts-ingest-aborted",
+		// The start-of-pass cleanup aborts another holdfast's import in
+		// progress (same prefix, another owner), not only stale ingests.
+		edits: []edit{{"internal/runtime/containerd/containerd.go",
+			"return strings.HasPrefix(st.Ref, refPrefix) && now.Sub(st.UpdatedAt) > staleIngestAge",
+			"return strings.HasPrefix(st.Ref, refPrefix) || now.Sub(st.UpdatedAt) > staleIngestAge"}},
+		tests: []tests{{"./internal/runtime/containerd", []string{"TestStaleIngests"}, nil}},
+	},
+	{
+		name: "unmounted-volume-judged",
+		// An images dir without its marker and with no source (a volume not
+		// mounted) is taken for emptied: everything it brought is unpinned.
+		edits: []edit{{"internal/agent/sync.go",
+			"return under(scan.Unreadable, path) || under(unmarked, path) || !under(scan.Dirs, path)",
+			"return under(scan.Unreadable, path) || len(unmarked) < 0 || !under(scan.Dirs, path)"}},
+		tests: []tests{{"./internal/agent", []string{"TestEmptiedDirNeedsMarker"}, nil}},
+	},
+	{
+		name: "unreadable-judged",
+		// Sources the pass could not read (a list it cannot open, a dir it
+		// cannot list) are judged: what they brought is unpinned.
+		edits: []edit{{"internal/agent/sync.go",
+			"return under(scan.Unreadable, path) || under(unmarked, path) || !under(scan.Dirs, path)",
+			"return under(unmarked, path) || !under(scan.Dirs, path)"}},
+		tests: []tests{{"./internal/agent", []string{"TestUnreadableListsKeep"}, nil}},
+	},
+	{
+		name: "document-digest-unchecked",
+		// A JSON document whose bytes do not match its blobs/<alg>/<hex>
+		// name is taken as that digest.
+		edits: []edit{{"internal/archive/walk.go",
+			"if got := d.Algorithm().FromBytes(b); got != d {",
+			"if got := d.Algorithm().FromBytes(b); got != d && false {"}},
+		tests: []tests{{"./internal/archive", []string{"TestWalkErrors"}, nil}},
+	},
+	{
+		name: "blob-digest-unchecked",
+		// The store is not told a blob's expected digest, and the walker
+		// does not compare what the store computed: a tampered layer is
+		// stored under its real digest and the image imported.
+		edits: []edit{
+			{"internal/runtime/containerd/ingest.go",
+				"w.put(ctx, ocispec.Descriptor{Digest: expected, Size: size}, r, nil)",
+				"w.put(ctx, ocispec.Descriptor{Size: size}, r, nil)"},
+			{"internal/archive/walk.go", `if got != "" && got != d {`, "if false {"},
+			{"internal/archive/pool.go", `} else if got != "" && got != j.dgst {`, "} else if false {"},
+		},
+		tests: []tests{{e2e, []string{"TestTamperedLayerRefused"}, nil}},
+	},
+	{
+		name: "incomplete-image-imported",
+		// A host-platform blob neither in the archive nor in the store does
+		// not stop the import.
+		edits: []edit{{"internal/runtime/containerd/ingest.go",
+			"\t\tif ref.required {\n\t\t\treturn nil, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\"",
+			"\t\tif false {\n\t\t\treturn nil, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\""}},
+		tests: []tests{{e2e, []string{"TestBadInputs"}, nil}},
+	},
+	{
+		name: "others-ingests-aborted",
+		// The start-of-pass cleanup takes every ingest for a stale one of
+		// holdfast's: another client's upload in progress is lost.
+		edits: []edit{
+			{"internal/runtime/containerd/containerd.go", "cs.ListStatuses(ctx, fmt.Sprintf(`ref~=^%s`, refPrefix))", "cs.ListStatuses(ctx)"},
+			{"internal/runtime/containerd/containerd.go",
+				"return strings.HasPrefix(st.Ref, refPrefix) && now.Sub(st.UpdatedAt) > staleIngestAge",
+				"return now.Sub(st.UpdatedAt) >= 0"},
+		},
+		tests: []tests{{e2e, []string{"TestOthersIngestsAndLeasesUntouched"}, nil}},
+	},
+	{
+		name: "embedded-stop-leaves-mounts",
+		// Stopping the embedded containerd does not unmount what is left
+		// mounted under its dirs.
+		edits: []edit{{"internal/embedded/process.go",
+			"if err := unmountUnder(p.layout.Root, p.layout.State, p.layout.Temp); err != nil {",
+			"if err := error(nil); err != nil {"}},
+		tests: []tests{{e2e, []string{"TestEmbeddedLifecycle"}, nil}},
+	},
+	{
+		name: "no-pass-after-reconnect",
+		// After a lost event stream is back, no full pass heals what
+		// happened meanwhile.
+		edits: []edit{{"internal/agent/agent.go",
+			"\t\t\tkick(\"reconnect\")\n",
+			""}},
+		tests: []tests{{e2e, []string{"TestAgentReconnect"}, nil}},
+	},
+	{
+		name: "file-imported-while-written",
+		// The agent does not wait for a file to settle: a file still being
+		// written is imported.
+		edits: []edit{{"internal/agent/sync.go",
+			"if settled := a.settledAt(src, now); settled.After(now) {",
+			"if settled := a.settledAt(src, now); settled.After(now) && false {"}},
+		tests: []tests{{e2e, []string{"TestAgentWatch"}, nil}},
+	},
+	{
+		name: "ready-while-written",
+		// /readyz turns 200 although a source of the first pass is still
+		// being written.
+		edits: []edit{{"internal/agent/agent.go",
+			"if len(pr.settling) == 0 {",
+			"if true {"}},
+		tests: []tests{{e2e, []string{"TestAgentReadiness"}, nil}},
+	},
+	{
+		name: "bench-leaves-containerd-running",
+		// The bench harness does not stop the containerds it started (nor
+		// remove their dirs, which would make them exit by themselves).
+		edits: []edit{
+			{"bench/store.go", "return errors.Join(s.client.Close(), s.proc.Stop(ctx))", "return s.client.Close()"},
+			{"bench/cold.go", "if rerr := os.RemoveAll(dir); rerr != nil {", "if rerr := os.Remove(os.DevNull + \"/x\"); rerr == nil {"},
+			{"bench/bench.go", "if cfg.Keep {", "if true {"},
+		},
+		tests: []tests{{"./bench", []string{"TestSmoke"}, []string{"HOLDFAST_BENCH_SMOKE=1"}}},
+	},
+}
