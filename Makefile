@@ -12,7 +12,7 @@ STATICCHECK        := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 DEMO_DIR           ?= /tmp/holdfast-demo
 TEST_TIMEOUT       ?= 25m
 # HOLDFAST_TEST_SKIP: parts of the suite this machine may go without, comma-separated: root, containerd-1.6,
-# crictl, bzip2. A part that is missing and not listed fails `make test` (preflight) and the tests that need it.
+# crictl, overlayfs. A part that is missing and not listed fails `make test` (preflight) and the tests that need it.
 HOLDFAST_TEST_SKIP ?=
 export HOLDFAST_TEST_SKIP
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks that this machine has what `make test` exercises: root (the e2e and
 # embedded tests start containerd), Debian's containerd 1.6 (the old-version
-# target), crictl and bzip2. Each missing part fails the run unless
-# HOLDFAST_TEST_SKIP (comma-separated: root,containerd-1.6,crictl,bzip2) lists
+# target) and crictl. Each missing part fails the run unless
+# HOLDFAST_TEST_SKIP (comma-separated: root,containerd-1.6,crictl) lists
 # it; the tests then skip that part, saying so.
 set -uo pipefail
 bin=$1
@@ -26,7 +26,6 @@ elif ! containerd --version | grep -q ' 1\.6\.'; then
 	need containerd-1.6 "$(command -v containerd) is not containerd 1.6: $(containerd --version)"
 fi
 command -v crictl >/dev/null 2>&1 || need crictl "crictl is not in $bin or on PATH (make deps installs it)"
-command -v bzip2 >/dev/null 2>&1 || need bzip2 "the bzip2 program is missing: the bzip2 archive tests need it (make deps installs it with apt-get)"
 
 if [ ${#missing[@]} -gt 0 ]; then
 	list=$(IFS=,; echo "${missing[*]}")

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
 // names lists the paths one event reports.
@@ -220,11 +222,12 @@ func TestWatcherRefresh(t *testing.T) {
 	expectProbeReported(t, w, sub)
 }
 
-// mountTmpfs mounts a tmpfs on dir until the test ends, or skips the test.
+// mountTmpfs mounts a tmpfs on dir until the test ends.
 func mountTmpfs(t *testing.T, dir string) {
 	t.Helper()
+	testenv.RequireRoot(t, "mounts a tmpfs")
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
-		t.Skipf("cannot mount a tmpfs (needs root): %v", err)
+		t.Fatalf("mounting a tmpfs on %s: %v", dir, err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
 }

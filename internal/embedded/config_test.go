@@ -10,6 +10,8 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	"golang.org/x/sys/unix"
+
+	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
 func TestPathsAreUnderDataDir(t *testing.T) {
@@ -275,9 +277,7 @@ func TestDetectSnapshotterNonRoot(t *testing.T) {
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: mounts overlays and runs containerd")
-	}
+	testenv.RequireRoot(t, "mounts overlays and runs containerd")
 }
 
 // overlayWorks is an independent check (a plain mount(2) of a one-layer
@@ -320,7 +320,7 @@ func TestDetectSnapshotterOnOverlay(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
 	if !overlayWorks(t) {
-		t.Skip("overlayfs does not work here")
+		testenv.Missing(t, "overlayfs", "overlayfs does not work here")
 	}
 	merged := overlayMount(t)
 

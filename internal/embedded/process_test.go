@@ -20,6 +20,8 @@ import (
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/holdfast-project/holdfast/internal/embedded/daemon"
+
+	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
 // childEnvVar makes the test binary act as holdfast-containerd: Start runs
@@ -293,7 +295,7 @@ func TestStartGivesUpWhenCtxEnds(t *testing.T) {
 func TestStartOnOverlayDataDir(t *testing.T) {
 	opts := testOptions(t)
 	if !overlayWorks(t) {
-		t.Skip("overlayfs does not work here")
+		testenv.Missing(t, "overlayfs", "overlayfs does not work here")
 	}
 	data := overlayMount(t)
 

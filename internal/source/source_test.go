@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
 func tarBytes(t *testing.T) []byte {
@@ -259,8 +261,9 @@ func TestScanMarker(t *testing.T) {
 func TestScanMarkerReadOnly(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	testenv.RequireRoot(t, "mounts a read-only tmpfs")
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_RDONLY, "size=1m"); err != nil {
-		t.Skipf("cannot mount a read-only tmpfs (needs root): %v", err)
+		t.Fatalf("mounting a read-only tmpfs on %s: %v", dir, err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
 	if res := Scan([]string{dir}); len(res.Unmarked) != 0 || len(res.Errors) != 0 {

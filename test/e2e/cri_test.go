@@ -20,6 +20,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
+	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
 const criSourceKey = "containerd.io/distribution.source.docker.io"
@@ -323,7 +324,7 @@ func criStartDebianWithoutCRI(t *testing.T) *daemon {
 	requireRoot(t)
 	bin, err := exec.LookPath("containerd")
 	if err != nil {
-		t.Skip("Debian's containerd is not installed (make test installs it with apt-get)")
+		testenv.Missing(t, "containerd-1.6", "Debian's containerd 1.6 is not installed (make deps installs it with apt-get)")
 	}
 	dir := tempDir(t)
 	sock := filepath.Join(dir, "c.sock")

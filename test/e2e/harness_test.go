@@ -28,6 +28,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/holdfast-project/holdfast/internal/embedded"
+
+	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
 const namespace = "k8s.io"
@@ -43,24 +45,8 @@ type daemon struct {
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		gapMissing(t, "root", "needs root: the suite starts containerd with the overlayfs snapshotter")
+		testenv.Missing(t, "root", "needs root: the suite starts containerd with the overlayfs snapshotter")
 	}
-}
-
-// gapSkipVar names the parts of the suite a machine may go without, comma
-// separated: root, containerd-1.6, crictl. A part that is missing and not
-// listed fails the test, so that a run that tested less says so.
-const gapSkipVar = "HOLDFAST_TEST_SKIP"
-
-// gapMissing skips the test when gapSkipVar lists part, and fails it otherwise.
-func gapMissing(t *testing.T, part, why string) {
-	t.Helper()
-	for _, p := range strings.Split(os.Getenv(gapSkipVar), ",") {
-		if strings.TrimSpace(p) == part {
-			t.Skipf("%s (%s lists %s)", why, gapSkipVar, part)
-		}
-	}
-	t.Fatalf("%s; to skip this part on purpose, set %s=%s", why, gapSkipVar, part)
 }
 
 // forEachDaemon runs fn against the embedded containerd and Debian's 1.6, each in its own subtest.
@@ -115,11 +101,11 @@ func startDebian(t *testing.T) *daemon {
 	requireRoot(t)
 	bin, err := exec.LookPath("containerd")
 	if err != nil {
-		gapMissing(t, "containerd-1.6", "Debian's containerd 1.6 is not installed (make deps installs it with apt-get)")
+		testenv.Missing(t, "containerd-1.6", "Debian's containerd 1.6 is not installed (make deps installs it with apt-get)")
 	}
 	out, err := exec.Command(bin, "--version").Output()
 	if err != nil || !strings.Contains(string(out), " 1.6.") {
-		gapMissing(t, "containerd-1.6", fmt.Sprintf("%s is not containerd 1.6 (%s)", bin, strings.TrimSpace(string(out))))
+		testenv.Missing(t, "containerd-1.6", fmt.Sprintf("%s is not containerd 1.6 (%s)", bin, strings.TrimSpace(string(out))))
 	}
 	dir := tempDir(t)
 	sock := filepath.Join(dir, "c.sock")

@@ -20,6 +20,8 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
+
+	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
 // summaryCounts reads the counts from sync's summary line.
@@ -76,7 +78,7 @@ func (d *daemon) crictl(t *testing.T, args ...string) {
 	t.Helper()
 	bin, err := exec.LookPath("crictl")
 	if err != nil {
-		gapMissing(t, "crictl", fmt.Sprintf("crictl is not on PATH (make deps installs it into bin/): %v", err))
+		testenv.Missing(t, "crictl", fmt.Sprintf("crictl is not on PATH (make deps installs it into bin/): %v", err))
 	}
 	ep := "unix://" + d.Address
 	cmd := exec.Command(bin, append([]string{"--runtime-endpoint", ep, "--image-endpoint", ep, "--timeout", "20s"}, args...)...)
