@@ -378,6 +378,7 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 		}
 	}
 	a.setWanted(plan.WantedNames)
+	a.setKept(plan.KeptNames)
 	for _, u := range plan.Unpins {
 		if err := a.rt.Unpin(ctx, u.Name); err != nil {
 			sum.Failures = append(sum.Failures, fmt.Errorf("unpin %s: %w", u.Name, err))
@@ -473,6 +474,8 @@ func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imp
 		Hold:     hold,
 		Imported: imported,
 		Records:  records,
+		// An unfinished kept import may be in flight in another process.
+		KeptStaleBefore: time.Now().Add(-KeptStaleAge),
 	}), nil
 }
 
