@@ -114,7 +114,7 @@ keeps it too).`,
 	pf.StringVar(&o.registriesYAML, "registries-yaml", "", "K3s registries.yaml whose mirrors, TLS settings and credentials pulls use; its mirrors are written as hosts.toml files into --registry-config (env HOLDFAST_REGISTRIES_YAML; K3s: /etc/rancher/k3s/registries.yaml)")
 	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for one pull of a pull-list entry (env HOLDFAST_PULL_TIMEOUT)")
 
-	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newPin(o), newUnpin(o), newVersion(version), newContainerd())
+	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newImport(o), newRelease(o), newPin(o), newUnpin(o), newVersion(version), newContainerd())
 	return root
 }
 
