@@ -421,10 +421,14 @@ func TestUnfinishedKeptImportIsNotStale(t *testing.T) {
 	if err := os.MkdirAll(imagesDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The dir is empty on purpose: its leases may be judged.
+	if err := os.WriteFile(filepath.Join(imagesDir, ".holdfast-images"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ls := d.Client.LeasesService()
 	inFlight := "holdfast/kept-inflight"
 	if _, err := ls.Create(d.ctx(), leases.WithID(inFlight), leases.WithLabels(map[string]string{
-		"io.holdfast.source": "/elsewhere/in-flight.tar", "io.holdfast.kept": "true",
+		"io.holdfast.source": filepath.Join(imagesDir, "in-flight.tar"), "io.holdfast.kept": "true",
 	})); err != nil {
 		t.Fatal(err)
 	}
