@@ -463,6 +463,8 @@ func TestImportBesideAgent(t *testing.T) {
 	agent := startAgent(t, d, dataDir, []string{imagesDir})
 	eventually(t, "ready", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })
 
+	passes := func() int { return agent.logged("pass:", nil) }
+	before := passes()
 	pathX := filepath.Join(dir, "x.tar")
 	writeDockerSave(t, pathX, build(t, fixture.ImageSpec{Names: []string{"e2e.local/keep/agent:1"}}))
 	// No --address: import finds the agent through the data dir.
@@ -473,17 +475,18 @@ func TestImportBesideAgent(t *testing.T) {
 	if err := os.Remove(pathX); err != nil {
 		t.Fatal(err)
 	}
-	// A pass of the agent (brought on by a new archive) keeps it.
+	// The import's pins bring on a pass, which takes the kept source in:
+	// from then on the agent heals it.
+	eventually(t, "a pass after the import", func() bool { return passes() > before })
+	d.crictl(t, "rmi", "e2e.local/keep/agent:1")
+	d.waitPinned(t, "e2e.local/keep/agent:1")
+
+	// A pass brought on by a new archive keeps it, its file gone.
 	writeDockerSave(t, filepath.Join(imagesDir, "dir.tar"), build(t, fixture.ImageSpec{Names: []string{"e2e.local/keep/dir:1"}}))
 	d.waitPinned(t, "e2e.local/keep/dir:1")
 	d.requirePinned(t, "e2e.local/keep/agent:1")
 
-	// The agent heals it.
-	d.crictl(t, "rmi", "e2e.local/keep/agent:1")
-	d.waitPinned(t, "e2e.local/keep/agent:1")
-
-	passes := func() int { return agent.logged("pass:", nil) }
-	before := passes()
+	before = passes()
 	if res := holdfast(t, "release", "--data-dir", dataDir, pathX); res.Code != 0 {
 		t.Fatalf("release beside the agent exited %d: %s\n%s", res.Code, res.Stdout, res.Stderr)
 	}
