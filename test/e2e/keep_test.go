@@ -499,3 +499,41 @@ func TestImportBesideAgent(t *testing.T) {
 	d.keepRequireUnpinned(t, "e2e.local/keep/agent:1")
 	d.requirePinned(t, "e2e.local/keep/dir:1")
 }
+
+// TestImportReplacesChangedFile: importing a changed file at the same path
+// replaces the earlier kept import: the new content is pinned, the earlier
+// lease released, and what only it wanted unpinned.
+func TestImportReplacesChangedFile(t *testing.T) {
+	d, _, dataDir := embeddedScene(t)
+	path := filepath.Join(filepath.Dir(dataDir), "app.tar")
+	v1 := build(t, fixture.ImageSpec{Names: []string{"e2e.local/keep/app:1", "e2e.local/keep/app:stable"}})
+	writeDockerSave(t, path, v1)
+	d.keepImportOK(t, dataDir, path)
+	first, ok := d.keepLeaseOf(t, path)
+	if !ok {
+		t.Fatal("no kept lease after the first import")
+	}
+	before, _ := d.record(t, "e2e.local/keep/app:stable")
+	v2 := build(t, fixture.ImageSpec{Names: []string{"e2e.local/keep/app:2", "e2e.local/keep/app:stable"}})
+	writeDockerSave(t, path, v2)
+	out := d.keepImportOK(t, dataDir, path)
+	if !strings.Contains(out, "replaced the earlier import (lease "+first.ID+")") || !strings.Contains(out, "unpinned e2e.local/keep/app:1") {
+		t.Errorf("import of the changed file:\n%s", out)
+	}
+	var kept []string
+	for _, l := range d.holdfastLeases(t) {
+		if l.Labels["io.holdfast.kept"] == "true" {
+			kept = append(kept, l.ID)
+		}
+	}
+	if len(kept) != 1 || kept[0] == first.ID {
+		t.Errorf("kept leases after the replace: %v (first was %s)", kept, first.ID)
+	}
+	d.requirePinned(t, "e2e.local/keep/app:2", "e2e.local/keep/app:stable")
+	d.keepRequireUnpinned(t, "e2e.local/keep/app:1")
+	stable, _ := d.record(t, "e2e.local/keep/app:stable")
+	app2, _ := d.record(t, "e2e.local/keep/app:2")
+	if stable.Target.Digest != app2.Target.Digest || stable.Target.Digest == before.Target.Digest {
+		t.Errorf("app:stable points at %s, want the new import's %s", stable.Target.Digest, app2.Target.Digest)
+	}
+}
