@@ -230,7 +230,7 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	events, streamErr := a.rt.WatchImages(ctx)
 	a.rec.SetConnected(true)
 
-	w, err := newWatcher(a.cfg.ImageDirs, a.cfg.Settle, a.log)
+	w, err := newWatcher(append(append([]string{}, a.cfg.ImageDirs...), a.cfg.SpoolDirs...), a.cfg.Settle, a.log)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -107,4 +109,20 @@ func writeKept(w io.Writer, srcs []StatusSource) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", s.Path, s.ImportedAt, agent.Bytes(s.Size), s.Images)
 	}
 	return tw.Flush()
+}
+
+// spoolDirs returns the spool dirs, absolute, created if missing.
+func (o *options) spoolDirs() ([]string, error) {
+	var dirs []string
+	for _, d := range o.spool {
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return nil, fmt.Errorf("creating spool dir: %w", err)
+		}
+		dirs = append(dirs, abs)
+	}
+	return dirs, nil
 }
