@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -535,5 +537,141 @@ func TestImportReplacesChangedFile(t *testing.T) {
 	app2, _ := d.record(t, "e2e.local/keep/app:2")
 	if stable.Target.Digest != app2.Target.Digest || stable.Target.Digest == before.Target.Digest {
 		t.Errorf("app:stable points at %s, want the new import's %s", stable.Target.Digest, app2.Target.Digest)
+	}
+}
+
+// TestSpoolSync: an archive dropped into a spool dir is imported as a kept
+// source and deleted once pinned and leased; a truncated one stays in place
+// with an error naming it.
+func TestSpoolSync(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir := filepath.Join(dir, "images")
+		dataDir := filepath.Join(dir, "data")
+		spoolDir := filepath.Join(dir, "spool")
+		good := filepath.Join(spoolDir, "good.tar")
+		writeDockerSave(t, good, build(t, fixture.ImageSpec{Names: []string{"e2e.local/keep/spool:1"}}))
+		bad := filepath.Join(spoolDir, "bad.tar")
+		writeDockerSave(t, bad, build(t, fixture.ImageSpec{Names: []string{"e2e.local/keep/spoolbad:1"}}))
+		fi, err := os.Stat(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(bad, fi.Size()/2); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(imagesDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+
+		res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--spool", spoolDir)
+		if res.Code != 1 {
+			t.Fatalf("sync with a good and a truncated spool file exited %d, want 1\n%s\n%s", res.Code, res.Stdout, res.Stderr)
+		}
+		if !strings.Contains(res.Stderr, bad) {
+			t.Errorf("the error does not name %s:\n%s", bad, res.Stderr)
+		}
+		if !strings.Contains(res.Stdout, "spool: "+good+" imported, kept and removed") {
+			t.Errorf("sync does not report the spooled file:\n%s", res.Stdout)
+		}
+		d.requirePinned(t, "e2e.local/keep/spool:1")
+		if _, err := os.Stat(good); !os.IsNotExist(err) {
+			t.Errorf("%s is still in the spool dir (%v)", good, err)
+		}
+		if _, err := os.Stat(bad); err != nil {
+			t.Errorf("the truncated spool file is gone: %v", err)
+		}
+		if _, ok := d.keepLeaseOf(t, good); !ok {
+			t.Error("no kept lease for the spooled file")
+		}
+
+		// The file gone, later syncs keep it, with or without the spool dir.
+		c := d.syncOK(t, dataDir, imagesDir)
+		if c["unpinned"] != 0 || c["released"] != 0 {
+			t.Errorf("sync after the spool file went: %v", c)
+		}
+		d.requirePinned(t, "e2e.local/keep/spool:1")
+
+		// HOLDFAST_SPOOL works as --spool; the truncated file is still reported.
+		cmd := exec.Command(holdfastBin, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir)
+		cmd.Env = append(os.Environ(), "HOLDFAST_SPOOL="+filepath.Join(dir, "other")+":"+spoolDir)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), bad) {
+			t.Errorf("sync with HOLDFAST_SPOOL: %v\n%s", err, out)
+		}
+	})
+}
+
+// TestSpoolAgent: holdfast run watches its spool dirs: a file still being
+// written is never touched; one renamed in complete is imported at once and
+// removed.
+func TestSpoolAgent(t *testing.T) {
+	d, imagesDir, dataDir := embeddedScene(t)
+	dir := filepath.Dir(dataDir)
+	spoolDir := filepath.Join(dir, "spool")
+	if err := os.MkdirAll(imagesDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A long settle time: a file written in place (mtime now) counts as
+	// still being written for the whole test; one whose mtime is old is complete.
+	agent := startAgent(t, d, dataDir, []string{imagesDir}, "--spool", spoolDir, "--settle", "1h")
+	eventually(t, "ready", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })
+	old := time.Now().Add(-2 * time.Hour)
+
+	// Renamed into place, written long ago: complete at once.
+	staged := filepath.Join(dir, "staged.tar")
+	writeDockerSave(t, staged, build(t, fixture.ImageSpec{Names: []string{"e2e.local/keep/spoolrun:1"}}))
+	if err := os.Chtimes(staged, old, old); err != nil {
+		t.Fatal(err)
+	}
+	dropped := filepath.Join(spoolDir, "dropped.tar")
+	if err := os.Rename(staged, dropped); err != nil {
+		t.Fatal(err)
+	}
+	d.waitPinned(t, "e2e.local/keep/spoolrun:1")
+	eventually(t, "the spool file removed", func() bool { _, err := os.Stat(dropped); return os.IsNotExist(err) })
+	if _, ok := d.keepLeaseOf(t, dropped); !ok {
+		t.Error("no kept lease for the spool file")
+	}
+
+	// Half written in place: a pass sees it pending and leaves it alone.
+	whole := filepath.Join(dir, "whole.tar")
+	writeDockerSave(t, whole, build(t, fixture.ImageSpec{Names: []string{"e2e.local/keep/spoolslow:1"}}))
+	data, err := os.ReadFile(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := filepath.Join(spoolDir, "slow.tar")
+	if err := os.WriteFile(slow, data[:len(data)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a pass to see the half-written file pending", func() bool {
+		return agent.logged("pass:", map[string]string{"pending": "1"}) > 0
+	})
+	if _, err := os.Stat(slow); err != nil {
+		t.Fatalf("the half-written spool file was touched: %v", err)
+	}
+	if _, ok := d.keepLeaseOf(t, slow); ok {
+		t.Error("the half-written spool file was leased")
+	}
+	// Finished (its mtime set to when the writer ended, long ago): imported, removed.
+	f, err := os.OpenFile(slow, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data[len(data)/2:]); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Chtimes(slow, old, old); err != nil {
+		t.Fatal(err)
+	}
+	d.waitPinned(t, "e2e.local/keep/spoolslow:1")
+	eventually(t, "the finished spool file removed", func() bool { _, err := os.Stat(slow); return os.IsNotExist(err) })
+	for _, line := range strings.Split(agent.dump(), "\n") {
+		if strings.Contains(line, slow) && strings.Contains(line, `"level":"ERROR"`) {
+			t.Errorf("the half-written spool file was read: %s", line)
+		}
 	}
 }
