@@ -198,7 +198,7 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	known := map[string]*hfruntime.SourceState{}
 	if serr == nil {
 		for i := range states {
-			if st := &states[i]; st.Complete {
+			if st := &states[i]; st.Complete && !st.Kept {
 				known[st.Source+"\x00"+st.Identity] = st
 			}
 		}

@@ -675,3 +675,36 @@ func TestSpoolAgent(t *testing.T) {
 		}
 	}
 }
+
+// TestImagesDirFileAlsoKept: a file in an images dir that was also imported
+// as kept is still an images-dir source of its own: plan lists its import,
+// and sync imports it under its own lease.
+func TestImagesDirFileAlsoKept(t *testing.T) {
+	d, imagesDir, dataDir := embeddedScene(t)
+	path := filepath.Join(imagesDir, "both.tar")
+	writeDockerSave(t, path, build(t, fixture.ImageSpec{Names: []string{"e2e.local/keep/bothmodels:1"}}))
+	d.keepImportOK(t, dataDir, path)
+	res := holdfast(t, "plan", "-o", "json", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir)
+	if res.Code != 0 {
+		t.Fatalf("plan exited %d: %s", res.Code, res.Stderr)
+	}
+	var plan struct {
+		Actions []struct{ Action, Source, Reason string }
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &plan); err != nil {
+		t.Fatalf("plan -o json: %v\n%s", err, res.Stdout)
+	}
+	planned := false
+	for _, a := range plan.Actions {
+		planned = planned || (a.Action == "import" && a.Source == path)
+	}
+	if !planned {
+		t.Errorf("plan lists no import of %s, which has no images-dir lease yet: %s", path, res.Stdout)
+	}
+	if c := d.syncOK(t, dataDir, imagesDir); c["imported"] != 1 {
+		t.Errorf("sync of the images dir: %v, want 1 imported", c)
+	}
+	if _, ok := d.leaseOf(t, path); !ok {
+		t.Error("no lease for the images-dir source")
+	}
+}
