@@ -321,8 +321,12 @@ func TestImportEmbedded(t *testing.T) {
 // images are unpinned but for those a pin list or another kept archive still
 // wants, and a user's own pin stays.
 func TestRelease(t *testing.T) {
-	d, imagesDir, dataDir := embeddedScene(t)
-	dir := filepath.Dir(dataDir)
+	forEachDaemon(t, func(t *testing.T, d *daemon) { keepReleaseScenario(t, d) })
+}
+
+func keepReleaseScenario(t *testing.T, d *daemon) {
+	dir := tempDir(t)
+	imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
 	shared := sharedLayer(t, 11)
 	only := build(t, fixture.ImageSpec{Names: []string{"e2e.local/keep/only:1"}, SharedLayers: []*fixture.Layer{shared}})
 	listed := build(t, fixture.ImageSpec{Names: []string{"e2e.local/keep/listed:1"}})
