@@ -102,7 +102,8 @@ func New(rt hfruntime.Runtime, cfg Config, rec Recorder) *Agent {
 }
 
 // Ready reports whether every source of the first pass has reached a final
-// state (imported, unchanged or failed), and if not, why.
+// state (imported, unchanged or failed) and the CRI sees every image pinned
+// (unless there is no CRI), and if not, why.
 func (a *Agent) Ready() (bool, string) {
 	if a.ready.Load() {
 		return true, "ready"
@@ -264,6 +265,8 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	healTimer := a.clock.NewTimer()
 	defer healTimer.Stop()
 	initial := true
+	cri := &criWait{timer: a.clock.NewTimer()} // after the first pass, until the CRI sees its images
+	defer cri.timer.Stop()
 
 	for {
 		select {
@@ -291,10 +294,7 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 			if initial {
 				if len(pr.settling) == 0 {
 					initial = false
-					a.ready.Store(true)
-					if onReady != nil {
-						onReady()
-					}
+					a.awaitCRI(ctx, cri, onReady)
 				} else {
 					a.readyState.Store(fmt.Sprintf("waiting for %d source(s) of the first pass still being written: %v", len(pr.settling), pr.settling))
 				}
@@ -309,6 +309,8 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 			}
 		case <-healTimer.C():
 			a.retryBackedOff(ctx, healTimer)
+		case <-cri.timer.C():
+			a.awaitCRI(ctx, cri, onReady)
 		case err := <-streamErr:
 			a.rec.SetConnected(false)
 			a.log.Warn("lost containerd's event stream; reconnecting", "error", err)

@@ -96,7 +96,7 @@ func CheckServer(ctx context.Context, rt hfruntime.Runtime, log *slog.Logger) (h
 	}
 	log.Debug("containerd", "version", info.Version)
 	if !hfruntime.CRIHonoursPins(info.Version) {
-		log.Warn("this containerd's CRI does not report pinned images to the kubelet (needs containerd >= 1.7.10 or 1.6.25): the kubelet's image GC may delete images holdfast pinned; holdfast's leases still keep their content",
+		log.Warn("this containerd's CRI does not report pinned images to the kubelet (needs containerd >= 1.7.10 or 1.6.25): the kubelet's image GC may delete images holdfast pinned; holdfast's leases still keep their content and its heal restores deleted images",
 			"version", info.Version)
 	}
 	return info, nil

@@ -45,6 +45,19 @@ type Store interface {
 	Put(ctx context.Context, expected digest.Digest, size int64, r io.Reader) (digest.Digest, error)
 }
 
+// Reserver is a Store that is told what a walk is about to write before it
+// writes it, so that it can refuse the whole archive up front (a disk that
+// would fill, say). A walk that defers its writes (a seekable uncompressed tar,
+// a layout directory) calls Reserve once for the blobs it queued, after asking
+// Has about those of known digest and leaving out the ones present, and
+// before it writes any of them; an error ends the walk with nothing of those
+// written. A walk of a stream (a compressed archive) learns each blob's size
+// only as it reaches it: it never calls Reserve, and a Store that cares checks
+// each Put as it comes.
+type Reserver interface {
+	Reserve(ctx context.Context, blobs int, bytes int64) error
+}
+
 // Image is one name an archive gives to one target.
 type Image struct {
 	Name   string             // full, normalised reference: docker.io/library/busybox:1.36

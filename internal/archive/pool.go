@@ -120,6 +120,15 @@ func (w *walker) runJobs(ctx context.Context) error {
 	if len(jobs) == 0 {
 		return nil
 	}
+	if rs, ok := w.st.(Reserver); ok {
+		var err error
+		if jobs, err = reserve(ctx, rs, w.st, jobs); err != nil {
+			return err
+		}
+		if len(jobs) == 0 {
+			return nil
+		}
+	}
 	slices.SortStableFunc(jobs, func(a, b *blobJob) int { return cmp.Compare(b.size, a.size) })
 	g, gctx := errgroup.WithContext(ctx)
 	workers := min(w.concurrency, len(jobs))
@@ -159,6 +168,34 @@ func (w *walker) runJobs(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// reserve asks the store which queued blobs of known digest it holds already,
+// drops those jobs (a write of them would find them present), and tells the store the bytes the others
+// will write before any is written. The jobs left are returned.
+func reserve(ctx context.Context, rs Reserver, st Store, jobs []*blobJob) ([]*blobJob, error) {
+	left := make([]*blobJob, 0, len(jobs))
+	var blobs int
+	var bytes int64
+	for _, j := range jobs {
+		if j.dgst != "" {
+			has, err := st.Has(ctx, j.dgst)
+			if err != nil {
+				return nil, fmt.Errorf("checking %s: %w", j.dgst, err)
+			}
+			if has {
+				continue
+			}
+			j.check = false
+		}
+		left = append(left, j)
+		blobs++
+		bytes += j.size
+	}
+	if blobs == 0 {
+		return left, nil
+	}
+	return left, rs.Reserve(ctx, blobs, bytes)
 }
 
 // runJob does one write. It touches nothing of the walker's but j, so that

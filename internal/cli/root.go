@@ -67,6 +67,9 @@ type options struct {
 	registryConfig string
 	registriesYAML string
 	pullTimeout    time.Duration
+
+	contentRoot string
+	minFree     minFreeValue
 }
 
 // envFlags names the environment variable of each common flag.
@@ -86,6 +89,9 @@ var envFlags = map[string]string{
 	"registry-config": "HOLDFAST_REGISTRY_CONFIG",
 	"pull-timeout":    "HOLDFAST_PULL_TIMEOUT",
 	"registries-yaml": "HOLDFAST_REGISTRIES_YAML",
+
+	"content-root": "HOLDFAST_CONTENT_ROOT",
+	"min-free":     "HOLDFAST_MIN_FREE",
 }
 
 // New builds the holdfast command tree.
@@ -115,6 +121,8 @@ keeps it too).`,
 	pf.StringVar(&o.logFormat, "log-format", "auto", "auto (text on a terminal, else JSON), text or json (env HOLDFAST_LOG_FORMAT)")
 	pf.StringVar(&o.registryConfig, "registry-config", "", "hosts.toml directory for pull lists, containerd's certs.d layout (env HOLDFAST_REGISTRY_CONFIG; default <data-dir>/registry.d, which the embedded containerd's CRI uses too)")
 	pf.StringVar(&o.registriesYAML, "registries-yaml", "", "K3s registries.yaml whose mirrors, TLS settings and credentials pulls use; its mirrors are written as hosts.toml files into --registry-config (env HOLDFAST_REGISTRIES_YAML; K3s: /etc/rancher/k3s/registries.yaml)")
+	pf.StringVar(&o.contentRoot, "content-root", "", "containerd's content store directory as holdfast sees it, whose filesystem imports check for free space (env HOLDFAST_CONTENT_ROOT; default: what containerd reports)")
+	pf.Var(&o.minFree, "min-free", "free space an import must leave on the content store's filesystem: a size (2GiB, 500MB; 0: the archive must only fit) or a percentage of the filesystem (5%) (env HOLDFAST_MIN_FREE; default 5% of the filesystem, at most 1GiB)")
 	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for one pull of a pull-list entry (env HOLDFAST_PULL_TIMEOUT)")
 
 	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newImport(o), newRelease(o), newPin(o), newUnpin(o), newVersion(version), newContainerd())

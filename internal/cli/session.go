@@ -51,6 +51,7 @@ func (o *options) openOwner(ctx context.Context, command string) (*session, erro
 		s.close()
 		return nil, err
 	}
+	s.rt.CheckSpace(o.spaceOptions())
 	if err := s.rt.OwnIngests(o.dataDir); err != nil {
 		s.close()
 		return nil, err

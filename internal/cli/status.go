@@ -29,6 +29,9 @@ type StatusImage struct {
 	// Conflicts are sources that want this name with another target: the
 	// newest source won; their content stays leased while they exist.
 	Conflicts []ConflictingSource `json:"conflicts,omitempty"`
+	// CRI is what the CRI image service (what the kubelet asks) reports;
+	// absent when there is none.
+	CRI *runtime.CRIImage `json:"cri,omitempty"`
 }
 
 // ConflictingSource is a source that wants a name with a target it did not get.
@@ -56,6 +59,7 @@ type StatusSource struct {
 type Status struct {
 	Images  []StatusImage  `json:"images"`
 	Sources []StatusSource `json:"sources"`
+	CRI     StatusCRI      `json:"cri"`
 }
 
 func newStatus(o *options) *cobra.Command {
@@ -65,8 +69,9 @@ func newStatus(o *options) *cobra.Command {
 		Short: "Show the images in the namespace, whether they are pinned, and which sources want them",
 		Long: `status lists every image record in the namespace (not the CRI's own sha256: records):
 its CRI image ID, host-platform size, whether it is pinned and whether holdfast owns
-the pin, and the sources and leases that want it. While holdfast run owns the data
-dir, status attaches to its containerd.
+the pin, whether the CRI image service (what the kubelet asks) sees it and reports
+it pinned, and the sources and leases that want it. While holdfast run owns the
+data dir, status attaches to its containerd.
 
 Unpinning does not free disk at once: the CRI keeps its own record of an image
 until the kubelet's image GC removes it.`,
@@ -90,6 +95,7 @@ until the kubelet's image GC removes it.`,
 				return err
 			}
 			st := buildStatus(imgs, srcs)
+			addCRI(ctx, s.rt, o.namespace, &st)
 			if output == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -147,7 +153,7 @@ func buildStatus(imgs []runtime.ImageDetail, srcs []runtime.SourceState) Status 
 
 func writeTable(w io.Writer, st Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tIMAGE ID\tSIZE\tPINNED\tSOURCES")
+	fmt.Fprintln(tw, "NAME\tIMAGE ID\tSIZE\tPINNED\tCRI\tSOURCES")
 	kept := map[string]bool{}
 	for _, s := range st.Sources {
 		kept[s.Path] = kept[s.Path] || s.Kept
@@ -160,7 +166,7 @@ func writeTable(w io.Writer, st Status) error {
 		if id == "" {
 			id = "<missing>"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", img.Name, id, agent.Bytes(img.Size), pinWord(img), sourcesWord(img.Sources, kept))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", img.Name, id, agent.Bytes(img.Size), pinWord(img), criWord(img), sourcesWord(img.Sources, kept))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -169,6 +175,9 @@ func writeTable(w io.Writer, st Status) error {
 		return err
 	}
 	fmt.Fprintf(w, "%d images, %d sources\n", len(st.Images), len(st.Sources))
+	if st.CRI.Note != "" {
+		fmt.Fprintf(w, "note: %s\n", st.CRI.Note)
+	}
 	return nil
 }
 

@@ -229,6 +229,9 @@ type Runtime interface {
 	Release(ctx context.Context, lease string) error
 	// WatchImages streams image events; subscribe before listing.
 	WatchImages(ctx context.Context) (<-chan ImageEvent, <-chan error)
+	// CRIImages asks the CRI image service about each name: whether it sees
+	// the image and reports it pinned. ErrNoCRI when there is none.
+	CRIImages(ctx context.Context, names []string) (map[string]CRIImage, error)
 	// Cleanup aborts holdfast's stale ingests: its own from an earlier run,
 	// and any left unwritten for long; never another holdfast's live import.
 	Cleanup(ctx context.Context) error

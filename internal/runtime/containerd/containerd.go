@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,6 +53,9 @@ type Runtime struct {
 	// ingests of other runs, and leaves other owners' alone unless stale.
 	owner string
 	run   string
+	space *spaceGuard // the disk check of imports
+	// labelMu makes merges of distribution source labels one at a time.
+	labelMu sync.Mutex
 }
 
 var _ runtime.Runtime = &Runtime{}
@@ -72,7 +76,7 @@ func New(ctx context.Context, address, namespace string) (*Runtime, error) {
 		return nil, fmt.Errorf("connecting to containerd at %s: not a gRPC connection", address)
 	}
 	r := &Runtime{client: c, content: contentapi.NewContentClient(conn), namespace: namespace, platform: hostPlatform(),
-		owner: randomHex(8), run: randomHex(4)}
+		owner: randomHex(8), run: randomHex(4), space: &spaceGuard{}}
 	v, err := c.Version(r.ns(ctx))
 	if err != nil {
 		c.Close()

@@ -55,7 +55,7 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 		// A lease that held a complete import keeps what it held; one made
 		// for this import, or left by an unfinished one, goes.
 		r.abandon(ctx, id, !prior.Complete, ing)
-		return res, err
+		return res, noSpace(err)
 	}
 	res.Images = wants
 	return res, nil
@@ -97,11 +97,13 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 	// Everything the images need, parents before children.
 	var need []blobRef
 	index := map[digest.Digest]int{}
+	sources := sourceLabels{}
 	for _, img := range walked.Images {
 		refs, err := r.closure(ctx, img.Target, read)
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", img.Name, err)
 		}
+		sources.add(img.Name, digestsOf(refs))
 		for _, ref := range refs {
 			if i, ok := index[ref.desc.Digest]; ok {
 				need[i].required = need[i].required || ref.required
@@ -161,6 +163,11 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 		}
 	}
 	if err := r.addToLease(ctx, toLease); err != nil {
+		return nil, err
+	}
+	// Every blob is in the store now, written or found there: label each
+	// with where its images come from, for K3s's embedded registry mirror.
+	if err := r.labelSources(ctx, sources); err != nil {
 		return nil, err
 	}
 	var required []digest.Digest
@@ -311,6 +318,14 @@ func (w *ingester) Has(ctx context.Context, d digest.Digest) (bool, error) {
 
 // Put streams one blob into the store.
 func (w *ingester) Put(ctx context.Context, expected digest.Digest, size int64, r io.Reader) (digest.Digest, error) {
+	// A stream's blobs are known one at a time: each is checked as it comes.
+	what := "a blob needs"
+	if expected != "" {
+		what = "blob " + expected.String() + " needs"
+	}
+	if err := w.r.space.check(ctx, w.r, what, 1, size); err != nil {
+		return "", err
+	}
 	d, committed, err := w.put(ctx, ocispec.Descriptor{Digest: expected, Size: size}, r, nil)
 	if err == nil && committed {
 		w.mu.Lock()

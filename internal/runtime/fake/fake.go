@@ -29,6 +29,7 @@ type Runtime struct {
 	pins    map[string]int // Pin calls by name, whether they changed anything or not
 	lists   int            // Records calls
 	handed  int            // events the watcher's reader has received
+	cri     criState
 }
 
 var _ runtime.Runtime = &Runtime{}

@@ -1,0 +1,122 @@
+package containerd
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/pkg/labels"
+	"github.com/containerd/containerd/v2/pkg/reference"
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+)
+
+// distributionSource is where an image name says its content comes from: the
+// label key for the registry host (containerd.io/distribution.source.<host>)
+// and the repository path. K3s's embedded registry mirror (spegel) serves to
+// other nodes only content that carries such a label, as containerd's own
+// pulls write it. The host is written as containerd's pulls write it, without
+// a port, so that the labels of a pull and of an import of the same image are
+// one label.
+func distributionSource(name string) (key, repo string, ok bool) {
+	spec, err := reference.Parse(name)
+	if err != nil {
+		return "", "", false
+	}
+	host, repo, found := strings.Cut(spec.Locator, "/")
+	if !found || repo == "" {
+		return "", "", false
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if host == "" {
+		return "", "", false
+	}
+	return labels.LabelDistributionSource + "." + host, repo, true
+}
+
+// mergeRepos adds repos to a label value: a comma-separated list of
+// repositories, sorted, each once, as containerd keeps it.
+func mergeRepos(value string, repos ...string) string {
+	var all []string
+	for _, r := range append(strings.Split(value, ","), repos...) {
+		if r != "" {
+			all = append(all, r)
+		}
+	}
+	sort.Strings(all)
+	return strings.Join(slices.Compact(all), ",")
+}
+
+// sourceLabels maps each blob to the distribution source labels it needs: by
+// label key, the repositories of the images that hold it.
+type sourceLabels map[digest.Digest]map[string][]string
+
+// add records that every blob in ds belongs to the image called name.
+func (s sourceLabels) add(name string, ds []digest.Digest) {
+	key, repo, ok := distributionSource(name)
+	if !ok {
+		return
+	}
+	for _, d := range ds {
+		if s[d] == nil {
+			s[d] = map[string][]string{}
+		}
+		s[d][key] = append(s[d][key], repo)
+	}
+}
+
+// labelSources merges the distribution source labels into the blobs in the
+// store, key by key (labels.<key> field paths): other labels are never
+// touched, and repositories already in a value stay. Blobs the store does not
+// have (another platform's, left out of a partial archive) are skipped. A
+// value grown past containerd's label size limit is left as it is, as
+// containerd's pulls do.
+func (r *Runtime) labelSources(ctx context.Context, want sourceLabels) error {
+	cs := r.client.ContentStore()
+	// Imports run in parallel and may share blobs: one merge at a time, so
+	// that no import overwrites what another just added.
+	r.labelMu.Lock()
+	defer r.labelMu.Unlock()
+	for d, keys := range want {
+		info, err := cs.Info(ctx, d)
+		if errdefs.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading labels of %s: %w", d, err)
+		}
+		update := content.Info{Digest: d, Labels: map[string]string{}}
+		var paths []string
+		for key, repos := range keys {
+			old := info.Labels[key]
+			v := mergeRepos(old, repos...)
+			if v == old || labels.Validate(key, v) != nil {
+				continue
+			}
+			update.Labels[key] = v
+			paths = append(paths, "labels."+key)
+		}
+		if len(paths) == 0 {
+			continue
+		}
+		if _, err := cs.Update(ctx, update, paths...); err != nil {
+			return fmt.Errorf("labelling %s with its distribution source: %w", d, err)
+		}
+	}
+	return nil
+}
+
+func digestsOf(refs []blobRef) []digest.Digest {
+	out := make([]digest.Digest, len(refs))
+	for i, ref := range refs {
+		out[i] = ref.desc.Digest
+	}
+	return out
+}
