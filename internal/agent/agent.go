@@ -71,6 +71,8 @@ type Agent struct {
 	touched     map[string]bool
 	imageEvents uint64
 	pinPatterns map[string][]pattern.Pattern // the last pass's pin list patterns, by list path
+	kept        map[string]bool              // the wanted names kept sources want (holdfast import)
+	foreign     map[string]bool              // names pinned by another holdfast process during a pass
 
 	ready      atomic.Bool
 	readyState atomic.Value // string: why not ready
@@ -94,7 +96,7 @@ func New(rt hfruntime.Runtime, cfg Config, rec Recorder) *Agent {
 	}
 	a := &Agent{rt: rt, cfg: cfg, log: log, rec: rec, clock: realClock{},
 		wanted: map[string]hfruntime.Want{}, failed: map[string]failure{}, heals: map[string]*healState{},
-		collecting: true, touched: map[string]bool{}, pinPatterns: map[string][]pattern.Pattern{}}
+		collecting: true, touched: map[string]bool{}, pinPatterns: map[string][]pattern.Pattern{}, foreign: map[string]bool{}}
 	a.readyState.Store("the first pass has not finished")
 	return a
 }
@@ -229,7 +231,7 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	events, streamErr := a.rt.WatchImages(ctx)
 	a.rec.SetConnected(true)
 
-	w, err := newWatcher(a.cfg.ImageDirs, a.cfg.Settle, a.log)
+	w, err := newWatcher(append(append([]string{}, a.cfg.ImageDirs...), a.cfg.SpoolDirs...), a.cfg.Settle, a.log)
 	if err != nil {
 		return err
 	}

@@ -36,23 +36,58 @@ func (a *Agent) onImageEvent(ctx context.Context, ev hfruntime.ImageEvent, timer
 	if hfruntime.IsCRIRecord(ev.Name) {
 		return false
 	}
-	if ev.Kind == hfruntime.ImageCreated && ev.Labels[hfruntime.LabelCRIPinned] == hfruntime.PinnedValue &&
-		ev.Labels[hfruntime.LabelPinned] == hfruntime.PinnedValue {
-		return false // a create with both labels is holdfast's own
-	}
 	present := ev.Kind != hfruntime.ImageDeleted
+	ours := present && ev.Labels[hfruntime.LabelCRIPinned] == hfruntime.PinnedValue &&
+		ev.Labels[hfruntime.LabelPinned] == hfruntime.PinnedValue
+	if ev.Kind == hfruntime.ImageCreated && ours {
+		// A create with both labels is holdfast's own: this agent's, or
+		// another holdfast process's (holdfast import), whose lease a pass
+		// takes in so that heal keeps the name.
+		return a.pinnedElsewhere(ev.Name)
+	}
 	a.mu.Lock()
 	a.imageEvents++
 	if a.collecting {
 		a.touched[ev.Name] = a.touched[ev.Name] || present
+		if ours {
+			a.foreign[ev.Name] = true
+		}
 	}
 	want, wanted := a.wanted[ev.Name]
-	pass := !wanted && present && a.pinMatchLocked(ev.Name)
+	pass := !wanted && present && (ours || a.pinMatchLocked(ev.Name))
+	// A kept source's name that lost holdfast's pin may have been released
+	// (holdfast release deletes the lease, then unpins): only a pass, which
+	// reads the leases, knows whether to pin it again.
+	released := wanted && present && !ours && a.kept[ev.Name]
 	a.mu.Unlock()
+	if released {
+		return true
+	}
 	if wanted {
 		a.heal(ctx, want, timer)
 	}
 	return pass
+}
+
+// pinnedElsewhere reports whether a create of a name with holdfast's pin
+// needs a pass: the name is not wanted, so another holdfast process pinned
+// it. During a pass the answer waits for the pass's wanted set (afterPass).
+func (a *Agent) pinnedElsewhere(name string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.collecting {
+		a.foreign[name] = true
+		return false
+	}
+	_, wanted := a.wanted[name]
+	return !wanted
+}
+
+// setKept keeps the names kept sources want, as the last plan found them.
+func (a *Agent) setKept(names map[string]bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.kept = names
 }
 
 // afterPass heals the names of image events that came while the pass ran,
@@ -70,6 +105,12 @@ func (a *Agent) afterPass(ctx context.Context, touched map[string]bool, timer Ti
 			pass = true
 		}
 	}
+	for name := range a.foreign {
+		if _, ok := a.wanted[name]; !ok {
+			pass = true // pinned by another holdfast process during the pass
+		}
+	}
+	a.foreign = map[string]bool{}
 	a.mu.Unlock()
 	for _, w := range due {
 		a.heal(ctx, w, timer)

@@ -25,6 +25,9 @@ import (
 // Config is what a pass needs to know.
 type Config struct {
 	ImageDirs []string
+	// SpoolDirs take archives to import as kept sources: each is deleted
+	// once its content is leased and its images pinned.
+	SpoolDirs []string
 	Parallel  int           // archives imported at once; 0 = a default from the CPU count
 	Settle    time.Duration // run: a file is complete when unmodified this long
 	Resync    time.Duration // run: full pass at least this often
@@ -50,6 +53,7 @@ type Summary struct {
 	Wanted    int     // names the sources want
 	Failures  []error // each names the file and the cause
 	Duration  time.Duration
+	Spooled   []string // spool files imported, kept and removed
 
 	states map[string]sourceState // by path
 }
@@ -146,6 +150,7 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	reads.Go(func() { states, serr = a.rt.Sources(ctx) })
 	reads.Go(func() { records, rerr = a.rt.Records(ctx) })
 	scan := source.Scan(a.cfg.ImageDirs)
+	spool := a.scanSpool()
 	reads.Wait()
 	for _, s := range scan.Skipped {
 		a.log.Debug("skipped", "path", s.Path, "reason", s.Reason)
@@ -158,8 +163,9 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	// sources gone from its images dir keep their pins and leases too, as it
 	// may want the same images (pin eagerly, unpin lazily); one waiting to
 	// retry a failed import holds nothing back, as it may never import.
+	all := append(append([]source.Source{}, scan.Sources...), spool.Sources...)
 	if opts.settle {
-		a.forgetUnseen(scan.Sources)
+		a.forgetUnseen(all)
 	}
 	var todo, pinLists, pullLists []source.Source
 	var writing []string // images dirs holding a source still being written
@@ -192,12 +198,18 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	known := map[string]*hfruntime.SourceState{}
 	if serr == nil {
 		for i := range states {
-			if st := &states[i]; st.Complete {
+			if st := &states[i]; st.Complete && !st.Kept {
 				known[st.Source+"\x00"+st.Identity] = st
 			}
 		}
 	}
 	imported := a.importAll(ctx, todo, known, &sum)
+	spooled := a.importSpool(ctx, spool, opts, now, &sum, &pr)
+	for _, s := range spooled {
+		if s.fresh {
+			imported[s.lease] = true
+		}
+	}
 	lists, unread := a.pullLists(ctx, pullLists, &sum, imported)
 	pins, unreadPins := a.pinLists(ctx, pinLists, scan, &sum, imported)
 	for p, pr := range pins {
@@ -220,9 +232,10 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 		sum.Failures = append(sum.Failures, err)
 	} else {
 		a.apply(ctx, plan, &sum)
+		a.removeSpooled(ctx, spooled, &sum)
 	}
 	pr.touched = a.takeTouched()
-	if next := a.nextRetry(scan.Sources); !next.IsZero() && (pr.nextCheck.IsZero() || next.Before(pr.nextCheck)) {
+	if next := a.nextRetry(all); !next.IsZero() && (pr.nextCheck.IsZero() || next.Before(pr.nextCheck)) {
 		pr.nextCheck = next
 	}
 	sum.Failed = len(sum.Failures)
@@ -378,6 +391,7 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 		}
 	}
 	a.setWanted(plan.WantedNames)
+	a.setKept(plan.KeptNames)
 	for _, u := range plan.Unpins {
 		if err := a.rt.Unpin(ctx, u.Name); err != nil {
 			sum.Failures = append(sum.Failures, fmt.Errorf("unpin %s: %w", u.Name, err))
@@ -473,6 +487,8 @@ func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imp
 		Hold:     hold,
 		Imported: imported,
 		Records:  records,
+		// An unfinished kept import may be in flight in another process.
+		KeptStaleBefore: time.Now().Add(-KeptStaleAge),
 	}), nil
 }
 

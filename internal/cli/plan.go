@@ -94,8 +94,8 @@ their pins are not listed.`,
 func importReason(src source.Source, leases []runtime.SourceState) string {
 	known := false
 	for _, st := range leases {
-		if st.Source != src.Path {
-			continue
+		if st.Source != src.Path || st.Kept {
+			continue // a kept import of the same file is a source of its own
 		}
 		known = true
 		if st.Identity == src.Identity && st.Complete {

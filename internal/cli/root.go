@@ -57,6 +57,7 @@ type usageError struct{ error }
 type options struct {
 	address   string
 	images    []string
+	spool     []string
 	dataDir   string
 	namespace string
 	logLevel  string
@@ -75,6 +76,7 @@ type options struct {
 var envFlags = map[string]string{
 	"address":    "HOLDFAST_ADDRESS",
 	"images":     "HOLDFAST_IMAGES",
+	"spool":      "HOLDFAST_SPOOL",
 	"data-dir":   "HOLDFAST_DATA_DIR",
 	"namespace":  "HOLDFAST_NAMESPACE",
 	"log-level":  "HOLDFAST_LOG_LEVEL",
@@ -112,6 +114,7 @@ keeps it too).`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&o.address, "address", "", "containerd socket to use; empty starts holdfast's embedded containerd in --data-dir (env HOLDFAST_ADDRESS; K3s: /run/k3s/containerd/containerd.sock)")
 	pf.StringArrayVar(&o.images, "images", nil, "images directory, repeatable (env HOLDFAST_IMAGES, colon-separated; default <data-dir>/images)")
+	pf.StringArrayVar(&o.spool, "spool", nil, "spool directory, repeatable (env HOLDFAST_SPOOL, colon-separated): sync and run import each archive dropped there as a kept source, then delete it")
 	pf.StringVar(&o.dataDir, "data-dir", datadir.Default(), "holdfast's data directory (env HOLDFAST_DATA_DIR)")
 	pf.StringVar(&o.namespace, "namespace", "k8s.io", "containerd namespace (env HOLDFAST_NAMESPACE)")
 	pf.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (env HOLDFAST_LOG_LEVEL)")
@@ -122,7 +125,7 @@ keeps it too).`,
 	pf.Var(&o.minFree, "min-free", "free space an import must leave on the content store's filesystem: a size (2GiB, 500MB; 0: the archive must only fit) or a percentage of the filesystem (5%) (env HOLDFAST_MIN_FREE; default 5% of the filesystem, at most 1GiB)")
 	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for one pull of a pull-list entry (env HOLDFAST_PULL_TIMEOUT)")
 
-	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newPin(o), newUnpin(o), newVersion(version), newContainerd())
+	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newImport(o), newRelease(o), newPin(o), newUnpin(o), newVersion(version), newContainerd())
 	return root
 }
 
@@ -138,10 +141,14 @@ func (o *options) complete(cmd *cobra.Command) error {
 		if !ok || v == "" {
 			return
 		}
-		if f.Name == "images" {
+		if f.Name == "images" || f.Name == "spool" {
+			dirs := &o.images
+			if f.Name == "spool" {
+				dirs = &o.spool
+			}
 			for _, d := range filepath.SplitList(v) {
 				if d != "" {
-					o.images = append(o.images, d)
+					*dirs = append(*dirs, d)
 				}
 			}
 			return
@@ -177,7 +184,11 @@ func (o *options) agentConfig(parallel int) (agent.Config, error) {
 	if err != nil {
 		return agent.Config{}, err
 	}
-	cfg := agent.Config{ImageDirs: dirs, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, Log: o.log}
+	spool, err := o.spoolDirs()
+	if err != nil {
+		return agent.Config{}, err
+	}
+	cfg := agent.Config{ImageDirs: dirs, SpoolDirs: spool, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, Log: o.log}
 	if o.registriesYAML == "" {
 		return cfg, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -46,6 +47,12 @@ type StatusSource struct {
 	Identity string `json:"identity"`
 	Complete bool   `json:"complete"`
 	Images   int    `json:"images"`
+	// Kept sources (holdfast import) stay until released, whatever becomes
+	// of their file; ImportedAt (RFC 3339) and Size (host-platform bytes)
+	// are set for them.
+	Kept       bool   `json:"kept,omitempty"`
+	ImportedAt string `json:"importedAt,omitempty"`
+	Size       int64  `json:"size,omitempty"`
 }
 
 // Status is the whole of `status -o json`.
@@ -109,7 +116,11 @@ func buildStatus(imgs []runtime.ImageDetail, srcs []runtime.SourceState) Status 
 	wantedBy := map[string][]claim{}
 	st := Status{Images: []StatusImage{}, Sources: []StatusSource{}}
 	for _, s := range srcs {
-		st.Sources = append(st.Sources, StatusSource{Path: s.Source, Lease: s.Lease, Identity: s.Identity, Complete: s.Complete, Images: len(s.Images)})
+		ss := StatusSource{Path: s.Source, Lease: s.Lease, Identity: s.Identity, Complete: s.Complete, Images: len(s.Images)}
+		if s.Kept {
+			ss.Kept, ss.ImportedAt, ss.Size = true, s.ImportedAt.UTC().Format(time.RFC3339), s.Size
+		}
+		st.Sources = append(st.Sources, ss)
 		for _, w := range s.Images {
 			wantedBy[w.Name] = append(wantedBy[w.Name], claim{s, w.Target.Digest.String()})
 		}
@@ -143,6 +154,10 @@ func buildStatus(imgs []runtime.ImageDetail, srcs []runtime.SourceState) Status 
 func writeTable(w io.Writer, st Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tIMAGE ID\tSIZE\tPINNED\tCRI\tSOURCES")
+	kept := map[string]bool{}
+	for _, s := range st.Sources {
+		kept[s.Path] = kept[s.Path] || s.Kept
+	}
 	for _, img := range st.Images {
 		id := strings.TrimPrefix(img.ID, "sha256:")
 		if len(id) > 12 {
@@ -151,9 +166,12 @@ func writeTable(w io.Writer, st Status) error {
 		if id == "" {
 			id = "<missing>"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", img.Name, id, agent.Bytes(img.Size), pinWord(img), criWord(img), sourcesWord(img.Sources))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", img.Name, id, agent.Bytes(img.Size), pinWord(img), criWord(img), sourcesWord(img.Sources, kept))
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := writeKept(w, st.Sources); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "%d images, %d sources\n", len(st.Images), len(st.Sources))
@@ -175,9 +193,16 @@ func pinWord(img StatusImage) string {
 	return "no"
 }
 
-func sourcesWord(srcs []string) string {
+func sourcesWord(srcs []string, kept map[string]bool) string {
 	if len(srcs) == 0 {
 		return "-"
 	}
-	return strings.Join(srcs, ",")
+	words := make([]string, len(srcs))
+	for i, s := range srcs {
+		words[i] = s
+		if kept[s] {
+			words[i] += " (kept)"
+		}
+	}
+	return strings.Join(words, ",")
 }

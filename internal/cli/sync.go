@@ -37,6 +37,9 @@ applied), 2 on bad usage.`,
 			for _, c := range sum.Conflicts {
 				fmt.Fprintf(cmd.OutOrStdout(), "conflict: %s\n", c)
 			}
+			for _, p := range sum.Spooled {
+				fmt.Fprintf(cmd.OutOrStdout(), "spool: %s imported, kept and removed\n", p)
+			}
 			for _, f := range sum.Failures {
 				fmt.Fprintf(cmd.ErrOrStderr(), "error: %v\n", f)
 			}

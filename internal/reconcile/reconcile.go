@@ -7,6 +7,7 @@ package reconcile
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
@@ -72,6 +73,8 @@ type Plan struct {
 	Conflicts   []Conflict
 	Wanted      int                     // names the kept sources want
 	WantedNames map[string]runtime.Want // and their targets (the winners')
+	// KeptNames are the wanted names a kept source (holdfast import) wants.
+	KeptNames map[string]bool
 }
 
 // Empty reports whether the plan changes nothing.
@@ -101,6 +104,10 @@ type Input struct {
 	Imported map[string]bool
 	// Records is every image record in the namespace.
 	Records []runtime.Image
+	// KeptStaleBefore: an unfinished kept import whose lease was made before
+	// it is stale. A younger one may be in flight in another process
+	// (holdfast import beside the agent) and is left alone.
+	KeptStaleBefore time.Time
 }
 
 // Diff compares the desired state with the records and returns the plan.
@@ -117,6 +124,12 @@ func Diff(in Input) Plan {
 	for _, st := range kept {
 		for _, w := range st.Images {
 			claims[w.Name] = append(claims[w.Name], claim{w, st})
+			if st.Kept {
+				if plan.KeptNames == nil {
+					plan.KeptNames = map[string]bool{}
+				}
+				plan.KeptNames[w.Name] = true
+			}
 		}
 	}
 	wanted := map[string]claim{}
@@ -186,7 +199,7 @@ func keptLeases(in Input, plan *Plan) []runtime.SourceState {
 	// The complete lease of each present source's current identity.
 	current := map[string]bool{}
 	for _, st := range in.Leases {
-		if p, ok := in.Present[st.Source]; ok && st.Complete && p.Identity == st.Identity {
+		if p, ok := in.Present[st.Source]; ok && !st.Kept && st.Complete && p.Identity == st.Identity {
 			current[st.Source] = true
 		}
 	}
@@ -194,6 +207,13 @@ func keptLeases(in Input, plan *Plan) []runtime.SourceState {
 	for _, st := range in.Leases {
 		p, present := in.Present[st.Source]
 		switch {
+		case st.Kept && st.Complete:
+			// Kept until released: its file may be gone, moved or changed.
+			kept = append(kept, st)
+		case st.Kept:
+			if st.CreatedAt.Before(in.KeptStaleBefore) {
+				plan.Releases = append(plan.Releases, Release{Lease: st.Lease, Source: st.Source, Reason: ReasonStale})
+			}
 		case in.Unknown != nil && in.Unknown(st.Source):
 			if st.Complete {
 				kept = append(kept, st)

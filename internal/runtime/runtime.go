@@ -35,6 +35,11 @@ const (
 	LabelIdentity = "io.holdfast.identity"
 	// LabelState marks the content blob that holds a lease's desired state; its value is the lease ID.
 	LabelState = "io.holdfast.state"
+	// LabelKept marks the lease of a kept source (holdfast import): it stays
+	// until released, whatever becomes of its file. LabelImportedAt is when
+	// it was imported (RFC 3339).
+	LabelKept       = "io.holdfast.kept"
+	LabelImportedAt = "io.holdfast.imported-at"
 )
 
 // ErrNotFound is returned when a record, lease or blob does not exist.
@@ -77,6 +82,13 @@ type SourceState struct {
 	// state: a complete, intact source needs no import at the same identity.
 	Intact    bool      `json:"-"`
 	CreatedAt time.Time `json:"-"`
+	// Size is the bytes of the host-platform blobs the images need.
+	Size int64 `json:"size,omitempty"`
+	// Kept says the source was imported to be kept until released (its
+	// lease carries LabelKept): passes keep it whether its file exists or
+	// not. ImportedAt is when.
+	Kept       bool      `json:"-"`
+	ImportedAt time.Time `json:"-"`
 }
 
 // ServerInfo describes the store's server.
@@ -91,6 +103,7 @@ type ImportRequest struct {
 	MtimeNs  int64                         // the source mtime
 	Dir      bool                          // an OCI layout directory, not a file
 	Prior    *SourceState                  // the source's state at this identity if the caller read it already
+	Kept     bool                          // import as a kept source, leased until released (holdfast import)
 	Open     func() (io.ReadCloser, error) // opens the archive stream (files)
 }
 

@@ -34,6 +34,12 @@ var chunkPool = sync.Pool{New: func() any { b := make([]byte, writeChunk); retur
 func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
 	ctx = r.ns(ctx)
 	id := LeaseID(req.Source, req.Identity)
+	if req.Kept {
+		id = KeptLeaseID(req.Source, req.Identity)
+		if err := r.createKept(ctx, id, req); err != nil {
+			return runtime.ImportResult{Lease: id}, err
+		}
+	}
 	res := runtime.ImportResult{Lease: id}
 
 	prior, unchanged, err := r.openLease(ctx, id, req.Source, req.Identity, req.Prior)
@@ -165,12 +171,14 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 		return nil, err
 	}
 	var required []digest.Digest
+	var size int64
 	for _, ref := range need {
 		if ref.required {
 			required = append(required, ref.desc.Digest)
+			size += ref.desc.Size
 		}
 	}
-	state := runtime.SourceState{Lease: leaseFromContext(ctx), Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required}
+	state := runtime.SourceState{Lease: leaseFromContext(ctx), Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required, Size: size}
 	if err := r.writeState(ctx, ing, state); err != nil {
 		return nil, err
 	}

@@ -124,7 +124,7 @@ func (r *Runtime) Import(_ context.Context, req runtime.ImportRequest) (runtime.
 	}
 	res, err := r.ImportFunc(req)
 	if err == nil && !res.Unchanged {
-		r.PutState(runtime.SourceState{Lease: res.Lease, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: res.Images})
+		r.PutState(runtime.SourceState{Lease: res.Lease, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: res.Images, Kept: req.Kept})
 	}
 	return res, err
 }

@@ -1,0 +1,205 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/holdfast-project/holdfast/internal/reconcile"
+	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/source"
+)
+
+// KeptStaleAge is how old an unfinished kept import must be before a pass
+// releases its lease as stale: a younger one may be in flight in another
+// process (holdfast import beside holdfast run).
+const KeptStaleAge = time.Hour
+
+// Kept is what Keep did with one path.
+type Kept struct {
+	Path      string // absolute: the kept source's origin
+	Result    hfruntime.ImportResult
+	Pinned    int                  // records pinned or restored
+	Replaced  []string             // leases of earlier kept imports of the same path, released
+	Unpinned  []string             // names only those wanted
+	Conflicts []reconcile.Conflict // names another source wants at another target
+}
+
+// Keep imports one archive or OCI layout directory as a kept source: its
+// lease is marked kept and stays until released, whatever becomes of the
+// file. Its images are pinned as a pass would pin them, every other lease
+// taken as it is. Importing the same file again (same identity) reads
+// nothing; importing a changed file at the same path replaces the earlier
+// kept import: its lease is released once the new one is complete, and the
+// names only it wanted are unpinned.
+func Keep(ctx context.Context, rt hfruntime.Runtime, path string) (Kept, error) {
+	k := Kept{Path: path}
+	if abs, err := filepath.Abs(path); err == nil {
+		k.Path = abs
+	}
+	src, err := source.Identify(k.Path)
+	if err != nil {
+		return k, err
+	}
+	k.Result, err = rt.Import(ctx, hfruntime.ImportRequest{
+		Source:   src.Path,
+		Identity: src.Identity,
+		MtimeNs:  src.MtimeNs,
+		Dir:      src.Kind == source.OCIDir,
+		Kept:     true,
+		Open:     func() (io.ReadCloser, error) { return source.Open(src.Path) },
+	})
+	if err != nil {
+		return k, fmt.Errorf("import %s: %w", k.Path, err)
+	}
+	states, records, err := readStore(ctx, rt)
+	if err != nil {
+		return k, fmt.Errorf("import %s: %w", k.Path, err)
+	}
+	var earlier []hfruntime.SourceState
+	states = slices.DeleteFunc(states, func(st hfruntime.SourceState) bool {
+		old := st.Kept && st.Source == src.Path && st.Lease != k.Result.Lease
+		if old {
+			earlier = append(earlier, st)
+		}
+		return old
+	})
+	imported := map[string]bool{}
+	if !k.Result.Unchanged {
+		imported[k.Result.Lease] = true
+	}
+	plan := planAsIs(states, records, imported)
+	var errs []error
+	for _, p := range plan.Pins {
+		if p.Lease != k.Result.Lease {
+			continue
+		}
+		if _, err := rt.Pin(ctx, p.Want, hfruntime.FirstPin(p.Reason == reconcile.ReasonNew)); err != nil {
+			errs = append(errs, fmt.Errorf("pin %s (wanted by %s): %w", p.Want.Name, k.Path, err))
+			continue
+		}
+		k.Pinned++
+	}
+	for _, c := range plan.Conflicts {
+		if c.Winner.Lease == k.Result.Lease || slices.ContainsFunc(c.Losers, func(l reconcile.Claim) bool { return l.Lease == k.Result.Lease }) {
+			k.Conflicts = append(k.Conflicts, c)
+		}
+	}
+	if len(errs) > 0 {
+		// The earlier import may hold content a failed pin still needs.
+		return k, errors.Join(errs...)
+	}
+	for _, st := range earlier {
+		k.Replaced = append(k.Replaced, st.Lease)
+	}
+	k.Unpinned, err = releaseLeases(ctx, rt, earlier, plan.WantedNames, records)
+	return k, err
+}
+
+// Release is what ReleaseKept did, or would do.
+type Release struct {
+	Leases   []hfruntime.SourceState // the kept sources released
+	Unpinned []string                // the names no other source wants
+}
+
+// ReleaseKept ends the kept sources in leases: each lease is deleted, then
+// the names that no other lease (another source, a pin list, another kept
+// source) wants are unpinned. A pin a user made stays (see Runtime.Unpin).
+// With dryRun nothing changes; the result says what would.
+func ReleaseKept(ctx context.Context, rt hfruntime.Runtime, leases []hfruntime.SourceState, dryRun bool) (Release, error) {
+	rel := Release{Leases: leases}
+	states, records, err := readStore(ctx, rt)
+	if err != nil {
+		return rel, err
+	}
+	states = slices.DeleteFunc(states, func(st hfruntime.SourceState) bool {
+		return slices.ContainsFunc(leases, func(l hfruntime.SourceState) bool { return l.Lease == st.Lease })
+	})
+	wanted := planAsIs(states, records, nil).WantedNames
+	if dryRun {
+		rel.Unpinned = unwanted(leases, wanted, records)
+		return rel, nil
+	}
+	rel.Unpinned, err = releaseLeases(ctx, rt, leases, wanted, records)
+	return rel, err
+}
+
+// KeptSources lists the kept sources in the store.
+func KeptSources(ctx context.Context, rt hfruntime.Runtime) ([]hfruntime.SourceState, error) {
+	states, err := rt.Sources(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(states, func(st hfruntime.SourceState) bool { return !st.Kept }), nil
+}
+
+func readStore(ctx context.Context, rt hfruntime.Runtime) ([]hfruntime.SourceState, []hfruntime.Image, error) {
+	states, err := rt.Sources(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	records, err := rt.Records(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return states, records, nil
+}
+
+// planAsIs plans with every lease taken as it is: no file is looked at, so
+// no source counts as gone. It is the plan of a command that acts on a few
+// sources only (import, release) beside whatever else the store holds.
+func planAsIs(states []hfruntime.SourceState, records []hfruntime.Image, imported map[string]bool) reconcile.Plan {
+	return reconcile.Diff(reconcile.Input{
+		Leases:   states,
+		Unknown:  func(string) bool { return true },
+		Imported: imported,
+		Records:  records,
+	})
+}
+
+// unwanted lists the names leases want that are not in wanted and that
+// holdfast has pinned.
+func unwanted(leases []hfruntime.SourceState, wanted map[string]hfruntime.Want, records []hfruntime.Image) []string {
+	owned := map[string]bool{}
+	for _, r := range records {
+		owned[r.Name] = r.Owned()
+	}
+	var out []string
+	for _, st := range leases {
+		for _, w := range st.Images {
+			if _, ok := wanted[w.Name]; !ok && owned[w.Name] {
+				out = append(out, w.Name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// releaseLeases deletes leases, then unpins the names they wanted that are
+// not in wanted. The lease goes first: an agent that sees the unpin and runs
+// a pass then finds it gone, and does not pin the name again.
+func releaseLeases(ctx context.Context, rt hfruntime.Runtime, leases []hfruntime.SourceState, wanted map[string]hfruntime.Want, records []hfruntime.Image) ([]string, error) {
+	var errs []error
+	for _, st := range leases {
+		if err := rt.Release(ctx, st.Lease); err != nil {
+			errs = append(errs, fmt.Errorf("release %s: %w", st.Source, err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	var done []string
+	for _, name := range unwanted(leases, wanted, records) {
+		if err := rt.Unpin(ctx, name); err != nil {
+			errs = append(errs, fmt.Errorf("unpin %s: %w", name, err))
+			continue
+		}
+		done = append(done, name)
+	}
+	return done, errors.Join(errs...)
+}

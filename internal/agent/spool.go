@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/holdfast-project/holdfast/internal/metrics"
+	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/source"
+)
+
+// spooled is one spool file a pass imported as a kept source: once its lease
+// is complete and intact and its images are pinned, the file goes.
+type spooled struct {
+	src   source.Source
+	lease string
+	fresh bool // imported in this pass, not found complete already
+}
+
+// scanSpool scans the spool dirs. Lists have no place there: they are
+// reported and left alone.
+func (a *Agent) scanSpool() source.Result {
+	if len(a.cfg.SpoolDirs) == 0 {
+		return source.Result{}
+	}
+	scan := source.Scan(a.cfg.SpoolDirs)
+	kept := scan.Sources[:0]
+	for _, src := range scan.Sources {
+		if src.Kind == source.PinList || src.Kind == source.PullList {
+			scan.Errors = append(scan.Errors, fmt.Errorf("%s: a %s in a spool dir is not read (spool dirs take archives and OCI layouts; put lists in an images dir)", src.Path, src.Kind))
+			continue
+		}
+		kept = append(kept, src)
+	}
+	scan.Sources = kept
+	return scan
+}
+
+// importSpool imports the spool files that are completely written, each as a
+// kept source. One still being written, or waiting to retry a failed import,
+// is left for a later pass; a failed one stays in place and is reported.
+func (a *Agent) importSpool(ctx context.Context, scan source.Result, opts passOptions, now time.Time, sum *Summary, pr *passResult) []spooled {
+	sum.Failures = append(sum.Failures, scan.Errors...)
+	var out []spooled
+	for _, src := range scan.Sources {
+		if due, wait, settling := a.deferred(src, opts, now); wait {
+			sum.set(src, metrics.StatePending)
+			pr.pending = append(pr.pending, src.Path)
+			if settling {
+				pr.settling = append(pr.settling, src.Path)
+			}
+			if pr.nextCheck.IsZero() || due.Before(pr.nextCheck) {
+				pr.nextCheck = due
+			}
+			continue
+		}
+		began := time.Now()
+		res, err := a.rt.Import(ctx, hfruntime.ImportRequest{
+			Source:   src.Path,
+			Identity: src.Identity,
+			MtimeNs:  src.MtimeNs,
+			Dir:      src.Kind == source.OCIDir,
+			Kept:     true,
+			Open:     func() (io.ReadCloser, error) { return source.Open(src.Path) },
+		})
+		sum.BytesRead += res.BytesRead
+		if err != nil {
+			sum.Failures = append(sum.Failures, fmt.Errorf("import %s (left in the spool dir): %w", src.Path, err))
+			sum.set(src, metrics.StateFailed)
+			a.rec.ImportDone("failed", res.BytesRead, time.Since(began))
+			a.noteFailure(src.Path, src.Identity)
+			continue
+		}
+		a.clearFailure(src.Path)
+		sum.set(src, metrics.StateApplied)
+		if res.Unchanged {
+			sum.Unchanged++
+			a.rec.ImportDone("unchanged", 0, time.Since(began))
+		} else {
+			sum.Imported++
+			a.rec.ImportDone("imported", res.BytesRead, time.Since(began))
+			a.log.Info("imported from spool", "path", src.Path, "images", len(res.Images), "written", res.Written,
+				"present", res.Present, "bytes", res.BytesRead, "lease", res.Lease)
+		}
+		out = append(out, spooled{src: src, lease: res.Lease, fresh: !res.Unchanged})
+	}
+	return out
+}
+
+// removeSpooled deletes the spool files whose kept source is complete, intact
+// and pinned, and whose file is still the one imported. Any doubt leaves the
+// file for a later pass, and is reported.
+func (a *Agent) removeSpooled(ctx context.Context, done []spooled, sum *Summary) {
+	if len(done) == 0 {
+		return
+	}
+	states, records, err := readStore(ctx, a.rt)
+	if err != nil {
+		sum.Failures = append(sum.Failures, fmt.Errorf("checking spool imports: %w", err))
+		return
+	}
+	byLease := map[string]hfruntime.SourceState{}
+	for _, st := range states {
+		byLease[st.Lease] = st
+	}
+	owned := map[string]bool{}
+	for _, r := range records {
+		owned[r.Name] = r.Owned()
+	}
+	for _, s := range done {
+		if err := verifySpooled(s, byLease[s.lease], owned); err != nil {
+			sum.Failures = append(sum.Failures, fmt.Errorf("%s: not removed from the spool dir: %w", s.src.Path, err))
+			continue
+		}
+		if err := os.RemoveAll(s.src.Path); err != nil {
+			sum.Failures = append(sum.Failures, fmt.Errorf("removing %s: %w", s.src.Path, err))
+			continue
+		}
+		sum.Spooled = append(sum.Spooled, s.src.Path)
+		a.log.Info("removed from spool: imported, kept, pinned", "path", s.src.Path, "lease", s.lease)
+	}
+}
+
+func verifySpooled(s spooled, st hfruntime.SourceState, owned map[string]bool) error {
+	switch {
+	case st.Lease == "" || !st.Complete:
+		return fmt.Errorf("lease %s is not complete", s.lease)
+	case !st.Intact:
+		return fmt.Errorf("lease %s lacks content", s.lease)
+	}
+	for _, w := range st.Images {
+		if !owned[w.Name] {
+			return fmt.Errorf("%s is not pinned", w.Name)
+		}
+	}
+	now, err := source.Identify(s.src.Path)
+	if err != nil {
+		return err
+	}
+	if now.Identity != s.src.Identity {
+		return fmt.Errorf("it changed since it was imported")
+	}
+	return nil
+}

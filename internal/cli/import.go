@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/holdfast-project/holdfast/internal/agent"
+)
+
+func newImport(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "import FILE|DIR...",
+		Short: "Import archives or OCI layout dirs once, and keep their images pinned until released",
+		Long: `import reads each archive (docker save, OCI, compressed or not) or OCI layout
+directory into containerd, pins its images and leases their content as a kept
+source: it no longer depends on the file. The file may then be deleted or moved
+to get the disk back; its images stay pinned, and holdfast heals them from the
+leased content, until "holdfast release" ends the kept source.
+
+That a source is kept lives in containerd, on its lease (labels
+io.holdfast.kept, io.holdfast.source, io.holdfast.imported-at): restarts of
+holdfast or containerd, and a lost data dir, change nothing.
+
+Importing the same file again reads nothing (the file's identity is its size,
+mtime, inode and ctime). Importing a changed file at the same path replaces the
+earlier kept import: the new content is leased and pinned first, then the
+earlier lease is released and the names only it wanted are unpinned.
+
+While holdfast run owns the data dir, import talks to its containerd; the agent
+takes the kept source in at once.
+
+Exit status: 0 when every path was imported, 1 when any failed (the others are
+still imported; each failure names the path and the cause), 2 on bad usage.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return &usageError{errors.New("import: give at least one archive or OCI layout directory")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			s, err := o.openReader(ctx, "import")
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			// Attached to a running agent's containerd, --min-free and
+			// --content-root apply to this import too.
+			s.rt.CheckSpace(o.spaceOptions())
+			if _, err := agent.CheckServer(ctx, s.rt, o.log); err != nil {
+				return err
+			}
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			failed := 0
+			for _, path := range args {
+				k, err := agent.Keep(ctx, s.rt, path)
+				for _, c := range k.Conflicts {
+					fmt.Fprintf(out, "conflict: %s\n", c)
+				}
+				if err != nil {
+					fmt.Fprintf(errOut, "error: %v\n", err)
+					failed++
+					continue
+				}
+				r := k.Result
+				if r.Unchanged {
+					fmt.Fprintf(out, "%s: unchanged, %d images kept (lease %s)\n", k.Path, len(r.Images), r.Lease)
+				} else {
+					fmt.Fprintf(out, "%s: imported and kept, %d images, %d blobs written, %d present, %s read (lease %s)\n",
+						k.Path, len(r.Images), r.Written, r.Present, agent.Bytes(r.BytesRead), r.Lease)
+				}
+				for _, l := range k.Replaced {
+					fmt.Fprintf(out, "%s: replaced the earlier import (lease %s)\n", k.Path, l)
+				}
+				for _, n := range k.Unpinned {
+					fmt.Fprintf(out, "unpinned %s\n", n)
+				}
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if failed > 0 {
+				return &ExitError{Code: 1}
+			}
+			return nil
+		},
+	}
+}
+
+// writeKept lists the kept sources under status's table: where each was
+// imported from (the file may be gone), when, and the bytes it holds.
+func writeKept(w io.Writer, srcs []StatusSource) error {
+	var kept []StatusSource
+	for _, s := range srcs {
+		if s.Kept {
+			kept = append(kept, s)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEPT SOURCE\tIMPORTED\tSIZE\tIMAGES")
+	for _, s := range kept {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", s.Path, s.ImportedAt, agent.Bytes(s.Size), s.Images)
+	}
+	return tw.Flush()
+}
+
+// spoolDirs returns the spool dirs, absolute, created if missing.
+func (o *options) spoolDirs() ([]string, error) {
+	var dirs []string
+	for _, d := range o.spool {
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return nil, fmt.Errorf("creating spool dir: %w", err)
+		}
+		dirs = append(dirs, abs)
+	}
+	return dirs, nil
+}

@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	"github.com/spf13/cobra"
+
+	"github.com/holdfast-project/holdfast/internal/agent"
+	"github.com/holdfast-project/holdfast/internal/pattern"
+	"github.com/holdfast-project/holdfast/internal/runtime"
+)
+
+func newRelease(o *options) *cobra.Command {
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   "release SOURCE|IMAGE|PATTERN...",
+		Short: "End kept sources (holdfast import): release their leases and unpin what nothing else wants",
+		Long: `release ends kept sources, those "holdfast import" made. Each argument names:
+  SOURCE   the path a kept source was imported from (as status shows it), or its lease
+  IMAGE    every kept source that holds an image of that name
+  PATTERN  every kept source that holds an image the pattern matches (see holdfast pin --help)
+The kept source's lease is deleted, then the images no other source, pin list
+or kept source wants are unpinned. A pin a user made stays. Unpinning does not
+free disk at once: the CRI keeps its own record of an image until the kubelet's
+image GC removes it. Images dir sources are not released this way: delete their
+files instead.
+
+--dry-run lists what release would release and unpin, and changes nothing.
+
+Exit status: 0 when every argument named a kept source and all were released,
+1 when one named none or a release failed (the others are still released),
+2 on bad usage (nothing is changed then).`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return &usageError{errors.New("release: give at least one source, image or pattern")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			s, err := o.openReader(ctx, "release")
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			kept, err := agent.KeptSources(ctx, s.rt)
+			if err != nil {
+				return err
+			}
+			chosen, missing, err := matchKept(kept, args)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			rel, err := agent.ReleaseKept(ctx, s.rt, chosen, dryRun)
+			verb, unpin := "released", "unpinned"
+			if dryRun {
+				verb, unpin = "would release", "would unpin"
+			}
+			for _, st := range rel.Leases {
+				fmt.Fprintf(out, "%s %s (lease %s, %d images)\n", verb, st.Source, st.Lease, len(st.Images))
+			}
+			for _, n := range rel.Unpinned {
+				fmt.Fprintf(out, "%s %s\n", unpin, n)
+			}
+			if err = errors.Join(append(missing, err)...); err != nil {
+				return &ExitError{Code: 1, Err: err}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show what would be released and unpinned, change nothing")
+	return cmd
+}
+
+// matchKept picks the kept sources the arguments name. An argument that is
+// neither a kept source's path or lease nor a valid pattern is a usage
+// error; one that names nothing is reported in missing.
+func matchKept(kept []runtime.SourceState, args []string) ([]runtime.SourceState, []error, error) {
+	var chosen []runtime.SourceState
+	var missing, bad []error
+	add := func(st runtime.SourceState) {
+		if !slices.ContainsFunc(chosen, func(c runtime.SourceState) bool { return c.Lease == st.Lease }) {
+			chosen = append(chosen, st)
+		}
+	}
+	for _, arg := range args {
+		abs, _ := filepath.Abs(arg)
+		found := false
+		for _, st := range kept {
+			if st.Source == arg || st.Source == abs || st.Lease == arg {
+				add(st)
+				found = true
+			}
+		}
+		if found {
+			continue
+		}
+		p, err := pattern.Parse(arg)
+		if err != nil {
+			bad = append(bad, fmt.Errorf("%q is no kept source, and not a pattern: %w", arg, err))
+			continue
+		}
+		for _, st := range kept {
+			if slices.ContainsFunc(st.Images, func(w runtime.Want) bool { return p.Match(w.Name) }) {
+				add(st)
+				found = true
+			}
+		}
+		if !found {
+			missing = append(missing, fmt.Errorf("no kept source is %s or holds an image matching it", arg))
+		}
+	}
+	if len(bad) > 0 {
+		return nil, nil, &usageError{errors.Join(bad...)}
+	}
+	return chosen, missing, nil
+}
