@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"slices"
 	"time"
@@ -45,14 +44,7 @@ func Keep(ctx context.Context, rt hfruntime.Runtime, path string) (Kept, error) 
 	if err != nil {
 		return k, err
 	}
-	k.Result, err = rt.Import(ctx, hfruntime.ImportRequest{
-		Source:   src.Path,
-		Identity: src.Identity,
-		MtimeNs:  src.MtimeNs,
-		Dir:      src.Kind == source.OCIDir,
-		Kept:     true,
-		Open:     func() (io.ReadCloser, error) { return source.Open(src.Path) },
-	})
+	k.Result, err = rt.Import(ctx, importRequest(src, true))
 	if err != nil {
 		return k, fmt.Errorf("import %s: %w", k.Path, err)
 	}

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -46,26 +45,11 @@ func (a *Agent) importSpool(ctx context.Context, scan source.Result, opts passOp
 	sum.Failures = append(sum.Failures, scan.Errors...)
 	var out []spooled
 	for _, src := range scan.Sources {
-		if due, wait, settling := a.deferred(src, opts, now); wait {
-			sum.set(src, metrics.StatePending)
-			pr.pending = append(pr.pending, src.Path)
-			if settling {
-				pr.settling = append(pr.settling, src.Path)
-			}
-			if pr.nextCheck.IsZero() || due.Before(pr.nextCheck) {
-				pr.nextCheck = due
-			}
+		if wait, _ := a.waits(src, opts, now, sum, pr); wait {
 			continue
 		}
 		began := time.Now()
-		res, err := a.rt.Import(ctx, hfruntime.ImportRequest{
-			Source:   src.Path,
-			Identity: src.Identity,
-			MtimeNs:  src.MtimeNs,
-			Dir:      src.Kind == source.OCIDir,
-			Kept:     true,
-			Open:     func() (io.ReadCloser, error) { return source.Open(src.Path) },
-		})
+		res, err := a.rt.Import(ctx, importRequest(src, true))
 		sum.BytesRead += res.BytesRead
 		if err != nil {
 			sum.Failures = append(sum.Failures, fmt.Errorf("import %s (left in the spool dir): %w", src.Path, err))

@@ -170,17 +170,11 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	var todo, pinLists, pullLists []source.Source
 	var writing []string // images dirs holding a source still being written
 	for _, src := range scan.Sources {
-		if due, wait, settling := a.deferred(src, opts, now); wait {
-			sum.set(src, metrics.StatePending)
-			pr.pending = append(pr.pending, src.Path)
+		if wait, settling := a.waits(src, opts, now, &sum, &pr); wait {
 			if settling {
-				pr.settling = append(pr.settling, src.Path)
 				writing = append(writing, dirOf(scan.Dirs, src.Path))
 			}
 			scan.Unreadable = append(scan.Unreadable, src.Path)
-			if pr.nextCheck.IsZero() || due.Before(pr.nextCheck) {
-				pr.nextCheck = due
-			}
 			continue
 		}
 		switch src.Kind {
@@ -243,6 +237,24 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	a.rec.ReconcileDone(sum.Duration, err == nil)
 	a.rec.SetSources(sum.sourceCounts())
 	return sum, pr
+}
+
+// waits says whether src waits for a later pass (see deferred), and if so
+// counts it as pending, and whether that is because it is still being written.
+func (a *Agent) waits(src source.Source, opts passOptions, now time.Time, sum *Summary, pr *passResult) (wait, settling bool) {
+	due, wait, settling := a.deferred(src, opts, now)
+	if !wait {
+		return false, false
+	}
+	sum.set(src, metrics.StatePending)
+	pr.pending = append(pr.pending, src.Path)
+	if settling {
+		pr.settling = append(pr.settling, src.Path)
+	}
+	if pr.nextCheck.IsZero() || due.Before(pr.nextCheck) {
+		pr.nextCheck = due
+	}
+	return true, settling
 }
 
 // deferred says whether src waits this pass, until when, and whether that is
@@ -421,19 +433,26 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 }
 
 func importSource(ctx context.Context, rt hfruntime.Runtime, src source.Source, prior *hfruntime.SourceState) (hfruntime.ImportResult, error) {
-	req := hfruntime.ImportRequest{
-		Prior:    prior,
-		Source:   src.Path,
-		Identity: src.Identity,
-		MtimeNs:  src.MtimeNs,
-		Dir:      src.Kind == source.OCIDir,
-		Open:     func() (io.ReadCloser, error) { return source.Open(src.Path) },
-	}
+	req := importRequest(src, false)
+	req.Prior = prior
 	res, err := rt.Import(ctx, req)
 	if err != nil {
 		return res, fmt.Errorf("import %s: %w", src.Path, err)
 	}
 	return res, nil
+}
+
+// importRequest asks to import the archive or OCI layout dir src; kept marks
+// a source kept until released, whatever becomes of its file.
+func importRequest(src source.Source, kept bool) hfruntime.ImportRequest {
+	return hfruntime.ImportRequest{
+		Source:   src.Path,
+		Identity: src.Identity,
+		MtimeNs:  src.MtimeNs,
+		Dir:      src.Kind == source.OCIDir,
+		Kept:     kept,
+		Open:     func() (io.ReadCloser, error) { return source.Open(src.Path) },
+	}
 }
 
 // Bytes formats a byte count for people.
