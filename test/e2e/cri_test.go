@@ -4,15 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/leases"
@@ -20,7 +15,6 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
-	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
 const criSourceKey = "containerd.io/distribution.source.docker.io"
@@ -320,61 +314,5 @@ func TestNoCRI(t *testing.T) {
 // criStartDebianWithoutCRI starts Debian's containerd 1.6 with its CRI plugin
 // disabled: it answers containerd's API, and the CRI's with Unimplemented.
 func criStartDebianWithoutCRI(t *testing.T) *daemon {
-	t.Helper()
-	requireRoot(t)
-	bin, err := exec.LookPath("containerd")
-	if err != nil {
-		testenv.Missing(t, "containerd-1.6", "Debian's containerd 1.6 is not installed (make deps installs it with apt-get)")
-	}
-	dir := tempDir(t)
-	sock := filepath.Join(dir, "c.sock")
-	cfg := fmt.Sprintf(`version = 2
-root = %q
-state = %q
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-[grpc]
-  address = %q
-[ttrpc]
-  address = %q
-[plugins."io.containerd.internal.v1.opt"]
-  path = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc", filepath.Join(dir, "opt"))
-	cfgPath := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(filepath.Join(dir, "containerd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--config", cfgPath)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		logf.Close()
-		unmountUnder(t, dir)
-	})
-	eventually(t, "containerd without its CRI to create its socket", func() bool {
-		select {
-		case <-done:
-			log, _ := os.ReadFile(logf.Name())
-			t.Fatalf("containerd exited early:\n%s", tail(string(log), 20))
-		default:
-		}
-		_, err := os.Stat(sock)
-		return err == nil
-	})
-	return connect(t, "debian-1.6-no-cri", sock, true)
+	return startDebianWith(t, false)
 }

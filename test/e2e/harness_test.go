@@ -97,6 +97,12 @@ func embeddedScene(t *testing.T) (d *daemon, imagesDir, dataDir string) {
 
 // startDebian starts Debian's containerd 1.6 (apt-get install containerd) in a temp dir.
 func startDebian(t *testing.T) *daemon {
+	return startDebianWith(t, true)
+}
+
+// startDebianWith starts Debian's containerd 1.6, with its CRI plugin or
+// with the plugin disabled.
+func startDebianWith(t *testing.T, cri bool) *daemon {
 	t.Helper()
 	requireRoot(t)
 	bin, err := exec.LookPath("containerd")
@@ -118,14 +124,20 @@ state = %q
   address = %q
 [plugins."io.containerd.internal.v1.opt"]
   path = %q
-[plugins."io.containerd.grpc.v1.cri"]
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc", filepath.Join(dir, "opt"))
+	name := "debian-1.6"
+	if cri {
+		cfg += fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri"]
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %q
     conf_dir = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc", filepath.Join(dir, "opt"),
-		filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf"))
+`, filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf"))
+	} else {
+		cfg = strings.Replace(cfg, "[grpc]", "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]", 1)
+		name = "debian-1.6-no-cri"
+	}
 	cfgPath := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -169,7 +181,7 @@ state = %q
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return connect(t, "debian-1.6", sock, true)
+	return connect(t, name, sock, true)
 }
 
 func connect(t *testing.T, name, address string, old bool) *daemon {
