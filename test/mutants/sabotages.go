@@ -263,4 +263,63 @@ var sabotages = []sabotage{
 		},
 		tests: []tests{{"./bench", []string{"TestSmoke"}, []string{"HOLDFAST_BENCH_SMOKE=1"}}},
 	},
+	{
+		name: "upgrade-unpins-while-written",
+		// Sources gone from a dir while another source there is still being
+		// written are released at once: an upgrade unpins what both hold.
+		edits: []edit{{"internal/reconcile/reconcile.go",
+			"case !present && in.Hold != nil && in.Hold(st.Source):",
+			"case false && !present && in.Hold != nil && in.Hold(st.Source):"}},
+		tests: []tests{{"./internal/agent", []string{"TestPassHoldsGoneSourcesWhileOneIsWritten"}, nil}},
+	},
+	{
+		name: "pull-list-adopts-drift",
+		// A pull list takes a re-pointed record as what it wants.
+		edits: []edit{{"internal/agent/pulls.go",
+			"if w, ok := before[e.Ref]; ok {",
+			"if w, ok := have[e.Ref]; ok {"}},
+		tests: []tests{{"./internal/agent", []string{"TestPullListRestoresDrift"}, nil}},
+	},
+	{
+		name: "future-mtime-waits",
+		// Settling trusts the mtime alone: a file from a machine whose clock
+		// is ahead waits until this clock catches up.
+		edits: []edit{{"internal/agent/sync.go",
+			"if byClock := s.at.Add(a.cfg.Settle); byClock.Before(byMtime) {",
+			"if byClock := s.at.Add(a.cfg.Settle); false && byClock.Before(byMtime) {"}},
+		tests: []tests{{"./internal/agent", []string{"TestSettledAt"}, nil}},
+	},
+	{
+		name: "heal-pins-before-first-pin",
+		// The wanted set includes names the pass has yet to pin for the first
+		// time: an event heal pins one first and misses a user's pin.
+		edits: []edit{{"internal/agent/sync.go",
+			"a.wantDuringPins(plan)",
+			"a.setWanted(plan.WantedNames)"}},
+		tests: []tests{{"./internal/agent", []string{"TestUsersPinSurvivesAnEarlyEvent"}, nil}},
+	},
+	{
+		name: "failed-import-not-retried",
+		// A failed import waits for an unrelated change or the resync.
+		edits: []edit{{"internal/agent/sync.go",
+			"if next := a.nextRetry(all); !next.IsZero()",
+			"if next := a.nextRetry(all); false && !next.IsZero()"}},
+		tests: []tests{{"./internal/agent", []string{"TestFailedImportRetried"}, nil}},
+	},
+	{
+		name: "pin-pattern-waits-for-resync",
+		// A late image matching a pin list pattern waits for the next pass.
+		edits: []edit{{"internal/agent/heal.go",
+			"pass := !wanted && present && (ours || a.pinMatchLocked(ev.Name))",
+			"pass := !wanted && present && ours"}},
+		tests: []tests{{"./internal/agent", []string{"TestPinPatternBringsPass"}, nil}},
+	},
+	{
+		name: "kept-source-judged-by-its-file",
+		// A kept source (holdfast import) is released when its file goes.
+		edits: []edit{{"internal/reconcile/reconcile.go",
+			"case st.Kept && st.Complete:",
+			"case st.Kept && st.Complete && present:"}},
+		tests: []tests{{"./internal/reconcile", []string{"TestKeptSourceStaysWhenItsFileIsGoneFromAnImagesDir"}, nil}},
+	},
 }
