@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,7 +29,7 @@ func sectionOpener(ra io.ReaderAt, off, size int64) reopener {
 // fileOpener reopens a file.
 func fileOpener(name string) reopener {
 	return func(skip int64) (io.ReadCloser, error) {
-		f, err := os.Open(name)
+		f, err := Open(name)
 		if err != nil {
 			return nil, err
 		}

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -754,7 +753,7 @@ func walkDir(ctx context.Context, dir string, st Store, opts WalkOptions, lim li
 }
 
 func readFileLimit(name string, limit int64) ([]byte, error) {
-	f, err := os.Open(name)
+	f, err := Open(name)
 	if err != nil {
 		return nil, err
 	}
@@ -794,7 +793,7 @@ func (dw *dirWalker) fetch(ctx context.Context, d digest.Digest, depth int) erro
 	}
 	name := blobName(d)
 	p := filepath.Join(dw.dir, filepath.FromSlash(name))
-	f, err := os.Open(p)
+	f, err := Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -936,6 +937,23 @@ func TestWalkDir(t *testing.T) {
 		_, err := WalkDir(t.Context(), dir, newMemStore())
 		if err == nil || !strings.Contains(err.Error(), "index.json entry "+string(idx.digest())+" is not in the archive") {
 			t.Errorf("error %v", err)
+		}
+	})
+	t.Run("a blob that is a named pipe", func(t *testing.T) {
+		// Opening a FIFO for reading blocks until a writer comes: the walk
+		// must refuse it instead of hanging.
+		dir := t.TempDir()
+		writeLayout(t, dir, top, append([]blob{idx, arm.manifest}, amd.blobs()...)...)
+		layer := filepath.Join(dir, "blobs", "sha256", amd.layers[0].digest().Encoded())
+		if err := os.Remove(layer); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(layer, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := WalkDir(t.Context(), dir, newMemStore())
+		if !errors.Is(err, ErrNotRegular) {
+			t.Errorf("error %v, want one saying the blob is not a regular file", err)
 		}
 	})
 	t.Run("hybrid", func(t *testing.T) {
