@@ -24,6 +24,10 @@ type seedContainerd struct {
 	name  string
 	start func() *daemon
 	stop  func()
+	// dataDir, when set, is the data dir whose embedded containerd
+	// `holdfast run` starts itself (no --address); start runs that same
+	// containerd alone, while no agent runs.
+	dataDir string
 }
 
 // seedEmbedded is holdfast's embedded containerd (2.x) on a root of its own,
@@ -56,6 +60,76 @@ func seedEmbedded(t *testing.T) *seedContainerd {
 	}
 	t.Cleanup(c.stop)
 	return c
+}
+
+// seedAgentOwned is the embedded containerd `holdfast run` starts in its
+// own data dir when given no --address, as on a node without containerd.
+func seedAgentOwned(t *testing.T) *seedContainerd {
+	t.Helper()
+	requireRoot(t)
+	c := &seedContainerd{name: "agent-owned", dataDir: filepath.Join(tempDir(t), "data")}
+	var p *embedded.Process
+	c.start = func() *daemon {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var err error
+		if p, err = embedded.Start(ctx, c.dataDir, embedded.Options{Binary: holdfastBin}); err != nil {
+			t.Fatalf("starting embedded containerd: %v", err)
+		}
+		return connect(t, c.name, p.Address(), false)
+	}
+	c.stop = func() {
+		if p == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.Stop(ctx); err != nil {
+			t.Errorf("stopping embedded containerd: %v", err)
+		}
+		p = nil
+	}
+	t.Cleanup(c.stop)
+	return c
+}
+
+// seedRun starts `holdfast run` with its spool dir: against c's containerd,
+// or, when c is agent-owned, with the agent starting it in the data dir.
+func (c *seedContainerd) seedRun(t *testing.T, d *daemon, dataDir, imagesDir string, args ...string) (*daemon, *agentProc) {
+	t.Helper()
+	if c.dataDir == "" {
+		a := startAgent(t, d, dataDir, []string{imagesDir}, args...)
+		eventually(t, "ready", func() bool { code, _ := a.get(t, "/readyz"); return code == 200 })
+		return d, a
+	}
+	a := startAgent(t, &daemon{}, dataDir, []string{imagesDir}, args...) // --address "": the embedded one
+	eventually(t, "ready", func() bool { code, _ := a.get(t, "/readyz"); return code == 200 })
+	return connect(t, c.name, embedded.Paths(dataDir).Address, false), a
+}
+
+// seedLoseDataDir deletes holdfast's data dir; when containerd's store lives
+// in it (agent-owned), everything of it but that store.
+func (c *seedContainerd) seedLoseDataDir(t *testing.T, dataDir string) {
+	t.Helper()
+	if c.dataDir == "" {
+		if err := os.RemoveAll(dataDir); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	entries, err := os.ReadDir(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := filepath.Base(embedded.Paths(dataDir).Dir)
+	for _, e := range entries {
+		if e.Name() == keep {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dataDir, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // seedDebian is Debian's containerd 1.6 with its CRI, on a root of its own.
@@ -142,14 +216,15 @@ state = %q
 	return c
 }
 
-// seedForEach runs fn against a restartable embedded containerd and
-// Debian's 1.6, each in its own subtest.
+// seedForEach runs fn against a restartable embedded containerd, the one
+// `holdfast run` starts in its data dir, and Debian's 1.6, each in its own
+// subtest.
 func seedForEach(t *testing.T, fn func(t *testing.T, c *seedContainerd)) {
 	t.Helper()
 	for _, s := range []struct {
 		name  string
 		start func(*testing.T) *seedContainerd
-	}{{"embedded", seedEmbedded}, {"debian-1.6", seedDebian}} {
+	}{{"embedded", seedEmbedded}, {"agent-owned", seedAgentOwned}, {"debian-1.6", seedDebian}} {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
 			fn(t, s.start(t))
@@ -226,10 +301,16 @@ func (d *daemon) seedRequireIntact(t *testing.T, name, leaseID string) {
 // ran, is restored), and one removed by crictl rmi is healed at once.
 func TestSpoolSeedSurvivesRestartsAndLostDataDir(t *testing.T) {
 	seedForEach(t, func(t *testing.T, c *seedContainerd) {
-		d := c.start()
+		var d *daemon
+		if c.dataDir == "" {
+			d = c.start()
+		}
 		dir := tempDir(t)
 		imagesDir := filepath.Join(dir, "images")
 		dataDir := filepath.Join(dir, "data")
+		if c.dataDir != "" {
+			dataDir = c.dataDir
+		}
 		spoolDir := filepath.Join(dir, "spool")
 		for _, p := range []string{imagesDir, spoolDir} {
 			if err := os.MkdirAll(p, 0o755); err != nil {
@@ -238,14 +319,14 @@ func TestSpoolSeedSurvivesRestartsAndLostDataDir(t *testing.T) {
 		}
 		// The default settle time, as a new user runs it.
 		runArgs := []string{"--spool", spoolDir, "--settle", "2s"}
-		agent := startAgent(t, d, dataDir, []string{imagesDir}, runArgs...)
-		eventually(t, "ready", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })
+		d, agent := c.seedRun(t, d, dataDir, imagesDir, runArgs...)
 
 		shared := sharedLayer(t, 41)
 		a := build(t, fixture.ImageSpec{Names: []string{"e2e.local/seed/a:1", "e2e.local/seed/a:stable"}, SharedLayers: []*fixture.Layer{shared}})
 		b := build(t, fixture.ImageSpec{Names: []string{"e2e.local/seed/b:1"}, SharedLayers: []*fixture.Layer{shared},
 			Layers: fixture.UniformLayers(2, 512<<10, false, 42)})
-		names := []string{"e2e.local/seed/a:1", "e2e.local/seed/a:stable", "e2e.local/seed/b:1"}
+		stalled := build(t, fixture.ImageSpec{Names: []string{"e2e.local/seed/c:1"}})
+		names := []string{"e2e.local/seed/a:1", "e2e.local/seed/a:stable", "e2e.local/seed/b:1", "e2e.local/seed/c:1"}
 
 		// a: copied under a .tmp name, which no pass reads, then renamed.
 		pathA := filepath.Join(spoolDir, "a.tar")
@@ -287,6 +368,46 @@ func TestSpoolSeedSurvivesRestartsAndLostDataDir(t *testing.T) {
 		if _, ok := d.keepLeaseOf(t, pathB); ok {
 			t.Error("the half-written spool file was kept")
 		}
+		t.Logf("passes that left a source pending: %d; import errors naming the half-written file: %d",
+			agent.logged("pass:", map[string]string{"pending": "1"})+agent.logged("pass:", map[string]string{"pending": "2"}),
+			strings.Count(agent.dump(), pathB+" (left in the spool dir)"))
+		if _, err := f.Write(data[half:]); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		// c: a copy that stalled halfway for longer than the settle time
+		// (its mtime old): a pass imports it, fails, and leaves it in place;
+		// once the copy ends (the file changed), it is imported at once.
+		staged = filepath.Join(dir, "c.tar")
+		writeDockerSave(t, staged, stalled)
+		if data, err = os.ReadFile(staged); err != nil {
+			t.Fatal(err)
+		}
+		pathC := filepath.Join(spoolDir, "c.tar")
+		half = len(data) / 2
+		if err := os.WriteFile(pathC, data[:half], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		past := time.Now().Add(-time.Hour)
+		if err := os.Chtimes(pathC, past, past); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "an error naming the stalled spool file", func() bool {
+			return strings.Contains(agent.dump(), pathC+" (left in the spool dir)")
+		})
+		if fi, err := os.Stat(pathC); err != nil || fi.Size() != int64(half) {
+			t.Fatalf("the spool file that failed to import was touched: %v", err)
+		}
+		if _, ok := d.keepLeaseOf(t, pathC); ok {
+			t.Error("the spool file that failed to import was kept")
+		}
+		f, err = os.OpenFile(pathC, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if _, err := f.Write(data[half:]); err != nil {
 			t.Fatal(err)
 		}
@@ -295,7 +416,7 @@ func TestSpoolSeedSurvivesRestartsAndLostDataDir(t *testing.T) {
 		}
 
 		d.waitPinned(t, names...)
-		for _, p := range []string{pathA, pathB} {
+		for _, p := range []string{pathA, pathB, pathC} {
 			eventually(t, p+" removed from the spool dir", func() bool { _, err := os.Stat(p); return os.IsNotExist(err) })
 		}
 		if n := agent.logged("imported from spool", map[string]string{"path": pathB}); n != 1 {
@@ -323,9 +444,7 @@ func TestSpoolSeedSurvivesRestartsAndLostDataDir(t *testing.T) {
 		agent.stop(t)
 		d.Client.Close()
 		c.stop()
-		if err := os.RemoveAll(dataDir); err != nil {
-			t.Fatal(err)
-		}
+		c.seedLoseDataDir(t, dataDir)
 		d = c.start()
 		d.requirePinned(t, names...)
 
@@ -342,8 +461,12 @@ func TestSpoolSeedSurvivesRestartsAndLostDataDir(t *testing.T) {
 			t.Fatal("b:1 still has a record after its delete")
 		}
 
-		agent = startAgent(t, d, dataDir, []string{imagesDir}, runArgs...)
-		eventually(t, "ready after the restarts", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })
+		if c.dataDir != "" {
+			// The agent starts its containerd itself.
+			d.Client.Close()
+			c.stop()
+		}
+		d, agent = c.seedRun(t, d, dataDir, imagesDir, runArgs...)
 		d.waitPinned(t, names...)
 		d.seedCRIPinned(t, names...)
 		for _, n := range names {
