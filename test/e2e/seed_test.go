@@ -489,6 +489,26 @@ func TestSpoolSeedSurvivesRestartsAndLostDataDir(t *testing.T) {
 		eventually(t, "holdfast_heals_total to move after crictl rmi", func() bool { return heals() > before })
 		d.seedCRIPinned(t, names...)
 		d.seedRequireIntact(t, "e2e.local/seed/a:1", keptLease[pathA])
+
+		// The end of a seed: release what a.tar brought, by the path it had
+		// in the spool dir, beside the agent. Its names are unpinned, and
+		// stay so after the pass that the unpin brings on; b and c, which
+		// share a layer with it, keep theirs and their content.
+		passes := func() int { return agent.logged("pass:", nil) }
+		beforePasses := passes()
+		if res := holdfast(t, "release", "--data-dir", dataDir, pathA); res.Code != 0 {
+			t.Fatalf("release beside the agent exited %d\nstdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
+		}
+		eventually(t, "a pass after the release", func() bool { return passes() > beforePasses })
+		// And a pass surely begun after it: one a new archive brings on.
+		writeDockerSave(t, filepath.Join(imagesDir, "later.tar"), build(t, fixture.ImageSpec{Names: []string{"e2e.local/seed/later:1"}}))
+		d.waitPinned(t, "e2e.local/seed/later:1")
+		d.keepRequireUnpinned(t, "e2e.local/seed/a:1", "e2e.local/seed/a:stable")
+		if _, ok := d.keepLeaseOf(t, pathA); ok {
+			t.Error("a.tar's kept lease is still there after release")
+		}
+		d.requirePinned(t, "e2e.local/seed/b:1", "e2e.local/seed/c:1")
+		d.seedRequireIntact(t, "e2e.local/seed/b:1", keptLease[pathB])
 	})
 }
 
