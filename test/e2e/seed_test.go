@@ -312,14 +312,16 @@ func TestSpoolSeedSurvivesRestartsAndLostDataDir(t *testing.T) {
 			dataDir = c.dataDir
 		}
 		spoolDir := filepath.Join(dir, "spool")
-		for _, p := range []string{imagesDir, spoolDir} {
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				t.Fatal(err)
-			}
+		if err := os.MkdirAll(imagesDir, 0o755); err != nil {
+			t.Fatal(err)
 		}
-		// The default settle time, as a new user runs it.
+		// The default settle time, as a new user runs it; the spool dir is
+		// not there yet: holdfast makes it.
 		runArgs := []string{"--spool", spoolDir, "--settle", "2s"}
 		d, agent := c.seedRun(t, d, dataDir, imagesDir, runArgs...)
+		if fi, err := os.Stat(spoolDir); err != nil || !fi.IsDir() {
+			t.Fatalf("holdfast run did not make the spool dir: %v", err)
+		}
 
 		shared := sharedLayer(t, 41)
 		a := build(t, fixture.ImageSpec{Names: []string{"e2e.local/seed/a:1", "e2e.local/seed/a:stable"}, SharedLayers: []*fixture.Layer{shared}})
