@@ -104,6 +104,22 @@ func startDebian(t *testing.T) *daemon {
 // with the plugin disabled.
 func startDebianWith(t *testing.T, cri bool) *daemon {
 	t.Helper()
+	return newDebian(t, cri).start()
+}
+
+// debian is Debian's containerd 1.6 on a temp dir of its own, to start, stop
+// and start again on the same root. The test's end stops it.
+type debian struct {
+	t             *testing.T
+	name          string
+	bin, dir      string
+	sock, cfgPath string
+	cmd           *exec.Cmd
+	done          chan struct{}
+}
+
+func newDebian(t *testing.T, cri bool) *debian {
+	t.Helper()
 	requireRoot(t)
 	bin, err := exec.LookPath("containerd")
 	if err != nil {
@@ -114,7 +130,7 @@ func startDebianWith(t *testing.T, cri bool) *daemon {
 		testenv.Missing(t, "containerd-1.6", fmt.Sprintf("%s is not containerd 1.6 (%s)", bin, strings.TrimSpace(string(out))))
 	}
 	dir := tempDir(t)
-	sock := filepath.Join(dir, "c.sock")
+	p := &debian{t: t, name: "debian-1.6", bin: bin, dir: dir, sock: filepath.Join(dir, "c.sock"), cfgPath: filepath.Join(dir, "config.toml")}
 	cfg := fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -124,8 +140,7 @@ state = %q
   address = %q
 [plugins."io.containerd.internal.v1.opt"]
   path = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc", filepath.Join(dir, "opt"))
-	name := "debian-1.6"
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), p.sock, p.sock+".ttrpc", filepath.Join(dir, "opt"))
 	if cri {
 		cfg += fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri"]
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -136,17 +151,29 @@ state = %q
 `, filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf"))
 	} else {
 		cfg = strings.Replace(cfg, "[grpc]", "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]", 1)
-		name = "debian-1.6-no-cri"
+		p.name = "debian-1.6-no-cri"
 	}
-	cfgPath := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(filepath.Join(dir, "containerd.log"))
+	t.Cleanup(func() {
+		p.stop()
+		unmountUnder(t, dir)
+	})
+	return p
+}
+
+// start starts containerd and waits until it answers.
+func (p *debian) start() *daemon {
+	t := p.t
+	t.Helper()
+	logf, err := os.OpenFile(filepath.Join(p.dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--config", cfgPath)
+	defer logf.Close()
+	_ = os.Remove(p.sock) // an earlier run's, if it left it
+	cmd := exec.Command(p.bin, "--config", p.cfgPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -154,34 +181,33 @@ state = %q
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		logf.Close()
-		unmountUnder(t, dir)
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
+	p.cmd, p.done = cmd, done
+	eventually(t, p.name+" to create its socket", func() bool {
 		select {
 		case <-done:
 			log, _ := os.ReadFile(logf.Name())
-			t.Fatalf("containerd 1.6 exited early:\n%s", tail(string(log), 20))
+			t.Fatalf("%s exited early:\n%s", p.name, tail(string(log), 20))
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("containerd 1.6 did not create its socket in 30s")
-		}
-		time.Sleep(50 * time.Millisecond)
+		_, err := os.Stat(p.sock)
+		return err == nil
+	})
+	return connect(t, p.name, p.sock, true)
+}
+
+// stop stops containerd, if it runs.
+func (p *debian) stop() {
+	if p.cmd == nil {
+		return
 	}
-	return connect(t, name, sock, true)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+	p.cmd = nil
 }
 
 func connect(t *testing.T, name, address string, old bool) *daemon {

@@ -2,12 +2,9 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,7 +12,6 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/embedded"
 	"github.com/holdfast-project/holdfast/internal/fixture"
-	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
 // seedContainerd is a containerd the test can stop and start again on the
@@ -134,86 +130,8 @@ func (c *seedContainerd) seedLoseDataDir(t *testing.T, dataDir string) {
 
 // seedDebian is Debian's containerd 1.6 with its CRI, on a root of its own.
 func seedDebian(t *testing.T) *seedContainerd {
-	t.Helper()
-	requireRoot(t)
-	bin, err := exec.LookPath("containerd")
-	if err != nil {
-		testenv.Missing(t, "containerd-1.6", "Debian's containerd 1.6 is not installed (make deps installs it with apt-get)")
-	}
-	if out, err := exec.Command(bin, "--version").Output(); err != nil || !strings.Contains(string(out), " 1.6.") {
-		testenv.Missing(t, "containerd-1.6", fmt.Sprintf("%s is not containerd 1.6 (%s)", bin, strings.TrimSpace(string(out))))
-	}
-	dir := tempDir(t)
-	sock := filepath.Join(dir, "c.sock")
-	cfg := fmt.Sprintf(`version = 2
-root = %q
-state = %q
-[grpc]
-  address = %q
-[ttrpc]
-  address = %q
-[plugins."io.containerd.internal.v1.opt"]
-  path = %q
-[plugins."io.containerd.grpc.v1.cri"]
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %q
-    conf_dir = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc", filepath.Join(dir, "opt"),
-		filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf"))
-	cfgPath := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var cmd *exec.Cmd
-	var done chan struct{}
-	c := &seedContainerd{name: "debian-1.6"}
-	c.start = func() *daemon {
-		logf, err := os.OpenFile(filepath.Join(dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer logf.Close()
-		_ = os.Remove(sock) // the earlier run's, if it left it
-		cmd = exec.Command(bin, "--config", cfgPath)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done = make(chan struct{})
-		go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(cmd, done)
-		eventually(t, "containerd 1.6 to create its socket", func() bool {
-			select {
-			case <-done:
-				log, _ := os.ReadFile(logf.Name())
-				t.Fatalf("containerd 1.6 exited early:\n%s", tail(string(log), 20))
-			default:
-			}
-			_, err := os.Stat(sock)
-			return err == nil
-		})
-		return connect(t, c.name, sock, true)
-	}
-	c.stop = func() {
-		if cmd == nil {
-			return
-		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		cmd = nil
-	}
-	t.Cleanup(func() {
-		c.stop()
-		unmountUnder(t, dir)
-	})
-	return c
+	p := newDebian(t, true)
+	return &seedContainerd{name: p.name, start: p.start, stop: p.stop}
 }
 
 // seedForEach runs fn against a restartable embedded containerd, the one
