@@ -62,7 +62,7 @@ func TestSyncDrawsProgressOnATerminal(t *testing.T) {
 	if res.Code != 0 {
 		t.Fatalf("sync to pipes: exit %d\nstdout: %s\nstderr: %s", res.Code, res.Stdout, res.Stderr)
 	}
-	if !regexp.MustCompile(`^` + progSummary.String() + `\n$`).MatchString(res.Stdout) || !strings.Contains(res.Stdout, "sync: 1 imported, 1 unchanged,") {
+	if !regexp.MustCompile(`^`+progSummary.String()+`\n$`).MatchString(res.Stdout) || !strings.Contains(res.Stdout, "sync: 1 imported, 1 unchanged,") {
 		t.Errorf("sync to pipes printed %q, want the summary line alone (1 imported, 1 unchanged)", res.Stdout)
 	}
 	for name, s := range map[string]string{"stdout": res.Stdout, "stderr": res.Stderr} {
