@@ -75,7 +75,8 @@ func (d *progress) announce(n int64) {
 func (d *progress) start() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.p = mpb.New(mpb.WithOutput(d.out), mpb.ForceTTY(), mpb.WithRefreshRate(150*time.Millisecond))
+	// Drawn as on a terminal also for --progress=always to a file or pipe.
+	d.p = mpb.New(mpb.WithOutput(d.out), mpb.ForceTTY(), mpb.WithAutoRefresh(), mpb.WithRefreshRate(150*time.Millisecond))
 	d.open = map[*mpb.Bar]bool{}
 	d.sum = nil
 	d.logs.to(d.p)

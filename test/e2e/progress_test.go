@@ -118,3 +118,52 @@ func progRunOnTerminal(t *testing.T, args ...string) (string, int) {
 	}
 	return out.String(), code
 }
+
+// TestImportDrawsProgressOnATerminal runs holdfast import of two archives on
+// a terminal: it draws a line per archive and a total, then leaves exactly
+// the lines it prints without a terminal. To pipes it prints only those.
+func TestImportDrawsProgressOnATerminal(t *testing.T) {
+	d, imagesDir, dataDir := embeddedScene(t)
+	one := filepath.Join(imagesDir, "progress-one.tar")
+	two := filepath.Join(imagesDir, "progress-two.tar")
+	three := filepath.Join(imagesDir, "progress-three.tar")
+	writeDockerSave(t, one, build(t, fixture.ImageSpec{Names: []string{"e2e.local/progress/one:1"}}))
+	writeDockerSave(t, two, build(t, fixture.ImageSpec{Names: []string{"e2e.local/progress/two:1"}}))
+	writeDockerSave(t, three, build(t, fixture.ImageSpec{Names: []string{"e2e.local/progress/three:1"}}))
+	imported := func(path string) string {
+		return regexp.QuoteMeta(path) + `: imported and kept, \d+ images, \d+ blobs written, \d+ present, [0-9.]+ [KMGTPE]?i?B read \(lease holdfast/[^)]+\)`
+	}
+
+	out, code := progRunOnTerminal(t, "import", "--address", d.Address, "--data-dir", dataDir, one, two)
+	if code != 0 {
+		t.Fatalf("import on a terminal: exit %d, output:\n%q", code, out)
+	}
+	t.Logf("terminal output: %q", out)
+	for _, name := range []string{`progress-one\.tar`, `progress-two\.tar`, `total`} {
+		if !regexp.MustCompile(name + `\s+[0-9.]+ [KMG]?i?B / [0-9.]+ [KMG]?i?B .*[0-9.]+ [KMG]?i?B/s`).MatchString(out) {
+			t.Errorf("no progress line %s (name, bytes read of the size, rate) in the terminal output:\n%q", name, out)
+		}
+	}
+	if !regexp.MustCompile(`(^|\r\n|\x1b\[J)` + imported(one) + `\r\n`).MatchString(out) {
+		t.Errorf("the terminal output lacks the line of %s as printed without a terminal:\n%q", one, out)
+	}
+	last := out[strings.LastIndex(out, "\x1b[J")+len("\x1b[J"):]
+	if !regexp.MustCompile(`^` + imported(two) + `\r\n$`).MatchString(last) {
+		t.Errorf("the terminal output ends with %q, want the line of %s alone", last, two)
+	}
+
+	// Without a terminal: exactly the lines, nothing drawn.
+	res := holdfast(t, "import", "--address", d.Address, "--data-dir", dataDir, three, one)
+	if res.Code != 0 {
+		t.Fatalf("import to pipes: exit %d\nstdout: %s\nstderr: %s", res.Code, res.Stdout, res.Stderr)
+	}
+	want := `^` + imported(three) + `\n` + regexp.QuoteMeta(one) + `: unchanged, \d+ images kept \(lease holdfast/[^)]+\)\n$`
+	if !regexp.MustCompile(want).MatchString(res.Stdout) {
+		t.Errorf("import to pipes printed %q, want the line of each path alone", res.Stdout)
+	}
+	for name, s := range map[string]string{"stdout": res.Stdout, "stderr": res.Stderr} {
+		if strings.ContainsAny(s, "\r\x1b") {
+			t.Errorf("import to pipes wrote a carriage return or an escape sequence to %s: %q", name, s)
+		}
+	}
+}
