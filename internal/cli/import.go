@@ -59,26 +59,14 @@ still imported; each failure names the path and the cause), 2 on bad usage.`,
 			}
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			failed := 0
-			// The total line is for more than one path; it counts the
-			// files' sizes from the start.
+			// The total line is for more than one path.
 			d := o.newProgress(cmd, progress, len(args) > 1)
-			var show agent.Progress
-			if d != nil {
-				show = d.reader
-				for _, path := range args {
-					if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
-						d.announce(fi.Size())
-					}
-				}
-			}
-			for _, path := range args {
-				if d != nil {
-					d.start()
-				}
-				k, err := agent.KeepWith(ctx, s.rt, path, show)
-				if d != nil {
-					d.stop()
-				}
+			upTo := d.announce(args)
+			for i, path := range args {
+				d.start()
+				k, err := agent.KeepWith(ctx, s.rt, path, d.hook())
+				d.stop()
+				d.passed(upTo[i])
 				for _, c := range k.Conflicts {
 					fmt.Fprintf(out, "conflict: %s\n", c)
 				}

@@ -13,6 +13,8 @@ import (
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/term"
+
+	"github.com/holdfast-project/holdfast/internal/agent"
 )
 
 // progressFlag is --progress: whether sync and import draw the archives they
@@ -64,15 +66,49 @@ func (o *options) newProgress(cmd *cobra.Command, mode progressFlag, total bool)
 	return &progress{out: f, logs: o.logOut, total: total, started: time.Now()}
 }
 
-// announce adds n bytes still to read to the total, for a command that knows
-// them before it starts.
-func (d *progress) announce(n int64) {
-	d.size += n
+// announce adds the sizes of the files among paths to the total, for a
+// command that knows them before it starts, and returns the bytes announced
+// up to each path (see passed).
+func (d *progress) announce(paths []string) []int64 {
+	upTo := make([]int64, len(paths))
+	if d == nil {
+		return upTo
+	}
+	for i, p := range paths {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			d.size += fi.Size()
+		}
+		upTo[i] = d.size
+	}
+	return upTo
+}
+
+// passed counts the first n announced bytes as done: those of the paths
+// handled so far, read or not (unchanged, or failed before reading).
+func (d *progress) passed(n int64) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.done = max(d.done, n)
+}
+
+// hook is the agent's progress hook: nil when nothing is drawn.
+func (d *progress) hook() agent.Progress {
+	if d == nil {
+		return nil
+	}
+	return d.reader
 }
 
 // start begins drawing; stop ends it. A command may draw several times, and
-// print between: the total goes on where it was.
+// print between: the total goes on where it was. Like the other methods,
+// they do nothing on a nil display.
 func (d *progress) start() {
+	if d == nil {
+		return
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	// Drawn as on a terminal also for --progress=always to a file or pipe.
@@ -84,6 +120,9 @@ func (d *progress) start() {
 
 // stop removes the lines drawn and waits until they are gone from the screen.
 func (d *progress) stop() {
+	if d == nil {
+		return
+	}
 	d.mu.Lock()
 	d.logs.to(nil)
 	for b := range d.open {

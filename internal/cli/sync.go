@@ -35,14 +35,10 @@ applied), 2 on bad usage.`,
 				return err
 			}
 			d := o.newProgress(cmd, progress, true)
-			if d != nil {
-				cfg.Progress = d.reader
-				d.start()
-			}
+			cfg.Progress = d.hook()
+			d.start()
 			sum := agent.Sync(ctx, s.rt, cfg)
-			if d != nil {
-				d.stop()
-			}
+			d.stop()
 			for _, c := range sum.Conflicts {
 				fmt.Fprintf(cmd.OutOrStdout(), "conflict: %s\n", c)
 			}
