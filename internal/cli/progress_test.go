@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/spf13/cobra"
 )
 
 // terminal is a pseudo-terminal whose output a test reads as it comes.
@@ -102,5 +104,48 @@ func TestProgressRedrawsInPlaceAndLeavesNothing(t *testing.T) {
 	}
 	if last := out[strings.LastIndex(out, "\x1b[J")+len("\x1b[J"):]; last != "after\r\nsummary\r\n" {
 		t.Errorf("after the last redrawing the terminal shows %q, want only the lines printed after the display stopped", last)
+	}
+}
+
+// TestProgressModes: auto draws only on a terminal, never draws nowhere,
+// always draws also into a pipe.
+func TestProgressModes(t *testing.T) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	cmd := &cobra.Command{}
+	cmd.SetErr(pw)
+	o := &options{logOut: &logOut{w: pw}}
+	if d := o.newProgress(cmd, "auto", true); d != nil {
+		t.Error("--progress=auto draws into a pipe")
+	}
+	if d := o.newProgress(cmd, "never", true); d != nil {
+		t.Error("--progress=never draws")
+	}
+	cmd.SetErr(&bytes.Buffer{})
+	if d := o.newProgress(cmd, "always", true); d != nil {
+		t.Error("--progress=always draws into something that is not a file")
+	}
+	cmd.SetErr(pw)
+	d := o.newProgress(cmd, "always", true)
+	if d == nil {
+		t.Fatal("--progress=always does not draw into a pipe")
+	}
+	d.start()
+	r := d.hook()("/images/piped.tar", 10, io.NopCloser(strings.NewReader("0123456789")))
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	d.stop()
+	pw.Close()
+	out, err := io.ReadAll(pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "piped.tar") || !strings.Contains(string(out), "10.0 b / 10.0 b") {
+		t.Errorf("--progress=always into a pipe wrote %q, want the line of piped.tar", out)
 	}
 }
