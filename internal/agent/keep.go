@@ -36,6 +36,12 @@ type Kept struct {
 // kept import: its lease is released once the new one is complete, and the
 // names only it wanted are unpinned.
 func Keep(ctx context.Context, rt hfruntime.Runtime, path string) (Kept, error) {
+	return KeepWith(ctx, rt, path, nil)
+}
+
+// KeepWith is Keep with progress, if set, following the bytes read from the
+// archive file.
+func KeepWith(ctx context.Context, rt hfruntime.Runtime, path string, progress Progress) (Kept, error) {
 	k := Kept{Path: path}
 	if abs, err := filepath.Abs(path); err == nil {
 		k.Path = abs
@@ -44,7 +50,7 @@ func Keep(ctx context.Context, rt hfruntime.Runtime, path string) (Kept, error) 
 	if err != nil {
 		return k, err
 	}
-	k.Result, err = rt.Import(ctx, importRequest(src, true))
+	k.Result, err = rt.Import(ctx, importRequest(src, true, progress))
 	if err != nil {
 		return k, fmt.Errorf("import %s: %w", k.Path, err)
 	}

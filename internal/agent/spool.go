@@ -49,7 +49,7 @@ func (a *Agent) importSpool(ctx context.Context, scan source.Result, opts passOp
 			continue
 		}
 		began := time.Now()
-		res, err := a.rt.Import(ctx, importRequest(src, true))
+		res, err := a.rt.Import(ctx, importRequest(src, true, a.cfg.Progress))
 		sum.BytesRead += res.BytesRead
 		if err != nil {
 			sum.Failures = append(sum.Failures, fmt.Errorf("import %s (left in the spool dir): %w", src.Path, err))

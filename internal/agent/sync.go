@@ -37,7 +37,14 @@ type Config struct {
 	// Credentials per registry host for pulls (from K3s's registries.yaml).
 	Credentials map[string]registries.Credential
 	Log         *slog.Logger
+	// Progress, when set, follows the bytes imports read from archive files.
+	Progress Progress
 }
+
+// Progress wraps r, the archive file at path (size bytes) as an import opens
+// it, so that a display can follow how much of it is read. The import closes
+// the returned reader when it is done with the file, read through or not.
+type Progress func(path string, size int64, r io.ReadCloser) io.ReadCloser
 
 // Summary is what one pass did.
 type Summary struct {
@@ -340,7 +347,7 @@ func (a *Agent) importAll(ctx context.Context, srcs []source.Source, known map[s
 	for _, src := range srcs {
 		g.Go(func() error {
 			began := time.Now()
-			res, err := importSource(gctx, a.rt, src, known[src.Path+"\x00"+src.Identity])
+			res, err := importSource(gctx, a.rt, src, known[src.Path+"\x00"+src.Identity], a.cfg.Progress)
 			mu.Lock()
 			defer mu.Unlock()
 			sum.BytesRead += res.BytesRead
@@ -432,8 +439,8 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 	a.rec.Released(sum.Released)
 }
 
-func importSource(ctx context.Context, rt hfruntime.Runtime, src source.Source, prior *hfruntime.SourceState) (hfruntime.ImportResult, error) {
-	req := importRequest(src, false)
+func importSource(ctx context.Context, rt hfruntime.Runtime, src source.Source, prior *hfruntime.SourceState, progress Progress) (hfruntime.ImportResult, error) {
+	req := importRequest(src, false, progress)
 	req.Prior = prior
 	res, err := rt.Import(ctx, req)
 	if err != nil {
@@ -443,15 +450,25 @@ func importSource(ctx context.Context, rt hfruntime.Runtime, src source.Source, 
 }
 
 // importRequest asks to import the archive or OCI layout dir src; kept marks
-// a source kept until released, whatever becomes of its file.
-func importRequest(src source.Source, kept bool) hfruntime.ImportRequest {
+// a source kept until released, whatever becomes of its file. progress, if
+// set, wraps the archive file as it is opened.
+func importRequest(src source.Source, kept bool, progress Progress) hfruntime.ImportRequest {
 	return hfruntime.ImportRequest{
 		Source:   src.Path,
 		Identity: src.Identity,
 		MtimeNs:  src.MtimeNs,
 		Dir:      src.Kind == source.OCIDir,
 		Kept:     kept,
-		Open:     func() (io.ReadCloser, error) { return source.Open(src.Path) },
+		Open: func() (io.ReadCloser, error) {
+			f, err := source.Open(src.Path)
+			if err != nil {
+				return nil, err
+			}
+			if progress == nil {
+				return f, nil
+			}
+			return progress(src.Path, src.Size, f), nil
+		},
 	}
 }
 

@@ -14,7 +14,8 @@ import (
 )
 
 func newImport(o *options) *cobra.Command {
-	return &cobra.Command{
+	var progress progressFlag
+	cmd := &cobra.Command{
 		Use:   "import FILE|DIR...",
 		Short: "Import archives or OCI layout dirs once, and keep their images pinned until released",
 		Long: `import reads each archive (docker save, OCI, compressed or not) or OCI layout
@@ -58,8 +59,14 @@ still imported; each failure names the path and the cause), 2 on bad usage.`,
 			}
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			failed := 0
-			for _, path := range args {
-				k, err := agent.Keep(ctx, s.rt, path)
+			// The total line is for more than one path.
+			d := o.newProgress(cmd, progress, len(args) > 1)
+			upTo := d.announce(args)
+			for i, path := range args {
+				d.start()
+				k, err := agent.KeepWith(ctx, s.rt, path, d.hook())
+				d.stop()
+				d.passed(upTo[i])
 				for _, c := range k.Conflicts {
 					fmt.Fprintf(out, "conflict: %s\n", c)
 				}
@@ -91,6 +98,8 @@ still imported; each failure names the path and the cause), 2 on bad usage.`,
 			return nil
 		},
 	}
+	addProgressFlag(cmd, &progress)
+	return cmd
 }
 
 // writeKept lists the kept sources under status's table: where each was

@@ -63,6 +63,7 @@ type options struct {
 	logLevel  string
 	logFormat string
 	log       *slog.Logger
+	logOut    *logOut // where log writes
 
 	registryConfig string
 	registriesYAML string
@@ -92,6 +93,7 @@ var envFlags = map[string]string{
 
 	"content-root": "HOLDFAST_CONTENT_ROOT",
 	"min-free":     "HOLDFAST_MIN_FREE",
+	"progress":     "HOLDFAST_PROGRESS",
 }
 
 // New builds the holdfast command tree.
@@ -160,7 +162,8 @@ func (o *options) complete(cmd *cobra.Command) error {
 	if len(errs) > 0 {
 		return &usageError{errors.Join(errs...)}
 	}
-	log, err := newLogger(cmd.ErrOrStderr(), o.logLevel, o.logFormat)
+	o.logOut = &logOut{w: cmd.ErrOrStderr()}
+	log, err := newLogger(o.logOut, o.logLevel, o.logFormat)
 	if err != nil {
 		return &usageError{err}
 	}
@@ -249,7 +252,11 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, hopts)), nil
 	case "auto", "":
-		if f, ok := w.(*os.File); ok && isTerminal(f) {
+		out := w
+		if l, ok := w.(*logOut); ok {
+			out = l.w
+		}
+		if f, ok := out.(*os.File); ok && isTerminal(f) {
 			return slog.New(slog.NewTextHandler(w, hopts)), nil
 		}
 		return slog.New(slog.NewJSONHandler(w, hopts)), nil

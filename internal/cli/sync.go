@@ -10,6 +10,7 @@ import (
 
 func newSync(o *options) *cobra.Command {
 	var parallel int
+	var progress progressFlag
 	cmd := &cobra.Command{
 		Use:   "sync",
 		Short: "Run one pass: import and pin every source in the images dirs, then exit",
@@ -33,7 +34,11 @@ applied), 2 on bad usage.`,
 			if _, err := agent.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
 			}
+			d := o.newProgress(cmd, progress, true)
+			cfg.Progress = d.hook()
+			d.start()
 			sum := agent.Sync(ctx, s.rt, cfg)
+			d.stop()
 			for _, c := range sum.Conflicts {
 				fmt.Fprintf(cmd.OutOrStdout(), "conflict: %s\n", c)
 			}
@@ -54,5 +59,6 @@ applied), 2 on bad usage.`,
 		},
 	}
 	cmd.Flags().IntVar(&parallel, "parallel", 0, "archives imported at once (0: from the CPU count)")
+	addProgressFlag(cmd, &progress)
 	return cmd
 }

@@ -1,0 +1,256 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+	"golang.org/x/term"
+
+	"github.com/holdfast-project/holdfast/internal/agent"
+)
+
+// progressFlag is --progress: whether sync and import draw the archives they
+// read on the terminal.
+type progressFlag string
+
+func (p *progressFlag) String() string { return string(*p) }
+func (p *progressFlag) Type() string   { return "auto|always|never" }
+func (p *progressFlag) Set(v string) error {
+	switch v {
+	case "auto", "always", "never":
+		*p = progressFlag(v)
+		return nil
+	}
+	return fmt.Errorf("%q: want auto, always or never", v)
+}
+
+func addProgressFlag(cmd *cobra.Command, p *progressFlag) {
+	*p = "auto"
+	cmd.Flags().Var(p, "progress", "draw a line per archive being read, and a total, on standard error: auto (when it is a terminal), always or never (env HOLDFAST_PROGRESS)")
+}
+
+// progress draws, on a terminal, a line per archive file being read (name,
+// bytes read of its size, rate, ETA) and a total line, redrawn in place. Its
+// lines are gone once it stops, so that what the command prints afterwards is
+// what it prints without a terminal. Log lines written while it draws go
+// above its lines.
+type progress struct {
+	out   *os.File
+	logs  *logOut
+	total bool // draw the total line
+
+	mu      sync.Mutex
+	p       *mpb.Progress
+	sum     *mpb.Bar // the total line, once a file is read
+	open    map[*mpb.Bar]bool
+	size    int64 // bytes of the files opened, or announced
+	done    int64 // bytes read, or passed over once a file is closed
+	started time.Time
+}
+
+// newProgress returns the display for a command's standard error, or nil when
+// there is none to draw: --progress=never, or auto and no terminal.
+func (o *options) newProgress(cmd *cobra.Command, mode progressFlag, total bool) *progress {
+	f, ok := cmd.ErrOrStderr().(*os.File)
+	if !ok || mode == "never" || (mode == "auto" && !term.IsTerminal(int(f.Fd()))) {
+		return nil
+	}
+	return &progress{out: f, logs: o.logOut, total: total, started: time.Now()}
+}
+
+// announce adds the sizes of the files among paths to the total, for a
+// command that knows them before it starts, and returns the bytes announced
+// up to each path (see passed).
+func (d *progress) announce(paths []string) []int64 {
+	upTo := make([]int64, len(paths))
+	if d == nil {
+		return upTo
+	}
+	for i, p := range paths {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			d.size += fi.Size()
+		}
+		upTo[i] = d.size
+	}
+	return upTo
+}
+
+// passed counts the first n announced bytes as done: those of the paths
+// handled so far, read or not (unchanged, or failed before reading).
+func (d *progress) passed(n int64) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.done = max(d.done, n)
+}
+
+// hook is the agent's progress hook: nil when nothing is drawn.
+func (d *progress) hook() agent.Progress {
+	if d == nil {
+		return nil
+	}
+	return d.reader
+}
+
+// start begins drawing; stop ends it. A command may draw several times, and
+// print between: the total goes on where it was. Like the other methods,
+// they do nothing on a nil display.
+func (d *progress) start() {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// Drawn as on a terminal also for --progress=always to a file or pipe.
+	d.p = mpb.New(mpb.WithOutput(d.out), mpb.ForceTTY(), mpb.WithAutoRefresh(), mpb.WithRefreshRate(150*time.Millisecond))
+	d.open = map[*mpb.Bar]bool{}
+	d.sum = nil
+	d.logs.to(d.p)
+}
+
+// stop removes the lines drawn and waits until they are gone from the screen.
+func (d *progress) stop() {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	d.logs.to(nil)
+	for b := range d.open {
+		b.Abort(true)
+	}
+	if d.sum != nil {
+		d.sum.Abort(true)
+	}
+	p := d.p
+	d.mu.Unlock()
+	p.Wait()
+}
+
+// reader is an agent.Progress: it draws the file's line while it is read.
+func (d *progress) reader(path string, size int64, r io.ReadCloser) io.ReadCloser {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	bar := d.p.AddBar(size, append(progressDecorators(filepath.Base(path), time.Now()), mpb.BarRemoveOnComplete())...)
+	d.open[bar] = true
+	if d.total {
+		if d.done+size > d.size {
+			d.size = d.done + size
+		}
+		if d.sum == nil {
+			// Made with no total, the line never completes on its own:
+			// more files may come. Its total is then set as they open.
+			d.sum = d.p.AddBar(0, append(progressDecorators("total", d.started), mpb.BarPriority(math.MaxInt))...)
+			d.sum.SetCurrent(d.done)
+		}
+		d.sum.SetTotal(d.size, false)
+	}
+	return &progressReader{r: r, d: d, bar: bar, size: size}
+}
+
+// progressDecorators make a line: name, bytes read of the total, the bar,
+// the average rate since start and the time left at that rate.
+func progressDecorators(name string, start time.Time) []mpb.BarOption {
+	return []mpb.BarOption{
+		mpb.PrependDecorators(decor.Name(name, decor.WCSyncSpaceR),
+			decor.Counters(decor.SizeB1024(0), "% .1f / % .1f", decor.WCSyncSpace)),
+		mpb.AppendDecorators(
+			decor.Any(func(s decor.Statistics) string { return rate(s.Current, start) }, decor.WCSyncSpace),
+			decor.Any(func(s decor.Statistics) string { return "ETA " + eta(s, start) }, decor.WCSyncSpace)),
+	}
+}
+
+// rate is n bytes over the time since start, per second; it stays shown
+// once a line completes.
+func rate(n int64, start time.Time) string {
+	el := time.Since(start).Seconds()
+	if el <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("% .1f/s", decor.SizeB1024(float64(n)/el))
+}
+
+// eta is the time left to read the rest at the average rate since start.
+func eta(s decor.Statistics, start time.Time) string {
+	switch {
+	case s.Total > 0 && s.Current >= s.Total:
+		return "0s"
+	case s.Current <= 0 || s.Total <= 0:
+		return "-"
+	}
+	left := time.Duration(float64(time.Since(start)) * float64(s.Total-s.Current) / float64(s.Current))
+	return left.Round(time.Second).String()
+}
+
+// progressReader counts the bytes read from one archive file.
+type progressReader struct {
+	r    io.ReadCloser
+	d    *progress
+	bar  *mpb.Bar
+	size int64
+	read int64
+	once sync.Once
+}
+
+func (r *progressReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.read += int64(n)
+	r.bar.IncrBy(n)
+	r.d.mu.Lock()
+	r.d.done += int64(n)
+	if r.d.sum != nil {
+		r.d.sum.IncrBy(n)
+	}
+	r.d.mu.Unlock()
+	return n, err
+}
+
+// Close ends the file's line; what was not read of it (a failed import, or a
+// format that stops before the end) counts as done in the total.
+func (r *progressReader) Close() error {
+	r.once.Do(func() {
+		r.d.mu.Lock()
+		defer r.d.mu.Unlock()
+		delete(r.d.open, r.bar)
+		r.bar.Abort(true)
+		if rest := r.size - r.read; rest > 0 {
+			r.d.done += rest
+			if r.d.sum != nil {
+				r.d.sum.IncrInt64(rest)
+			}
+		}
+	})
+	return r.r.Close()
+}
+
+// logOut is where the logger writes: standard error, or above the lines of
+// a progress display while one draws.
+type logOut struct {
+	mu  sync.Mutex
+	w   io.Writer
+	via io.Writer
+}
+
+func (l *logOut) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.via != nil {
+		return l.via.Write(b)
+	}
+	return l.w.Write(b)
+}
+
+func (l *logOut) to(via io.Writer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.via = via
+}
