@@ -34,14 +34,9 @@ type Kept struct {
 // taken as it is. Importing the same file again (same identity) reads
 // nothing; importing a changed file at the same path replaces the earlier
 // kept import: its lease is released once the new one is complete, and the
-// names only it wanted are unpinned.
-func Keep(ctx context.Context, rt hfruntime.Runtime, path string) (Kept, error) {
-	return KeepWith(ctx, rt, path, nil)
-}
-
-// KeepWith is Keep with progress, if set, following the bytes read from the
-// archive file.
-func KeepWith(ctx context.Context, rt hfruntime.Runtime, path string, progress Progress) (Kept, error) {
+// names only it wanted are unpinned. progress, if set, follows the bytes
+// read from the archive file.
+func Keep(ctx context.Context, rt hfruntime.Runtime, path string, progress Progress) (Kept, error) {
 	k := Kept{Path: path}
 	if abs, err := filepath.Abs(path); err == nil {
 		k.Path = abs

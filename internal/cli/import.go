@@ -64,7 +64,7 @@ still imported; each failure names the path and the cause), 2 on bad usage.`,
 			upTo := d.announce(args)
 			for i, path := range args {
 				d.start()
-				k, err := agent.KeepWith(ctx, s.rt, path, d.hook())
+				k, err := agent.Keep(ctx, s.rt, path, d.hook())
 				d.stop()
 				d.passed(upTo[i])
 				for _, c := range k.Conflicts {
