@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -24,21 +22,9 @@ func fsHoldfast(t *testing.T, args ...string) result {
 	const limit = 2 * time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, holdfastBin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Env = append(os.Environ(), "HOLDFAST_LOG_FORMAT=json")
-	err := cmd.Run()
+	res := runHoldfast(t, exec.CommandContext(ctx, holdfastBin, args...))
 	if ctx.Err() != nil {
-		t.Fatalf("holdfast %v had not finished after %s (hung); stderr:\n%s", args, limit, tail(stderr.String(), 20))
-	}
-	res := result{Stdout: stdout.String(), Stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		res.Code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("running holdfast %v: %v", args, err)
+		t.Fatalf("holdfast %v had not finished after %s (hung); stderr:\n%s", args, limit, tail(res.Stderr, 20))
 	}
 	return res
 }

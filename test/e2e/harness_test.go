@@ -288,7 +288,13 @@ func holdfast(t *testing.T, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, holdfastBin, args...)
+	return runHoldfast(t, exec.CommandContext(ctx, holdfastBin, args...))
+}
+
+// runHoldfast runs a holdfast command (logging JSON) and returns what it
+// printed and its exit code; a command that cannot run at all fails the test.
+func runHoldfast(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Env = append(os.Environ(), "HOLDFAST_LOG_FORMAT=json")
@@ -299,7 +305,7 @@ func holdfast(t *testing.T, args ...string) result {
 	case errors.As(err, &ee):
 		res.Code = ee.ExitCode()
 	case err != nil:
-		t.Fatalf("running holdfast %v: %v", args, err)
+		t.Fatalf("running %v: %v", cmd.Args, err)
 	}
 	return res
 }

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -300,20 +298,8 @@ func passSyncAsNobody(t *testing.T, d *daemon, dataDir, imagesDir string) result
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, holdfastBin, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Env = append(os.Environ(), "HOLDFAST_LOG_FORMAT=json")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: passNobody, Gid: passNobody}}
-	err := cmd.Run()
-	res := result{Stdout: stdout.String(), Stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		res.Code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("running holdfast sync as uid %d: %v", passNobody, err)
-	}
-	return res
+	return runHoldfast(t, cmd)
 }
 
 // passOpenTo lets uid 65534 reach d's socket and run the holdfast binary:
