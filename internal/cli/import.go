@@ -54,6 +54,7 @@ still imported; each failure names the path and the cause), 2 on bad usage.`,
 			// Attached to a running agent's containerd, --min-free and
 			// --content-root apply to this import too.
 			s.rt.CheckSpace(o.spaceOptions())
+			s.rt.SetWritePath(o.writeOptions())
 			if _, err := agent.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
 			}

@@ -52,6 +52,7 @@ func (o *options) openOwner(ctx context.Context, command string) (*session, erro
 		return nil, err
 	}
 	s.rt.CheckSpace(o.spaceOptions())
+	s.rt.SetWritePath(o.writeOptions())
 	if err := s.rt.OwnIngests(o.dataDir); err != nil {
 		s.close()
 		return nil, err

@@ -29,3 +29,28 @@ func (m *minFreeValue) Set(s string) error {
 func (o *options) spaceOptions() hfcontainerd.SpaceOptions {
 	return hfcontainerd.SpaceOptions{ContentRoot: o.contentRoot, MinFree: o.minFree.v, Log: o.log}
 }
+
+// writePathValue is the --write-path flag.
+type writePathValue struct{ v hfcontainerd.WritePath }
+
+func (w *writePathValue) String() string {
+	if w.v == "" {
+		return string(hfcontainerd.WriteStream)
+	}
+	return string(w.v)
+}
+
+func (w *writePathValue) Type() string { return "auto|direct|stream" }
+func (w *writePathValue) Set(s string) error {
+	v, err := hfcontainerd.ParseWritePath(s)
+	if err != nil {
+		return err
+	}
+	w.v = v
+	return nil
+}
+
+// writeOptions is how imports write blobs.
+func (o *options) writeOptions() hfcontainerd.WriteOptions {
+	return hfcontainerd.WriteOptions{Path: o.writePath.v, ContentRoot: o.contentRoot, Log: o.log}
+}

@@ -54,6 +54,8 @@ type Runtime struct {
 	owner string
 	run   string
 	space *spaceGuard // the disk check of imports
+	// direct says whether imports write blobs into the store's directory.
+	direct *directWriter
 	// labelMu makes merges of distribution source labels one at a time.
 	labelMu sync.Mutex
 }

@@ -58,6 +58,9 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 		return res, noSpace(err)
 	}
 	res.Images = wants
+	if ing.direct > 0 && r.direct != nil && r.direct.opts.Log != nil {
+		r.direct.opts.Log.Debug("blobs written directly into the content store", "source", req.Source, "blobs", ing.direct)
+	}
 	return res, nil
 }
 
@@ -281,6 +284,7 @@ type ingester struct {
 	open      map[string]bool        // refs not yet committed
 	written   int
 	present   int
+	direct    int // blobs committed by metadata only, their files placed by holdfast
 }
 
 func (w *ingester) nextRef() string {
@@ -326,7 +330,18 @@ func (w *ingester) Put(ctx context.Context, expected digest.Digest, size int64, 
 	if err := w.r.space.check(ctx, w.r, what, 1, size); err != nil {
 		return "", err
 	}
-	d, committed, err := w.put(ctx, ocispec.Descriptor{Digest: expected, Size: size}, r, nil)
+	root, err := w.r.direct.rootFor(ctx, w.r)
+	if err != nil {
+		return "", err
+	}
+	var d digest.Digest
+	var committed, consumed bool
+	if root != "" {
+		d, committed, consumed, err = w.placeBlob(ctx, root, expected, size, r)
+	}
+	if !consumed {
+		d, committed, err = w.put(ctx, ocispec.Descriptor{Digest: expected, Size: size}, r, nil)
+	}
 	if err == nil && committed {
 		w.mu.Lock()
 		w.written++

@@ -1,0 +1,297 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sys/unix"
+)
+
+// WritePath is how imports write blobs into the content store.
+type WritePath string
+
+const (
+	// WriteStream sends every blob through containerd's content API.
+	WriteStream WritePath = "stream"
+	// WriteDirect writes blobs into the content store's directory and has
+	// containerd record them by metadata only; imports fail when it cannot.
+	WriteDirect WritePath = "direct"
+	// WriteAuto writes directly when it can, and streams otherwise.
+	WriteAuto WritePath = "auto"
+)
+
+// ParseWritePath reads a --write-path value.
+func ParseWritePath(s string) (WritePath, error) {
+	switch p := WritePath(s); p {
+	case WriteStream, WriteDirect, WriteAuto:
+		return p, nil
+	}
+	return "", fmt.Errorf("write path %q: want auto, direct or stream", s)
+}
+
+// WriteOptions set how imports write blobs.
+type WriteOptions struct {
+	Path WritePath
+	// ContentRoot is the content store's directory as holdfast sees it;
+	// empty asks containerd.
+	ContentRoot string
+	Log         *slog.Logger
+}
+
+// SetWritePath sets how imports write blobs; without it they stream.
+func (r *Runtime) SetWritePath(opts WriteOptions) { r.direct = &directWriter{opts: opts} }
+
+// tempDirName is the directory, beside the store's blobs and ingest
+// directories, where blobs are written before they are linked into place.
+// containerd walks neither it nor its files; holdfast removes what a crash
+// left there.
+const tempDirName = "holdfast-tmp"
+
+// metadataPlugin is the introspection filter of the metadata plugin, which
+// exports its content sharing policy as "policy".
+const metadataPlugin = "type==io.containerd.metadata.v1,id==bolt"
+
+// directWriter decides, once, whether imports can write blobs straight into
+// the content store's directory.
+type directWriter struct {
+	opts     WriteOptions
+	mu       sync.Mutex
+	resolved bool
+	root     string // empty: stream
+	err      error  // why direct writes are not possible
+	fellBack bool   // a blob fell back to streaming: logged once
+}
+
+// rootFor returns the content root to write blobs into, or "" to stream. An
+// error means --write-path=direct cannot be honoured.
+func (d *directWriter) rootFor(ctx context.Context, r *Runtime) (string, error) {
+	if d == nil || d.opts.Path == WriteStream || d.opts.Path == "" {
+		return "", nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.resolved {
+		root, err := d.resolve(ctx, r)
+		if err != nil && ctx.Err() != nil {
+			return "", err // try again on the next import
+		}
+		d.resolved, d.root, d.err = true, root, err
+		if d.opts.Log != nil {
+			if err != nil {
+				d.opts.Log.Info("imports stream blobs through containerd: the content store's directory cannot be written directly", "writePath", string(d.opts.Path), "error", err.Error())
+			} else {
+				d.opts.Log.Info("imports write blobs directly into the content store", "writePath", string(d.opts.Path), "contentRoot", root)
+			}
+		}
+	}
+	if d.err != nil && d.opts.Path == WriteDirect {
+		return "", fmt.Errorf("--write-path=direct: %w", d.err)
+	}
+	return d.root, nil
+}
+
+// resolve finds the content root and checks holdfast can write blobs there
+// that containerd will take as its own.
+func (d *directWriter) resolve(ctx context.Context, r *Runtime) (string, error) {
+	root := d.opts.ContentRoot
+	if root == "" {
+		var err error
+		if root, err = r.contentRoot(ctx); err != nil {
+			return "", fmt.Errorf("asking containerd for its content store's directory: %w", err)
+		}
+	}
+	policy, err := r.contentPolicy(ctx)
+	if err != nil {
+		return "", fmt.Errorf("asking containerd for its content sharing policy: %w", err)
+	}
+	// Only a shared store commits a blob whose file exists by metadata alone;
+	// containerd 1.6 does not export the policy, and shared is its default.
+	if policy != "" && policy != "shared" {
+		return "", fmt.Errorf("containerd's content sharing policy is %q, not shared", policy)
+	}
+	blobs := filepath.Join(root, "blobs", "sha256")
+	if err := os.MkdirAll(blobs, 0o755); err != nil {
+		return "", fmt.Errorf("creating %s: %w", blobs, err)
+	}
+	tmp := filepath.Join(root, tempDirName)
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return "", fmt.Errorf("creating %s: %w", tmp, err)
+	}
+	if err := sameFS(blobs, tmp); err != nil {
+		return "", err
+	}
+	if err := sweepTemp(tmp); err != nil {
+		return "", err
+	}
+	return root, nil
+}
+
+// contentPolicy is the metadata plugin's content sharing policy; "" when it
+// does not say.
+func (r *Runtime) contentPolicy(ctx context.Context) (string, error) {
+	resp, err := r.client.IntrospectionService().Plugins(ctx, metadataPlugin)
+	if err != nil {
+		return "", err
+	}
+	for _, p := range resp.Plugins {
+		if policy := p.Exports["policy"]; policy != "" {
+			return policy, nil
+		}
+	}
+	return "", nil
+}
+
+// sameFS refuses two directories on different filesystems: a link between
+// them is not possible.
+func sameFS(a, b string) error {
+	var sa, sb unix.Stat_t
+	if err := unix.Stat(a, &sa); err != nil {
+		return fmt.Errorf("statting %s: %w", a, err)
+	}
+	if err := unix.Stat(b, &sb); err != nil {
+		return fmt.Errorf("statting %s: %w", b, err)
+	}
+	if sa.Dev != sb.Dev {
+		return fmt.Errorf("%s and %s are on different filesystems", a, b)
+	}
+	return nil
+}
+
+// sweepTemp removes the temp files nobody writes any more: a writer holds a
+// lock on its file until it is done, and a crashed one holds none.
+func sweepTemp(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		f, err := os.Open(p)
+		if err != nil {
+			continue // gone already
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			_ = os.Remove(p)
+		}
+		_ = f.Close()
+	}
+	return nil
+}
+
+// fallBack logs, once, that a blob is streamed after all.
+func (d *directWriter) fallBack(what string, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fellBack || d.opts.Log == nil {
+		return
+	}
+	d.fellBack = true
+	d.opts.Log.Debug("a blob is streamed instead of written directly", "doing", what, "error", err.Error())
+}
+
+// placeBlob writes one blob into the content store's directory under root
+// and has containerd record it, under the lease of ctx, by metadata alone. It
+// reports whether it consumed r: when it did not, the caller streams r.
+func (w *ingester) placeBlob(ctx context.Context, root string, expected digest.Digest, size int64, r io.Reader) (d digest.Digest, committed, consumed bool, err error) {
+	alg := digest.Canonical
+	if expected != "" {
+		if err := expected.Validate(); err != nil {
+			return "", false, false, nil // the stream path reports it
+		}
+		alg = expected.Algorithm()
+	}
+	f, err := os.CreateTemp(filepath.Join(root, tempDirName), "blob-")
+	if err != nil {
+		w.r.direct.fallBack("creating a temp file", err)
+		return "", false, false, nil
+	}
+	defer func() {
+		_ = os.Remove(f.Name())
+		_ = f.Close()
+	}()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		w.r.direct.fallBack("locking "+f.Name(), err)
+		return "", false, false, nil
+	}
+
+	// From here on r is consumed: errors are the import's.
+	desc := ocispec.Descriptor{Digest: expected, Size: size}
+	digester := alg.Digester()
+	bufp := chunkPool.Get().(*[]byte)
+	n, err := copyFull(io.MultiWriter(f, digester.Hash()), r, *bufp)
+	chunkPool.Put(bufp)
+	if err != nil {
+		return "", false, true, fmt.Errorf("writing %s to %s: %w", blobName(desc), f.Name(), err)
+	}
+	if n != size {
+		return "", false, true, fmt.Errorf("writing %s: got %d bytes, want %d", blobName(desc), n, size)
+	}
+	d = digester.Digest()
+	if expected != "" && d != expected {
+		return "", false, true, fmt.Errorf("writing %s: its bytes have digest %s", expected, d)
+	}
+	if err := f.Sync(); err != nil {
+		return "", false, true, fmt.Errorf("syncing %s: %w", f.Name(), err)
+	}
+	// Read-only, as containerd leaves the blobs it commits.
+	if err := f.Chmod(0o444); err != nil {
+		return "", false, true, fmt.Errorf("setting the mode of %s: %w", f.Name(), err)
+	}
+	desc.Digest = d
+	// A link never replaces a blob already there: that one is kept.
+	target := filepath.Join(root, "blobs", d.Algorithm().String(), d.Encoded())
+	if err := os.Link(f.Name(), target); err != nil && !errors.Is(err, fs.ErrExist) {
+		w.r.direct.fallBack("linking "+target, err)
+		return w.streamPlaced(ctx, desc, f)
+	}
+	return w.commitPlaced(ctx, desc, f)
+}
+
+// commitPlaced has containerd record a blob whose file is in place. A store
+// that wants the bytes after all (another policy, another directory, or the
+// file was collected before the writer saw it) gets them from f.
+func (w *ingester) commitPlaced(ctx context.Context, desc ocispec.Descriptor, f *os.File) (digest.Digest, bool, bool, error) {
+	ref := w.nextRef()
+	cw, offset, err := w.r.openBlob(ctx, ref, desc)
+	if err != nil {
+		w.done(ref, "", false)
+		if errdefs.IsAlreadyExists(err) {
+			return desc.Digest, false, true, nil
+		}
+		return "", false, true, fmt.Errorf("opening writer for %s: %w", desc.Digest, err)
+	}
+	if offset != desc.Size {
+		cw.Close()
+		_ = w.r.client.ContentStore().Abort(ctx, ref)
+		w.done(ref, "", false)
+		w.r.direct.fallBack("committing "+desc.Digest.String(), fmt.Errorf("the store wants its bytes (it has %d of %d)", offset, desc.Size))
+		return w.streamPlaced(ctx, desc, f)
+	}
+	defer cw.Close()
+	d, committed, err := w.commit(ctx, cw, ref, desc.Digest, desc.Size, nil)
+	if err == nil && committed {
+		w.mu.Lock()
+		w.direct++
+		w.mu.Unlock()
+	}
+	return d, committed, true, err
+}
+
+// streamPlaced streams a verified blob from its temp file.
+func (w *ingester) streamPlaced(ctx context.Context, desc ocispec.Descriptor, f *os.File) (digest.Digest, bool, bool, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", false, true, fmt.Errorf("rewinding %s: %w", f.Name(), err)
+	}
+	d, committed, err := w.put(ctx, desc, f, nil)
+	return d, committed, true, err
+}

@@ -1,0 +1,194 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/holdfast-project/holdfast/internal/fixture"
+)
+
+// TestDirectWritePathImportsEveryFormat imports archives of each format with
+// --write-path=direct and checks the images are pinned and leased, their
+// content reads back with the right digests, each archive's blobs were
+// placed directly, and a temp file a crash left is gone after the pass.
+func TestDirectWritePathImportsEveryFormat(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
+		root := directContentRoot(t, d)
+		if err := os.MkdirAll(filepath.Join(root, "holdfast-tmp"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		crashed := filepath.Join(root, "holdfast-tmp", "blob-crashed")
+		if err := os.WriteFile(crashed, []byte("half a blob"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+
+		type src struct {
+			path string
+			img  *fixture.Image
+		}
+		var srcs []src
+		add := func(name, file string, c fixture.Compression, write func(context.Context, io.Writer, *fixture.Image) error) {
+			im := build(t, fixture.ImageSpec{Names: []string{name}})
+			p := filepath.Join(imagesDir, file+c.Extension())
+			writeArchive(t, p, c, fixture.CompressOptions{}, func(ctx context.Context, w io.Writer) error { return write(ctx, w, im) })
+			srcs = append(srcs, src{p, im})
+		}
+		for _, c := range []fixture.Compression{fixture.None, fixture.Gzip} {
+			add(fmt.Sprintf("e2e.local/direct/docker-%s:1", c), fmt.Sprintf("docker-%s.tar", c), c, func(ctx context.Context, w io.Writer, im *fixture.Image) error {
+				return fixture.WriteDockerSave(ctx, w, im)
+			})
+			add(fmt.Sprintf("e2e.local/direct/hybrid-%s:1", c), fmt.Sprintf("hybrid-%s.tar", c), c, func(ctx context.Context, w io.Writer, im *fixture.Image) error {
+				return fixture.WriteHybrid(ctx, w, im)
+			})
+			add(fmt.Sprintf("e2e.local/direct/oci-%s:1", c), fmt.Sprintf("oci-%s.tar", c), c, func(ctx context.Context, w io.Writer, im *fixture.Image) error {
+				return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameContainerdAndTag}, im)
+			})
+		}
+		layout := build(t, fixture.ImageSpec{Names: []string{"e2e.local/direct/layout:1"}})
+		layoutPath := filepath.Join(imagesDir, "layouts", "app")
+		if err := fixture.WriteOCIDir(context.Background(), layoutPath, fixture.OCIOptions{Names: fixture.NameContainerd}, layout); err != nil {
+			t.Fatal(err)
+		}
+		srcs = append(srcs, src{layoutPath, layout})
+
+		res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir,
+			"--write-path=direct", "--log-level=debug")
+		if res.Code != 0 {
+			t.Fatalf("sync exited %d\nstderr:\n%s", res.Code, res.Stderr)
+		}
+		if !strings.Contains(res.Stderr, `"msg":"imports write blobs directly into the content store"`) {
+			t.Errorf("no line says imports write directly:\n%s", res.Stderr)
+		}
+		placed := directPlaced(t, res.Stderr)
+		cs := d.Client.ContentStore()
+		for _, s := range srcs {
+			name := s.img.Names[0]
+			d.requirePinned(t, name)
+			if placed[s.path] == 0 {
+				t.Errorf("%s: no blob was written directly", s.path)
+			}
+			rec, ok := d.record(t, name)
+			if !ok {
+				t.Errorf("%s: no record", name)
+				continue
+			}
+			l, ok := d.leaseOf(t, s.path)
+			if !ok {
+				t.Errorf("%s: no lease", s.path)
+				continue
+			}
+			held := d.leaseContent(t, l)
+			for _, b := range d.hostBlobs(t, rec.Target) {
+				if !held[b.Digest] {
+					t.Errorf("%s: lease does not hold %s", s.path, b.Digest)
+				}
+				data, err := content.ReadBlob(d.ctx(), cs, b)
+				if err != nil {
+					t.Errorf("%s: reading %s: %v", s.path, b.Digest, err)
+					continue
+				}
+				if got := digest.FromBytes(data); got != b.Digest || int64(len(data)) != b.Size {
+					t.Errorf("%s: blob %s reads back as %s, %d bytes (want %d)", s.path, b.Digest, got, len(data), b.Size)
+				}
+			}
+		}
+		if _, err := os.Stat(crashed); !os.IsNotExist(err) {
+			t.Errorf("the temp file a crash left is still there (stat: %v)", err)
+		}
+		if refs := d.ingests(t); len(refs) != 0 {
+			t.Errorf("ingests left: %v", refs)
+		}
+	})
+}
+
+// TestDirectWritePathRefusesTamperedLayer: a layer whose bytes do not match
+// the digest its OCI archive names is refused, and no file is left under
+// either digest's name in the store's directory.
+func TestDirectWritePathRefusesTamperedLayer(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
+		root := directContentRoot(t, d)
+		im := build(t, fixture.ImageSpec{Names: []string{"e2e.local/direct/tampered:1"},
+			Layers: fixture.UniformLayers(2, 256<<10, false, 4711)})
+		layer := im.Manifests[0].Layers[1].Digest()
+		var buf bytes.Buffer
+		if err := fixture.WriteOCI(context.Background(), &buf, fixture.OCIOptions{Names: fixture.NameContainerd}, im); err != nil {
+			t.Fatal(err)
+		}
+		tampered, swapped := gapTamper(t, buf.Bytes(), "blobs/sha256/"+layer.Encoded())
+		if err := os.MkdirAll(imagesDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(imagesDir, "bad.tar")
+		if err := os.WriteFile(path, tampered, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--write-path=direct")
+		if res.Code != 1 || !strings.Contains(res.Stderr, "error: import "+path+":") || !strings.Contains(res.Stderr, string(layer)) {
+			t.Fatalf("sync exited %d, want 1 with an error naming %s and %s\nstderr:\n%s", res.Code, path, layer, res.Stderr)
+		}
+		for _, dg := range []digest.Digest{layer, swapped} {
+			if _, err := os.Stat(filepath.Join(root, "blobs", "sha256", dg.Encoded())); !os.IsNotExist(err) {
+				t.Errorf("a file is left under %s (stat: %v)", dg, err)
+			}
+		}
+		left, err := os.ReadDir(filepath.Join(root, "holdfast-tmp"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) != 0 {
+			t.Errorf("temp files left: %v", left)
+		}
+		if _, ok := d.record(t, im.Names[0]); ok {
+			t.Errorf("a record was made")
+		}
+	})
+}
+
+// directContentRoot asks d where its content store keeps blobs.
+func directContentRoot(t *testing.T, d *daemon) string {
+	t.Helper()
+	resp, err := d.Client.IntrospectionService().Plugins(d.ctx(), "type==io.containerd.content.v1,id==content")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range resp.Plugins {
+		if root := p.Exports["root"]; root != "" {
+			return root
+		}
+	}
+	t.Fatal("the content plugin exports no root")
+	return ""
+}
+
+// directPlaced reads, from a JSON log, how many blobs each source had
+// written directly.
+func directPlaced(t *testing.T, log string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, line := range strings.Split(log, "\n") {
+		var m struct {
+			Msg    string `json:"msg"`
+			Source string `json:"source"`
+			Blobs  int    `json:"blobs"`
+		}
+		if json.Unmarshal([]byte(line), &m) != nil || m.Msg != "blobs written directly into the content store" {
+			continue
+		}
+		out[m.Source] += m.Blobs
+	}
+	return out
+}
