@@ -158,6 +158,45 @@ func TestDirectWritePathRefusesTamperedLayer(t *testing.T) {
 	})
 }
 
+// TestDirectWritePathFallsBackToStreaming: given a --content-root that is
+// not containerd's, --write-path=auto places each blob where containerd does
+// not look; containerd then wants the bytes, and they are streamed from
+// holdfast's temp file: the import succeeds with intact content.
+func TestDirectWritePathFallsBackToStreaming(t *testing.T) {
+	d, imagesDir, dataDir := embeddedScene(t)
+	elsewhere := tempDir(t)
+	im := build(t, fixture.ImageSpec{Names: []string{"e2e.local/direct/fallback:1"}})
+	path := filepath.Join(imagesDir, "fallback.tar")
+	writeArchive(t, path, fixture.Gzip, fixture.CompressOptions{}, func(ctx context.Context, w io.Writer) error {
+		return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameContainerdAndTag}, im)
+	})
+	res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir,
+		"--write-path=auto", "--content-root", elsewhere, "--log-level=debug")
+	if res.Code != 0 {
+		t.Fatalf("sync exited %d\nstderr:\n%s", res.Code, res.Stderr)
+	}
+	if !strings.Contains(res.Stderr, `"msg":"a blob is streamed instead of written directly"`) {
+		t.Errorf("no line says a blob was streamed instead:\n%s", res.Stderr)
+	}
+	if n := directPlaced(t, res.Stderr)[path]; n != 0 {
+		t.Errorf("%d blobs counted as written directly", n)
+	}
+	d.requirePinned(t, im.Names[0])
+	rec, ok := d.record(t, im.Names[0])
+	if !ok {
+		t.Fatal("no record")
+	}
+	for _, b := range d.hostBlobs(t, rec.Target) {
+		data, err := content.ReadBlob(d.ctx(), d.Client.ContentStore(), b)
+		if err != nil {
+			t.Fatalf("reading %s: %v", b.Digest, err)
+		}
+		if got := digest.FromBytes(data); got != b.Digest {
+			t.Errorf("blob %s reads back as %s", b.Digest, got)
+		}
+	}
+}
+
 // directContentRoot asks d where its content store keeps blobs.
 func directContentRoot(t *testing.T, d *daemon) string {
 	t.Helper()
