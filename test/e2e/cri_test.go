@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"path/filepath"
 	"strings"
@@ -163,14 +162,8 @@ type criStatus struct {
 // criStatusOf runs `status -o json` against d and reads it.
 func (d *daemon) criStatusOf(t *testing.T, dataDir string, extra ...string) criStatus {
 	t.Helper()
-	res := holdfast(t, append([]string{"status", "-o", "json", "--address", d.Address, "--data-dir", dataDir}, extra...)...)
-	if res.Code != 0 {
-		t.Fatalf("status exited %d\n%s\n%s", res.Code, res.Stdout, res.Stderr)
-	}
 	var st criStatus
-	if err := json.Unmarshal([]byte(res.Stdout), &st); err != nil {
-		t.Fatalf("reading status: %v\n%s", err, res.Stdout)
-	}
+	readStatus(t, &st, append([]string{"--address", d.Address, "--data-dir", dataDir}, extra...)...)
 	return st
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -289,6 +290,19 @@ func holdfast(t *testing.T, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	return runHoldfast(t, exec.CommandContext(ctx, holdfastBin, args...))
+}
+
+// readStatus runs `holdfast status -o json` with args and decodes its
+// output into v.
+func readStatus(t *testing.T, v any, args ...string) {
+	t.Helper()
+	res := holdfast(t, append([]string{"status", "-o", "json"}, args...)...)
+	if res.Code != 0 {
+		t.Fatalf("status exited %d\n%s\n%s", res.Code, res.Stdout, res.Stderr)
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), v); err != nil {
+		t.Fatalf("reading status -o json: %v\n%s", err, res.Stdout)
+	}
 }
 
 // runHoldfast runs a holdfast command (logging JSON) and returns what it

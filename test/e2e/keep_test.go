@@ -81,14 +81,8 @@ type keepStatus struct {
 
 func keepReadStatus(t *testing.T, args ...string) keepStatus {
 	t.Helper()
-	res := holdfast(t, append([]string{"status", "-o", "json"}, args...)...)
-	if res.Code != 0 {
-		t.Fatalf("status exited %d: %s", res.Code, res.Stderr)
-	}
 	var st keepStatus
-	if err := json.Unmarshal([]byte(res.Stdout), &st); err != nil {
-		t.Fatalf("status -o json: %v\n%s", err, res.Stdout)
-	}
+	readStatus(t, &st, args...)
 	return st
 }
 

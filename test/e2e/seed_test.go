@@ -31,30 +31,8 @@ type seedContainerd struct {
 func seedEmbedded(t *testing.T) *seedContainerd {
 	t.Helper()
 	requireRoot(t)
-	root := tempDir(t)
-	var p *embedded.Process
 	c := &seedContainerd{name: "embedded"}
-	c.start = func() *daemon {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		var err error
-		if p, err = embedded.Start(ctx, root, embedded.Options{Binary: holdfastBin}); err != nil {
-			t.Fatalf("starting embedded containerd: %v", err)
-		}
-		return connect(t, "embedded", p.Address(), false)
-	}
-	c.stop = func() {
-		if p == nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := p.Stop(ctx); err != nil {
-			t.Errorf("stopping embedded containerd: %v", err)
-		}
-		p = nil
-	}
-	t.Cleanup(c.stop)
+	seedEmbeddedOn(t, c, tempDir(t))
 	return c
 }
 
@@ -64,12 +42,19 @@ func seedAgentOwned(t *testing.T) *seedContainerd {
 	t.Helper()
 	requireRoot(t)
 	c := &seedContainerd{name: "agent-owned", dataDir: filepath.Join(tempDir(t), "data")}
+	seedEmbeddedOn(t, c, c.dataDir)
+	return c
+}
+
+// seedEmbeddedOn makes c start and stop an embedded containerd on root, and
+// stops it when the test ends.
+func seedEmbeddedOn(t *testing.T, c *seedContainerd, root string) {
 	var p *embedded.Process
 	c.start = func() *daemon {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		var err error
-		if p, err = embedded.Start(ctx, c.dataDir, embedded.Options{Binary: holdfastBin}); err != nil {
+		if p, err = embedded.Start(ctx, root, embedded.Options{Binary: holdfastBin}); err != nil {
 			t.Fatalf("starting embedded containerd: %v", err)
 		}
 		return connect(t, c.name, p.Address(), false)
@@ -86,7 +71,6 @@ func seedAgentOwned(t *testing.T) *seedContainerd {
 		p = nil
 	}
 	t.Cleanup(c.stop)
-	return c
 }
 
 // seedRun starts `holdfast run` with its spool dir: against c's containerd,
