@@ -1,0 +1,741 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// The node's addresses and names. The node IP is a test-owned address put on lo for the run (the kubelet
+// rejects a loopback node IP); the machine's own addresses are never used.
+const (
+	nodeIP      = "10.250.0.1"
+	serviceCIDR = "10.0.0.0/24"
+	serviceIP   = "10.0.0.1"
+	podCIDR     = "10.244.0.0/24"
+	bridgeName  = "hftest0"
+	nodeName    = "holdfast-test-node"
+	apiPort     = 6443
+	// pauseImage is the CRI's sandbox image, built from the kubernetes module's pause.c and imported by holdfast.
+	pauseImage = "registry.k8s.io/pause:3.10.2"
+)
+
+// cluster is a one-node Kubernetes cluster in a temp dir: etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and kube-proxy on the host, and the node's containerd and kubelet in one private mount
+// namespace with tmpfs on /run, /var/lib and /var/log (the kubelet and CNI write fixed paths there).
+type cluster struct {
+	dir     string // everything the cluster writes
+	k8sBin  string // kubelet, kube-apiserver, ..., etcd, pause
+	repoBin string // holdfast, holdfast-containerd, containerd-shim-runc-v2, crictl
+
+	pki        *pki
+	admin      string // admin kubeconfig
+	restConfig *rest.Config
+	client     kubernetes.Interface
+
+	etcdURL string
+	ns      *proc // holds the private mount namespace
+	procs   map[string]*proc
+
+	// The node's containerd.
+	sock      string // containerd's socket
+	imagesDir string // archives the test imported with holdfast (pause)
+
+	kubeletConfig map[string]any // the config the kubelet runs with now
+
+	timings  []string // "what took how long", printed after the start
+	cleanups []func() error
+}
+
+// logDir holds every component's log.
+func (c *cluster) logDir() string { return filepath.Join(c.dir, "logs") }
+
+func (c *cluster) logPath(name string) string { return filepath.Join(c.logDir(), name+".log") }
+
+// timed runs step and records how long it took.
+func (c *cluster) timed(what string, step func() error) error {
+	start := time.Now()
+	err := step()
+	c.timings = append(c.timings, fmt.Sprintf("%s %.1fs", what, time.Since(start).Seconds()))
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// defer_ registers a cleanup step, run in reverse order by stop.
+func (c *cluster) defer_(f func() error) { c.cleanups = append(c.cleanups, f) }
+
+// startCluster starts the cluster. On error everything started is stopped again and the error carries the
+// last lines of the failing component's log.
+func startCluster(k8sBin, repoBin string) (c *cluster, err error) {
+	dir, err := os.MkdirTemp("", "holdfast-cluster-")
+	if err != nil {
+		return nil, err
+	}
+	c = &cluster{dir: dir, k8sBin: k8sBin, repoBin: repoBin, procs: map[string]*proc{}}
+	c.defer_(func() error {
+		if os.Getenv("HOLDFAST_CLUSTER_KEEP") != "" {
+			fmt.Fprintf(os.Stderr, "cluster: keeping %s (HOLDFAST_CLUSTER_KEEP)\n", dir)
+			return nil
+		}
+		return os.RemoveAll(dir)
+	})
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.stop())
+		}
+	}()
+	if err := os.MkdirAll(c.logDir(), 0o755); err != nil {
+		return c, err
+	}
+	start := time.Now()
+	steps := []struct {
+		what string
+		f    func() error
+	}{
+		{"node address", c.addNodeIP},
+		{"certificates", c.writePKI},
+		{"etcd", c.startEtcd},
+		{"kube-apiserver", c.startAPIServer},
+		{"controller-manager and scheduler", c.startControllers},
+		{"containerd", c.startContainerd},
+		{"pause image", c.importPause},
+		{"kubelet and node Ready", c.startNode},
+		{"kube-proxy", c.startProxy},
+		{"default ServiceAccount", c.waitServiceAccount},
+	}
+	for _, s := range steps {
+		if err := c.timed(s.what, s.f); err != nil {
+			return c, err
+		}
+	}
+	c.timings = append(c.timings, fmt.Sprintf("cluster up %.1fs", time.Since(start).Seconds()))
+	return c, nil
+}
+
+// stop stops everything startCluster started, in reverse order, and returns every error.
+func (c *cluster) stop() error {
+	var errs []error
+	for i := len(c.cleanups) - 1; i >= 0; i-- {
+		errs = append(errs, c.cleanups[i]())
+	}
+	c.cleanups = nil
+	return errors.Join(errs...)
+}
+
+// addNodeIP puts the node IP on lo. An address left by a run that was killed is taken over when nothing
+// serves the API port on it; one in use by a running cluster test is an error.
+func (c *cluster) addNodeIP() error {
+	out, err := run("ip", "-o", "addr", "show", "dev", "lo")
+	if err != nil {
+		return err
+	}
+	if strings.Contains(out, " "+nodeIP+"/") {
+		if conn, err := net.DialTimeout("tcp", net.JoinHostPort(nodeIP, strconv.Itoa(apiPort)), time.Second); err == nil {
+			conn.Close()
+			return fmt.Errorf("%s on lo serves port %d: another cluster test is running on this machine", nodeIP, apiPort)
+		}
+	} else if _, err := run("ip", "addr", "add", nodeIP+"/32", "dev", "lo"); err != nil {
+		return err
+	}
+	c.defer_(func() error {
+		_, err := run("ip", "addr", "del", nodeIP+"/32", "dev", "lo")
+		return err
+	})
+	// A bridge a killed run left behind would carry its old address.
+	if _, err := run("ip", "link", "show", bridgeName); err == nil {
+		if _, err := run("ip", "link", "del", bridgeName); err != nil {
+			return err
+		}
+	}
+	c.defer_(func() error {
+		if _, err := run("ip", "link", "show", bridgeName); err != nil {
+			return nil // never created
+		}
+		_, err := run("ip", "link", "del", bridgeName)
+		return err
+	})
+	return nil
+}
+
+func (c *cluster) writePKI() error {
+	p, err := newPKI(filepath.Join(c.dir, "pki"), nodeName, net.ParseIP(nodeIP), net.ParseIP(serviceIP))
+	if err != nil {
+		return err
+	}
+	c.pki = p
+	server := fmt.Sprintf("https://%s:%d", nodeIP, apiPort)
+	for _, name := range []string{"admin", "kubelet", "controller-manager", "scheduler", "proxy"} {
+		if _, err := p.kubeconfig(name, server); err != nil {
+			return err
+		}
+	}
+	c.admin = p.path("admin.kubeconfig")
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.admin)
+	if err != nil {
+		return fmt.Errorf("loading %s: %w", c.admin, err)
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	c.restConfig = cfg
+	c.client, err = kubernetes.NewForConfig(cfg)
+	return err
+}
+
+// freePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// env is the environment of every component: the repo's bin first (containerd's own shim before any other).
+func (c *cluster) env() []string {
+	return []string{
+		"PATH=" + c.repoBin + ":" + c.k8sBin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + c.dir,
+	}
+}
+
+// startHost starts a component in the host's mount namespace; inNS starts it in the node's.
+func (c *cluster) startHost(name string, argv ...string) (*proc, error) {
+	p, err := startProc(name, c.logPath(name), c.env(), argv...)
+	if err != nil {
+		return nil, err
+	}
+	c.procs[name] = p
+	c.defer_(func() error { return p.stop(10 * time.Second) })
+	return p, nil
+}
+
+func (c *cluster) inNS(name string, argv ...string) (*proc, error) {
+	full := append([]string{"nsenter", "--mount=/proc/" + strconv.Itoa(c.ns.cmd.Process.Pid) + "/ns/mnt", "--"}, argv...)
+	p, err := startProc(name, c.logPath(name), c.env(), full...)
+	if err != nil {
+		return nil, err
+	}
+	c.procs[name] = p
+	return p, nil
+}
+
+// waitFor polls cond every 100 ms until it holds, the deadline passes, or one of procs exits. The error
+// names what was awaited and ends with the log tail of the process that exited, or cond's last error.
+func waitFor(what string, timeout time.Duration, cond func() (bool, error), procs ...*proc) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		ok, err := cond()
+		if ok {
+			return nil
+		}
+		last = err
+		for _, p := range procs {
+			if p.exited() {
+				return fmt.Errorf("waiting for %s: %s exited (%v); its log ends:\n%s", what, p.name, p.err, p.tail(30))
+			}
+		}
+		if time.Now().After(deadline) {
+			msg := fmt.Sprintf("waiting for %s: not done after %s", what, timeout)
+			if last != nil {
+				msg += ": " + last.Error()
+			}
+			for _, p := range procs {
+				msg += fmt.Sprintf("\n%s's log ends:\n%s", p.name, p.tail(30))
+			}
+			return errors.New(msg)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *cluster) startEtcd() error {
+	client, err := freePort()
+	if err != nil {
+		return err
+	}
+	peer, err := freePort()
+	if err != nil {
+		return err
+	}
+	c.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", client)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peer)
+	p, err := c.startHost("etcd", filepath.Join(c.k8sBin, "etcd"),
+		"--name", "default",
+		"--data-dir", filepath.Join(c.dir, "etcd"),
+		"--listen-client-urls", c.etcdURL, "--advertise-client-urls", c.etcdURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "default="+peerURL,
+		"--unsafe-no-fsync", "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	return waitFor("etcd to answer "+c.etcdURL+"/health", time.Minute, func() (bool, error) {
+		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(c.etcdURL, "http://"), time.Second)
+		if err != nil {
+			return false, err
+		}
+		conn.Close()
+		return true, nil
+	}, p)
+}
+
+func (c *cluster) startAPIServer() error {
+	k := c.pki.path
+	p, err := c.startHost("kube-apiserver", filepath.Join(c.k8sBin, "kube-apiserver"),
+		"--advertise-address", nodeIP, "--bind-address", nodeIP, "--secure-port", strconv.Itoa(apiPort),
+		"--etcd-servers", c.etcdURL,
+		"--client-ca-file", k("ca.crt"),
+		"--tls-cert-file", k("apiserver.crt"), "--tls-private-key-file", k("apiserver.key"),
+		"--kubelet-client-certificate", k("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key", k("apiserver-kubelet-client.key"),
+		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file", k("sa.pub"), "--service-account-signing-key-file", k("sa.key"),
+		"--service-cluster-ip-range", serviceCIDR,
+		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
+		"--allow-privileged=true", "--profiling=false",
+		"--cert-dir", filepath.Join(c.dir, "apiserver"))
+	if err != nil {
+		return err
+	}
+	rc := c.client.Discovery().RESTClient()
+	return waitFor("kube-apiserver /readyz", 2*time.Minute, func() (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		body, err := rc.Get().AbsPath("/readyz").DoRaw(ctx)
+		if err != nil {
+			return false, fmt.Errorf("%w: %s", err, body)
+		}
+		return true, nil
+	}, p)
+}
+
+func (c *cluster) startControllers() error {
+	k := c.pki.path
+	cm, err := c.startHost("kube-controller-manager", filepath.Join(c.k8sBin, "kube-controller-manager"),
+		"--kubeconfig", k("controller-manager.kubeconfig"),
+		"--authentication-kubeconfig", k("controller-manager.kubeconfig"),
+		"--authorization-kubeconfig", k("controller-manager.kubeconfig"),
+		"--bind-address", nodeIP,
+		"--service-account-private-key-file", k("sa.key"), "--root-ca-file", k("ca.crt"),
+		"--use-service-account-credentials", "--leader-elect=false", "--allocate-node-cidrs=false",
+		"--service-cluster-ip-range", serviceCIDR)
+	if err != nil {
+		return err
+	}
+	sched, err := c.startHost("kube-scheduler", filepath.Join(c.k8sBin, "kube-scheduler"),
+		"--kubeconfig", k("scheduler.kubeconfig"),
+		"--authentication-kubeconfig", k("scheduler.kubeconfig"),
+		"--authorization-kubeconfig", k("scheduler.kubeconfig"),
+		"--bind-address", nodeIP, "--leader-elect=false")
+	if err != nil {
+		return err
+	}
+	// Both serve /healthz on their secure ports once their informers run; a short check that neither exits
+	// at once is enough here: the node and ServiceAccount waits below prove them working.
+	return waitFor("kube-controller-manager and kube-scheduler to serve", time.Minute, func() (bool, error) {
+		for _, port := range []int{10257, 10259} {
+			conn, err := net.DialTimeout("tcp", net.JoinHostPort(nodeIP, strconv.Itoa(port)), time.Second)
+			if err != nil {
+				return false, err
+			}
+			conn.Close()
+		}
+		return true, nil
+	}, cm, sched)
+}
+
+// nsScript makes the node's private mount namespace: tmpfs on /run, /var/lib and /var/log with the fixed
+// paths the kubelet and CNI use, then waits. Everything in it is unmounted when its last process exits.
+const nsScript = `set -e
+for d in /run /var/lib /var/log; do mount -t tmpfs -o mode=0755 tmpfs "$d"; done
+mkdir -p /var/lib/kubelet/device-plugins /var/lib/cni /var/log/containers /var/log/pods /run/netns
+echo ready
+exec sleep 2147483647
+`
+
+// startNamespace starts the process that holds the node's mount namespace.
+func (c *cluster) startNamespace() error {
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "sh", "-c", nsScript)
+	out, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	cmd.Stdout = w
+	p, err := startProcWith(cmd, "mount namespace", c.logPath("namespace"))
+	w.Close() // the child has its own copy
+	if err != nil {
+		return err
+	}
+	c.ns = p
+	c.defer_(func() error { return c.stopNamespace() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		<-p.done
+		return fmt.Errorf("making the node's mount namespace: %v (%q); log:\n%s", err, line, p.tail(20))
+	}
+	return nil
+}
+
+// stopNamespace kills what is left in the node's mount namespace (shims, containers) by PID, then the holder.
+func (c *cluster) stopNamespace() error {
+	if c.ns == nil || c.ns.exited() {
+		return nil
+	}
+	own, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", c.ns.cmd.Process.Pid))
+	if err == nil {
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == c.ns.cmd.Process.Pid {
+				continue
+			}
+			if l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid)); err == nil && l == own {
+				if proc, err := os.FindProcess(pid); err == nil {
+					_ = proc.Kill()
+				}
+			}
+		}
+	}
+	return c.ns.stop(5 * time.Second)
+}
+
+// containerdConfig is the node's containerd config (version 4): everything under dir, the CRI with runc
+// (containerd's own shim first in PATH), Debian's CNI plugins, the local pause image as sandbox image, and
+// restrict_oom_score_adj (this VM lacks CAP_SYS_RESOURCE: without it no sandbox starts).
+func (c *cluster) containerdConfig() string {
+	d := filepath.Join(c.dir, "containerd")
+	return fmt.Sprintf(`version = 4
+root = %[1]q
+state = %[2]q
+temp = %[3]q
+imports = []
+
+[plugins.'io.containerd.server.v1.grpc']
+  address = %[4]q
+[plugins.'io.containerd.server.v1.ttrpc']
+  address = %[5]q
+[plugins.'io.containerd.server.v1.grpc-tcp']
+  address = ''
+[plugins.'io.containerd.server.v1.metrics']
+  address = ''
+[plugins.'io.containerd.server.v1.debug']
+  address = ''
+[plugins.'io.containerd.internal.v1.opt']
+  path = %[6]q
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = 'overlayfs'
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = %[7]q
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = %[8]q
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+  cdi_spec_dirs = []
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ['/usr/lib/cni']
+    conf_dir = %[9]q
+[plugins.'io.containerd.grpc.v1.cri']
+  disable_tcp_service = true
+  stream_server_address = '127.0.0.1'
+  stream_server_port = '0'
+`, filepath.Join(d, "root"), filepath.Join(d, "state"), filepath.Join(d, "tmp"), c.sock, c.sock+".ttrpc",
+		filepath.Join(d, "opt"), pauseImage, filepath.Join(d, "certs.d"), c.cniConfDir())
+}
+
+func (c *cluster) cniConfDir() string { return filepath.Join(c.dir, "cni", "net.d") }
+
+// cniConfig is a bridge with host-local IPAM. No loopback plugin: containerd brings up lo itself. No masquerade
+// (it would add iptables rules to the host): pods only talk to the node.
+func cniConfig() string {
+	return fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "holdfast-test",
+  "plugins": [{
+    "type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false, "hairpinMode": true,
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}
+  }]
+}
+`, bridgeName, podCIDR)
+}
+
+func (c *cluster) startContainerd() error {
+	if err := c.startNamespace(); err != nil {
+		return err
+	}
+	d := filepath.Join(c.dir, "containerd")
+	for _, sub := range []string{"root", "state", "tmp", "opt", "certs.d"} {
+		if err := os.MkdirAll(filepath.Join(d, sub), 0o711); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(c.cniConfDir(), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(c.cniConfDir(), "10-holdfast-test.conflist"), []byte(cniConfig()), 0o644); err != nil {
+		return err
+	}
+	c.sock = filepath.Join(d, "containerd.sock")
+	cfg := filepath.Join(d, "config.toml")
+	if err := os.WriteFile(cfg, []byte(c.containerdConfig()), 0o600); err != nil {
+		return err
+	}
+	p, err := c.inNS("containerd", filepath.Join(c.repoBin, "holdfast-containerd"), "containerd", "--config", cfg)
+	if err != nil {
+		return err
+	}
+	c.defer_(func() error {
+		// The kubelet leaves pods running when it stops: remove them through the CRI first.
+		_, rmErr := c.crictl("rmp", "-fa")
+		return errors.Join(rmErr, p.stop(15*time.Second))
+	})
+	return waitFor("containerd to answer on "+c.sock, time.Minute, func() (bool, error) {
+		_, err := c.crictl("version")
+		return err == nil, err
+	}, p)
+}
+
+// crictl runs crictl against the node's containerd.
+func (c *cluster) crictl(args ...string) (string, error) {
+	argv := append([]string{filepath.Join(c.repoBin, "crictl"), "--runtime-endpoint", "unix://" + c.sock,
+		"--image-endpoint", "unix://" + c.sock, "--timeout", "30s"}, args...)
+	return run(argv...)
+}
+
+// holdfast runs the holdfast CLI against the node's containerd.
+func (c *cluster) holdfast(args ...string) (string, error) {
+	argv := append([]string{filepath.Join(c.repoBin, "holdfast")}, args...)
+	argv = append(argv, "--address", c.sock, "--data-dir", filepath.Join(c.dir, "holdfast-cli"))
+	return run(argv...)
+}
+
+// importPause builds the pause image from the cached pause binary and pins it with `holdfast sync`.
+func (c *cluster) importPause() error {
+	c.imagesDir = filepath.Join(c.dir, "test-images")
+	if err := os.MkdirAll(c.imagesDir, 0o755); err != nil {
+		return err
+	}
+	if err := writeStaticImage(filepath.Join(c.imagesDir, "pause.tar"), pauseImage,
+		filepath.Join(c.k8sBin, "pause"), "/pause", nil); err != nil {
+		return err
+	}
+	if _, err := c.holdfast("sync", "--images", c.imagesDir); err != nil {
+		return err
+	}
+	out, err := c.crictl("inspecti", "-o", "json", pauseImage)
+	if err != nil {
+		return err
+	}
+	var st struct {
+		Status struct {
+			Pinned bool `json:"pinned"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		return fmt.Errorf("reading crictl inspecti %s: %w", pauseImage, err)
+	}
+	if !st.Status.Pinned {
+		return fmt.Errorf("%s is not pinned after holdfast sync: %s", pauseImage, out)
+	}
+	return nil
+}
+
+// defaultKubeletConfig is the node's KubeletConfiguration: cgroupfs, image GC and eviction off (tests that
+// need them change them), syncFrequency 10 s so ConfigMap volumes update fast.
+func (c *cluster) defaultKubeletConfig() map[string]any {
+	off := "0%" // the kubelet ignores 0% thresholds
+	return map[string]any{
+		"apiVersion":                  "kubelet.config.k8s.io/v1beta1",
+		"kind":                        "KubeletConfiguration",
+		"address":                     nodeIP,
+		"port":                        10250,
+		"readOnlyPort":                0,
+		"healthzBindAddress":          nodeIP,
+		"healthzPort":                 10248,
+		"tlsCertFile":                 c.pki.path("kubelet-serving.crt"),
+		"tlsPrivateKeyFile":           c.pki.path("kubelet-serving.key"),
+		"authentication":              map[string]any{"anonymous": map[string]any{"enabled": true}, "webhook": map[string]any{"enabled": false}, "x509": map[string]any{"clientCAFile": c.pki.path("ca.crt")}},
+		"authorization":               map[string]any{"mode": "AlwaysAllow"},
+		"cgroupDriver":                "cgroupfs",
+		"cgroupsPerQOS":               true,
+		"failSwapOn":                  false,
+		"failCgroupV1":                false,
+		"containerRuntimeEndpoint":    "unix://" + c.sock,
+		"imageServiceEndpoint":        "unix://" + c.sock,
+		"syncFrequency":               "10s",
+		"imageGCHighThresholdPercent": 100,
+		"imageGCLowThresholdPercent":  99,
+		"imageMinimumGCAge":           "0s",
+		"evictionHard": map[string]any{
+			"memory.available": off, "nodefs.available": off, "nodefs.inodesFree": off,
+			"imagefs.available": off, "imagefs.inodesFree": off,
+		},
+		"evictionPressureTransitionPeriod": "5s",
+		"clusterDomain":                    "cluster.local",
+		"resolvConf":                       "/etc/resolv.conf",
+		"shutdownGracePeriod":              "0s",
+		"serializeImagePulls":              true,
+		"rotateCertificates":               false,
+		"serverTLSBootstrap":               false,
+		"registerNode":                     true,
+		"podCIDR":                          podCIDR,
+		"maxPods":                          50,
+	}
+}
+
+// startNode starts the kubelet with the default config and waits until the node is Ready.
+func (c *cluster) startNode() error {
+	c.defer_(func() error {
+		if p := c.procs["kubelet"]; p != nil {
+			return p.stop(10 * time.Second)
+		}
+		return nil
+	})
+	return c.startKubelet(c.defaultKubeletConfig())
+}
+
+// startKubelet writes cfg and starts the kubelet in the node's mount namespace, then waits for node Ready.
+func (c *cluster) startKubelet(cfg map[string]any) error {
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	file := filepath.Join(c.dir, "kubelet-config.json")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		return err
+	}
+	c.kubeletConfig = cfg
+	p, err := c.inNS("kubelet", filepath.Join(c.k8sBin, "kubelet"),
+		"--config", file,
+		"--kubeconfig", c.pki.path("kubelet.kubeconfig"),
+		"--root-dir", filepath.Join(c.dir, "kubelet"),
+		"--cert-dir", filepath.Join(c.dir, "kubelet", "pki"),
+		"--hostname-override", nodeName, "--node-ip", nodeIP,
+		"--v", "2")
+	if err != nil {
+		return err
+	}
+	return waitFor("node "+nodeName+" Ready", 2*time.Minute, func() (bool, error) {
+		return c.nodeReady()
+	}, p, c.procs["containerd"])
+}
+
+// restartKubelet stops the kubelet and starts it again with cfg (pods keep running meanwhile).
+func (c *cluster) restartKubelet(cfg map[string]any) error {
+	if p := c.procs["kubelet"]; p != nil {
+		if err := p.stop(10 * time.Second); err != nil {
+			return err
+		}
+	}
+	return c.startKubelet(cfg)
+}
+
+func (c *cluster) nodeReady() (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			if cond.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+			return false, fmt.Errorf("node %s: Ready=%s %s: %s", nodeName, cond.Status, cond.Reason, cond.Message)
+		}
+	}
+	return false, fmt.Errorf("node %s has no Ready condition yet", nodeName)
+}
+
+// startProxy starts kube-proxy in nftables mode (pods reach the API at https://10.0.0.1 through it) and
+// removes its nftables tables at the end.
+func (c *cluster) startProxy() error {
+	cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: %s
+mode: nftables
+clusterCIDR: %s
+hostnameOverride: %s
+bindAddress: %s
+healthzBindAddress: %s:10256
+metricsBindAddress: %s:10249
+nodePortAddresses: [%s/32]
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+`, c.pki.path("proxy.kubeconfig"), podCIDR, nodeName, nodeIP, nodeIP, nodeIP, nodeIP)
+	file := filepath.Join(c.dir, "kube-proxy.yaml")
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	c.defer_(func() error {
+		var errs []error
+		for _, family := range []string{"ip", "ip6"} {
+			if _, err := run("nft", "list", "table", family, "kube-proxy"); err == nil {
+				_, err := run("nft", "delete", "table", family, "kube-proxy")
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	})
+	p, err := c.startHost("kube-proxy", filepath.Join(c.k8sBin, "kube-proxy"), "--config", file)
+	if err != nil {
+		return err
+	}
+	return waitFor("kube-proxy to program the kubernetes Service", time.Minute, func() (bool, error) {
+		out, err := run("nft", "list", "table", "ip", "kube-proxy")
+		if err != nil {
+			return false, err
+		}
+		return strings.Contains(out, serviceIP), fmt.Errorf("no rule for %s yet", serviceIP)
+	}, p)
+}
+
+func (c *cluster) waitServiceAccount() error {
+	return waitFor("the default ServiceAccount", 2*time.Minute, func() (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := c.client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, err
+		}
+		return err == nil, err
+	}, c.procs["kube-controller-manager"])
+}
+
+// logTails returns the end of every component's log.
+func (c *cluster) logTails(n int) string {
+	var b strings.Builder
+	entries, _ := os.ReadDir(c.logDir())
+	for _, e := range entries {
+		fmt.Fprintf(&b, "----- %s (last %d lines) -----\n%s\n", e.Name(), n, tailFile(filepath.Join(c.logDir(), e.Name()), n))
+	}
+	return b.String()
+}
