@@ -11,8 +11,12 @@ CRICTL_VERSION     := v1.37.0
 STATICCHECK        := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 DEMO_DIR           ?= /tmp/holdfast-demo
 TEST_TIMEOUT       ?= 25m
+# The one-node cluster test's Kubernetes binaries (scripts/cluster-deps.sh builds them from test/cluster/tools).
+K8S_VERSION        := v1.36.3
+HOLDFAST_CLUSTER_BIN ?= $(HOME)/.cache/holdfast/cluster/$(K8S_VERSION)/bin
+export HOLDFAST_CLUSTER_BIN
 # HOLDFAST_TEST_SKIP: parts of the suite this machine may go without, comma-separated: root, containerd-1.6,
-# crictl, overlayfs. A part that is missing and not listed fails `make test` (preflight) and the tests that need it.
+# crictl, overlayfs, cluster. A part that is missing and not listed fails `make test` (preflight) and the tests that need it.
 HOLDFAST_TEST_SKIP ?=
 export HOLDFAST_TEST_SKIP
 
@@ -31,6 +35,7 @@ demo: build
 # deps: what the end-to-end suite uses besides holdfast itself.
 deps:
 	bash scripts/deps.sh "$(BIN)" "$(CRICTL_VERSION)" "$(STATICCHECK)"
+	bash scripts/cluster-deps.sh "$(BIN)" "$(HOLDFAST_CLUSTER_BIN)"
 
 lint: deps
 	@out=$$(gofmt -l cmd internal test bench 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -41,8 +46,8 @@ lint: deps
 preflight: deps
 	bash scripts/preflight.sh "$(BIN)"
 
-test: preflight lint
-	PATH="$(BIN):$$PATH" HOLDFAST_CONTAINERD_VERSION=$(CONTAINERD_VERSION) \
+test: preflight lint build
+	PATH="$(BIN):$$PATH" HOLDFAST_CONTAINERD_VERSION=$(CONTAINERD_VERSION) HOLDFAST_BIN=$(BIN) \
 		$(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./...
 	$(MAKE) demo
 

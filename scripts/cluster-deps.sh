@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
 # Builds and installs what the one-node cluster test (test/cluster) runs, skipping what is cached:
 #   - kubelet, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubectl (module
-#     test/cluster/tools) and etcd (test/cluster/tools/etcd) into $HOLDFAST_CLUSTER_CACHE/<k8s version>/bin,
-#     rebuilt when either go.sum (or the Go version) changes;
+#     test/cluster/tools) and etcd (test/cluster/tools/etcd) into OUT (default
+#     $HOME/.cache/holdfast/cluster/<k8s version>/bin), rebuilt when either go.sum (or the Go version) changes;
 #   - the pause binary (gcc -static, from the kubernetes module's build/pause) beside them;
 #   - containerd's own containerd-shim-runc-v2 at the main module's containerd version into BIN;
 #   - Debian's runc, CNI plugins (/usr/lib/cni), nftables (kube-proxy), gcc, iproute2 (apt-get).
-# Usage: cluster-deps.sh BIN
+# Usage: cluster-deps.sh BIN [OUT]
 set -euo pipefail
 bin=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools=$root/test/cluster/tools
-cache=${HOLDFAST_CLUSTER_CACHE:-$HOME/.cache/holdfast/cluster}
 mkdir -p "$bin"
 
 # Debian packages first: gcc is needed for pause below.
@@ -41,7 +40,11 @@ if [ ! -x "$bin/containerd-shim-runc-v2" ]; then
 fi
 
 k8s_version=$(cd "$tools" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
-out=$cache/$k8s_version/bin
+out=${2:-$HOME/.cache/holdfast/cluster/$k8s_version/bin}
+case $out in
+*/"$k8s_version"/bin) ;;
+*) echo "cluster-deps: warning: $out does not name Kubernetes $k8s_version (test/cluster/tools/go.mod)" >&2 ;;
+esac
 stamp=$out/.stamp
 want=$( { go version; cat "$tools/go.sum" "$tools/etcd/go.sum"; } | sha256sum | cut -d' ' -f1)
 have=$(cat "$stamp" 2>/dev/null || true)

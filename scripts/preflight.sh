@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Checks that this machine has what `make test` exercises: root (the e2e and
 # embedded tests start containerd), Debian's containerd 1.6 (the old-version
-# target) and crictl. Each missing part fails the run unless
-# HOLDFAST_TEST_SKIP (comma-separated: root,containerd-1.6,crictl) lists
-# it; the tests then skip that part, saying so.
+# target), crictl, and the one-node cluster's tools (scripts/cluster-deps.sh).
+# Each missing part fails the run unless HOLDFAST_TEST_SKIP (comma-separated:
+# root,containerd-1.6,crictl,cluster) lists it; the tests then skip that part,
+# saying so.
 set -uo pipefail
 bin=$1
 export PATH="$bin:$PATH"
@@ -26,6 +27,19 @@ elif ! containerd --version | grep -q ' 1\.6\.'; then
 	need containerd-1.6 "$(command -v containerd) is not containerd 1.6: $(containerd --version)"
 fi
 command -v crictl >/dev/null 2>&1 || need crictl "crictl is not in $bin or on PATH (make deps installs it)"
+cluster_bin=${HOLDFAST_CLUSTER_BIN:-$HOME/.cache/holdfast/cluster/v1.36.3/bin}
+cluster_missing=()
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet pause; do
+	[ -x "$cluster_bin/$b" ] || cluster_missing+=("$cluster_bin/$b")
+done
+[ -x "$bin/containerd-shim-runc-v2" ] || cluster_missing+=("$bin/containerd-shim-runc-v2")
+for b in runc nft unshare nsenter; do
+	command -v "$b" >/dev/null 2>&1 || cluster_missing+=("$b")
+done
+[ -x /usr/lib/cni/bridge ] || cluster_missing+=(/usr/lib/cni/bridge)
+if [ ${#cluster_missing[@]} -gt 0 ]; then
+	need cluster "the one-node cluster test lacks ${cluster_missing[*]} (make deps builds and installs them: scripts/cluster-deps.sh)"
+fi
 
 if [ ${#missing[@]} -gt 0 ]; then
 	list=$(IFS=,; echo "${missing[*]}")
