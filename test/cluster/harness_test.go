@@ -496,11 +496,17 @@ func (c *cluster) startContainerd() error {
 	if err := os.WriteFile(filepath.Join(c.cniConfDir(), "10-holdfast-test.conflist"), []byte(cniConfig()), 0o644); err != nil {
 		return err
 	}
-	c.sock = filepath.Join(d, "containerd.sock")
+	// The socket in a dir of its own: the chart mounts the socket's dir into the holdfast pod.
+	if err := os.MkdirAll(filepath.Join(c.dir, "run"), 0o711); err != nil {
+		return err
+	}
+	c.sock = filepath.Join(c.dir, "run", "containerd.sock")
 	cfg := filepath.Join(d, "config.toml")
 	if err := os.WriteFile(cfg, []byte(c.containerdConfig()), 0o600); err != nil {
 		return err
 	}
+	// Runs after containerd has stopped (cleanups run in reverse): the kubelet's pod cgroups are empty then.
+	c.defer_(removeKubepodsCgroups)
 	p, err := c.inNS("containerd", filepath.Join(c.repoBin, "holdfast-containerd"), "containerd", "--config", cfg)
 	if err != nil {
 		return err
@@ -738,4 +744,29 @@ func (c *cluster) logTails(n int) string {
 		fmt.Fprintf(&b, "----- %s (last %d lines) -----\n%s\n", e.Name(), n, tailFile(filepath.Join(c.logDir(), e.Name()), n))
 	}
 	return b.String()
+}
+
+// removeKubepodsCgroups removes the cgroups the kubelet made (cgroupfs driver, cgroup v1: kubepods in every
+// hierarchy), deepest first. Only empty cgroups can be removed; one still in use is an error.
+func removeKubepodsCgroups() error {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
+	if fi, err := os.Stat("/sys/fs/cgroup/kubepods"); err == nil && fi.IsDir() {
+		roots = append(roots, "/sys/fs/cgroup/kubepods") // cgroup v2
+	}
+	var errs []error
+	for _, root := range roots {
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := os.Remove(dirs[i]); err != nil && !os.IsNotExist(err) {
+				errs = append(errs, fmt.Errorf("removing cgroup %s: %w", dirs[i], err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

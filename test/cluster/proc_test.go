@@ -107,11 +107,14 @@ func tailFile(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// run runs a short command and returns its combined output, naming the command in the error.
+// run runs a short command and returns its stdout; the error names the command and carries its stderr.
 func run(argv ...string) (string, error) {
-	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return string(out), fmt.Errorf("running %s: %w: %s", strings.Join(argv, " "), err, bytes.TrimSpace(out))
+		return string(out), fmt.Errorf("running %s: %w: %s%s", strings.Join(argv, " "), err, bytes.TrimSpace(stderr.Bytes()), bytes.TrimSpace(out))
 	}
 	return string(out), nil
 }
