@@ -607,6 +607,8 @@ func (c *cluster) defaultKubeletConfig() map[string]any {
 		"registerNode":                     true,
 		"podCIDR":                          podCIDR,
 		"maxPods":                          50,
+		// No KUBE-FIREWALL/KUBE-IPTABLES-HINT chains in the host's iptables: nothing here needs them.
+		"makeIPTablesUtilChains": false,
 	}
 }
 
