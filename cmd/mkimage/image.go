@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -186,6 +187,9 @@ func layerTar(o options, p platformDir) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading %s: %w", path, err)
 		}
+		if err := checkMachine(path, b, p); err != nil {
+			return nil, err
+		}
 		hdr := &tar.Header{
 			Typeflag: tar.TypeReg, Name: name, Size: int64(len(b)), Mode: 0o755,
 			ModTime: o.Created, Format: tar.FormatPAX,
@@ -324,4 +328,25 @@ func writeLayout(w io.Writer, idx v1.ImageIndex, o options) (v1.Hash, error) {
 func sha256Hex(b []byte) string {
 	h, _, _ := v1.SHA256(bytes.NewReader(b))
 	return h.Hex
+}
+
+// elfMachines are the ELF machines of the architectures an image may have.
+var elfMachines = map[string]elf.Machine{
+	"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "arm": elf.EM_ARM, "386": elf.EM_386,
+	"ppc64le": elf.EM_PPC64, "s390x": elf.EM_S390, "riscv64": elf.EM_RISCV,
+}
+
+// checkMachine refuses an ELF binary built for another architecture than
+// the platform it is put in (a host build left in the wrong dir, say).
+// Files that are not ELF (scripts) are taken as they are.
+func checkMachine(path string, b []byte, p platformDir) error {
+	f, err := elf.NewFile(bytes.NewReader(b))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if want, ok := elfMachines[p.Arch]; ok && f.Machine != want {
+		return fmt.Errorf("%s is an ELF binary for %s, not for %s", path, f.Machine, p)
+	}
+	return nil
 }

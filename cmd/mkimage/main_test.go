@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -246,5 +247,40 @@ func TestBadUsage(t *testing.T) {
 	args := append([]string{"-o", out, "-repo", testRepo, "-version", "v1", "-bin", "holdfast", "-bin", "nosuch", "-epoch", "1"}, plats...)
 	if code := run(args, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "nosuch") {
 		t.Errorf("missing binary: exit %d, %q", code, stderr.String())
+	}
+}
+
+// TestWrongArchRefused: a binary built for another architecture than its
+// platform's is refused, naming it.
+func TestWrongArchRefused(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "arm64"
+	if runtime.GOARCH == "arm64" {
+		other = "amd64"
+	}
+	dir := filepath.Join(t.TempDir(), "linux_"+other)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "holdfast"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	out := filepath.Join(t.TempDir(), "x.tar")
+	args := []string{"-o", out, "-repo", testRepo, "-version", "v1", "-bin", "holdfast", "-epoch", "1", "-platform", "linux/" + other + "=" + dir}
+	if code := run(args, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), filepath.Join(dir, "holdfast")) {
+		t.Errorf("a %s binary as linux/%s: exit %d, %q; want 1 naming the file", runtime.GOARCH, other, code, stderr.String())
+	}
+	// Its own architecture is fine.
+	args[len(args)-1] = "linux/" + runtime.GOARCH + "=" + dir
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Errorf("a %s binary as linux/%s: exit %d, %q", runtime.GOARCH, runtime.GOARCH, code, stderr.String())
 	}
 }
