@@ -62,3 +62,24 @@ func TestConfigMapPins(t *testing.T) {
 		t.Errorf("%s was deleted: unpinning must keep the record", a)
 	}
 }
+
+// TestSymlinkedArchive: an archive symlinked into an images dir (as K3s users
+// do with their images dir) is imported and pinned, its lease named by the link.
+func TestSymlinkedArchive(t *testing.T) {
+	d, imagesDir, dataDir := embeddedScene(t)
+	const name = "e2e.local/cm/linked:1"
+	store := filepath.Join(tempDir(t), "store", "linked.tar")
+	writeDockerSave(t, store, build(t, fixture.ImageSpec{Names: []string{name}}))
+	if err := os.MkdirAll(imagesDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(imagesDir, "linked.tar")
+	if err := os.Symlink(store, link); err != nil {
+		t.Fatal(err)
+	}
+	d.syncOK(t, dataDir, imagesDir)
+	d.requirePinned(t, name)
+	if _, ok := d.leaseOf(t, link); !ok {
+		t.Errorf("no lease for %s; leases %v", link, d.holdfastLeases(t))
+	}
+}
