@@ -1013,3 +1013,27 @@ func TestMonitoring(t *testing.T) {
 		}
 	}
 }
+
+// TestPackage packages the chart as docs/k3s.md does for a HelmChart's chartContent, and renders the archive:
+// what .helmignore leaves out must not be something a template reads.
+func TestPackage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if _, err := helm(t, "package", chartDir(t), "-d", dir); err != nil {
+		t.Fatal(err)
+	}
+	tgz := filepath.Join(dir, "holdfast-0.1.0.tgz")
+	if _, err := os.Stat(tgz); err != nil {
+		t.Fatalf("helm package wrote no %s: %v", filepath.Base(tgz), err)
+	}
+	out, err := helm(t, "template", release, tgz, "--namespace", namespace, "-f", valuesFile(t, map[string]any{"dashboard": map[string]any{"enabled": true}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := decode(t, out)
+	var dash map[string]any
+	if err := json.Unmarshal([]byte(r.configMap(t, fullname+"-dashboard").Data["holdfast.json"]), &dash); err != nil || len(dash) == 0 {
+		t.Errorf("the packaged chart's dashboard: %v (%d keys)", err, len(dash))
+	}
+	checkPaths(t, r.daemonSet(t), presets["k3s"])
+}
