@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/holdfast-project/holdfast/internal/metrics"
@@ -173,6 +174,13 @@ func decode(t *testing.T, out string) rendered {
 				t.Fatalf("decoding the %s strictly: %v\n%s", tm.Kind, err, doc)
 			}
 		}
+		var meta struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("reading the metadata of a %s: %v", tm.Kind, err)
+		}
+		checkMeta(t, tm.Kind, meta.Metadata)
 		switch tm.Kind {
 		case "DaemonSet":
 			var o appsv1.DaemonSet
@@ -181,6 +189,11 @@ func decode(t *testing.T, out string) rendered {
 		case "ConfigMap":
 			var o corev1.ConfigMap
 			strict("v1", &o)
+			for k := range o.Data {
+				for _, msg := range validation.IsConfigMapKey(k) {
+					t.Errorf("ConfigMap %s key %q: %s", o.Name, k, msg)
+				}
+			}
 			r.ConfigMaps = append(r.ConfigMaps, o)
 		case "Service":
 			var o corev1.Service
@@ -211,6 +224,19 @@ func decode(t *testing.T, out string) rendered {
 		}
 	}
 	return r
+}
+
+// checkMeta validates an object's name and labels as the API server would.
+func checkMeta(t *testing.T, kind string, m metav1.ObjectMeta) {
+	t.Helper()
+	for _, msg := range validation.IsDNS1123Subdomain(m.Name) {
+		t.Errorf("%s name %q: %s", kind, m.Name, msg)
+	}
+	for k, v := range m.Labels {
+		for _, msg := range append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...) {
+			t.Errorf("%s %s label %s=%s: %s", kind, m.Name, k, v, msg)
+		}
+	}
 }
 
 func stripComments(doc string) string {
