@@ -1063,3 +1063,19 @@ func TestPackage(t *testing.T) {
 	}
 	checkPaths(t, r.daemonSet(t), presets["k3s"])
 }
+
+// TestNotes renders NOTES.txt (helm template does not): with the defaults, and with the pin set emptied by
+// --set pins=null, as the README's removal steps do.
+func TestNotes(t *testing.T) {
+	t.Parallel()
+	for _, set := range [][]string{nil, {"--set", "pins=null", "--set", "pullLists=null"}} {
+		args := append([]string{"install", "--dry-run=client", release, chartDir(t), "--namespace", namespace}, set...)
+		out, err := helm(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "NOTES:") || !strings.Contains(out, presets["k3s"].socket) || !strings.Contains(out, "0 pin pattern(s)") {
+			t.Errorf("helm %s: NOTES lack the socket or the pin count:\n%s", strings.Join(set, " "), out[strings.Index(out, "NOTES:")+1:])
+		}
+	}
+}
