@@ -23,7 +23,7 @@ import (
 )
 
 // TestAgentNeedsNoCapability backs the chart's securityContext for the holdfast container: uid 0 with every
-// capability dropped and no_new_privs (setpriv). Against a containerd the test starts (Debian's 1.6, its socket
+// capability dropped and no_new_privs (setpriv), "/" read-only but for the node paths. Against a containerd the test starts (Debian's 1.6, its socket
 // root's, mode 0660), holdfast sync imports and pins a root-owned 0600 archive from a 0700 dir and writes the
 // marker there, status reads it back, and holdfast run serves /healthz and /readyz. The control: an archive of
 // another user (mode 0600), which root reads only with CAP_DAC_OVERRIDE or CAP_DAC_READ_SEARCH, is reported
@@ -37,6 +37,10 @@ func TestAgentNeedsNoCapability(t *testing.T) {
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
 		t.Fatalf("setpriv (util-linux) is not on PATH: %v", err)
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Fatalf("unshare (util-linux) is not on PATH: %v", err)
 	}
 	dir := t.TempDir()
 	holdfast := filepath.Join(dir, "holdfast")
@@ -63,10 +67,17 @@ func TestAgentNeedsNoCapability(t *testing.T) {
 	}
 	data := filepath.Join(dir, "data")
 
+	// noCaps runs holdfast as the pod does: in a mount namespace of its own where "/" is read-only and only the
+	// test's dir (its node paths) is writable, and TMPDIR is there too (the pod's /tmp is an emptyDir).
 	noCaps := func(args ...string) *exec.Cmd {
-		return exec.Command(setpriv, append([]string{"--no-new-privs", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--", holdfast,
+		cmd := exec.Command(unshare, append([]string{"--mount", "--propagation", "private", "--", "sh", "-c",
+			`mount --bind "$0" "$0" && mount -o remount,bind,ro / && exec "$@"`, dir,
+			setpriv, "--no-new-privs", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--", holdfast,
 			"--address", sock, "--data-dir", data, "--log-format", "text"}, args...)...)
+		cmd.Env = append(os.Environ(), "TMPDIR="+filepath.Join(dir, "tmp"))
+		return cmd
 	}
+	mkdir(t, filepath.Join(dir, "tmp"), 0o1777)
 	// The capability sets setpriv leaves.
 	out, err := exec.Command(setpriv, "--no-new-privs", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--", "grep", "^Cap", "/proc/self/status").Output()
 	if err != nil {
