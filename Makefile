@@ -50,9 +50,10 @@ image:
 demo: build
 	bash scripts/demo.sh "$(BIN)" "$(DEMO_DIR)"
 
-# deps: what the end-to-end suite uses besides holdfast itself.
+# deps: what the end-to-end suite uses besides holdfast itself (helm: the chart tests, test/chart).
 deps:
 	bash scripts/deps.sh "$(BIN)" "$(CRICTL_VERSION)" "$(STATICCHECK)"
+	bash scripts/helm.sh "$(BIN)"
 
 lint: deps
 	@out=$$(gofmt -l cmd internal test bench 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
