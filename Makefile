@@ -10,6 +10,13 @@ BIN                := $(CURDIR)/bin
 CRICTL_VERSION     := v1.37.0
 STATICCHECK        := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 DEMO_DIR           ?= /tmp/holdfast-demo
+# image: holdfast's own image (cmd/mkimage), reproducible from the commit: its time is the commit's.
+IMAGE_REPO         ?= ghcr.io/holdfast-project/holdfast
+IMAGE_SOURCE       ?= https://github.com/holdfast-project/holdfast
+IMAGE_ARCHES       ?= amd64 arm64
+IMAGE_CMDS         := $(notdir $(wildcard cmd/holdfast cmd/holdfast-reporter))
+SOURCE_DATE_EPOCH  ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+REVISION           ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 TEST_TIMEOUT       ?= 25m
 # The one-node cluster test's Kubernetes binaries (scripts/cluster-deps.sh builds them from test/cluster/tools).
 K8S_VERSION        := v1.36.3
@@ -22,20 +29,36 @@ export HOLDFAST_TEST_SKIP
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build demo test lint deps preflight unit e2e mutants clean
+.PHONY: build demo test lint deps preflight unit e2e mutants clean image
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/holdfast ./cmd/holdfast
 	$(GO) build -trimpath -ldflags '$(CONTAINERD_LDFLAGS)' -o $(BIN)/holdfast-containerd ./cmd/holdfast-containerd
 	$(GO) build -trimpath -o $(BIN)/imagegen ./cmd/imagegen
 
+# image: $(BIN)/holdfast-image.tar, an OCI image layout tar (linux/amd64 + linux/arm64) named
+# $(IMAGE_REPO):$(VERSION), for `holdfast import`, `ctr images import` or a K3s/RKE2 images dir;
+# $(BIN)/holdfast-image.name holds the name. The same commit gives the same digest.
+image:
+	@set -e; for arch in $(IMAGE_ARCHES); do for cmd in $(IMAGE_CMDS); do \
+		echo "building $$cmd for linux/$$arch"; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' \
+			-o $(BIN)/linux_$$arch/$$cmd ./cmd/$$cmd; \
+	done; done
+	$(GO) build -trimpath -o $(BIN)/mkimage ./cmd/mkimage
+	$(BIN)/mkimage -o $(BIN)/holdfast-image.tar -name-out $(BIN)/holdfast-image.name \
+		-repo $(IMAGE_REPO) -version $(VERSION) -revision $(REVISION) -source $(IMAGE_SOURCE) \
+		-epoch $(SOURCE_DATE_EPOCH) $(foreach c,$(IMAGE_CMDS),-bin $(c)) \
+		$(foreach a,$(IMAGE_ARCHES),-platform linux/$(a)=$(BIN)/linux_$(a))
+
 demo: build
 	bash scripts/demo.sh "$(BIN)" "$(DEMO_DIR)"
 
-# deps: what the end-to-end suite uses besides holdfast itself.
+# deps: what the end-to-end suite uses besides holdfast itself (helm: the chart tests, test/chart).
 deps:
 	bash scripts/deps.sh "$(BIN)" "$(CRICTL_VERSION)" "$(STATICCHECK)"
 	bash scripts/cluster-deps.sh "$(BIN)" "$(HOLDFAST_CLUSTER_BIN)"
+	bash scripts/helm.sh "$(BIN)"
 
 lint: deps
 	@out=$$(gofmt -l cmd internal test bench 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

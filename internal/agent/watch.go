@@ -49,6 +49,10 @@ type watchRoot struct {
 	ino  uint64
 }
 
+// kubeletData is the symlink through which the kubelet's ConfigMap and
+// Secret volumes expose their keys (<dir>/<key> -> ..data/<key>).
+const kubeletData = "..data"
+
 // maxNames caps the paths one event reports (they are only logged).
 const maxNames = 16
 
@@ -273,7 +277,11 @@ func (w *watcher) loop() {
 			}
 			// A dotfile being written: its rename into place is the event that
 			// counts. (The images dirs' marker is one too: a pass writes it.)
-			if strings.HasPrefix(filepath.Base(ev.Name), ".") && !ev.Has(fsnotify.Rename) && !ev.Has(fsnotify.Remove) {
+			// Except "..data": in a ConfigMap or Secret volume the kubelet
+			// renames it into place to swap every key's content at once (its
+			// create event here), and the keys are only symlinks through it.
+			if base := filepath.Base(ev.Name); strings.HasPrefix(base, ".") && base != kubeletData &&
+				!ev.Has(fsnotify.Rename) && !ev.Has(fsnotify.Remove) {
 				continue
 			}
 			note(w.given(ev.Name))
