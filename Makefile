@@ -69,7 +69,7 @@ lint: deps
 preflight: deps
 	bash scripts/preflight.sh "$(BIN)"
 
-test: preflight lint build
+test: preflight lint build image
 	PATH="$(BIN):$$PATH" HOLDFAST_CONTAINERD_VERSION=$(CONTAINERD_VERSION) HOLDFAST_BIN=$(BIN) \
 		$(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./...
 	$(MAKE) demo

@@ -46,7 +46,14 @@ case $out in
 *) echo "cluster-deps: warning: $out does not name Kubernetes $k8s_version (test/cluster/tools/go.mod)" >&2 ;;
 esac
 stamp=$out/.stamp
-want=$( { go version; cat "$tools/go.sum" "$tools/etcd/go.sum"; } | sha256sum | cut -d' ' -f1)
+# The version the binaries report (kubernetes' own builds stamp it the same way; else v0.0.0-master).
+minor=${k8s_version#v1.}
+minor=${minor%%.*}
+k8s_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	k8s_ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+done
+want=$( { go version; echo "$k8s_ldflags"; cat "$tools/go.sum" "$tools/etcd/go.sum"; } | sha256sum | cut -d' ' -f1)
 have=$(cat "$stamp" 2>/dev/null || true)
 all=(kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl etcd pause)
 complete=true
@@ -63,16 +70,16 @@ timed() { # timed WHAT CMD...: runs CMD, printing how long it took
 	"$@"
 	echo "cluster-deps: $what built in $((SECONDS - start)) s" >&2
 }
-build() { # build DIR OUTDIR PKG...
-	local dir=$1 o=$2
-	shift 2
-	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$o" "$@")
+build() { # build DIR OUTDIR LDFLAGS PKG...
+	local dir=$1 o=$2 ldflags=$3
+	shift 3
+	(cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$o" "$@")
 }
 k8s=k8s.io/kubernetes/cmd
-timed kubelet build "$tools" "$out/kubelet" "$k8s/kubelet"
-timed "kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubectl" build "$tools" "$out/" \
+timed kubelet build "$tools" "$out/kubelet" "$k8s_ldflags" "$k8s/kubelet"
+timed "kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubectl" build "$tools" "$out/" "$k8s_ldflags" \
 	"$k8s/kube-apiserver" "$k8s/kube-controller-manager" "$k8s/kube-scheduler" "$k8s/kube-proxy" "$k8s/kubectl"
-timed etcd build "$tools/etcd" "$out/etcd" .
+timed etcd build "$tools/etcd" "$out/etcd" "-s -w" .
 src=$(cd "$tools" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
 timed pause gcc -static -O2 -DVERSION=3.10.2 -o "$out/pause" "$src"
 strip "$out/pause" 2>/dev/null || true

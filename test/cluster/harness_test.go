@@ -259,7 +259,7 @@ func waitFor(what string, timeout time.Duration, cond func() (bool, error), proc
 				msg += ": " + last.Error()
 			}
 			for _, p := range procs {
-				msg += fmt.Sprintf("\n%s's log ends:\n%s", p.name, p.tail(30))
+				msg += fmt.Sprintf("\n%s's log ends:\n%s", p.name, p.tail(15))
 			}
 			return errors.New(msg)
 		}
@@ -311,6 +311,7 @@ func (c *cluster) startAPIServer() error {
 		"--service-account-key-file", k("sa.pub"), "--service-account-signing-key-file", k("sa.key"),
 		"--service-cluster-ip-range", serviceCIDR,
 		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
+		"--kubelet-preferred-address-types", "InternalIP", // the node's name resolves nowhere
 		"--allow-privileged=true", "--profiling=false",
 		"--cert-dir", filepath.Join(c.dir, "apiserver"))
 	if err != nil {
