@@ -312,6 +312,10 @@ func (c *cluster) startAPIServer() error {
 		"--service-cluster-ip-range", serviceCIDR,
 		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
 		"--kubelet-preferred-address-types", "InternalIP", // the node's name resolves nowhere
+		// No front proxy here; set so that the controllers' delegated authentication finds a CA bundle.
+		"--requestheader-client-ca-file", k("ca.crt"), "--requestheader-allowed-names", "front-proxy-client",
+		"--requestheader-username-headers", "X-Remote-User", "--requestheader-group-headers", "X-Remote-Group",
+		"--requestheader-extra-headers-prefix", "X-Remote-Extra-",
 		"--allow-privileged=true", "--profiling=false",
 		"--cert-dir", filepath.Join(c.dir, "apiserver"))
 	if err != nil {

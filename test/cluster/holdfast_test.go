@@ -332,12 +332,13 @@ func (s *scenario) restartAndUninstall(t *testing.T) {
 	w := watchPins(ctx, t, cli, wanted)
 
 	old := s.agentPod(t)
+	ds := s.daemonSet(t)
 	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`,
 		time.Now().Format(time.RFC3339))
 	start := time.Now()
-	if _, err := c.client.AppsV1().DaemonSets(chartNS).Patch(ctx, release, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if _, err := c.client.AppsV1().DaemonSets(chartNS).Patch(ctx, ds.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		w.stop()
-		t.Fatalf("patching daemonset %s/%s: %v", chartNS, release, err)
+		t.Fatalf("patching daemonset %s/%s: %v", chartNS, ds.Name, err)
 	}
 	pod := s.waitAgentReady(t, old.UID)
 	t.Logf("rollout restart to new pod %s Ready: %.1fs", pod.Name, time.Since(start).Seconds())
@@ -559,9 +560,11 @@ func (s *scenario) waitAgentReady(t *testing.T, notUID types.UID) *corev1.Pod {
 			}
 			why = append(why, p.Name+": "+string(p.Status.Phase)+" "+podProblems(p))
 		}
-		ds, err := s.c.client.AppsV1().DaemonSets(chartNS).Get(context.Background(), release, metav1.GetOptions{})
+		dss, err := s.c.client.AppsV1().DaemonSets(chartNS).List(context.Background(), metav1.ListOptions{})
 		if err == nil {
-			why = append(why, daemonSetStatus(ds))
+			for i := range dss.Items {
+				why = append(why, daemonSetStatus(&dss.Items[i]))
+			}
 		}
 		return false, fmt.Errorf("%s", strings.Join(why, "; "))
 	}, s.c.procs["kubelet"])
@@ -569,6 +572,19 @@ func (s *scenario) waitAgentReady(t *testing.T, notUID types.UID) *corev1.Pod {
 		t.Fatalf("%v\n%s", err, s.agentLogs())
 	}
 	return ready
+}
+
+// daemonSet returns the chart's one DaemonSet.
+func (s *scenario) daemonSet(t *testing.T) *appsv1.DaemonSet {
+	t.Helper()
+	dss, err := s.c.client.AppsV1().DaemonSets(chartNS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dss.Items) != 1 {
+		t.Fatalf("want one DaemonSet in %s, got %d", chartNS, len(dss.Items))
+	}
+	return &dss.Items[0]
 }
 
 func podReady(p *corev1.Pod) bool {
@@ -581,7 +597,7 @@ func podReady(p *corev1.Pod) bool {
 }
 
 func daemonSetStatus(ds *appsv1.DaemonSet) string {
-	return fmt.Sprintf("daemonset: desired %d, ready %d, updated %d", ds.Status.DesiredNumberScheduled, ds.Status.NumberReady, ds.Status.UpdatedNumberScheduled)
+	return fmt.Sprintf("daemonset %s: desired %d, ready %d, updated %d", ds.Name, ds.Status.DesiredNumberScheduled, ds.Status.NumberReady, ds.Status.UpdatedNumberScheduled)
 }
 
 // agentLogs returns the last lines of both containers of every chart pod.

@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			startErr = err
 			if c != nil {
-				startErr = fmt.Errorf("%w\n%s", err, c.logTails(40))
+				startErr = fmt.Errorf("%w\n%s", err, c.logTails(25))
 			}
 			return m.Run()
 		}
@@ -80,7 +80,7 @@ func needCluster(t *testing.T) *cluster {
 	c := shared
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("cluster logs in %s:\n%s", c.logDir(), c.logTails(40))
+			t.Logf("cluster logs in %s:\n%s", c.logDir(), c.logTails(25))
 		}
 	})
 	return c
