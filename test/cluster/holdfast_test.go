@@ -17,6 +17,7 @@ import (
 
 	eventtypes "github.com/containerd/containerd/api/events"
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
@@ -288,6 +289,7 @@ func (s *scenario) imageGC(t *testing.T) {
 			t.Errorf("restoring the kubelet: %v", err)
 		}
 	})
+	start := time.Now()
 	if err := c.restartKubelet(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -297,6 +299,7 @@ func (s *scenario) imageGC(t *testing.T) {
 	}, c.procs["kubelet"]); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("kubelet restarted under pressure to %s removed: %.1fs", imgLoose, time.Since(start).Seconds())
 	for _, ref := range wanted {
 		pinned, found, err := c.criImage(ref)
 		if err != nil || !found || !pinned {
@@ -307,6 +310,7 @@ func (s *scenario) imageGC(t *testing.T) {
 	if pod.Status.Phase != corev1.PodRunning {
 		t.Errorf("the holdfast pod %s is %s under disk pressure (%s): critical pods are not evicted", pod.Name, pod.Status.Phase, pod.Status.Reason)
 	}
+	start = time.Now()
 	if err := restore(); err != nil {
 		t.Fatalf("restoring the kubelet: %v", err)
 	}
@@ -315,6 +319,7 @@ func (s *scenario) imageGC(t *testing.T) {
 	}); err != nil {
 		t.Error(err)
 	}
+	t.Logf("normal kubelet back, DiskPressure cleared: %.1fs", time.Since(start).Seconds())
 }
 
 // restartAndUninstall: a rollout restart of the DaemonSet (the restartedAt annotation `kubectl rollout
@@ -330,6 +335,18 @@ func (s *scenario) restartAndUninstall(t *testing.T) {
 	}
 	defer cli.Close()
 	w := watchPins(ctx, t, cli, wanted)
+	// The event stream is live: a label put on an image the watch does not judge shows up in it.
+	probe := images.Image{Name: imgPinA, Labels: map[string]string{"holdfast.test/probe": "1"}}
+	if _, err := cli.ImageService().Update(namespaces.WithNamespace(ctx, criNamespace), probe, "labels.holdfast.test/probe"); err != nil {
+		w.stop()
+		t.Fatalf("labelling %s: %v", imgPinA, err)
+	}
+	if err := waitFor("containerd's event for the probe label on "+imgPinA, 30*time.Second, func() (bool, error) {
+		return w.sawProbe(imgPinA), nil
+	}); err != nil {
+		w.stop()
+		t.Fatal(err)
+	}
 
 	old := s.agentPod(t)
 	ds := s.daemonSet(t)
@@ -377,6 +394,13 @@ type pinWatch struct {
 	mu         sync.Mutex
 	violations []string
 	events     int
+	probed     []string // names whose update carried the probe label
+}
+
+func (w *pinWatch) sawProbe(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Contains(w.probed, name)
 }
 
 func watchPins(ctx context.Context, t *testing.T, cli *containerd.Client, wanted []string) *pinWatch {
@@ -410,6 +434,11 @@ func watchPins(ctx context.Context, t *testing.T, cli *containerd.Client, wanted
 				}
 				switch e := ev.(type) {
 				case *eventtypes.ImageUpdate:
+					if e.Labels["holdfast.test/probe"] != "" {
+						w.mu.Lock()
+						w.probed = append(w.probed, e.Name)
+						w.mu.Unlock()
+					}
 					if slices.Contains(wanted, e.Name) && e.Labels[criPinLabel] != "pinned" {
 						w.add("%s: image update of %s without %s (labels %v)", env.Timestamp.Format(time.RFC3339Nano), e.Name, criPinLabel, e.Labels)
 					}
