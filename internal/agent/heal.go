@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/pattern"
@@ -203,6 +204,7 @@ func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer Timer) {
 			st.delay = min(st.delay*2, healMaxDelay)
 		}
 		st.until = now.Add(st.delay)
+		a.journal.Backoff(want.Name, st.until, fmt.Sprintf("healed %d times within %s; something keeps removing or re-pointing it", len(st.recent), healWindow))
 		if !st.warned {
 			st.warned = true
 			a.log.Warn("something keeps removing a pinned image; healing it with backoff (on containerd below 1.7.10 or 1.6.25, or a kubelet below 1.29, image GC does not see pins)",
