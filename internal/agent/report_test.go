@@ -155,3 +155,45 @@ func TestFailingArchiveReportedOnce(t *testing.T) {
 		t.Fatalf("Released event %+v", rel)
 	}
 }
+
+// TestHealBackoffReported: a name healed again and again is one HealBackoff
+// event when it enters backoff, not one per heal after; the report lists it
+// while its backoff lasts, and not after.
+func TestHealBackoffReported(t *testing.T) {
+	t.Parallel()
+	const x = "example.com/x:1"
+	rt := fake.New()
+	dir := t.TempDir()
+	mkLayout(t, filepath.Join(dir, "x"))
+	rt.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
+		return hfruntime.ImportResult{Lease: "holdfast/x", Images: []hfruntime.Want{wantOf(x)}}, nil
+	}
+	clock := newFakeClock()
+	a := startReportingAgent(t, rt, Config{ImageDirs: []string{dir}}, clock)
+	if r := a.Report(0); len(r.HealBackoff) != 0 || len(r.Events) != 0 {
+		t.Fatalf("report before any heal: %+v", r)
+	}
+	for range healBurst {
+		healed(t, rt, x)
+	}
+	r := a.Report(0)
+	if ev := eventsOf(r, journal.ReasonHealBackoff); len(ev) != 1 || ev[0].Type != journal.Warning || !strings.Contains(ev[0].Message, x) {
+		t.Fatalf("HealBackoff events after %d heals: %+v", healBurst, r.Events)
+	}
+	if !slices.Equal(r.HealBackoff, []string{x}) {
+		t.Fatalf("healBackoff %v, want [%s]", r.HealBackoff, x)
+	}
+	// Deleted again while backing off: healed when the backoff ends, which
+	// lengthens it; still the one event.
+	rt.Delete(x)
+	waitFor(t, "x's heal to wait", func() bool { return clock.next().After(clock.Now()) })
+	clock.Advance(clock.next().Sub(clock.Now()))
+	waitFor(t, "x healed after its backoff", func() bool { _, ok := rt.Record(x); return ok })
+	if ev := eventsOf(a.Report(0), journal.ReasonHealBackoff); len(ev) != 1 {
+		t.Fatalf("HealBackoff events after a heal in backoff: %+v", ev)
+	}
+	clock.Advance(time.Hour)
+	if r := a.Report(0); len(r.HealBackoff) != 0 {
+		t.Fatalf("healBackoff %v after the backoff ended", r.HealBackoff)
+	}
+}

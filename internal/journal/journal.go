@@ -7,7 +7,6 @@ package journal
 
 import (
 	"cmp"
-	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -126,15 +125,12 @@ func (j *Journal) Passed(pinned, sources int, failing []Failure) {
 	j.failing = now
 }
 
-// Backoff says that name waits until until before its next heal. The first
-// time it enters backoff (and again once a backoff has ended) a HealBackoff
-// event is recorded, with why.
-func (j *Journal) Backoff(name string, until time.Time, why string) {
+// Backoff says that name waits until until before its next heal: the report
+// lists it until then. The agent records a HealBackoff event itself when a
+// name enters backoff.
+func (j *Journal) Backoff(name string, until time.Time) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if prev, ok := j.backoff[name]; !ok || !j.now().Before(prev) {
-		j.recordLocked(Warning, ReasonHealBackoff, fmt.Sprintf("heal of %s backing off until %s: %s", name, until.UTC().Format(time.RFC3339), why))
-	}
 	j.backoff[name] = until
 }
 

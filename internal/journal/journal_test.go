@@ -83,25 +83,19 @@ func TestRingBound(t *testing.T) {
 	}
 }
 
-// TestBackoffRecordedOnEntry: a name entering heal backoff is an event; its
-// backoff growing while it lasts is not; after it ends, a new backoff is.
-func TestBackoffRecordedOnEntry(t *testing.T) {
+// TestBackoffListed: a name is listed while its heal backoff lasts, and not
+// after.
+func TestBackoffListed(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	j := New(16, c.now)
-	j.Backoff("example.com/a:1", c.t.Add(time.Second), "3 heals within 1m0s")
-	c.t = c.t.Add(500 * time.Millisecond)
-	j.Backoff("example.com/a:1", c.t.Add(2*time.Second), "4 heals within 1m0s")
-	r := j.Report(0, true)
-	if len(r.Events) != 1 || r.Events[0].Reason != ReasonHealBackoff || !slices.Equal(r.HealBackoff, []string{"example.com/a:1"}) {
-		t.Fatalf("report while backing off: %+v", r)
+	j.Backoff("example.com/a:1", c.t.Add(time.Second))
+	j.Backoff("example.com/b:1", c.t.Add(time.Minute))
+	if r := j.Report(0, true); !slices.Equal(r.HealBackoff, []string{"example.com/a:1", "example.com/b:1"}) {
+		t.Fatalf("healBackoff %v", r.HealBackoff)
 	}
-	c.t = c.t.Add(time.Minute)
-	if r := j.Report(0, true); len(r.HealBackoff) != 0 {
-		t.Fatalf("backoff over, still listed: %v", r.HealBackoff)
-	}
-	j.Backoff("example.com/a:1", c.t.Add(time.Second), "3 heals within 1m0s")
-	if r := j.Report(1, true); len(r.Events) != 1 || r.Events[0].Seq != 2 {
-		t.Fatalf("a new backoff: %+v", r.Events)
+	c.t = c.t.Add(time.Second)
+	if r := j.Report(0, true); !slices.Equal(r.HealBackoff, []string{"example.com/b:1"}) {
+		t.Fatalf("healBackoff %v once a's backoff ended", r.HealBackoff)
 	}
 }
 
