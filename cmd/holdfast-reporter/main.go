@@ -71,7 +71,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	log.Info("reporting", "node", *node, "agent", *agent, "interval", *interval, "version", version)
+	log.Info("reporting", "node", *node, "agent", *agent, "interval", interval.String(), "version", version)
 	r := kube.New(client, kube.Config{Agent: *agent, Node: *node, Interval: *interval, Log: log})
 	if err := r.Run(ctx); err != nil {
 		log.Error("reporting", "error", err)

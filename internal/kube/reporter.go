@@ -112,7 +112,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 			}
 			failures++
 			wait = min(r.cfg.Interval<<min(failures, 10), maxBackoff)
-			r.log.Warn("reporting to the API server; trying again", "node", r.cfg.Node, "in", wait, "error", err)
+			r.log.Warn("reporting to the API server; trying again", "node", r.cfg.Node, "in", wait.String(), "error", err)
 			continue
 		}
 		if failures > 0 {
