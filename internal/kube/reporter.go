@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,6 +47,9 @@ const (
 	shownFailures = 3
 	maxBackoff    = 5 * time.Minute
 	eventCache    = 512
+	// maxMessage bounds the messages of the condition and the Events, as
+	// client-go's event recorders bound theirs.
+	maxMessage = 1024
 )
 
 // Config says where the agent is, which node to report on, and how often.
@@ -133,7 +137,7 @@ func (r *Reporter) Once(ctx context.Context) error {
 	if err != nil {
 		r.log.Warn("reading the agent's report", "agent", r.cfg.Agent, "error", err)
 		cond = corev1.NodeCondition{Type: ConditionType, Status: corev1.ConditionUnknown, Reason: ReasonAgentUnreachable,
-			Message: fmt.Sprintf("reading the agent's report: %v", err)}
+			Message: truncate(fmt.Sprintf("reading the agent's report: %v", err))}
 	} else {
 		cond = Condition(rep)
 	}
@@ -221,7 +225,21 @@ func Condition(rep *journal.Report) corev1.NodeCondition {
 	default:
 		c.Status, c.Reason, c.Message = corev1.ConditionTrue, ReasonAllPinned, pinned
 	}
+	c.Message = truncate(c.Message)
 	return c
+}
+
+// truncate cuts s to maxMessage bytes, on a rune boundary, marking the cut.
+func truncate(s string) string {
+	if len(s) <= maxMessage {
+		return s
+	}
+	const mark = "…"
+	cut := maxMessage - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }
 
 // heartbeat is how often an unchanged condition is written again.
@@ -316,7 +334,7 @@ func (r *Reporter) sendEvent(ctx context.Context, ev journal.Event) error {
 		ObjectMeta:          metav1.ObjectMeta{Name: name, Namespace: EventNamespace},
 		InvolvedObject:      corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: r.cfg.Node, UID: r.uid},
 		Reason:              ev.Reason,
-		Message:             ev.Message,
+		Message:             truncate(ev.Message),
 		Type:                ev.Type,
 		Source:              corev1.EventSource{Component: Component, Host: r.cfg.Node},
 		FirstTimestamp:      at,

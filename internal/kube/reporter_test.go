@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -348,5 +350,16 @@ func TestRunStopsOnCancel(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("Run did not return after its context ended")
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	long := strings.Repeat("é", 1000) // 2000 bytes
+	got := truncate(long)
+	if len(got) > maxMessage || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {
+		t.Fatalf("truncated to %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+	if s := "42 images pinned"; truncate(s) != s {
+		t.Fatalf("a short message changed: %q", truncate(s))
 	}
 }
