@@ -5,6 +5,7 @@ GO                 ?= go
 VERSION            ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 CONTAINERD_VERSION := $(shell $(GO) list -m -f '{{.Version}}' github.com/containerd/containerd/v2 2>/dev/null | sed 's/^v//')
 LDFLAGS            := -s -w -X main.version=$(VERSION)
+REPORTER_LDFLAGS   := -s -w -X main.version=$(VERSION)
 CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)
 BIN                := $(CURDIR)/bin
 CRICTL_VERSION     := v1.37.0
@@ -33,6 +34,7 @@ export GOFLAGS := -buildvcs=false
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/holdfast ./cmd/holdfast
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(REPORTER_LDFLAGS)' -o $(BIN)/holdfast-reporter ./cmd/holdfast-reporter
 	$(GO) build -trimpath -ldflags '$(CONTAINERD_LDFLAGS)' -o $(BIN)/holdfast-containerd ./cmd/holdfast-containerd
 	$(GO) build -trimpath -o $(BIN)/imagegen ./cmd/imagegen
 

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/journal"
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
@@ -56,7 +57,8 @@ type Agent struct {
 	log *slog.Logger
 	rec Recorder
 
-	clock Clock
+	clock   Clock
+	journal *journal.Journal // what GET /report tells
 
 	mu     sync.Mutex
 	wanted map[string]hfruntime.Want // what the last plan wants: heal restores these
@@ -97,6 +99,7 @@ func New(rt hfruntime.Runtime, cfg Config, rec Recorder) *Agent {
 	a := &Agent{rt: rt, cfg: cfg, log: log, rec: rec, clock: realClock{},
 		wanted: map[string]hfruntime.Want{}, failed: map[string]failure{}, heals: map[string]*healState{},
 		collecting: true, touched: map[string]bool{}, pinPatterns: map[string][]pattern.Pattern{}, foreign: map[string]bool{}}
+	a.journal = journal.New(journal.DefaultSize, func() time.Time { return a.clock.Now() })
 	a.readyState.Store("the first pass has not finished")
 	return a
 }
@@ -163,9 +166,9 @@ func (a *Agent) takeTouched() map[string]bool {
 	return t
 }
 
-// noteFailure remembers a failed source so that the loop retries it with
-// backoff, or at once when it changes.
-func (a *Agent) noteFailure(path, identity string) {
+// noteFailure remembers a failed source, and why, so that the loop retries it
+// with backoff, or at once when it changes.
+func (a *Agent) noteFailure(path, identity string, cause error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	f := a.failed[path]
@@ -175,6 +178,7 @@ func (a *Agent) noteFailure(path, identity string) {
 		f.delay = min(f.delay*2, 5*time.Minute)
 	}
 	f.retryAt = a.clock.Now().Add(f.delay)
+	f.err = cause
 	a.failed[path] = f
 }
 

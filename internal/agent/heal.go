@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/journal"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -199,10 +201,13 @@ func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer Timer) {
 	if len(st.recent) >= healBurst {
 		if st.delay == 0 {
 			st.delay = healFirstWait
+			a.journal.Record(journal.Warning, journal.ReasonHealBackoff, fmt.Sprintf(
+				"%s healed %d times within %s: something keeps removing or re-pointing it; healing it with backoff", want.Name, len(st.recent), healWindow))
 		} else {
 			st.delay = min(st.delay*2, healMaxDelay)
 		}
 		st.until = now.Add(st.delay)
+		a.journal.Backoff(want.Name, st.until)
 		if !st.warned {
 			st.warned = true
 			a.log.Warn("something keeps removing a pinned image; healing it with backoff (on containerd below 1.7.10 or 1.6.25, or a kubelet below 1.29, image GC does not see pins)",

@@ -48,7 +48,7 @@ func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source
 	for _, src := range lists {
 		pl, err := source.ReadPinList(src.Path)
 		if err != nil {
-			sum.Failures = append(sum.Failures, err)
+			sum.Failures = append(sum.Failures, sourceFailed(src.Path, err, err))
 			sum.set(src, metrics.StateFailed)
 			unknown = append(unknown, src.Path)
 			continue
@@ -136,7 +136,7 @@ func (a *Agent) leaseList(ctx context.Context, what string, src source.Source, m
 	identity := src.Identity + ",wants=" + wantsHash(wants)
 	res, err := a.rt.LeaseWants(ctx, hfruntime.LeaseRequest{Source: src.Path, Identity: identity, MtimeNs: mtimeNs, Wants: wants})
 	if err != nil {
-		sum.Failures = append(sum.Failures, fmt.Errorf("%s %s: %w", what, src.Path, err))
+		sum.Failures = append(sum.Failures, sourceFailed(src.Path, err, fmt.Errorf("%s %s: %w", what, src.Path, err)))
 	}
 	sum.set(src, stateAfter(len(sum.Failures) > failuresBefore))
 	if res.Lease == "" || (err != nil && len(res.Images) == 0 && len(wants) > 0) {

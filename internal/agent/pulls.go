@@ -40,7 +40,7 @@ func (a *Agent) pullLists(ctx context.Context, lists []source.Source, sum *Summa
 	for _, src := range lists {
 		pl, err := source.ReadPullList(src.Path)
 		if err != nil {
-			sum.Failures = append(sum.Failures, err)
+			sum.Failures = append(sum.Failures, sourceFailed(src.Path, err, err))
 			sum.set(src, metrics.StateFailed)
 			unknown = append(unknown, src.Path)
 			continue
@@ -101,7 +101,7 @@ func (a *Agent) resolvePulls(ctx context.Context, pl source.PullListFile, have, 
 			continue
 		}
 		if err, wait := a.pullBackoff(e.Ref); wait {
-			errs = append(errs, source.LineError{Path: pl.Path, Line: e.Line, Err: fmt.Errorf("pulling %s: %w (waiting before the next try)", e.Ref, err)})
+			errs = append(errs, source.LineError{Path: pl.Path, Line: e.Line, Err: fmt.Errorf("pulling %s: %w%s", e.Ref, err, waitingNote)})
 			continue
 		}
 		toPull = append(toPull, e)

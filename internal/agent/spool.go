@@ -52,10 +52,10 @@ func (a *Agent) importSpool(ctx context.Context, scan source.Result, opts passOp
 		res, err := a.rt.Import(ctx, importRequest(src, true, a.cfg.Progress))
 		sum.BytesRead += res.BytesRead
 		if err != nil {
-			sum.Failures = append(sum.Failures, fmt.Errorf("import %s (left in the spool dir): %w", src.Path, err))
+			sum.Failures = append(sum.Failures, sourceFailed(src.Path, err, fmt.Errorf("import %s (left in the spool dir): %w", src.Path, err)))
 			sum.set(src, metrics.StateFailed)
 			a.rec.ImportDone("failed", res.BytesRead, time.Since(began))
-			a.noteFailure(src.Path, src.Identity)
+			a.noteFailure(src.Path, src.Identity, err)
 			continue
 		}
 		a.clearFailure(src.Path)

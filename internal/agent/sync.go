@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/holdfast-project/holdfast/internal/journal"
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	"github.com/holdfast-project/holdfast/internal/registries"
@@ -241,6 +242,7 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	}
 	sum.Failed = len(sum.Failures)
 	sum.Duration = time.Since(start)
+	a.journal.Passed(sum.Wanted, len(all), a.failing(sum.Failures))
 	a.rec.ReconcileDone(sum.Duration, err == nil)
 	a.rec.SetSources(sum.sourceCounts())
 	return sum, pr
@@ -355,7 +357,7 @@ func (a *Agent) importAll(ctx context.Context, srcs []source.Source, known map[s
 				sum.Failures = append(sum.Failures, err)
 				sum.set(src, metrics.StateFailed)
 				a.rec.ImportDone("failed", res.BytesRead, time.Since(began))
-				a.noteFailure(src.Path, src.Identity)
+				a.noteFailure(src.Path, src.Identity, causeOf(err))
 				return nil
 			}
 			a.clearFailure(src.Path)
@@ -418,6 +420,7 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 		}
 		sum.Unpinned++
 		a.log.Info("unpinned", "name", u.Name, "reason", u.Reason)
+		a.journal.Record(journal.Normal, journal.ReasonUnpinned, fmt.Sprintf("unpinned %s: %s", u.Name, u.Reason))
 	}
 	a.rec.Unpinned(sum.Unpinned)
 	a.rec.SetPinned(plan.Wanted)
@@ -435,6 +438,7 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 		}
 		sum.Released++
 		a.log.Info("released", "lease", r.Lease, "source", r.Source, "reason", r.Reason)
+		a.journal.Record(journal.Normal, journal.ReasonReleased, fmt.Sprintf("released lease %s of %s: %s", r.Lease, r.Source, r.Reason))
 	}
 	a.rec.Released(sum.Released)
 }
@@ -444,7 +448,7 @@ func importSource(ctx context.Context, rt hfruntime.Runtime, src source.Source, 
 	req.Prior = prior
 	res, err := rt.Import(ctx, req)
 	if err != nil {
-		return res, fmt.Errorf("import %s: %w", src.Path, err)
+		return res, sourceFailed(src.Path, err, fmt.Errorf("import %s: %w", src.Path, err))
 	}
 	return res, nil
 }

@@ -33,7 +33,8 @@ containerd's image events (a wanted record that is deleted, re-pointed or
 stripped of a pin label is restored from leased content at once). A full pass
 also runs every --resync, and after containerd comes back from a restart.
 
-It serves /metrics, /healthz and /readyz on --listen, and tells systemd
+It serves /metrics, /healthz, /readyz and /report (read by holdfast-reporter)
+on --listen, and tells systemd
 READY=1 (Type=notify) once every source of the first pass is final.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -70,10 +71,11 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 					_, err := s.rt.Server(ctx)
 					return err
 				}, a.Ready)
+				srv.Report(a.Report)
 				if err := srv.Listen(ctx); err != nil {
 					return err
 				}
-				o.log.Info("serving /metrics, /healthz and /readyz", "address", srv.Addr())
+				o.log.Info("serving /metrics, /healthz, /readyz and /report", "address", srv.Addr())
 				go func() {
 					if err := srv.Run(ctx); err != nil {
 						cancel(err)
@@ -113,7 +115,7 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&parallel, "parallel", 0, "archives imported at once (env HOLDFAST_PARALLEL; 0: from the CPU count)")
-	f.StringVar(&listen, "listen", server.DefaultAddr, "address for /metrics, /healthz and /readyz; empty disables (env HOLDFAST_LISTEN)")
+	f.StringVar(&listen, "listen", server.DefaultAddr, "address for /metrics, /healthz, /readyz and /report; empty disables (env HOLDFAST_LISTEN)")
 	f.DurationVar(&settle, "settle", 2*time.Second, "a file is complete once its mtime is this old, or it stayed unchanged this long (env HOLDFAST_SETTLE)")
 	f.DurationVar(&resync, "resync", 5*time.Minute, "full pass at least this often (env HOLDFAST_RESYNC)")
 	return cmd

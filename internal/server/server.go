@@ -1,19 +1,24 @@
 // Package server serves the agent's HTTP endpoints: /metrics (Prometheus),
-// /healthz (liveness: can holdfast reach containerd) and /readyz (readiness:
-// has the first pass applied). It listens on loopback by default.
+// /healthz (liveness: can holdfast reach containerd), /readyz (readiness:
+// has the first pass applied) and /report (the summary and journal the
+// Kubernetes reporter reads). It listens on loopback by default.
 package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/holdfast-project/holdfast/internal/journal"
 )
 
 // DefaultAddr is the address the CLI listens on unless told otherwise.
@@ -31,6 +36,7 @@ const (
 type Server struct {
 	addr string
 	http *http.Server
+	mux  *http.ServeMux
 
 	mu sync.Mutex
 	ln net.Listener
@@ -54,6 +60,7 @@ func New(addr string, gatherer prometheus.Gatherer, health func(context.Context)
 	mux.HandleFunc("GET /readyz", readyz(ready))
 	return &Server{
 		addr: addr,
+		mux:  mux,
 		http: &http.Server{
 			Handler:           mux,
 			ReadHeaderTimeout: 5 * time.Second,
@@ -63,6 +70,33 @@ func New(addr string, gatherer prometheus.Gatherer, health func(context.Context)
 			MaxHeaderBytes:    16 << 10,
 		},
 	}
+}
+
+// Report serves GET /report?after=N from report: the agent's summary and the
+// journal's events with a sequence number above N (0 when absent). Call it
+// before Run.
+func (s *Server) Report(report func(after uint64) journal.Report) {
+	s.mux.HandleFunc("GET /report", func(w http.ResponseWriter, r *http.Request) {
+		var after uint64
+		if v := r.URL.Query().Get("after"); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				noCache(w)
+				http.Error(w, fmt.Sprintf("after=%q: not a sequence number", v), http.StatusBadRequest)
+				return
+			}
+			after = n
+		}
+		body, err := json.Marshal(report(after))
+		if err != nil {
+			noCache(w)
+			http.Error(w, fmt.Sprintf("encoding the report: %v", err), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(append(body, '\n'))
+	})
 }
 
 // Listen binds the server's address, so that Addr reports the real one (with

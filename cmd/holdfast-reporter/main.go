@@ -1,0 +1,97 @@
+// Command holdfast-reporter reports a node's holdfast agent to Kubernetes: it
+// reads the agent's GET /report and keeps the node condition HoldfastPinned
+// and Events on the Node. It is its own binary so that holdfast itself never
+// loads client-go.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+
+	"github.com/holdfast-project/holdfast/internal/kube"
+)
+
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func run(args []string, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("holdfast-reporter", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	agent := fs.String("agent", envOr("HOLDFAST_AGENT", "http://127.0.0.1:9747"), "base URL of the holdfast agent's HTTP server (env HOLDFAST_AGENT)")
+	node := fs.String("node", os.Getenv("NODE_NAME"), "name of this node; required (env NODE_NAME, from the downward API's spec.nodeName)")
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig for running outside a pod; empty: the in-cluster config (env KUBECONFIG)")
+	interval := fs.Duration("interval", 10*time.Second, "how often the agent's report is read (env HOLDFAST_REPORT_INTERVAL)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		_, _ = fmt.Fprintf(stderr, "Usage: holdfast-reporter [flags]\n\nKeeps the node condition %s and Events on the Node in line with the holdfast agent's /report.\n\n%s",
+			kube.ConditionType, fs.FlagUsages())
+	}
+	if v := os.Getenv("HOLDFAST_REPORT_INTERVAL"); v != "" {
+		if err := fs.Set("interval", v); err != nil {
+			_, _ = fmt.Fprintf(stderr, "holdfast-reporter: HOLDFAST_REPORT_INTERVAL=%q: %v\n", v, err)
+			return 2
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *showVersion {
+		_, _ = fmt.Fprintln(os.Stdout, "holdfast-reporter", version)
+		return 0
+	}
+	log := logger(stderr)
+	if *node == "" {
+		log.Error("no node named: set --node or NODE_NAME (from the downward API's spec.nodeName)")
+		return 2
+	}
+	if *interval <= 0 {
+		log.Error("--interval must be positive", "interval", *interval)
+		return 2
+	}
+	client, err := kube.Client(*kubeconfig, "holdfast-reporter/"+version)
+	if err != nil {
+		log.Error("connecting to the API server", "error", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.Info("reporting", "node", *node, "agent", *agent, "interval", interval.String(), "version", version)
+	r := kube.New(client, kube.Config{Agent: *agent, Node: *node, Interval: *interval, Log: log})
+	if err := r.Run(ctx); err != nil {
+		log.Error("reporting", "error", err)
+		return 1
+	}
+	log.Info("stopping")
+	return 0
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// logger logs JSON, or text on a terminal.
+func logger(w io.Writer) *slog.Logger {
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return slog.New(slog.NewTextHandler(w, nil))
+	}
+	return slog.New(slog.NewJSONHandler(w, nil))
+}

@@ -1,0 +1,363 @@
+// Package kube is holdfast's Kubernetes reporter: it reads the agent's
+// GET /report and keeps the node's HoldfastPinned condition and the Events on
+// the Node in line with it. It is the only package that imports client-go, and
+// it runs in its own binary (holdfast-reporter), so that the node CLI starts
+// without client-go's init cost and the agent never waits for the API server.
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/holdfast-project/holdfast/internal/journal"
+)
+
+// The node condition the reporter keeps, and its reasons.
+const (
+	ConditionType = corev1.NodeConditionType("HoldfastPinned")
+
+	ReasonAllPinned        = "AllPinned"
+	ReasonSourcesFailing   = "SourcesFailing"
+	ReasonHealBackoff      = "HealBackoff"
+	ReasonNotReady         = "NotReady"
+	ReasonAgentUnreachable = "AgentUnreachable"
+
+	// Component is the source component of the Events on the Node.
+	Component = "holdfast"
+	// EventNamespace is where the Events on the (cluster-scoped) Node go.
+	EventNamespace = metav1.NamespaceDefault
+
+	// shownFailures is how many failing sources a condition message names.
+	shownFailures = 3
+	maxBackoff    = 5 * time.Minute
+	eventCache    = 512
+	// maxMessage bounds the messages of the condition and the Events, as
+	// client-go's event recorders bound theirs.
+	maxMessage = 1024
+)
+
+// Config says where the agent is, which node to report on, and how often.
+type Config struct {
+	Agent    string        // base URL of the agent's HTTP server
+	Node     string        // the Node's name
+	Interval time.Duration // between reads of /report
+	Log      *slog.Logger
+	HTTP     *http.Client // for /report; nil: one with a 5 s timeout
+}
+
+// Reporter keeps the Node's condition and Events in line with the agent's
+// report. It keeps its own state: use one per node, from one goroutine.
+type Reporter struct {
+	client kubernetes.Interface
+	cfg    Config
+	log    *slog.Logger
+	http   *http.Client
+	now    func() time.Time
+
+	uid     types.UID             // the Node's, for the Events' involvedObject
+	written *corev1.NodeCondition // the condition as last patched; nil before the first patch
+	after   uint64                // journal events up to here are on the Node
+	sent    map[string]*sentEvent // reason+message → the Event it went to, to aggregate
+	order   []string              // keys of sent, oldest first, to bound it
+}
+
+type sentEvent struct {
+	name  string
+	count int32
+}
+
+// New makes a reporter writing through client.
+func New(client kubernetes.Interface, cfg Config) *Reporter {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	hc := cfg.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 5 * time.Second}
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 10 * time.Second
+	}
+	return &Reporter{client: client, cfg: cfg, log: log, http: hc, now: time.Now, sent: map[string]*sentEvent{}}
+}
+
+// Run reports every interval until ctx ends; then it returns nil. When the API
+// server does not answer, it tries again later, waiting twice as long each
+// time up to 5 minutes; journal events not yet on the Node are sent then.
+func (r *Reporter) Run(ctx context.Context) error {
+	wait := time.Duration(0)
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		if err := r.Once(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			failures++
+			wait = min(r.cfg.Interval<<min(failures, 10), maxBackoff)
+			r.log.Warn("reporting to the API server; trying again", "node", r.cfg.Node, "in", wait.String(), "error", err)
+			continue
+		}
+		if failures > 0 {
+			r.log.Info("reporting to the API server again", "node", r.cfg.Node)
+		}
+		failures = 0
+		wait = r.cfg.Interval
+	}
+}
+
+// Once reads the agent's report once and brings the Node in line with it:
+// the condition (Unknown when the report cannot be read), then the journal
+// events it has not sent yet, oldest first. It returns the API server's
+// error, if any: what was not written is written by a later call.
+func (r *Reporter) Once(ctx context.Context) error {
+	rep, err := r.fetch(ctx)
+	var cond corev1.NodeCondition
+	if err != nil {
+		r.log.Warn("reading the agent's report", "agent", r.cfg.Agent, "error", err)
+		cond = corev1.NodeCondition{Type: ConditionType, Status: corev1.ConditionUnknown, Reason: ReasonAgentUnreachable,
+			Message: truncate(fmt.Sprintf("reading the agent's report: %v", err))}
+	} else {
+		cond = Condition(rep)
+	}
+	if err := r.setCondition(ctx, cond); err != nil {
+		return err
+	}
+	if rep == nil {
+		return nil
+	}
+	return r.sendEvents(ctx, rep.Events)
+}
+
+// fetch reads /report?after=N. When the agent's journal is behind the
+// cursor, the agent started again: its journal is read from the start.
+func (r *Reporter) fetch(ctx context.Context) (*journal.Report, error) {
+	rep, err := r.get(ctx, r.after)
+	if err != nil {
+		return nil, err
+	}
+	if rep.Next == 0 || rep.Next-1 < r.after {
+		r.log.Info("the agent's journal starts again (the agent restarted)", "cursor", r.after, "next", rep.Next)
+		r.after = 0
+		if rep, err = r.get(ctx, 0); err != nil {
+			return nil, err
+		}
+	}
+	if len(rep.Events) > 0 && rep.Events[0].Seq > r.after+1 {
+		r.log.Warn("journal events dropped by the agent before they were read", "from", r.after+1, "to", rep.Events[0].Seq-1)
+	}
+	return rep, nil
+}
+
+func (r *Reporter) get(ctx context.Context, after uint64) (*journal.Report, error) {
+	u := strings.TrimSuffix(r.cfg.Agent, "/") + "/report?after=" + url.QueryEscape(fmt.Sprint(after))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", u, err)
+	}
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+	}
+	var rep journal.Report
+	if err := json.Unmarshal(body, &rep); err != nil {
+		return nil, fmt.Errorf("GET %s: decoding: %w", u, err)
+	}
+	return &rep, nil
+}
+
+// Condition is the HoldfastPinned condition a report calls for (without times).
+func Condition(rep *journal.Report) corev1.NodeCondition {
+	c := corev1.NodeCondition{Type: ConditionType, Status: corev1.ConditionFalse}
+	pinned := fmt.Sprintf("%d images pinned", rep.Pinned)
+	switch {
+	case !rep.Ready:
+		c.Reason, c.Message = ReasonNotReady, pinned+"; the agent's first pass has not finished"
+	case len(rep.Failing) > 0:
+		var names []string
+		for _, f := range rep.Failing[:min(len(rep.Failing), shownFailures)] {
+			if f.Source == "" {
+				names = append(names, f.Error)
+			} else {
+				names = append(names, fmt.Sprintf("%s (%s)", filepath.Base(f.Source), f.Error))
+			}
+		}
+		msg := pinned + "; failing: " + strings.Join(names, ", ")
+		if more := len(rep.Failing) - shownFailures; more > 0 {
+			msg += fmt.Sprintf(" and %d more", more)
+		}
+		c.Reason, c.Message = ReasonSourcesFailing, msg
+	case len(rep.HealBackoff) > 0:
+		msg := pinned + "; heal backing off: " + strings.Join(rep.HealBackoff[:min(len(rep.HealBackoff), shownFailures)], ", ")
+		if more := len(rep.HealBackoff) - shownFailures; more > 0 {
+			msg += fmt.Sprintf(" and %d more", more)
+		}
+		c.Reason, c.Message = ReasonHealBackoff, msg
+	default:
+		c.Status, c.Reason, c.Message = corev1.ConditionTrue, ReasonAllPinned, pinned
+	}
+	c.Message = truncate(c.Message)
+	return c
+}
+
+// truncate cuts s to maxMessage bytes, on a rune boundary, marking the cut.
+func truncate(s string) string {
+	if len(s) <= maxMessage {
+		return s
+	}
+	const mark = "…"
+	cut := maxMessage - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
+// heartbeat is how often an unchanged condition is written again.
+func (r *Reporter) heartbeat() time.Duration { return max(r.cfg.Interval, time.Minute) }
+
+// setCondition patches the condition on nodes/status when it changed, or
+// when its heartbeat is due. lastTransitionTime moves only when the status
+// does; the first time, the Node's own copy of the condition says what it was.
+func (r *Reporter) setCondition(ctx context.Context, c corev1.NodeCondition) error {
+	now := metav1.NewTime(r.now().Truncate(time.Second))
+	if r.written == nil || r.uid == "" {
+		node, err := r.client.CoreV1().Nodes().Get(ctx, r.cfg.Node, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading node %s: %w", r.cfg.Node, err)
+		}
+		r.uid = node.UID
+		if r.written == nil {
+			for _, nc := range node.Status.Conditions {
+				if nc.Type == ConditionType {
+					r.written = nc.DeepCopy()
+				}
+			}
+		}
+	}
+	prev := r.written
+	if prev != nil && prev.Status == c.Status && prev.Reason == c.Reason && prev.Message == c.Message &&
+		now.Sub(prev.LastHeartbeatTime.Time) < r.heartbeat() {
+		return nil
+	}
+	c.LastHeartbeatTime = now
+	c.LastTransitionTime = now
+	if prev != nil && prev.Status == c.Status && !prev.LastTransitionTime.IsZero() {
+		c.LastTransitionTime = prev.LastTransitionTime
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{c}}})
+	if err != nil {
+		return fmt.Errorf("encoding the %s condition: %w", ConditionType, err)
+	}
+	if _, err := r.client.CoreV1().Nodes().Patch(ctx, r.cfg.Node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("patching the %s condition of node %s: %w", ConditionType, r.cfg.Node, err)
+	}
+	if prev == nil || prev.Status != c.Status || prev.Reason != c.Reason || prev.Message != c.Message {
+		r.log.Info("node condition", "node", r.cfg.Node, "type", ConditionType, "status", c.Status, "reason", c.Reason, "message", c.Message)
+	}
+	r.written = &c
+	return nil
+}
+
+// sendEvents puts the journal events after the cursor on the Node, oldest
+// first, moving the cursor past each one written: on an error the rest are
+// sent by a later call, and none twice.
+func (r *Reporter) sendEvents(ctx context.Context, evs []journal.Event) error {
+	for _, ev := range evs {
+		if ev.Seq <= r.after {
+			continue
+		}
+		if err := r.sendEvent(ctx, ev); err != nil {
+			return err
+		}
+		r.after = ev.Seq
+	}
+	return nil
+}
+
+// sendEvent creates an Event on the Node, or, for a reason and message it sent
+// before, counts it again on that Event. The Event's name is made from the
+// journal event, so a reporter that starts again and sends it again finds it
+// there.
+func (r *Reporter) sendEvent(ctx context.Context, ev journal.Event) error {
+	key := ev.Reason + "\x00" + ev.Type + "\x00" + ev.Message
+	at := metav1.NewTime(ev.Time)
+	events := r.client.CoreV1().Events(EventNamespace)
+	if s, ok := r.sent[key]; ok {
+		patch, err := json.Marshal(map[string]any{"count": s.count + 1, "lastTimestamp": at})
+		if err != nil {
+			return fmt.Errorf("encoding event %s: %w", s.name, err)
+		}
+		_, err = events.Patch(ctx, s.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		if err == nil {
+			s.count++
+			return nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("counting event %s/%s again: %w", EventNamespace, s.name, err)
+		}
+		// The Event expired: it is made anew.
+	}
+	h := fnv.New64a()
+	_, _ = fmt.Fprintf(h, "%d\x00%d\x00%s", ev.Seq, ev.Time.UnixNano(), key)
+	name := fmt.Sprintf("%s.holdfast.%016x", r.cfg.Node, h.Sum64())
+	e := &corev1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: name, Namespace: EventNamespace},
+		InvolvedObject:      corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: r.cfg.Node, UID: r.uid},
+		Reason:              ev.Reason,
+		Message:             truncate(ev.Message),
+		Type:                ev.Type,
+		Source:              corev1.EventSource{Component: Component, Host: r.cfg.Node},
+		FirstTimestamp:      at,
+		LastTimestamp:       at,
+		Count:               1,
+		ReportingController: Component,
+		ReportingInstance:   r.cfg.Node,
+	}
+	if _, err := events.Create(ctx, e, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating event %s/%s (%s): %w", EventNamespace, name, ev.Reason, err)
+	}
+	r.remember(key, &sentEvent{name: name, count: 1})
+	return nil
+}
+
+// remember keeps where an event went, forgetting the oldest past eventCache.
+func (r *Reporter) remember(key string, s *sentEvent) {
+	if _, ok := r.sent[key]; !ok {
+		r.order = append(r.order, key)
+	}
+	r.sent[key] = s
+	for len(r.order) > eventCache {
+		delete(r.sent, r.order[0])
+		r.order = r.order[1:]
+	}
+}
