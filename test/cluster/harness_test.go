@@ -597,7 +597,6 @@ func (c *cluster) defaultKubeletConfig() map[string]any {
 		"syncFrequency":               "10s",
 		"imageGCHighThresholdPercent": 100,
 		"imageGCLowThresholdPercent":  99,
-		"imageMinimumGCAge":           "0s",
 		"evictionHard": map[string]any{
 			"memory.available": off, "nodefs.available": off, "nodefs.inodesFree": off,
 			"imagefs.available": off, "imagefs.inodesFree": off,

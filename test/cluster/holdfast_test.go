@@ -43,6 +43,7 @@ const (
 	imgPinB    = "holdfast.test/pin-b:1"    // imported unpinned; the upgraded pins: list names it
 	imgFromDir = "holdfast.test/from-dir:1" // an archive in the node's images dir
 	imgLoose   = "holdfast.test/unpinned:1" // imported unpinned and never pinned: image GC removes it
+	imgProbe   = "holdfast.test/probe:1"    // imported unpinned; labelled to prove the event watch live
 	brokenName = "broken.tar"               // half an archive, in the node's images dir
 )
 
@@ -276,6 +277,7 @@ func (s *scenario) imageGC(t *testing.T) {
 	cfg["evictionHard"] = map[string]any{"imagefs.available": threshold, "nodefs.available": threshold}
 	cfg["imageGCHighThresholdPercent"] = 2
 	cfg["imageGCLowThresholdPercent"] = 1
+	cfg["imageMinimumGCAge"] = "1s" // 0 means the default, 2 minutes
 	restored := false
 	restore := func() error {
 		if restored {
@@ -336,13 +338,17 @@ func (s *scenario) restartAndUninstall(t *testing.T) {
 	defer cli.Close()
 	w := watchPins(ctx, t, cli, wanted)
 	// The event stream is live: a label put on an image the watch does not judge shows up in it.
-	probe := images.Image{Name: imgPinA, Labels: map[string]string{"holdfast.test/probe": "1"}}
+	if err := c.importUnpinned(imgProbe); err != nil {
+		w.stop()
+		t.Fatal(err)
+	}
+	probe := images.Image{Name: imgProbe, Labels: map[string]string{"holdfast.test/probe": "1"}}
 	if _, err := cli.ImageService().Update(namespaces.WithNamespace(ctx, criNamespace), probe, "labels.holdfast.test/probe"); err != nil {
 		w.stop()
-		t.Fatalf("labelling %s: %v", imgPinA, err)
+		t.Fatalf("labelling %s: %v", imgProbe, err)
 	}
-	if err := waitFor("containerd's event for the probe label on "+imgPinA, 30*time.Second, func() (bool, error) {
-		return w.sawProbe(imgPinA), nil
+	if err := waitFor("containerd's event for the probe label on "+imgProbe, 30*time.Second, func() (bool, error) {
+		return w.sawProbe(imgProbe), nil
 	}); err != nil {
 		w.stop()
 		t.Fatal(err)
