@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -271,7 +272,10 @@ func (s *scenario) imageGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	free := float64(st.Bavail) / float64(st.Blocks) * 100
-	threshold := fmt.Sprintf("%d%%", int(free+(100-free)/2))
+	if free > 98 {
+		t.Fatalf("the disk is %.1f%% free: no eviction threshold (<100%%, which the kubelet ignores) lies above that", free)
+	}
+	threshold := fmt.Sprintf("%d%%", int(math.Ceil(free+(100-free)/2)))
 	t.Logf("disk %.0f%% free; eviction threshold %s", free, threshold)
 	cfg := c.defaultKubeletConfig()
 	cfg["evictionHard"] = map[string]any{"imagefs.available": threshold, "nodefs.available": threshold}
@@ -302,6 +306,13 @@ func (s *scenario) imageGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("kubelet restarted under pressure to %s removed: %.1fs", imgLoose, time.Since(start).Seconds())
+	if ok, err := c.nodeCondition(string(corev1.NodeDiskPressure), corev1.ConditionTrue, "", ""); !ok {
+		t.Errorf("the image GC ran, yet the node reports no disk pressure: %v", err)
+	}
+	// What holdfast unpinned (the first pins: list) is the kubelet's to collect again.
+	if _, found, err := c.criImage(imgPinA); err != nil || found {
+		t.Errorf("%s, unpinned by the upgrade, is still there under disk pressure (found=%v, %v)", imgPinA, found, err)
+	}
 	for _, ref := range wanted {
 		pinned, found, err := c.criImage(ref)
 		if err != nil || !found || !pinned {
