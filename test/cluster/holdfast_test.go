@@ -306,12 +306,17 @@ func (s *scenario) imageGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("kubelet restarted under pressure to %s removed: %.1fs", imgLoose, time.Since(start).Seconds())
-	if ok, err := c.nodeCondition(string(corev1.NodeDiskPressure), corev1.ConditionTrue, "", ""); !ok {
-		t.Errorf("the image GC ran, yet the node reports no disk pressure: %v", err)
+	if err := waitFor("the node to report DiskPressure", time.Minute, func() (bool, error) {
+		return c.nodeCondition(string(corev1.NodeDiskPressure), corev1.ConditionTrue, "", "")
+	}); err != nil {
+		t.Error(err)
 	}
 	// What holdfast unpinned (the first pins: list) is the kubelet's to collect again.
-	if _, found, err := c.criImage(imgPinA); err != nil || found {
-		t.Errorf("%s, unpinned by the upgrade, is still there under disk pressure (found=%v, %v)", imgPinA, found, err)
+	if err := waitFor(imgPinA+", unpinned by the upgrade, removed by the image GC", time.Minute, func() (bool, error) {
+		_, found, err := c.criImage(imgPinA)
+		return err == nil && !found, err
+	}); err != nil {
+		t.Error(err)
 	}
 	for _, ref := range wanted {
 		pinned, found, err := c.criImage(ref)
