@@ -33,10 +33,13 @@ if [ ${#apt[@]} -gt 0 ]; then
 	fi
 fi
 
-# containerd's shim, same version as the main module's containerd.
-if [ ! -x "$bin/containerd-shim-runc-v2" ]; then
-	(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$bin/containerd-shim-runc-v2" \
-		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2)
+# containerd's shim, same version as the main module's containerd (rebuilt when that changes).
+ctrd_version=$(cd "$root" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
+ctrd_version=${ctrd_version#v}
+if ! "$bin/containerd-shim-runc-v2" -v 2>/dev/null | grep -qx "  Version:  $ctrd_version"; then
+	(cd "$root" && CGO_ENABLED=0 go build -trimpath \
+		-ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$ctrd_version" \
+		-o "$bin/containerd-shim-runc-v2" github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2)
 fi
 
 k8s_version=$(cd "$tools" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
