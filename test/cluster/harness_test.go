@@ -83,7 +83,7 @@ func (c *cluster) timed(what string, step func() error) error {
 func (c *cluster) defer_(f func() error) { c.cleanups = append(c.cleanups, f) }
 
 // startCluster starts the cluster. On error everything started is stopped again and the error carries the
-// last lines of the failing component's log.
+// last lines of every component's log.
 func startCluster(k8sBin, repoBin string) (c *cluster, err error) {
 	dir, err := os.MkdirTemp("", "holdfast-cluster-")
 	if err != nil {
@@ -99,7 +99,10 @@ func startCluster(k8sBin, repoBin string) (c *cluster, err error) {
 	})
 	defer func() {
 		if err != nil {
+			// The logs go with the temp dir: take their ends first.
+			err = fmt.Errorf("%w\n%s", err, c.logTails(25))
 			err = errors.Join(err, c.stop())
+			c = nil
 		}
 	}()
 	if err := os.MkdirAll(c.logDir(), 0o755); err != nil {

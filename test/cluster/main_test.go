@@ -45,9 +45,6 @@ func TestMain(m *testing.M) {
 		c, err := startCluster(k8sBin, repoBin)
 		if err != nil {
 			startErr = err
-			if c != nil {
-				startErr = fmt.Errorf("%w\n%s", err, c.logTails(25))
-			}
 			return m.Run()
 		}
 		fmt.Printf("cluster: started in %s (%s)\n", c.dir, strings.Join(c.timings, ", "))
