@@ -59,6 +59,7 @@ type Summary struct {
 	Failed    int
 	BytesRead int64
 	Wanted    int     // names the sources want
+	Images    int     // of those, names that are not name@digest: the images a person counts
 	Failures  []error // each names the file and the cause
 	Duration  time.Duration
 	Spooled   []string // spool files imported, kept and removed
@@ -242,7 +243,7 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	}
 	sum.Failed = len(sum.Failures)
 	sum.Duration = time.Since(start)
-	a.journal.Passed(sum.Wanted, len(all), a.failing(sum.Failures))
+	a.journal.Passed(sum.Images, len(all), a.failing(sum.Failures))
 	a.rec.ReconcileDone(sum.Duration, err == nil)
 	a.rec.SetSources(sum.sourceCounts())
 	return sum, pr
@@ -386,6 +387,12 @@ func (a *Agent) importAll(ctx context.Context, srcs []source.Source, known map[s
 func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 	a.wantDuringPins(plan)
 	sum.Wanted = plan.Wanted
+	sum.Images = 0
+	for name := range plan.WantedNames {
+		if !strings.Contains(name, "@") {
+			sum.Images++
+		}
+	}
 	sum.Conflicts = plan.Conflicts
 	for _, c := range plan.Conflicts {
 		a.log.Warn("conflict", "name", c.Name, "winner", c.Winner.Source, "target", c.Winner.Target, "losers", len(c.Losers))

@@ -47,7 +47,7 @@ type Failure struct {
 // Report is what GET /report returns.
 type Report struct {
 	Ready       bool      `json:"ready"`
-	Pinned      int       `json:"pinned"`
+	Pinned      int       `json:"pinned"` // images (names other than name@digest) pinned
 	Sources     int       `json:"sources"`
 	Failing     []Failure `json:"failing"`
 	HealBackoff []string  `json:"healBackoff"`
