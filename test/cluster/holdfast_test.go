@@ -342,12 +342,23 @@ func (s *scenario) imageGC(t *testing.T) {
 func (s *scenario) restartAndUninstall(t *testing.T) {
 	c := s.c
 	ctx := context.Background()
-	wanted := []string{pauseImage, s.ownImage, imgPinB, imgFromDir}
 	cli, err := containerd.New(c.sock, containerd.WithDefaultNamespace(criNamespace))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cli.Close()
+	// Every record holdfast owns now (tags and their name@digest twins), and the four tags for sure.
+	owned, err := cli.ImageService().List(namespaces.WithNamespace(ctx, criNamespace), `labels."`+ownedLabel+`"==pinned`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wanted := []string{pauseImage, s.ownImage, imgPinB, imgFromDir}
+	for _, img := range owned {
+		if !slices.Contains(wanted, img.Name) {
+			wanted = append(wanted, img.Name)
+		}
+	}
+	t.Logf("watching the pins of %d records: %s", len(wanted), strings.Join(wanted, ", "))
 	w := watchPins(ctx, t, cli, wanted)
 	// The event stream is live: a label put on an image the watch does not judge shows up in it.
 	if err := c.importUnpinned(imgProbe); err != nil {
@@ -397,9 +408,17 @@ func (s *scenario) restartAndUninstall(t *testing.T) {
 	for _, v := range violations {
 		t.Error(v)
 	}
-	for _, ref := range wanted {
+	// The CRI's view of the tags, and the records' labels for every name (the CRI lists name@digest records
+	// only as digests of their tag).
+	for _, ref := range []string{pauseImage, s.ownImage, imgPinB, imgFromDir} {
 		if pinned, err := c.criPinned(ref); err != nil || !pinned {
 			t.Errorf("after helm uninstall, %s: pinned=%v (%v)", ref, pinned, err)
+		}
+	}
+	for _, ref := range wanted {
+		img, err := cli.ImageService().Get(namespaces.WithNamespace(ctx, criNamespace), ref)
+		if err != nil || img.Labels[criPinLabel] != "pinned" {
+			t.Errorf("after helm uninstall, record %s: labels %v (%v)", ref, img.Labels, err)
 		}
 	}
 }
