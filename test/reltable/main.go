@@ -30,10 +30,11 @@ type event struct {
 
 // run is what the suite said about one subtest.
 type run struct {
-	result  string // pass, fail, skip
-	outcome string // the text after "outcome: "
-	elapsed float64
-	order   int // first seen: the suite's order
+	result   string // pass, fail, skip
+	outcome  string // the text after "outcome: "
+	elapsed  float64
+	order    int    // first seen: the suite's order
+	firstErr string // the first other line the test logged (why it failed)
 }
 
 func main() {
@@ -69,6 +70,8 @@ func realMain(in io.Reader, out io.Writer, doc string) error {
 		case "output":
 			if _, after, ok := strings.Cut(e.Output, "outcome: "); ok {
 				r.outcome = strings.TrimSpace(after)
+			} else if m := testLine.FindStringSubmatch(e.Output); m != nil && r.firstErr == "" {
+				r.firstErr = strings.TrimSpace(m[1])
 			}
 		}
 	}
@@ -105,6 +108,7 @@ var (
 	daemons   = []string{"embedded", "debian-1.6"}
 	hexDigest = regexp.MustCompile(`sha256[:/][0-9a-f]{64}`)
 	tmpPath   = regexp.MustCompile(`/tmp/\S*/`)
+	testLine  = regexp.MustCompile(`^\s+\w+_test\.go:\d+: (.*)`)
 	field     = regexp.MustCompile(`(\w+)=("(?:[^"\\]|\\.)*"|\S+)`)
 )
 
@@ -169,9 +173,15 @@ func malformedTable(runs map[string]*run) string {
 			if msg == "" {
 				f := fields(r.outcome)
 				msg = f["message"]
-				outcome = strings.Fields(r.outcome + " ")[0]
-				if outcome == "skipped" {
+				outcome = "—"
+				if fs := strings.Fields(r.outcome); len(fs) > 0 {
+					outcome = fs[0]
+				}
+				switch {
+				case outcome == "skipped":
 					msg = "skipped (debug log: not an archive)"
+				case r.result == "fail":
+					msg = "test failed: " + r.firstErr
 				}
 			}
 		}
