@@ -133,8 +133,8 @@ func fields(s string) map[string]string {
 func tidy(s string) string {
 	s = hexDigest.ReplaceAllStringFunc(s, func(d string) string { return d[:len("sha256:")+8] + "…" })
 	s = tmpPath.ReplaceAllString(s, "")
-	if len(s) > 220 {
-		s = s[:220] + "…"
+	if len(s) > 320 {
+		s = s[:320] + "…"
 	}
 	return strings.ReplaceAll(s, "|", `\|`)
 }
