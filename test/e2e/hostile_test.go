@@ -121,9 +121,16 @@ func xzWithDict(t *testing.T, b []byte, trailingZeros int64, dictCode byte) []by
 }
 
 // syncRSS runs `holdfast sync` on one images dir and returns its result and
-// its peak RSS: rusage ru_maxrss of the holdfast process, read by the test
-// binary re-run as a small wrapper (see maxRSSEnv).
+// its peak RSS; see measured.
 func syncRSS(t *testing.T, d *daemon, imagesDir, dataDir string, extra ...string) (result, int64, time.Duration) {
+	t.Helper()
+	return measured(t, append([]string{"sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir}, extra...)...)
+}
+
+// measured runs holdfast with args and returns its result, its peak RSS
+// (rusage ru_maxrss of the holdfast process, read by the test binary re-run
+// as a small wrapper: see maxRSSEnv) and how long it ran.
+func measured(t *testing.T, args ...string) (result, int64, time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -132,8 +139,7 @@ func syncRSS(t *testing.T, d *daemon, imagesDir, dataDir string, extra ...string
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "maxrss")
-	args := append([]string{holdfastBin, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir}, extra...)
-	cmd := exec.CommandContext(ctx, self, args...)
+	cmd := exec.CommandContext(ctx, self, append([]string{holdfastBin}, args...)...)
 	cmd.Env = append(os.Environ(), maxRSSEnv+"="+out)
 	start := time.Now()
 	res := runHoldfast(t, cmd)
@@ -200,7 +206,6 @@ func TestHostileDecompression(t *testing.T) {
 		name, file, cause string
 		write             func(w io.Writer)
 		extra             []string // flags for the sync
-		ok                bool     // imports
 	}
 	var fs syscall.Statfs_t
 	if err := syscall.Statfs(root, &fs); err != nil {
