@@ -47,7 +47,7 @@ func defaultLimits() limits {
 		docSize:    8 << 20,
 		docBytes:   256 << 20,
 		heldBytes:  64 << 20,
-		entries:    1 << 18,
+		entries:    1 << 17, // each costs ~230 bytes held, twice that at the GC's peak
 		nameLen:    4096,
 		depth:      8,
 		linkHops:   16,

@@ -441,7 +441,7 @@ func malformedKinds(t *testing.T) []malformed {
 	)
 
 	// A million empty entries, zstd-compressed (~512 MiB of tar headers).
-	ks = append(ks, malformed{name: "million-tiny-entries", ext: ".tar.zst", data: millionEntries(t), cause: "archive has more than 262144 entries"})
+	ks = append(ks, malformed{name: "million-tiny-entries", ext: ".tar.zst", data: millionEntries(t), cause: "archive has more than 131072 entries"})
 	return ks
 }
 

@@ -156,6 +156,14 @@ func malformedTable(runs map[string]*run) string {
 	sort.Slice(names, func(i, j int) bool { return first[names[i]] < first[names[j]] })
 	var b strings.Builder
 	fmt.Fprintf(&b, "| kind | containerd 2.4.2 (embedded) | containerd 1.6 (Debian) | outcome | holdfast's message |\n|---|---|---|---|---|\n")
+	// A cell: the result, and the sync's peak RSS and time when logged.
+	cell := func(r *run) string {
+		f := fields(r.outcome)
+		if f["peak_rss"] == "" {
+			return r.result
+		}
+		return fmt.Sprintf("%s, %s MiB, %s", r.result, f["peak_rss"], f["took"])
+	}
 	count := map[string]int{}
 	for _, k := range names {
 		var cells []string
@@ -169,7 +177,7 @@ func malformedTable(runs map[string]*run) string {
 			case r.result == "pass":
 				count[d]++
 			}
-			cells = append(cells, r.result)
+			cells = append(cells, cell(r))
 			if msg == "" {
 				f := fields(r.outcome)
 				msg = f["message"]
@@ -187,7 +195,7 @@ func malformedTable(runs map[string]*run) string {
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", k, cells[0], cells[1], outcome, tidy(msg))
 	}
-	fmt.Fprintf(&b, "\n%d kinds; passed: %d on containerd 2.4.2, %d on containerd 1.6.", len(names), count["embedded"], count["debian-1.6"])
+	fmt.Fprintf(&b, "\nA cell: the test's result, the peak RSS of the `holdfast sync` process and how long it ran (with the two good\narchives already imported by the first pass).\n\n%d kinds; passed: %d on containerd 2.4.2, %d on containerd 1.6.", len(names), count["embedded"], count["debian-1.6"])
 	for _, d := range daemons {
 		r, ok := runs["TestMalformed/"+d]
 		if ok && r.result != "" {
