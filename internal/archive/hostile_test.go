@@ -137,3 +137,18 @@ func TestDecoderMemoryCaps(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecoderHeaders: the header checks read untrusted bytes before any
+// decoder does; they must never panic, whatever they are given.
+func FuzzDecoderHeaders(f *testing.F) {
+	f.Add(zstdRawFrame(21<<3, []byte("hello")))
+	f.Add(xzHeader(40))
+	f.Add(append([]byte{0x50, 0x2a, 0x4d, 0x18, 2, 0, 0, 0, 1, 2}, zstdRawFrame(17<<3, nil)...))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_ = checkZstdWindow(b, zstdMaxWindow)
+		_ = checkXzDict(b, xzMaxDict)
+		if len(b) > 12 {
+			_ = checkXzDict(append(append([]byte{}, magicXz...), b...), xzMaxDict)
+		}
+	})
+}
