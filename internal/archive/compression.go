@@ -15,6 +15,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 	"github.com/ulikunitz/xz"
+	"github.com/ulikunitz/xz/lzma"
 )
 
 const (
@@ -22,11 +23,18 @@ const (
 	// decoder. It is large enough to look past a few zstd/lz4 skippable frames.
 	peekSize = 64 << 10
 
-	// zstdMaxWindow is the largest zstd window accepted: 2 GiB, what
-	// `zstd --long=31` produces. The decoder allocates as much history as the
-	// frame header declares, up to this, before it decodes the first block:
-	// memory is bounded, but a tiny hostile file can cost that much.
-	zstdMaxWindow = 1 << 31
+	// zstdMaxWindow is the largest zstd window accepted: 128 MiB, what the
+	// zstd CLI itself decodes unless told otherwise (`--long=27`; level 19
+	// and above use up to 8 MiB). The decoder allocates as much history as a
+	// frame header declares, before it decodes the first block, and fills it
+	// as the data asks: a larger window is refused, so that a tiny hostile
+	// file cannot cost gigabytes.
+	zstdMaxWindow = 128 << 20
+
+	// xzMaxDict is the largest xz (LZMA2) dictionary accepted: 128 MiB;
+	// `xz -9` uses 64 MiB. The decoder takes the declared size as its
+	// dictionary's and fills it as it decodes.
+	xzMaxDict = 128 << 20
 
 	// zstdConcurrency is the number of blocks the zstd decoder works on at once.
 	// Two keeps the decoder ahead of the reader (hashing, tar parsing) without
@@ -127,6 +135,9 @@ func decompress(r io.Reader, zstdWindow uint64) (io.ReadCloser, Compression, err
 		}
 		return &decoder{r: zr, c: c, close: zr.Close}, c, nil
 	case Zstd:
+		if err := checkZstdWindow(head, zstdWindow); err != nil {
+			return nil, c, err
+		}
 		zr, err := zstd.NewReader(br,
 			zstd.WithDecoderMaxWindow(zstdWindow),
 			zstd.WithDecoderConcurrency(zstdConcurrency),
@@ -135,10 +146,13 @@ func decompress(r io.Reader, zstdWindow uint64) (io.ReadCloser, Compression, err
 		if err != nil {
 			return nil, c, wrapDecodeErr(c, err)
 		}
-		return &decoder{r: zr, c: c, close: func() error { zr.Close(); return nil }}, c, nil
+		return &decoder{r: zr, c: c, close: func() error { zr.Close(); return nil }, limit: zstdWindow}, c, nil
 	case Bzip2:
 		return &decoder{r: bzip2.NewReader(br), c: c}, c, nil
 	case Xz:
+		if err := checkXzDict(head, xzMaxDict); err != nil {
+			return nil, c, err
+		}
 		tail := &xzTail{r: br}
 		xr, err := xz.NewReader(tail)
 		if err != nil {
@@ -157,6 +171,109 @@ func decompress(r io.Reader, zstdWindow uint64) (io.ReadCloser, Compression, err
 	return nil, c, fmt.Errorf("unsupported compression %s", c)
 }
 
+const (
+	zstdHint = " (compress it again with a window of 128 MiB or less: zstd --long=27)"
+	xzHint   = " (compress it again with a dictionary of 128 MiB or less: xz -9 uses 64 MiB)"
+)
+
+// checkZstdWindow refuses a zstd stream whose first frame (after skippable
+// frames, as far as head shows) declares a window larger than limit: the
+// decoder would allocate it before decoding a byte. Later frames are checked
+// by the decoder itself (see decoder.Read).
+func checkZstdWindow(head []byte, limit uint64) error {
+	for isSkippableFrame(head) && len(head) >= 8 {
+		n := uint64(binary.LittleEndian.Uint32(head[4:8]))
+		if 8+n >= uint64(len(head)) {
+			return nil
+		}
+		head = head[8+n:]
+	}
+	var h zstd.Header
+	if err := h.Decode(head); err != nil {
+		return nil // the decoder reports what is wrong with it
+	}
+	w := h.WindowSize
+	if h.SingleSegment {
+		w = h.FrameContentSize
+	}
+	if w > limit {
+		return fmt.Errorf("zstd: a frame declares a %s window, more than the %s holdfast decodes%s", sizeString(w), sizeString(limit), zstdHint)
+	}
+	return nil
+}
+
+// checkXzDict refuses an xz stream whose first block's LZMA2 filter, as far
+// as head shows, declares a dictionary larger than limit. The xz decoder takes
+// the declared size as the least it allocates; later blocks and streams are
+// not checked (xz writers give every block the same dictionary).
+func checkXzDict(head []byte, limit int64) error {
+	const streamHeader = 12
+	if len(head) < streamHeader+2 || head[streamHeader] == 0 {
+		return nil // no block: an empty stream, or too short to tell
+	}
+	blk := head[streamHeader:]
+	size := (int(blk[0]) + 1) * 4
+	if len(blk) < size {
+		return nil
+	}
+	blk = blk[:size]
+	flags := blk[1]
+	pos := 2
+	varint := func() (uint64, bool) {
+		var v uint64
+		for i := 0; i < 9 && pos < len(blk); i++ {
+			b := blk[pos]
+			pos++
+			v |= uint64(b&0x7f) << (7 * i)
+			if b&0x80 == 0 {
+				return v, true
+			}
+		}
+		return 0, false
+	}
+	for _, bit := range []byte{0x40, 0x80} { // compressed, uncompressed size
+		if flags&bit != 0 {
+			if _, ok := varint(); !ok {
+				return nil
+			}
+		}
+	}
+	for range int(flags&3) + 1 {
+		id, ok := varint()
+		if !ok {
+			return nil
+		}
+		n, ok := varint()
+		if !ok || n > uint64(len(blk)-pos) {
+			return nil
+		}
+		props := blk[pos : pos+int(n)]
+		pos += int(n)
+		if id == 0x21 && len(props) == 1 { // LZMA2
+			dict, err := lzma.DecodeDictCap(props[0])
+			if err != nil {
+				return nil // the decoder reports it
+			}
+			if dict > limit {
+				return fmt.Errorf("xz: the stream declares a %s dictionary, more than the %s holdfast decodes%s", sizeString(uint64(dict)), sizeString(uint64(limit)), xzHint)
+			}
+		}
+	}
+	return nil
+}
+
+// sizeString formats a size as whole MiB, or GiB when it is a multiple.
+func sizeString(n uint64) string {
+	mib := (n + 1<<20 - 1) >> 20
+	if mib >= 1024 && mib%1024 == 0 {
+		return fmt.Sprintf("%d GiB", mib>>10)
+	}
+	if n < 1<<20 {
+		return fmt.Sprintf("%d KiB", (n+1023)>>10)
+	}
+	return fmt.Sprintf("%d MiB", mib)
+}
+
 // decoder wraps a decompressing reader: it names the compression in errors,
 // makes them sticky and releases the decoder on Close.
 type decoder struct {
@@ -165,6 +282,7 @@ type decoder struct {
 	close func() error
 	atEOF func() error // checks what the library cannot, once it reports io.EOF
 	err   error        // sticky
+	limit uint64       // zstd: the window limit, for errors
 }
 
 func (d *decoder) Read(p []byte) (int, error) {
@@ -178,7 +296,9 @@ func (d *decoder) Read(p []byte) (int, error) {
 		}
 	}
 	if err != nil && err != io.EOF {
-		if d.c != "" && d.c != None {
+		if d.c == Zstd && (errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded)) {
+			err = fmt.Errorf("zstd: a frame declares a window larger than the %s holdfast decodes%s: %w", sizeString(d.limit), zstdHint, err)
+		} else if d.c != "" && d.c != None {
 			err = wrapDecodeErr(d.c, err)
 		}
 		d.err = err

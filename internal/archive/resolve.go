@@ -216,6 +216,23 @@ func isImageConfigType(mt string) bool {
 	return mt == "" || mt == ocispec.MediaTypeImageConfig || mt == mediaTypeDockerConfig
 }
 
+// isLayerType reports whether containerd unpacks layers of media type mt:
+// the OCI and Docker layer types, plain, gzip or zstd, distributable or not,
+// encrypted ones too (an ocicrypt stream processor decrypts them).
+func isLayerType(mt string) bool {
+	mt = strings.TrimSuffix(mt, "+encrypted")
+	switch mt {
+	case ocispec.MediaTypeImageLayer, ocispec.MediaTypeImageLayerGzip, ocispec.MediaTypeImageLayerZstd,
+		"application/vnd.oci.image.layer.nondistributable.v1.tar",
+		"application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+		"application/vnd.oci.image.layer.nondistributable.v1.tar+zstd",
+		"application/vnd.docker.image.rootfs.diff.tar", "application/vnd.docker.image.rootfs.diff.tar.gzip",
+		"application/vnd.docker.image.rootfs.foreign.diff.tar.gzip":
+		return true
+	}
+	return false
+}
+
 // inspect checks the document d (when the archive has it) and what it refers
 // to, collects the config digests of its manifests and returns d's media type
 // (from the document when the descriptor has none).
@@ -301,8 +318,18 @@ func (w *walker) inspect(d ocispec.Descriptor, depth int, configs, seen map[dige
 				return "", fmt.Errorf("manifest %s: config %s is %d bytes, the manifest says %d", d.Digest, m.Config.Digest, len(cb), m.Config.Size)
 			}
 			if isImageConfigType(m.Config.MediaType) {
-				if _, err := parseConfig(cb); err != nil {
+				cfg, err := parseConfig(cb)
+				if err != nil {
 					return "", fmt.Errorf("config %s: %w", m.Config.Digest, err)
+				}
+				// An image to run (not an attestation, whose platform is
+				// unknown/unknown): containerd must be able to unpack its layers.
+				if cfg.OS != "unknown" {
+					for _, l := range m.Layers {
+						if !isLayerType(l.MediaType) {
+							return "", fmt.Errorf("manifest %s: layer %s has media type %q, which containerd cannot unpack", d.Digest, l.Digest, l.MediaType)
+						}
+					}
 				}
 			}
 		}

@@ -47,7 +47,7 @@ func defaultLimits() limits {
 		docSize:    8 << 20,
 		docBytes:   256 << 20,
 		heldBytes:  64 << 20,
-		entries:    1 << 18,
+		entries:    1 << 17, // each costs ~230 bytes held, twice that at the GC's peak
 		nameLen:    4096,
 		depth:      8,
 		linkHops:   16,
@@ -227,6 +227,9 @@ func walk(ctx context.Context, r io.Reader, st Store, opts WalkOptions, lim limi
 	return res, nil
 }
 
+// maxTrailing is how much decompressed data may follow the end of a tar archive.
+const maxTrailing = 16 << 20
+
 // input is the stream the tar reader reads.
 type input struct {
 	comp     Compression
@@ -295,6 +298,11 @@ func (in *input) streamErr(err error) error {
 
 // finish reads to the end of the stream, where decompressors check their
 // trailers (checksums, sizes), and returns the size of the archive as stored.
+//
+// What follows the end-of-archive marker is padding (tar writes whole
+// records, 10 KiB by default) that a decompressor still has to produce:
+// more than maxTrailing of it is refused, so that a small compressed file
+// cannot keep a pass decoding gigabytes of nothing.
 func (in *input) finish() (int64, error) {
 	if in.seekable {
 		end, err := in.rs.Seek(0, io.SeekEnd)
@@ -303,8 +311,12 @@ func (in *input) finish() (int64, error) {
 		}
 		return end - in.start, nil
 	}
-	if _, err := io.Copy(io.Discard, in.ahead); err != nil {
+	n, err := io.Copy(io.Discard, io.LimitReader(in.ahead, maxTrailing+1))
+	if err != nil {
 		return 0, fmt.Errorf("reading past the end of the tar archive: %w", err)
+	}
+	if n > maxTrailing {
+		return 0, fmt.Errorf("more than %d MiB of data after the end of the tar archive", maxTrailing>>20)
 	}
 	return in.raw.n, nil
 }
@@ -362,11 +374,24 @@ func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader, again 
 	if len(hdr.Name) > w.lim.nameLen || len(hdr.Linkname) > w.lim.nameLen {
 		return fmt.Errorf("entry name %.64q… is longer than %d bytes", hdr.Name, w.lim.nameLen)
 	}
+	if err := checkEntryName(hdr.Name); err != nil {
+		return err
+	}
 	name := cleanName(hdr.Name)
 	if isSparse(hdr) {
 		// Its holes read as zeros, as many as the header cares to claim: no
 		// image archive writer makes them.
 		return fmt.Errorf("%s: sparse tar entries are not supported", name)
+	}
+	switch hdr.Typeflag {
+	case tar.TypeReg, tar.TypeSymlink, tar.TypeLink:
+		// A name given twice: which of the two is meant is anyone's guess.
+		_, isFile := w.files[name]
+		_, isLink := w.links[name]
+		_, isMeta := w.meta[name]
+		if isFile || isLink || isMeta {
+			return fmt.Errorf("entry %s appears twice in the archive", name)
+		}
 	}
 	switch hdr.Typeflag {
 	case tar.TypeReg:
@@ -375,9 +400,15 @@ func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader, again 
 		if !path.IsAbs(target) {
 			target = path.Join(path.Dir(name), target)
 		}
+		if path.IsAbs(hdr.Linkname) || escapes(target) {
+			return fmt.Errorf("symlink %s points outside the archive (%q)", name, hdr.Linkname)
+		}
 		w.links[name] = cleanName(target)
 		return nil
 	case tar.TypeLink:
+		if path.IsAbs(hdr.Linkname) || escapes(hdr.Linkname) {
+			return fmt.Errorf("hardlink %s points outside the archive (%q)", name, hdr.Linkname)
+		}
 		w.links[name] = cleanName(hdr.Linkname)
 		return nil
 	default:
@@ -402,6 +433,28 @@ func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader, again 
 		return w.digestBlob(ctx, name, d, hdr.Size, r, again)
 	}
 	return w.otherFile(ctx, name, hdr.Size, r, again)
+}
+
+// checkEntryName refuses names no image writer makes: absolute ones and
+// ones with a ".." element. The walker extracts nothing, but such a name says
+// the archive was made to be extracted somewhere it should not be.
+func checkEntryName(name string) error {
+	if path.IsAbs(name) {
+		return fmt.Errorf("entry name %.256q is absolute", name)
+	}
+	for _, el := range strings.Split(name, "/") {
+		if el == ".." {
+			return fmt.Errorf("entry name %.256q has a \"..\" element", name)
+		}
+	}
+	return nil
+}
+
+// escapes reports whether a relative link target, taken from the archive's
+// root, leads out of it.
+func escapes(target string) bool {
+	c := path.Clean(target)
+	return c == ".." || strings.HasPrefix(c, "../")
 }
 
 // isSparse reports whether hdr is a GNU sparse file (old GNU or PAX format).

@@ -305,13 +305,17 @@ func readStatus(t *testing.T, v any, args ...string) {
 	}
 }
 
-// runHoldfast runs a holdfast command (logging JSON) and returns what it
+// runHoldfast runs a holdfast command (logging JSON; with cmd.Env, or the
+// test's environment when it is nil) and returns what it
 // printed and its exit code; a command that cannot run at all fails the test.
 func runHoldfast(t *testing.T, cmd *exec.Cmd) result {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Env = append(os.Environ(), "HOLDFAST_LOG_FORMAT=json")
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, "HOLDFAST_LOG_FORMAT=json")
 	err := cmd.Run()
 	res := result{Stdout: stdout.String(), Stderr: stderr.String()}
 	var ee *exec.ExitError

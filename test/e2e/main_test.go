@@ -5,13 +5,17 @@
 package e2e
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -19,6 +23,9 @@ import (
 var holdfastBin string
 
 func TestMain(m *testing.M) {
+	if out := os.Getenv(maxRSSEnv); out != "" {
+		os.Exit(runMeasured(out, os.Args[1:]))
+	}
 	flag.Parse()
 	if testing.Short() {
 		fmt.Println("e2e: -short given, skipping the end-to-end suite")
@@ -72,4 +79,37 @@ func buildHoldfast(out string) error {
 		}
 	}
 	return nil
+}
+
+// maxRSSEnv makes the test binary a wrapper that runs the command in its
+// arguments, waits for it and writes the command's peak RSS (rusage
+// ru_maxrss, KiB) to the file the variable names. A child's ru_maxrss
+// includes the peak RSS of the process that started it, up to its exec (Go
+// starts children with vfork): measured straight from the test process, it
+// would include the test's own. The wrapper starts small.
+const maxRSSEnv = "HOLDFAST_E2E_MAXRSS_OUT"
+
+func runMeasured(out string, args []string) int {
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, maxRSSEnv+"=") })
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		fmt.Fprintln(os.Stderr, err)
+		return 125
+	}
+	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return 125
+	}
+	if err := os.WriteFile(out, []byte(strconv.FormatInt(ru.Maxrss, 10)), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 125
+	}
+	return code
 }

@@ -322,4 +322,22 @@ var sabotages = []sabotage{
 			"case st.Kept && st.Complete && present:"}},
 		tests: []tests{{"./internal/reconcile", []string{"TestKeptSourceStaysWhenItsFileIsGoneFromAnImagesDir"}, nil}},
 	},
+	{
+		name: "zstd-window-uncapped",
+		// A zstd frame header may declare a 2 GiB window: the decoder
+		// allocates and fills that much for a file of a few KiB.
+		edits: []edit{{"internal/archive/compression.go",
+			"zstdMaxWindow = 128 << 20",
+			"zstdMaxWindow = 1 << 31"}},
+		tests: []tests{{"./internal/archive", []string{"TestDecoderMemoryCaps"}, nil}},
+	},
+	{
+		name: "symlink-out-of-archive-followed",
+		// A symlink entry pointing outside the archive is taken as a path
+		// like any other.
+		edits: []edit{{"internal/archive/walk.go",
+			"if path.IsAbs(hdr.Linkname) || escapes(target) {",
+			"if false {"}},
+		tests: []tests{{"./internal/archive", []string{"TestWalkHostileEntries"}, nil}},
+	},
 }

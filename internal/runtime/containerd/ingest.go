@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/leases"
@@ -24,6 +25,9 @@ import (
 // writeChunk is the size of each write to the content store: just under a power
 // of two, which costs the kernel far less than a power of two on this kind of VM.
 const writeChunk = 1<<20 - 4<<10
+
+// abandonTimeout bounds the clean-up of a failed or cancelled import.
+const abandonTimeout = 30 * time.Second
 
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, writeChunk); return &b }}
 
@@ -191,6 +195,10 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 // abandon removes what a failed import left: its ingests and, when the lease
 // was made by this import, the lease and so every blob only it held.
 func (r *Runtime) abandon(ctx context.Context, id string, dropLease bool, ing *ingester) {
+	// The import may have ended because ctx was cancelled (a shutdown): clean
+	// up all the same, for a bounded time.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+	defer cancel()
 	cs := r.client.ContentStore()
 	for ref := range ing.open {
 		_ = cs.Abort(ctx, ref)
