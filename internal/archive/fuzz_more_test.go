@@ -383,4 +383,3 @@ func FuzzWalkDir(f *testing.F) {
 		checkFuzzResult(t, res, st)
 	})
 }
-

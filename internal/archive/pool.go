@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,23 @@ type reopener func(skip int64) (io.ReadCloser, error)
 func sectionOpener(ra io.ReaderAt, off, size int64) reopener {
 	return func(skip int64) (io.ReadCloser, error) {
 		return io.NopCloser(io.NewSectionReader(ra, off+skip, size-skip)), nil
+	}
+}
+
+// rootOpener reopens a file under root (see openIn).
+func rootOpener(root *os.Root, name string) reopener {
+	return func(skip int64) (io.ReadCloser, error) {
+		f, err := openIn(root, name)
+		if err != nil {
+			return nil, err
+		}
+		if skip > 0 {
+			if _, err := f.Seek(skip, io.SeekStart); err != nil {
+				f.Close()
+				return nil, err
+			}
+		}
+		return f, nil
 	}
 }
 
