@@ -206,14 +206,22 @@ func notRegular(path string, d fs.DirEntry) (string, error) {
 // Open opens a regular file for reading without blocking: see archive.Open.
 func Open(path string) (*os.File, error) { return archive.Open(path) }
 
-// readFile is os.ReadFile through Open.
-func readFile(path string) ([]byte, error) {
+// readFileLimit is os.ReadFile through Open, for a file of at most limit bytes; a larger one
+// is an error that gives the bound.
+func readFileLimit(path string, limit int64) ([]byte, error) {
 	f, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(f)
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("larger than %d MiB, more than a list may have", limit>>20)
+	}
+	return b, nil
 }
 
 // Ignored reports whether a file or directory name is never a source: dotfiles
