@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -61,15 +62,32 @@ type TLS struct {
 // Credential is a username and password for a host.
 type Credential struct{ Username, Password string }
 
-// Load reads and parses a registries.yaml.
+// MaxFileBytes bounds a registries.yaml (docs/security.md): a larger file
+// is refused before it is parsed.
+const MaxFileBytes = 4 << 20
+
+// Load reads and parses a registries.yaml of at most MaxFileBytes.
 func Load(path string) (File, error) {
-	var f File
-	data, err := os.ReadFile(path)
+	fh, err := os.Open(path)
 	if err != nil {
-		return f, fmt.Errorf("reading %s: %w", path, err)
+		return File{}, fmt.Errorf("reading %s: %w", path, err)
 	}
+	defer fh.Close()
+	data, err := io.ReadAll(io.LimitReader(fh, MaxFileBytes+1))
+	if err != nil {
+		return File{}, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(data) > MaxFileBytes {
+		return File{}, fmt.Errorf("reading %s: larger than %d MiB, more than a registries.yaml may have", path, MaxFileBytes>>20)
+	}
+	return Parse(path, data)
+}
+
+// Parse parses the bytes of a registries.yaml read from path.
+func Parse(path string, data []byte) (File, error) {
+	var f File
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
-		return f, fmt.Errorf("parsing %s: %w", path, err)
+		return File{}, fmt.Errorf("parsing %s: %w", path, err)
 	}
 	return f, nil
 }
