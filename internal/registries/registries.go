@@ -117,6 +117,9 @@ func (f File) HostsFiles(source string) (map[string]string, []string, error) {
 			warnings = append(warnings, fmt.Sprintf("%s: registry %s has rewrites, which hosts.toml cannot express; holdfast pulls it without them", source, reg))
 		}
 		dir := reg
+		if reg != "*" && !validHost(reg) {
+			return nil, nil, fmt.Errorf("%s: registry %q is not a host name (host[:port])", source, reg)
+		}
 		var b strings.Builder
 		b.WriteString(Marker + source + "; changes here are overwritten.\n")
 		if reg == "*" {
@@ -140,6 +143,17 @@ func (f File) HostsFiles(source string) (map[string]string, []string, error) {
 		out[dir] = b.String()
 	}
 	return out, warnings, nil
+}
+
+// validHost reports whether reg is a registry host as a reference names it
+// (host, host:port, [v6]:port): never a path, so that its hosts.toml dir is
+// one element under the hosts dir.
+func validHost(reg string) bool {
+	if reg == "" || reg == "." || reg == ".." || strings.ContainsAny(reg, "/\\ \t\r\n\x00") {
+		return false
+	}
+	u, err := url.Parse("https://" + reg)
+	return err == nil && u.Host == reg && u.Path == "" && u.User == nil
 }
 
 func writeTLS(b *strings.Builder, t *TLS) {
