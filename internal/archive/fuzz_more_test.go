@@ -11,8 +11,13 @@ import (
 	"testing"
 
 	"github.com/distribution/reference"
+	"github.com/dsnet/compress/bzip2"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/pierrec/lz4/v4"
+	"github.com/ulikunitz/xz"
 
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
@@ -104,7 +109,7 @@ func FuzzCompressionRoundTrip(f *testing.F) {
 				return // plain bytes that begin with a magic number are that codec's to judge
 			}
 		}
-		z := compress(t, c, plain)
+		z := fuzzCompress(t, c, plain)
 		if got := Sniff(z); got != c {
 			t.Fatalf("Sniff of %s output: %s", c, got)
 		}
@@ -382,4 +387,43 @@ func FuzzWalkDir(f *testing.F) {
 		}
 		checkFuzzResult(t, res, st)
 	})
+}
+
+// fuzzCompress is compress with small windows, one goroutine and the fastest
+// levels: the default writers allocate tens of MiB each (xz's 8 MiB
+// dictionary, zstd's per-CPU encoders), which would make a fuzz run crawl.
+func fuzzCompress(t testing.TB, c Compression, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	var w io.WriteCloser
+	var err error
+	switch c {
+	case None:
+		return b
+	case Gzip:
+		w, err = gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	case Zstd:
+		w, err = zstd.NewWriter(&buf, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(1<<16),
+			zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithLowerEncoderMem(true))
+	case Xz:
+		w, err = xz.WriterConfig{DictCap: 1 << 16}.NewWriter(&buf)
+	case Lz4:
+		lw := lz4.NewWriter(&buf)
+		err = lw.Apply(lz4.ConcurrencyOption(1), lz4.BlockSizeOption(lz4.Block64Kb))
+		w = lw
+	case Bzip2:
+		w, err = bzip2.NewWriter(&buf, &bzip2.WriterConfig{Level: 1})
+	default:
+		t.Fatalf("compress: %s", c)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
