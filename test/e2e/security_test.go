@@ -120,7 +120,9 @@ func TestSecCredentialsNeverShown(t *testing.T) {
 	host, refused, served := secAuthRegistry(t)
 	img := build(t, fixture.ImageSpec{Names: []string{"e2e.local/sec/app:1"}})
 	secPush(t, host, "sec/app:1", img)
-	ref := host + "/sec/app:1"
+	// Pulled through a mirror: a configs entry keyed by the bare host would
+	// get a hosts.toml of its own that speaks HTTPS to it.
+	ref := "mirror.sec.example.com/sec/app:1"
 
 	regYAML := filepath.Join(filepath.Dir(dataDir), "registries.yaml")
 	yaml := fmt.Sprintf(`mirrors:
@@ -128,7 +130,7 @@ func TestSecCredentialsNeverShown(t *testing.T) {
     endpoint:
       - "http://%s"
 configs:
-  %q:
+  "http://%s":
     auth:
       username: %s
       password: %s
@@ -173,7 +175,7 @@ configs:
 	// The agent: a pass that pulls a second tag, then /metrics, /healthz, /readyz.
 	img2 := build(t, fixture.ImageSpec{Names: []string{"e2e.local/sec/app:2"}})
 	secPush(t, host, "sec/app:2", img2)
-	ref2 := host + "/sec/app:2"
+	ref2 := "mirror.sec.example.com/sec/app:2"
 	if err := os.WriteFile(filepath.Join(imagesDir, "pull.txt"), []byte(ref+"\n"+ref2+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
