@@ -44,23 +44,6 @@ func rootOpener(root *os.Root, name string) reopener {
 	}
 }
 
-// fileOpener reopens a file.
-func fileOpener(name string) reopener {
-	return func(skip int64) (io.ReadCloser, error) {
-		f, err := Open(name)
-		if err != nil {
-			return nil, err
-		}
-		if skip > 0 {
-			if _, err := f.Seek(skip, io.SeekStart); err != nil {
-				f.Close()
-				return nil, err
-			}
-		}
-		return f, nil
-	}
-}
-
 // blobJob is one deferred write.
 type blobJob struct {
 	name  string        // entry name, for errors
