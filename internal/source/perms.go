@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // ScanOptions tune a scan.
@@ -40,11 +42,12 @@ const InsecurePermsHint = "fix the mode or owner, or pass --insecure-perms (HOLD
 // CheckPerms checks, as sshd's StrictModes does, that no user but root and
 // uid can change what path holds: path (after symlinks) and every directory
 // above it up to / must be owned by root or uid, and writable by neither its
-// group (unless the group is root's, gid 0) nor others. A directory with the
-// sticky bit (/tmp) may be writable by anyone: there, only an entry's owner
-// can rename or remove it, and the entry below it is checked for its owner
-// in turn; path itself gets no such leave (an images dir's archives are not
-// checked for their owner). what names path in the error ("images dir", "pull list"):
+// group (unless the group is root's, gid 0) nor others. Two exceptions:
+// anything on a read-only mount passes; and a directory above path with the
+// sticky bit (/tmp) may be writable by anyone, as there only an entry's owner
+// can rename or remove it and the entry below is checked for its owner in
+// turn. path itself gets no sticky leave: an images dir's archives are not
+// checked for their owner. what names path in the error ("images dir"):
 //
 //	images dir /x is writable by group 1000 (mode 0775); fix the mode ...
 //	pull list /x/a.txt: directory /x is owned by uid 1000, not root or holdfast's uid 0; fix ...
@@ -68,7 +71,7 @@ func CheckPerms(what, path string, uid int) error {
 		if err != nil {
 			return nil
 		}
-		if why := unsafeBy(fi, uid, p != real); why != "" {
+		if why := unsafeBy(p, fi, uid, p != real); why != "" {
 			if p == real {
 				return fmt.Errorf("%s %s is %s; %s", what, shown, why, InsecurePermsHint)
 			}
@@ -84,9 +87,17 @@ func CheckPerms(what, path string, uid int) error {
 // accepts a directory with the sticky bit whoever may write it: right for a
 // directory above the path checked (whose next element is checked for its
 // owner), never for an images dir itself, whose archives are not.
-func unsafeBy(fi fs.FileInfo, uid int, sticky bool) string {
+//
+// Nothing on a read-only mount (an ISO, a USB stick, a read-only tmpfs) can
+// be changed by anyone without remounting it, which takes root: it is safe
+// whatever its mode and owner.
+func unsafeBy(path string, fi fs.FileInfo, uid int, sticky bool) string {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
+		return ""
+	}
+	var sfs unix.Statfs_t
+	if unix.Statfs(path, &sfs) == nil && sfs.Flags&unix.ST_RDONLY != 0 {
 		return ""
 	}
 	mode := fi.Mode()

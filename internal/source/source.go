@@ -129,7 +129,7 @@ func ScanWith(dirs []string, opts ScanOptions) Result {
 			}
 			if d.IsDir() && !isRoot && !opts.InsecurePerms {
 				if fi, err := d.Info(); err == nil {
-					if why := unsafeBy(fi, uid, false); why != "" {
+					if why := unsafeBy(real, fi, uid, false); why != "" {
 						res.Errors = append(res.Errors, fmt.Errorf("%s %s: directory %s is %s; %s", opts.what(), dir, path, why, InsecurePermsHint))
 						res.Unreadable = append(res.Unreadable, path)
 						return fs.SkipDir
