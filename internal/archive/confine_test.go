@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/opencontainers/go-digest"
 )
 
 // TestWalkDirConfined: a layout dir never makes the walk read outside it. A
@@ -85,3 +87,26 @@ func relink(t *testing.T, target, name string) {
 		t.Fatal(err)
 	}
 }
+
+// TestWalkDirDotDotDigest: a descriptor whose "digest" climbs out of the
+// blobs dir is never opened: digests are validated (hex only) before a blob
+// name is built from them.
+func TestWalkDirDotDotDigest(t *testing.T) {
+	im := makeImage(t, "amd64", None, "bin/sh")
+	root := t.TempDir()
+	dir, outside := filepath.Join(root, "layout"), filepath.Join(root, "outside")
+	writeLayout(t, outside, indexJSON(t), im.blobs()...)
+	m := im.manifest.desc()
+	m.Digest = digest.Digest("sha256:../../../outside/blobs/sha256/" + digestHex(im.manifest.data))
+	writeLayout(t, dir, indexJSON(t, withAnnotations(m, annotationContainerdName, "docker.io/library/a:1")))
+	st := newMemStore()
+	res, err := WalkDir(t.Context(), dir, st)
+	if err == nil {
+		t.Fatalf("walk of an index naming ../ succeeded: %v", names(res))
+	}
+	if len(st.blobs) != 0 || len(st.puts) != 0 {
+		t.Fatalf("blobs read from outside the layout dir: %v", st.puts)
+	}
+}
+
+func digestHex(b []byte) string { return blob{data: b}.digest().Encoded() }
