@@ -164,3 +164,18 @@ func TestCheckPermsRunningUser(t *testing.T) {
 		t.Fatalf("uid 1000's dir for uid 1001: %v", err)
 	}
 }
+
+// TestScanPermsSpoolDir: a spool dir is checked as an images dir is, and
+// named as a spool dir.
+func TestScanPermsSpoolDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o757); err != nil {
+		t.Fatal(err)
+	}
+	res := ScanWith([]string{dir}, ScanOptions{What: "spool dir"})
+	want := "spool dir " + dir + " is writable by others (mode 0757)"
+	if len(res.Errors) != 1 || !strings.Contains(res.Errors[0].Error(), want) {
+		t.Fatalf("errors %v, want %q", res.Errors, want)
+	}
+}
