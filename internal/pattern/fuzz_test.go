@@ -30,6 +30,9 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		p, err := Parse(s)
 		if err != nil {
+			if !strings.Contains(err.Error(), strconv.Quote(s)) {
+				t.Fatalf("Parse(%q): error %q does not name the input", s, err)
+			}
 			if p != (Pattern{}) {
 				t.Fatalf("Parse(%q) failed but returned %#v", s, p)
 			}
