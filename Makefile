@@ -30,7 +30,7 @@ export HOLDFAST_TEST_SKIP
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build demo test lint deps preflight unit e2e mutants clean image
+.PHONY: build demo test lint deps preflight unit e2e mutants clean image fuzz
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/holdfast ./cmd/holdfast
@@ -85,6 +85,13 @@ mutants: preflight
 
 unit:
 	$(GO) test -short -count=1 ./internal/...
+
+# fuzz: each native fuzz target (go test -list 'Fuzz.*' per package) in turn for FUZZTIME; FUZZ_PKGS narrows
+# it to some packages. Plain `go test` (make test) runs the committed seeds of testdata/fuzz/ only.
+FUZZTIME  ?= 1m
+FUZZ_PKGS ?=
+fuzz:
+	bash scripts/fuzz.sh $(FUZZTIME) $(FUZZ_PKGS)
 
 # bench: holdfast side by side with ctr and the machine's floor (bench/, docs/benchmarks.md); writes
 # bench/results/latest.json. BENCH_FLAGS=-quick for a one-minute smoke run; see -h for the rest.

@@ -25,7 +25,7 @@ func (a *Agent) scanSpool() source.Result {
 	if len(a.cfg.SpoolDirs) == 0 {
 		return source.Result{}
 	}
-	scan := source.Scan(a.cfg.SpoolDirs)
+	scan := source.ScanWith(a.cfg.SpoolDirs, source.ScanOptions{InsecurePerms: a.cfg.InsecurePerms, What: "spool dir"})
 	kept := scan.Sources[:0]
 	for _, src := range scan.Sources {
 		if src.Kind == source.PinList || src.Kind == source.PullList {

@@ -37,7 +37,10 @@ type Config struct {
 	PullTimeout    time.Duration // for one pull of a pull list entry
 	// Credentials per registry host for pulls (from K3s's registries.yaml).
 	Credentials map[string]registries.Credential
-	Log         *slog.Logger
+	// InsecurePerms reads images dirs, spool dirs and lists that users other
+	// than root and holdfast's own may change (source.CheckPerms).
+	InsecurePerms bool
+	Log           *slog.Logger
 	// Progress, when set, follows the bytes imports read from archive files.
 	Progress Progress
 }
@@ -158,7 +161,7 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	})
 	reads.Go(func() { states, serr = a.rt.Sources(ctx) })
 	reads.Go(func() { records, rerr = a.rt.Records(ctx) })
-	scan := source.Scan(a.cfg.ImageDirs)
+	scan := source.ScanWith(a.cfg.ImageDirs, source.ScanOptions{InsecurePerms: a.cfg.InsecurePerms})
 	spool := a.scanSpool()
 	reads.Wait()
 	for _, s := range scan.Skipped {

@@ -329,10 +329,12 @@ func (w *watcher) pollLoop(last map[string]string) {
 	}
 }
 
-// snapshot maps each source of the dirs to its identity.
+// snapshot maps each source of the dirs to its identity. It only notices
+// changes, which start a pass: the pass is what refuses dirs and lists others
+// may write, so the snapshot sees them all.
 func snapshot(dirs []string) map[string]string {
 	out := map[string]string{}
-	for _, s := range source.Scan(dirs).Sources {
+	for _, s := range source.ScanWith(dirs, source.ScanOptions{InsecurePerms: true}).Sources {
 		out[s.Path] = s.Identity
 	}
 	return out

@@ -10,6 +10,8 @@ import (
 
 	"github.com/distribution/reference"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
 // FuzzWalk feeds Walk hostile archives: it must never panic, and what it
@@ -19,14 +21,16 @@ func FuzzWalk(f *testing.F) {
 	gz := makeImage(f, "arm64", Gzip, "etc/os-release")
 	multi := blob{ocispec.MediaTypeImageIndex, indexJSON(f, withPlatform(im.manifest.desc(), "amd64"), withPlatform(gz.manifest.desc(), "arm64"))}
 	oci := tarBytes(f, ociEntries("./", indexJSON(f, withAnnotations(im.manifest.desc(), annotationContainerdName, "docker.io/library/a:1", annotationRefName, "1")), im.blobs()...))
-	f.Add(oci)
-	f.Add(tarBytes(f, ociEntries("", indexJSON(f, withAnnotations(multi.desc(), annotationRefName, "example.com/m:1")), append([]blob{multi}, im.blobs()...)...)))
-	f.Add(tarBytes(f, dockerSaveEntries(f, false, []image{im}, [][]string{{"busybox:1.36"}})))
-	f.Add(tarBytes(f, ggcrEntries(f, gz, "example.com/app:2")))
-	f.Add(tarBytes(f, hybridEntries(f, []image{im}, []ocispec.Descriptor{im.manifest.desc()}, [][]string{{"b:1"}})))
-	f.Add(compress(f, Gzip, oci))
-	f.Add(compress(f, Zstd, oci))
-	f.Add([]byte("not an archive"))
+	testenv.Seeds(f, map[string][]any{
+		"oci":         {oci},
+		"oci-index":   {tarBytes(f, ociEntries("", indexJSON(f, withAnnotations(multi.desc(), annotationRefName, "example.com/m:1")), append([]blob{multi}, im.blobs()...)...))},
+		"docker-save": {tarBytes(f, dockerSaveEntries(f, false, []image{im}, [][]string{{"busybox:1.36"}}))},
+		"ggcr":        {tarBytes(f, ggcrEntries(f, gz, "example.com/app:2"))},
+		"hybrid":      {tarBytes(f, hybridEntries(f, []image{im}, []ocispec.Descriptor{im.manifest.desc()}, [][]string{{"b:1"}}))},
+		"oci-gzip":    {compress(f, Gzip, oci)},
+		"oci-zstd":    {compress(f, Zstd, oci)},
+		"text":        {[]byte("not an archive")},
+	})
 
 	f.Fuzz(func(t *testing.T, b []byte) {
 		st := newMemStore()

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -26,10 +27,10 @@ func sectionOpener(ra io.ReaderAt, off, size int64) reopener {
 	}
 }
 
-// fileOpener reopens a file.
-func fileOpener(name string) reopener {
+// rootOpener reopens a file under root (see openIn).
+func rootOpener(root *os.Root, name string) reopener {
 	return func(skip int64) (io.ReadCloser, error) {
-		f, err := Open(name)
+		f, err := openIn(root, name)
 		if err != nil {
 			return nil, err
 		}

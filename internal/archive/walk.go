@@ -11,8 +11,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -748,11 +748,18 @@ func WalkDirWith(ctx context.Context, dir string, st Store, opts WalkOptions) (*
 }
 
 func walkDir(ctx context.Context, dir string, st Store, opts WalkOptions, lim limits) (*Result, error) {
+	// Every file is opened through root: a symlink (or a name) that leads out
+	// of the layout dir is an error, never a read of what it points to.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("opening layout dir: %w", err)
+	}
+	defer root.Close()
 	w := newWalker(st, lim, opts.concurrency())
 	w.deferred = w.concurrency > 1
 	var n int64
 	for _, name := range []string{nameOCILayout, nameIndexJSON, nameManifestJSON} {
-		b, err := readFileLimit(filepath.Join(dir, name), lim.docSize)
+		b, err := readFileLimit(root, name, lim.docSize)
 		if errors.Is(err, fs.ErrNotExist) {
 			if name == nameManifestJSON {
 				continue
@@ -765,7 +772,7 @@ func walkDir(ctx context.Context, dir string, st Store, opts WalkOptions, lim li
 		n += int64(len(b))
 		w.meta[name] = b
 	}
-	dw := &dirWalker{w: w, dir: dir, seen: make(map[digest.Digest]bool)}
+	dw := &dirWalker{w: w, root: root, seen: make(map[digest.Digest]bool)}
 	var idx ocispec.Index
 	if err := json.Unmarshal(w.meta[nameIndexJSON], &idx); err != nil {
 		return nil, fmt.Errorf("index.json: %w", err)
@@ -805,8 +812,8 @@ func walkDir(ctx context.Context, dir string, st Store, opts WalkOptions, lim li
 	return res, nil
 }
 
-func readFileLimit(name string, limit int64) ([]byte, error) {
-	f, err := Open(name)
+func readFileLimit(root *os.Root, name string, limit int64) ([]byte, error) {
+	f, err := openIn(root, name)
 	if err != nil {
 		return nil, err
 	}
@@ -823,7 +830,7 @@ func readFileLimit(name string, limit int64) ([]byte, error) {
 
 type dirWalker struct {
 	w    *walker
-	dir  string
+	root *os.Root // the layout dir
 	seen map[digest.Digest]bool
 	n    int64 // bytes read from blob files
 }
@@ -845,8 +852,7 @@ func (dw *dirWalker) fetch(ctx context.Context, d digest.Digest, depth int) erro
 		return fmt.Errorf("layout refers to more than %d blobs", w.lim.entries)
 	}
 	name := blobName(d)
-	p := filepath.Join(dw.dir, filepath.FromSlash(name))
-	f, err := Open(p)
+	f, err := openIn(dw.root, name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -864,7 +870,7 @@ func (dw *dirWalker) fetch(ctx context.Context, d digest.Digest, depth int) erro
 	cr := &countingReader{r: f}
 	var again reopener
 	if w.deferred {
-		again = fileOpener(p)
+		again = rootOpener(dw.root, name)
 	}
 	err = w.digestBlob(ctx, name, d, st.Size(), cr, again)
 	dw.n += cr.n

@@ -50,7 +50,7 @@ their pins are not listed.`,
 				return err
 			}
 			defer s.close()
-			scan := source.Scan(dirs)
+			scan := source.ScanWith(dirs, source.ScanOptions{InsecurePerms: o.insecurePerms})
 			leases, err := s.rt.Sources(ctx)
 			if err != nil {
 				return err

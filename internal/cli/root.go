@@ -69,6 +69,8 @@ type options struct {
 	registriesYAML string
 	pullTimeout    time.Duration
 
+	insecurePerms bool
+
 	contentRoot string
 	minFree     minFreeValue
 	writePath   writePathValue
@@ -96,6 +98,8 @@ var envFlags = map[string]string{
 	"min-free":     "HOLDFAST_MIN_FREE",
 	"write-path":   "HOLDFAST_WRITE_PATH",
 	"progress":     "HOLDFAST_PROGRESS",
+
+	"insecure-perms": "HOLDFAST_INSECURE_PERMS",
 }
 
 // New builds the holdfast command tree.
@@ -128,6 +132,7 @@ keeps it too).`,
 	pf.StringVar(&o.contentRoot, "content-root", "", "containerd's content store directory as holdfast sees it, whose filesystem imports check for free space (env HOLDFAST_CONTENT_ROOT; default: what containerd reports)")
 	pf.Var(&o.minFree, "min-free", "free space an import must leave on the content store's filesystem: a size (2GiB, 500MB; 0: the archive must only fit) or a percentage of the filesystem (5%) (env HOLDFAST_MIN_FREE; default 5% of the filesystem, at most 1GiB)")
 	pf.Var(&o.writePath, "write-path", "how imports write blobs: stream (through containerd's content API), direct (into the content store's directory, recorded by metadata only; imports fail when it is not usable) or auto (direct when usable, else stream) (env HOLDFAST_WRITE_PATH; default stream)")
+	pf.BoolVar(&o.insecurePerms, "insecure-perms", false, "read images dirs, spool dirs and pull/pin lists that users other than root and holdfast's own can change (group- or world-writable, or another user's; docs/security.md) (env HOLDFAST_INSECURE_PERMS)")
 	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for one pull of a pull-list entry (env HOLDFAST_PULL_TIMEOUT)")
 
 	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newImport(o), newRelease(o), newPin(o), newUnpin(o), newVersion(version), newContainerd())
@@ -194,7 +199,7 @@ func (o *options) agentConfig(parallel int) (agent.Config, error) {
 	if err != nil {
 		return agent.Config{}, err
 	}
-	cfg := agent.Config{ImageDirs: dirs, SpoolDirs: spool, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, Log: o.log}
+	cfg := agent.Config{ImageDirs: dirs, SpoolDirs: spool, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, InsecurePerms: o.insecurePerms, Log: o.log}
 	if o.registriesYAML == "" {
 		return cfg, nil
 	}

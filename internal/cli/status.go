@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -53,6 +54,10 @@ type StatusSource struct {
 	Kept       bool   `json:"kept,omitempty"`
 	ImportedAt string `json:"importedAt,omitempty"`
 	Size       int64  `json:"size,omitempty"`
+	// Target is the file or dir a symlinked source resolves to now (an
+	// archive linked into an images dir is followed); empty when Path is
+	// not a symlink or no longer resolves.
+	Target string `json:"target,omitempty"`
 }
 
 // Status is the whole of `status -o json`.
@@ -95,6 +100,7 @@ until the kubelet's image GC removes it.`,
 				return err
 			}
 			st := buildStatus(imgs, srcs)
+			addTargets(&st)
 			addCRI(ctx, s.rt, o.namespace, &st)
 			if output == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -151,12 +157,27 @@ func buildStatus(imgs []runtime.ImageDetail, srcs []runtime.SourceState) Status 
 	return st
 }
 
+// addTargets sets the Target of each source whose path is, or runs
+// through, a symlink.
+func addTargets(st *Status) {
+	for i := range st.Sources {
+		p := st.Sources[i].Path
+		if real, err := filepath.EvalSymlinks(p); err == nil && real != filepath.Clean(p) {
+			st.Sources[i].Target = real
+		}
+	}
+}
+
 func writeTable(w io.Writer, st Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tIMAGE ID\tSIZE\tPINNED\tCRI\tSOURCES")
 	kept := map[string]bool{}
+	targets := map[string]string{}
 	for _, s := range st.Sources {
 		kept[s.Path] = kept[s.Path] || s.Kept
+		if s.Target != "" {
+			targets[s.Path] = s.Target
+		}
 	}
 	for _, img := range st.Images {
 		id := strings.TrimPrefix(img.ID, "sha256:")
@@ -166,7 +187,7 @@ func writeTable(w io.Writer, st Status) error {
 		if id == "" {
 			id = "<missing>"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", img.Name, id, agent.Bytes(img.Size), pinWord(img), criWord(img), sourcesWord(img.Sources, kept))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", img.Name, id, agent.Bytes(img.Size), pinWord(img), criWord(img), sourcesWord(img.Sources, kept, targets))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -193,13 +214,16 @@ func pinWord(img StatusImage) string {
 	return "no"
 }
 
-func sourcesWord(srcs []string, kept map[string]bool) string {
+func sourcesWord(srcs []string, kept map[string]bool, targets map[string]string) string {
 	if len(srcs) == 0 {
 		return "-"
 	}
 	words := make([]string, len(srcs))
 	for i, s := range srcs {
 		words[i] = s
+		if t := targets[s]; t != "" {
+			words[i] += " -> " + t
+		}
 		if kept[s] {
 			words[i] += " (kept)"
 		}

@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -61,15 +62,32 @@ type TLS struct {
 // Credential is a username and password for a host.
 type Credential struct{ Username, Password string }
 
-// Load reads and parses a registries.yaml.
+// MaxFileBytes bounds a registries.yaml (docs/security.md): a larger file
+// is refused before it is parsed.
+const MaxFileBytes = 4 << 20
+
+// Load reads and parses a registries.yaml of at most MaxFileBytes.
 func Load(path string) (File, error) {
-	var f File
-	data, err := os.ReadFile(path)
+	fh, err := os.Open(path)
 	if err != nil {
-		return f, fmt.Errorf("reading %s: %w", path, err)
+		return File{}, fmt.Errorf("reading %s: %w", path, err)
 	}
+	defer fh.Close()
+	data, err := io.ReadAll(io.LimitReader(fh, MaxFileBytes+1))
+	if err != nil {
+		return File{}, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(data) > MaxFileBytes {
+		return File{}, fmt.Errorf("reading %s: larger than %d MiB, more than a registries.yaml may have", path, MaxFileBytes>>20)
+	}
+	return Parse(path, data)
+}
+
+// Parse parses the bytes of a registries.yaml read from path.
+func Parse(path string, data []byte) (File, error) {
+	var f File
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
-		return f, fmt.Errorf("parsing %s: %w", path, err)
+		return File{}, fmt.Errorf("parsing %s: %w", path, err)
 	}
 	return f, nil
 }
@@ -99,6 +117,9 @@ func (f File) HostsFiles(source string) (map[string]string, []string, error) {
 			warnings = append(warnings, fmt.Sprintf("%s: registry %s has rewrites, which hosts.toml cannot express; holdfast pulls it without them", source, reg))
 		}
 		dir := reg
+		if reg != "*" && !validHost(reg) {
+			return nil, nil, fmt.Errorf("%s: registry %q is not a host name (host[:port])", source, reg)
+		}
 		var b strings.Builder
 		b.WriteString(Marker + source + "; changes here are overwritten.\n")
 		if reg == "*" {
@@ -122,6 +143,17 @@ func (f File) HostsFiles(source string) (map[string]string, []string, error) {
 		out[dir] = b.String()
 	}
 	return out, warnings, nil
+}
+
+// validHost reports whether reg is a registry host as a reference names it
+// (host, host:port, [v6]:port): never a path, so that its hosts.toml dir is
+// one element under the hosts dir.
+func validHost(reg string) bool {
+	if reg == "" || reg == "." || reg == ".." || strings.ContainsAny(reg, "/\\ \t\r\n\x00") {
+		return false
+	}
+	u, err := url.Parse("https://" + reg)
+	return err == nil && u.Host == reg && u.Path == "" && u.User == nil
 }
 
 func writeTLS(b *strings.Builder, t *TLS) {

@@ -55,10 +55,16 @@ type PinPattern struct {
 // (after normalisation) is dropped silently. The error is only for a file
 // that can't be read.
 func ReadPullList(path string) (PullListFile, error) {
-	lines, err := readList(path)
+	data, err := readList(path)
 	if err != nil {
 		return PullListFile{}, err
 	}
+	return parsePullList(path, data), nil
+}
+
+// parsePullList parses the bytes of a pull list read from path.
+func parsePullList(path string, data []byte) PullListFile {
+	lines := listLines(data)
 	l := PullListFile{Path: path}
 	seen := map[string]bool{}
 	for _, ln := range lines {
@@ -77,7 +83,7 @@ func ReadPullList(path string) (PullListFile, error) {
 		seen[ref] = true
 		l.Entries = append(l.Entries, PullEntry{Line: ln.n, Ref: ref, Raw: ln.text})
 	}
-	return l, nil
+	return l
 }
 
 // ReadPinList reads a pin list: one pattern per line (see package pattern),
@@ -86,10 +92,16 @@ func ReadPullList(path string) (PullListFile, error) {
 // (after normalisation: nginx and docker.io/library/nginx are one pattern)
 // is dropped silently. The error is only for a file that can't be read.
 func ReadPinList(path string) (PinListFile, error) {
-	lines, err := readList(path)
+	data, err := readList(path)
 	if err != nil {
 		return PinListFile{}, err
 	}
+	return parsePinList(path, data), nil
+}
+
+// parsePinList parses the bytes of a pin list read from path.
+func parsePinList(path string, data []byte) PinListFile {
+	lines := listLines(data)
 	l := PinListFile{Path: path}
 	seen := map[pattern.Pattern]bool{}
 	for _, ln := range lines {
@@ -104,8 +116,16 @@ func ReadPinList(path string) (PinListFile, error) {
 		seen[p] = true
 		l.Patterns = append(l.Patterns, PinPattern{Line: ln.n, Raw: ln.text, Pattern: p})
 	}
-	return l, nil
+	return l
 }
+
+// Bounds of a list (docs/security.md): a pull or pin list larger than
+// MaxListBytes or longer than MaxListLines is refused whole, with an error
+// naming it, before it is parsed.
+const (
+	MaxListBytes = 4 << 20
+	MaxListLines = 100_000
+)
 
 // listLine is the content of one non-blank line of a list.
 type listLine struct {
@@ -113,13 +133,21 @@ type listLine struct {
 	text string
 }
 
-// readList returns the content of each line of a list that has any, with
-// comments and surrounding whitespace removed.
-func readList(path string) ([]listLine, error) {
-	data, err := readFile(path)
+// readList reads a list within its bounds.
+func readList(path string) ([]byte, error) {
+	data, err := readFileLimit(path, MaxListBytes)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, cause(err))
 	}
+	if n := bytes.Count(data, []byte("\n")) + 1; n > MaxListLines {
+		return nil, fmt.Errorf("reading %s: %d lines, more than a list may have (%d)", path, n, MaxListLines)
+	}
+	return data, nil
+}
+
+// listLines returns the content of each line of a list that has any, with
+// comments and surrounding whitespace removed.
+func listLines(data []byte) []listLine {
 	data = bytes.TrimPrefix(data, []byte("\ufeff")) // a byte-order mark some editors write
 	var out []listLine
 	for i, line := range strings.Split(string(data), "\n") {
@@ -127,7 +155,7 @@ func readList(path string) ([]listLine, error) {
 			out = append(out, listLine{n: i + 1, text: text})
 		}
 	}
-	return out, nil
+	return out
 }
 
 // ListContent is what a line of a list holds: the line without its comment

@@ -78,15 +78,29 @@ type Result struct {
 // regular file or a directory (a named pipe, a device, a symlink to one):
 // none of them is ever opened. A symlink to a directory is not followed (an
 // error). Other files are classified by their bytes.
-func Scan(dirs []string) Result {
+func Scan(dirs []string) Result { return ScanWith(dirs, ScanOptions{}) }
+
+// ScanWith is Scan with options. Unless opts.InsecurePerms, an images dir,
+// a directory in it or a list that a user other than root and holdfast's own
+// may change (CheckPerms) is refused: an error naming it and what is wrong,
+// and it counts as unreadable (what holdfast has from it is kept).
+func ScanWith(dirs []string, opts ScanOptions) Result {
 	res := Result{Dirs: dirs, Links: map[string]string{}}
 	seen := map[string]bool{}
+	uid := opts.uid()
 	for _, dir := range dirs {
 		root, err := filepath.EvalSymlinks(dir)
 		if err != nil {
 			res.Errors = append(res.Errors, fmt.Errorf("reading %s: %w", dir, cause(err)))
 			res.Unreadable = append(res.Unreadable, dir)
 			continue
+		}
+		if !opts.InsecurePerms {
+			if err := CheckPerms(opts.what(), dir, uid); err != nil {
+				res.Errors = append(res.Errors, err)
+				res.Unreadable = append(res.Unreadable, dir)
+				continue
+			}
 		}
 		if root != filepath.Clean(dir) {
 			res.Links[dir] = root
@@ -112,6 +126,15 @@ func Scan(dirs []string) Result {
 					return fs.SkipDir
 				}
 				return nil
+			}
+			if d.IsDir() && !isRoot && !opts.InsecurePerms {
+				if fi, err := d.Info(); err == nil {
+					if why := unsafeBy(real, fi, uid, false); why != "" {
+						res.Errors = append(res.Errors, fmt.Errorf("%s %s: directory %s is %s; %s", opts.what(), dir, path, why, InsecurePermsHint))
+						res.Unreadable = append(res.Unreadable, path)
+						return fs.SkipDir
+					}
+				}
 			}
 			if d.IsDir() {
 				if _, err := os.Stat(filepath.Join(real, "oci-layout")); err == nil {
@@ -147,6 +170,13 @@ func Scan(dirs []string) Result {
 			if kind == "" {
 				res.Skipped = append(res.Skipped, Skipped{Path: path, Reason: reason})
 				return nil
+			}
+			if (kind == PullList || kind == PinList) && !opts.InsecurePerms {
+				if err := CheckPerms(strings.ReplaceAll(string(kind), "-", " "), path, uid); err != nil {
+					res.Errors = append(res.Errors, err)
+					res.Unreadable = append(res.Unreadable, path)
+					return nil
+				}
 			}
 			src, err := identify(path, kind)
 			if err != nil {
@@ -206,14 +236,22 @@ func notRegular(path string, d fs.DirEntry) (string, error) {
 // Open opens a regular file for reading without blocking: see archive.Open.
 func Open(path string) (*os.File, error) { return archive.Open(path) }
 
-// readFile is os.ReadFile through Open.
-func readFile(path string) ([]byte, error) {
+// readFileLimit is os.ReadFile through Open, for a file of at most limit bytes; a larger one
+// is an error that gives the bound.
+func readFileLimit(path string, limit int64) ([]byte, error) {
 	f, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(f)
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("larger than %d MiB, more than a list may have", limit>>20)
+	}
+	return b, nil
 }
 
 // Ignored reports whether a file or directory name is never a source: dotfiles

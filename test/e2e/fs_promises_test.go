@@ -45,7 +45,9 @@ func fsRename(t *testing.T, dir, name string, img *fixture.Image) string {
 // fsMountTmpfs mounts a fresh tmpfs on dir until the test ends.
 func fsMountTmpfs(t *testing.T, dir string) {
 	t.Helper()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64m"); err != nil {
+	// mode=0755 as a volume mounted at an images dir is; tmpfs's own default,
+	// 1777, lets anyone drop an archive in, which holdfast refuses.
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64m,mode=0755"); err != nil {
 		t.Fatalf("mounting a tmpfs on %s: %v", dir, err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
