@@ -56,7 +56,9 @@ func (a *Agent) onImageEvent(ctx context.Context, ev hfruntime.ImageEvent, timer
 		}
 	}
 	want, wanted := a.wanted[ev.Name]
-	pass := !wanted && present && (ours || a.pinMatchLocked(ev.Name))
+	// During a pass, afterPass decides from the names kept above and the
+	// pass's own wanted set: the pass may be pinning this very name.
+	pass := !a.collecting && !wanted && present && (ours || a.pinMatchLocked(ev.Name))
 	// A kept source's name that lost holdfast's pin may have been released
 	// (holdfast release deletes the lease, then unpins): only a pass, which
 	// reads the leases, knows whether to pin it again.

@@ -43,6 +43,18 @@ func TestPinByAnotherProcessBringsOnAPass(t *testing.T) {
 	if a.afterPass(ctx, a.takeTouched(), timer) {
 		t.Error("the pass's own first pin brought on another pass")
 	}
+
+	// The pass's own pin may also show as an update (labels set on a record
+	// that exists), before the pass has its wanted set: that too waits for it.
+	a.setWanted(nil)
+	a.beginPass()
+	if a.onImageEvent(ctx, hfruntime.ImageEvent{Kind: hfruntime.ImageUpdated, Name: "new:2", Labels: bothPins}, timer) {
+		t.Error("an update with holdfast's pin during a pass brought on a pass before the pass's wanted set")
+	}
+	a.setWanted(map[string]hfruntime.Want{"new:2": wantOf("new:2")})
+	if a.afterPass(ctx, a.takeTouched(), timer) {
+		t.Error("the pass's own pin, seen as an update, brought on another pass")
+	}
 }
 
 func TestKeptNameThatLostItsPinBringsOnAPassNotAHeal(t *testing.T) {
