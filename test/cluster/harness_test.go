@@ -81,7 +81,9 @@ func (c *cluster) defer_(f func() error) { c.cleanups = append(c.cleanups, f) }
 // startCluster starts the cluster. On error everything started is stopped again and the error carries the
 // last lines of every component's log.
 func startCluster(k8sBin, repoBin string) (c *cluster, err error) {
-	dir, err := os.MkdirTemp("", "holdfast-cluster-")
+	// Not under /tmp: the node's dirs are mounted into the holdfast pod at the same paths, and the pod's /tmp
+	// is an emptyDir (mode 0777, no sticky bit), which holdfast rightly refuses as a parent of an images dir.
+	dir, err := os.MkdirTemp("/var/tmp", "holdfast-cluster-")
 	if err != nil {
 		return nil, err
 	}

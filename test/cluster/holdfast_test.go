@@ -157,7 +157,7 @@ func (s *scenario) install(t *testing.T) {
 	for _, ref := range []string{imgPinA, imgFromDir, s.ownImage, pauseImage} {
 		ref := ref
 		if err := waitFor(ref+" pinned", 2*time.Minute, func() (bool, error) { return c.criPinned(ref) }); err != nil {
-			t.Error(err)
+			t.Errorf("%v\n%s", err, s.agentLogs())
 		}
 	}
 	if pinned, err := c.criPinned(imgPinB); err != nil || pinned {
