@@ -91,6 +91,11 @@ func TestContainerdOutage(t *testing.T) {
 			t.Errorf("/readyz while containerd is down: %d %q", code, body)
 		}
 	}
+	for _, m := range []string{"go_goroutines", "process_resident_memory_bytes", "process_open_fds"} {
+		if v := agent.metric(t, m, nil); v <= 0 {
+			t.Errorf("/metrics: %s = %v while containerd is down, want > 0", m, v)
+		}
+	}
 	_, hbody := agent.get(t, "/healthz")
 	_, rbody := agent.get(t, "/readyz")
 	t.Logf("after %v down: /healthz %q, /readyz %q", outage, strings.TrimSpace(hbody), strings.TrimSpace(rbody))
