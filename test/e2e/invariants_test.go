@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
 )
@@ -157,6 +160,9 @@ func invCheck(t *testing.T, d *daemon, dataDir string, dirs []string, sources ma
 					if !held[b.Digest] {
 						fail("wanted %s: blob %s (%s) is not held by lease %s of %s", name, b.Digest, b.MediaType, lease.ID, path)
 					}
+					if err := invReadable(ctx, cs, b); err != nil {
+						fail("wanted %s: blob %s (%s): %v", name, b.Digest, b.MediaType, err)
+					}
 				}
 			}
 		}
@@ -197,6 +203,24 @@ func invCheck(t *testing.T, d *daemon, dataDir string, dirs []string, sources ma
 	bad = append(bad, invCache(t, d, dataDir, leaseList, states)...)
 	sort.Strings(bad)
 	return bad
+}
+
+// invReadable reads the first byte of a blob: containerd's metadata (Info,
+// images.Check through the client) lists a blob whose file is gone; only a
+// read finds out.
+func invReadable(ctx context.Context, cs content.Store, desc ocispec.Descriptor) error {
+	if desc.Size == 0 {
+		return nil
+	}
+	ra, err := cs.ReaderAt(ctx, desc)
+	if err != nil {
+		return fmt.Errorf("opening: %w", err)
+	}
+	defer ra.Close()
+	if _, err := ra.ReadAt(make([]byte, 1), 0); err != nil {
+		return fmt.Errorf("reading: %w", err)
+	}
+	return nil
 }
 
 // invDigestName turns repo:tag into repo@d.
@@ -282,4 +306,51 @@ func invCache(t *testing.T, d *daemon, dataDir string, ls []leases.Lease, states
 		}
 	}
 	return bad
+}
+
+// TestInvariantsCatch: the checker itself finds what it is for, on a store
+// a sync left right and then broken by hand: a pin label stripped, a stray
+// lease, a layer file removed under containerd.
+func TestInvariantsCatch(t *testing.T) {
+	d, imagesDir, dataDir := embeddedScene(t)
+	img := build(t, fixture.ImageSpec{Names: []string{"e2e.local/inv/app:1"}})
+	path := filepath.Join(imagesDir, "app.tar")
+	writeDockerSave(t, path, img)
+	if res := d.sync(t, dataDir, imagesDir); res.Code != 0 {
+		t.Fatalf("sync exited %d\n%s", res.Code, res.Stderr)
+	}
+	sources := map[string][]*fixture.Image{path: {img}}
+	if bad := invCheck(t, d, dataDir, []string{imagesDir}, sources); len(bad) > 0 {
+		t.Fatalf("invariants after a sync:\n%s", strings.Join(bad, "\n"))
+	}
+	expect := func(what, want string) {
+		t.Helper()
+		bad := invCheck(t, d, dataDir, []string{imagesDir}, sources)
+		if !slices.ContainsFunc(bad, func(s string) bool { return strings.Contains(s, want) }) {
+			t.Errorf("%s: no violation saying %q in %q", what, want, bad)
+		}
+	}
+
+	rec, _ := d.record(t, "e2e.local/inv/app:1")
+	delete(rec.Labels, invPinned)
+	if _, err := d.Client.ImageService().Update(d.ctx(), rec, "labels."+invPinned); err != nil {
+		t.Fatal(err)
+	}
+	expect("holdfast's label stripped", "without io.holdfast.pinned")
+
+	stray, err := d.Client.LeasesService().Create(d.ctx(), leases.WithID("holdfast/stray"), leases.WithLabels(map[string]string{invSource: filepath.Join(imagesDir, "gone.tar")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("a stray lease", "lease holdfast/stray")
+	if err := d.Client.LeasesService().Delete(d.ctx(), stray); err != nil {
+		t.Fatal(err)
+	}
+
+	blobs := d.hostBlobs(t, rec.Target)
+	layer := blobs[len(blobs)-1]
+	if err := os.Remove(filepath.Join(directContentRoot(t, d), "blobs", "sha256", layer.Digest.Encoded())); err != nil {
+		t.Fatal(err)
+	}
+	expect("a layer file removed", layer.Digest.String())
 }
