@@ -120,3 +120,39 @@ func TestContainerdOutage(t *testing.T) {
 		t.Errorf("invariants after the outage:\n%s", strings.Join(bad, "\n"))
 	}
 }
+
+// TestLostBlobFileReimported: a layer file removed by hand from the content
+// store (containerd's metadata still lists it) is noticed by the next sync,
+// which writes it again from the archive; on containerd 2.x and 1.6 alike.
+func TestLostBlobFileReimported(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
+		img := build(t, fixture.ImageSpec{Names: []string{"e2e.local/lost/app:1"}})
+		path := filepath.Join(imagesDir, "app.tar")
+		writeDockerSave(t, path, img)
+		if res := d.sync(t, dataDir, imagesDir); res.Code != 0 {
+			t.Fatalf("sync exited %d\n%s", res.Code, res.Stderr)
+		}
+		rec, _ := d.record(t, "e2e.local/lost/app:1")
+		blobs := d.hostBlobs(t, rec.Target)
+		layer := blobs[len(blobs)-1]
+		file := filepath.Join(directContentRoot(t, d), "blobs", "sha256", layer.Digest.Encoded())
+		if err := os.Remove(file); err != nil {
+			t.Fatal(err)
+		}
+		if !d.hasBlob(t, layer.Digest) {
+			t.Fatal("containerd forgot the blob with its file: nothing left to test")
+		}
+		if res := d.sync(t, dataDir, imagesDir); res.Code != 0 {
+			t.Fatalf("sync after the loss exited %d\n%s", res.Code, res.Stderr)
+		}
+		if _, err := os.Stat(file); err != nil {
+			t.Errorf("the layer's file after the sync: %v", err)
+		}
+		sources := map[string][]*fixture.Image{path: {img}}
+		if bad := invCheck(t, d, dataDir, []string{imagesDir}, sources); len(bad) > 0 {
+			t.Errorf("invariants after the sync:\n%s", strings.Join(bad, "\n"))
+		}
+	})
+}
