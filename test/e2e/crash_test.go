@@ -195,9 +195,9 @@ func crashEnvInt(t *testing.T, name string, def int64) int64 {
 // crashSync starts `holdfast sync` and kills it (or, with killStore,
 // containerd) with SIGKILL after delay, unless it finished before. It says
 // whether the kill came first, and if not, how long the sync took.
-func crashSync(t *testing.T, s *crashStore, dataDir, imagesDir string, delay time.Duration, killStore bool) (killed bool, took time.Duration, res string) {
+func crashSync(t *testing.T, s *crashStore, dataDir, imagesDir, writePath string, delay time.Duration, killStore bool) (killed bool, took time.Duration, res string) {
 	t.Helper()
-	cmd := exec.Command(holdfastBin, "sync", "--address", s.d.Address, "--data-dir", dataDir, "--images", imagesDir)
+	cmd := exec.Command(holdfastBin, "sync", "--address", s.d.Address, "--data-dir", dataDir, "--images", imagesDir, "--write-path", writePath)
 	cmd.Env = append(os.Environ(), "HOLDFAST_LOG_FORMAT=json")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -230,9 +230,10 @@ func crashSync(t *testing.T, s *crashStore, dataDir, imagesDir string, delay tim
 }
 
 // TestCrashTrials kills holdfast sync, holdfast run and containerd at random
-// points with SIGKILL while sources come, go, change and move, then recovers
-// (a sync, or the agent restarted until a pass after ready) and checks the
-// invariants (invCheck). HOLDFAST_CRASH_TRIALS sets the number of trials
+// points with SIGKILL while sources come, go, change and move, writing blobs
+// through containerd or directly into its directory, then recovers (a sync,
+// or the agent restarted until a pass after ready) and checks the invariants
+// (invCheck, and no temp file of a direct write left). HOLDFAST_CRASH_TRIALS sets the number of trials
 // (default 4), HOLDFAST_CRASH_SEED the seed (default: the clock; logged).
 func TestCrashTrials(t *testing.T) {
 	requireRoot(t)
@@ -277,19 +278,22 @@ func TestCrashTrials(t *testing.T) {
 		kind := kinds[i%len(kinds)]
 		churn := crashChurn(t, rng, imagesDir, slots)
 		delay := time.Duration(rng.Int64N(int64(spans[kind]) + 1))
+		// Blobs streamed through containerd's API, or written into its
+		// directory and linked into place (--write-path direct).
+		writePath := []string{"stream", "direct"}[rng.IntN(2)]
 		var killed bool
 		var took time.Duration
 		var what string
 		switch kind {
 		case "sync":
-			killed, took, what = crashSync(t, s, dataDir, imagesDir, delay, false)
+			killed, took, what = crashSync(t, s, dataDir, imagesDir, writePath, delay, false)
 		case "containerd":
-			killed, took, what = crashSync(t, s, dataDir, imagesDir, delay, true)
+			killed, took, what = crashSync(t, s, dataDir, imagesDir, writePath, delay, true)
 			if s.p == nil {
 				s.start()
 			}
 		case "run":
-			a := startAgent(t, s.d, dataDir, []string{imagesDir})
+			a := startAgent(t, s.d, dataDir, []string{imagesDir}, "--write-path", writePath)
 			select {
 			case <-a.exited:
 				t.Fatalf("holdfast run exited by itself:\n%s", tail(a.dump(), 20))
@@ -306,23 +310,42 @@ func TestCrashTrials(t *testing.T) {
 		}
 		// Recover: sync trials with a sync, agent trials with the agent.
 		if kind == "run" {
-			a := startAgent(t, s.d, dataDir, []string{imagesDir})
+			a := startAgent(t, s.d, dataDir, []string{imagesDir}, "--write-path", writePath)
 			eventually(t, "/readyz to turn 200 after the restart", func() bool { code, _ := a.get(t, "/readyz"); return code == 200 })
 			gapScanned(t, a, imagesDir)
 			a.stop(t)
 			crashRemoveMarks(t, imagesDir)
-		} else if res := s.d.sync(t, dataDir, imagesDir); res.Code != 0 {
+		} else if res := holdfast(t, "sync", "--address", s.d.Address, "--data-dir", dataDir, "--images", imagesDir, "--write-path", writePath); res.Code != 0 {
 			t.Errorf("trial %d (%s): the sync after the kill exited %d\n%s", i, kind, res.Code, tail(res.Stderr, 20))
 			violations++
 		}
 		bad := invCheck(t, s.d, dataDir, []string{imagesDir}, crashSources(slots))
-		t.Logf("trial %d: %s; kill %s at %v (%s): %d violations", i, churn, kind, delay.Round(time.Millisecond), what, len(bad))
+		if writePath == "direct" {
+			bad = append(bad, crashTempLeft(t, s.d)...)
+		}
+		t.Logf("trial %d: %s; kill %s (%s) at %v (%s): %d violations", i, churn, kind, writePath, delay.Round(time.Millisecond), what, len(bad))
 		if len(bad) > 0 {
 			violations += len(bad)
 			t.Errorf("trial %d (%s killed at %v after %s): invariants broken:\n%s", i, kind, delay, churn, strings.Join(bad, "\n"))
 		}
 	}
 	t.Logf("%d trials (seed %d): kills before the end: %v; %d violations", trials, seed, counts, violations)
+}
+
+// crashTempLeft lists the files a direct write left in the content store's
+// holdfast-tmp directory: after a pass that wrote directly, none may stay.
+func crashTempLeft(t *testing.T, d *daemon) []string {
+	t.Helper()
+	dir := filepath.Join(directContentRoot(t, d), "holdfast-tmp")
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var bad []string
+	for _, e := range entries {
+		bad = append(bad, "temp file left by a direct write: "+filepath.Join(dir, e.Name()))
+	}
+	return bad
 }
 
 // crashRemoveMarks removes the marks gapScanned left in dir.
