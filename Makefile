@@ -83,6 +83,21 @@ mutants: preflight
 	PATH="$(BIN):$$PATH" HOLDFAST_CONTAINERD_VERSION=$(CONTAINERD_VERSION) \
 		$(GO) run ./test/mutants $(MUTANTS_FLAGS)
 
+# soak: `holdfast run` under random churn for DURATION, checking holdfast's invariants after every step and the
+# agent's RSS, goroutines and open files for growth (test/e2e/soak_test.go, build tag soak); with it CRASH_TRIALS
+# SIGKILL trials (TestCrashTrials) and a one-minute containerd outage (TestContainerdOutage). The figures go to
+# SOAK_REPORT (JSON). Not part of test: `make test` runs 4 crash trials and a 10 s outage.
+DURATION     ?= 30m
+CRASH_TRIALS ?= 50
+SOAK_REPORT  ?= $(BIN)/soak.json
+SOAK_TIMEOUT ?= 3h
+
+.PHONY: soak
+soak: preflight
+	PATH="$(BIN):$$PATH" HOLDFAST_CONTAINERD_VERSION=$(CONTAINERD_VERSION) HOLDFAST_SOAK=$(DURATION) \
+		HOLDFAST_CRASH_TRIALS=$(CRASH_TRIALS) HOLDFAST_SOAK_REPORT=$(SOAK_REPORT) \
+		$(GO) test -tags soak -timeout $(SOAK_TIMEOUT) -count=1 -v -run 'TestSoak|TestCrashTrials|TestContainerdOutage' ./test/e2e
+
 unit:
 	$(GO) test -short -count=1 ./internal/...
 

@@ -78,6 +78,7 @@ type Agent struct {
 
 	ready      atomic.Bool
 	readyState atomic.Value // string: why not ready
+	lost       atomic.Bool  // containerd's event stream is lost: reconnecting
 }
 
 type failure struct {
@@ -106,8 +107,11 @@ func New(rt hfruntime.Runtime, cfg Config, rec Recorder) *Agent {
 
 // Ready reports whether every source of the first pass has reached a final
 // state (imported, unchanged or failed) and the CRI sees every image pinned
-// (unless there is no CRI), and if not, why.
+// (unless there is no CRI), and containerd answers; and if not, why.
 func (a *Agent) Ready() (bool, string) {
+	if a.lost.Load() {
+		return false, "containerd does not answer: reconnecting"
+	}
 	if a.ready.Load() {
 		return true, "ready"
 	}
@@ -317,12 +321,14 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 			a.awaitCRI(ctx, cri, onReady)
 		case err := <-streamErr:
 			a.rec.SetConnected(false)
+			a.lost.Store(true)
 			a.log.Warn("lost containerd's event stream; reconnecting", "error", err)
 			events, streamErr = a.resubscribe(ctx)
 			if ctx.Err() != nil {
 				return nil
 			}
 			a.rec.SetConnected(true)
+			a.lost.Store(false)
 			a.log.Info("reconnected to containerd")
 			kick("reconnect")
 		}

@@ -146,3 +146,24 @@ func TestReadyAfterCRIPatience(t *testing.T) {
 		})
 	}
 }
+
+// TestNotReadyWhileContainerdDown: a ready agent whose containerd stops
+// answering is not ready, saying why, until it has reconnected.
+func TestNotReadyWhileContainerdDown(t *testing.T) {
+	t.Parallel()
+	const x = "example.com/x:1"
+	rt := fake.New()
+	a, _, ready := criAgent(t, rt, newFakeClock(), x)
+	select {
+	case <-ready:
+	case <-time.After(20 * time.Second):
+		t.Fatal("not ready 20s after the start")
+	}
+	rt.Break()
+	waitFor(t, "not ready while containerd does not answer", func() bool {
+		ok, why := a.Ready()
+		return !ok && strings.Contains(why, "containerd")
+	})
+	rt.Mend()
+	waitFor(t, "ready again once containerd answers", func() bool { ok, _ := a.Ready(); return ok })
+}

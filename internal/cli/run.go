@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-project/holdfast/internal/agent"
@@ -64,6 +65,8 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 			}
 			go o.keepDataDir(ctx, s.lock, parallel)
 			reg := prometheus.NewRegistry()
+			// The Go runtime's and the process's own: goroutines, memory, open files.
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			m := metrics.New(reg)
 			a := agent.New(s.rt, cfg, m)
 			if listen != "" {

@@ -58,6 +58,8 @@ type Runtime struct {
 	direct *directWriter
 	// labelMu makes merges of distribution source labels one at a time.
 	labelMu sync.Mutex
+	// lost are blobs listed by the store whose files are gone.
+	lost lostBlobs
 }
 
 var _ runtime.Runtime = &Runtime{}

@@ -45,6 +45,9 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 		}
 	}
 	res := runtime.ImportResult{Lease: id}
+	if err := r.forgetLost(ctx); err != nil {
+		return res, fmt.Errorf("removing the records of blobs whose files are gone: %w", err)
+	}
 
 	prior, unchanged, err := r.openLease(ctx, id, req.Source, req.Identity, req.Prior)
 	if err != nil || unchanged {

@@ -201,6 +201,7 @@ func (r *Runtime) Sources(ctx context.Context) ([]runtime.SourceState, error) {
 	for _, l := range ls {
 		out = append(out, runtime.SourceState{Lease: l.ID})
 	}
+	files := r.blobFilesOf(ctx, blobs)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for i := range out {
@@ -208,7 +209,13 @@ func (r *Runtime) Sources(ctx context.Context) ([]runtime.SourceState, error) {
 			st, err := r.loadState(gctx, ls[out[i].Lease], blobs)
 			if err == nil && st.Complete {
 				if len(st.Blobs) > 0 {
-					st.Intact = !slices.ContainsFunc(st.Blobs, func(d digest.Digest) bool { return !present[d] })
+					st.Intact = !slices.ContainsFunc(st.Blobs, func(d digest.Digest) bool {
+						if present[d] && files.missing(d) {
+							r.lost.add(d)
+							return true
+						}
+						return !present[d]
+					})
 				} else {
 					st.Intact, err = r.intact(gctx, st) // a state saved without its blob list
 				}

@@ -30,6 +30,8 @@ type Runtime struct {
 	lists   int            // Records calls
 	handed  int            // events the watcher's reader has received
 	cri     criState
+	down    bool         // Server fails: containerd does not answer
+	streams []chan error // the open event streams' error channels
 }
 
 var _ runtime.Runtime = &Runtime{}
@@ -109,7 +111,31 @@ func (r *Runtime) Listings() int {
 	return r.lists
 }
 
+// Break makes containerd stop answering: open event streams end with an
+// error and Server fails, until Mend.
+func (r *Runtime) Break() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.down = true
+	for _, errc := range r.streams {
+		errc <- errors.New("fake: containerd went away")
+	}
+	r.streams = nil
+}
+
+// Mend makes containerd answer again after Break.
+func (r *Runtime) Mend() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.down = false
+}
+
 func (r *Runtime) Server(context.Context) (runtime.ServerInfo, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		return runtime.ServerInfo{}, errors.New("fake: containerd does not answer")
+	}
 	return runtime.ServerInfo{Version: "fake"}, nil
 }
 
@@ -262,7 +288,11 @@ func (r *Runtime) WatchImages(ctx context.Context) (<-chan runtime.ImageEvent, <
 			}
 		}
 	}()
-	return out, make(chan error)
+	errc := make(chan error, 1)
+	r.mu.Lock()
+	r.streams = append(r.streams, errc)
+	r.mu.Unlock()
+	return out, errc
 }
 
 func (r *Runtime) Cleanup(context.Context) error { return nil }
