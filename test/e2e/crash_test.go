@@ -88,6 +88,22 @@ type crashSlot struct {
 
 // crashSlots builds the trials' archives: tags moved by a new version (a),
 // names dropped (b), and layers shared across sources (c, d).
+// crashScene starts a store in a temp dir, with an empty images dir and a
+// data dir beside it, and the archive slots, none placed yet (version -1).
+func crashScene(t *testing.T) (s *crashStore, imagesDir, dataDir string, slots []*crashSlot) {
+	dir := tempDir(t)
+	s = crashStartStore(t, filepath.Join(dir, "c"))
+	imagesDir, dataDir = filepath.Join(dir, "images"), filepath.Join(dir, "data")
+	if err := os.MkdirAll(imagesDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	slots = crashSlots(t)
+	for _, sl := range slots {
+		sl.version = -1
+	}
+	return s, imagesDir, dataDir, slots
+}
+
 func crashSlots(t *testing.T) []*crashSlot {
 	t.Helper()
 	shared, err := fixture.NewLayer(context.Background(), fixture.LayerSpec{Size: 1 << 20, Seed: 4242}, fixture.None)
@@ -243,16 +259,7 @@ func TestCrashTrials(t *testing.T) {
 	t.Logf("seed %d (HOLDFAST_CRASH_SEED=%d repeats this run), %d trials", seed, seed, trials)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 
-	dir := tempDir(t)
-	s := crashStartStore(t, filepath.Join(dir, "c"))
-	imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
-	if err := os.MkdirAll(imagesDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	slots := crashSlots(t)
-	for _, sl := range slots {
-		sl.version = -1
-	}
+	s, imagesDir, dataDir, slots := crashScene(t)
 
 	// The span of the random points: one sync of every archive, measured.
 	for _, sl := range slots {

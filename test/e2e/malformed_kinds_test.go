@@ -170,18 +170,11 @@ func (im *smallImage) entries(t *testing.T) []tent {
 
 func compressBytes(t *testing.T, c fixture.Compression, b []byte) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	w, err := fixture.Compress(&buf, c, fixture.CompressOptions{})
+	out, err := fixture.CompressBytes(c, fixture.CompressOptions{}, b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return out
 }
 
 func flipMiddle(b []byte) []byte {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -84,19 +83,8 @@ func secRun(t *testing.T, env []string, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, holdfastBin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Env = append(append(os.Environ(), "HOLDFAST_LOG_FORMAT=json"), env...)
-	err := cmd.Run()
-	res := result{Stdout: stdout.String(), Stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		res.Code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("running %v: %v", cmd.Args, err)
-	}
-	return res
+	cmd.Env = append(os.Environ(), env...)
+	return runHoldfast(t, cmd)
 }
 
 // secGrep fails t for each secret found in out, naming where.

@@ -97,15 +97,8 @@ func TestSoak(t *testing.T) {
 	t.Logf("soak of %v, seed %d", total, seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 
-	dir := tempDir(t)
-	s := crashStartStore(t, filepath.Join(dir, "c"))
-	imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
-	if err := os.MkdirAll(imagesDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	slots := crashSlots(t)
+	s, imagesDir, dataDir, slots := crashScene(t)
 	for _, sl := range slots {
-		sl.version = -1
 		crashPlace(t, sl, 0, filepath.Join(imagesDir, sl.base+".tar"))
 	}
 	agent := startAgent(t, s.d, dataDir, []string{imagesDir})
