@@ -95,6 +95,14 @@ func TestOldContainerdKubeletImageGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The premise: this CRI does not report holdfast's pin, so the kubelet sees nothing to spare.
+	out, err := n.crictl("inspecti", "-o", "json", oldImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.ReplaceAll(out, " ", ""), `"pinned":true`) {
+		t.Fatalf("containerd 1.6's CRI reports %s pinned: this test's premise is gone:\n%s", oldImage, out)
+	}
 
 	manifests := filepath.Join(dir, "manifests")
 	if err := os.MkdirAll(manifests, 0o755); err != nil {
@@ -190,24 +198,60 @@ func TestOldContainerdKubeletImageGC(t *testing.T) {
 		t.Fatalf("after the backoff: %v", err)
 	}
 
-	// A static pod of the pinned image starts after the fight.
-	podAt := time.Now()
-	if err := os.WriteFile(filepath.Join(manifests, oldPodName+".yaml"), []byte(oldStaticPod()), 0o644); err != nil {
+	// A static pod of the pinned image, written while holdfast holds back the heal of the kubelet's latest
+	// removal: the image is absent then, and the pod starts once holdfast has restored it.
+	var podAt time.Time
+	if err := waitFor("a removal of "+oldImage+" whose heal is held back", 5*time.Minute, func() (bool, error) {
+		rs := oldRemovals(kubelet.log, sleeperID)
+		if len(rs) == 0 {
+			return false, nil
+		}
+		last := rs[len(rs)-1]
+		hs := n.oldHeals(oldImage)
+		if (len(hs) > 0 && !hs[len(hs)-1].Before(last)) || time.Since(last) < 2*time.Second {
+			return false, fmt.Errorf("the last removal at %s is healed or too recent", last.Format(time.StampMicro))
+		}
+		if _, err := n.oldImageID(oldImage); err == nil {
+			return false, fmt.Errorf("%s is present", oldImage)
+		}
+		podAt = time.Now()
+		if err := oldWriteAtomic(filepath.Join(manifests, oldPodName+".yaml"), oldStaticPod()); err != nil {
+			return false, err
+		}
+		if hs := n.oldHeals(oldImage); len(hs) > 0 && hs[len(hs)-1].Before(podAt) && !hs[len(hs)-1].Before(last) {
+			return false, fmt.Errorf("%s was healed before the pod's manifest was written", oldImage)
+		}
+		return true, nil
+	}, kubelet, n.procs["holdfast"]); err != nil {
 		t.Fatal(err)
 	}
 	var ctr oldContainer
-	if err := waitFor("the static pod "+oldPodName+" to run", 6*time.Minute, func() (bool, error) {
+	if err := waitFor("the static pod "+oldPodName+" to run", 8*time.Minute, func() (bool, error) {
 		c, err := n.oldRunningContainer()
 		ctr = c
 		return err == nil, err
 	}, kubelet, n.procs["containerd"]); err != nil {
 		t.Fatal(err)
 	}
+	// The kubelet did try while the image was absent, and failed: the start is holdfast's heal's doing.
+	if n := countMatches(kubelet.log, regexp.MustCompile(`(?m)^E.*`+regexp.QuoteMeta(oldPodName+"-"+oldNodeName)+`.*(CreatePodSandboxError|ErrImageNeverPull)`)); n == 0 {
+		t.Errorf("the kubelet's log shows no failed start of %s while %s was absent", oldPodName, oldImage)
+	}
 	if ctr.ImageRef != sleeperID {
 		t.Errorf("the static pod's container runs image %s; want %s (%s)", ctr.ImageRef, sleeperID, oldImage)
 	}
-	t.Logf("static pod running %.0fs after its manifest was written; by then %d removals of %s, %d heals",
+	t.Logf("static pod running %.0fs after its manifest was written (the image absent then); by then %d removals of %s, %d heals",
 		time.Since(podAt).Seconds(), removals(), oldImage, heals())
+}
+
+// oldWriteAtomic writes a file the kubelet watches under a dot name it ignores, then renames it: it never
+// reads a half-written manifest.
+func oldWriteAtomic(path, content string) error {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path))
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // oldTools returns the Kubernetes and repo bin dirs, or skips or fails t through testenv when a part this
