@@ -599,6 +599,13 @@ func oldLongestLag(removals, heals []time.Time) time.Duration {
 // oldMakeCgroupRoot makes the cgroup name in every hierarchy (cgroup v1; the root on v2) for the kubelet's
 // cgroupRoot. Its cleanup, registered first, removes the tree once containerd and the pods are gone.
 func (c *cluster) oldMakeCgroupRoot(name string) error {
+	// A killed run leaves its (empty) cgroups behind with no temp dir: sweep those first.
+	stale, _ := filepath.Glob("/sys/fs/cgroup/*/holdfast-old-*")
+	for _, s := range stale {
+		if _, err := os.Stat(filepath.Join(os.TempDir(), filepath.Base(s))); os.IsNotExist(err) {
+			_ = removeCgroupTrees(filepath.Base(s)) // one still in use stays
+		}
+	}
 	c.defer_(func() error { return removeCgroupTrees(name) })
 	hierarchies := []string{"/sys/fs/cgroup"}
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.procs"); err != nil {
