@@ -55,6 +55,8 @@ type cluster struct {
 
 	kubeletConfig map[string]any // the config the kubelet runs with now
 
+	path string // PATH of every component; empty: the repo's bin first (see env)
+
 	timings  []string // "what took how long", printed after the start
 	cleanups []func() error
 }
@@ -209,10 +211,15 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// env is the environment of every component: the repo's bin first (containerd's own shim before any other).
+// env is the environment of every component: c.path, by default the repo's bin first (containerd's own shim
+// before any other).
 func (c *cluster) env() []string {
+	path := c.path
+	if path == "" {
+		path = c.repoBin + ":" + c.k8sBin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
 	return []string{
-		"PATH=" + c.repoBin + ":" + c.k8sBin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"PATH=" + path,
 		"HOME=" + c.dir,
 	}
 }

@@ -96,15 +96,7 @@ func findTools() (k8sBin, repoBin, why string) {
 	if os.Geteuid() != 0 {
 		return "", "", "" // needCluster says so through testenv's root part
 	}
-	k8sBin = os.Getenv("HOLDFAST_CLUSTER_BIN")
-	if k8sBin == "" {
-		home, _ := os.UserHomeDir()
-		k8sBin = filepath.Join(home, ".cache", "holdfast", "cluster", k8sVersion, "bin")
-	}
-	repoBin = os.Getenv("HOLDFAST_BIN")
-	if repoBin == "" {
-		repoBin = filepath.Join(repoRoot(), "bin")
-	}
+	k8sBin, repoBin = toolDirs()
 	var lacking []string
 	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubelet", "pause"} {
 		if !executable(filepath.Join(k8sBin, b)) {
@@ -133,6 +125,21 @@ func findTools() (k8sBin, repoBin, why string) {
 		return "", "", "the one-node cluster needs " + strings.Join(lacking, ", ")
 	}
 	return k8sBin, repoBin, ""
+}
+
+// toolDirs returns where the Kubernetes binaries are (HOLDFAST_CLUSTER_BIN, else the cache make deps fills)
+// and the repo's bin (HOLDFAST_BIN, else bin/ at the top).
+func toolDirs() (k8sBin, repoBin string) {
+	k8sBin = os.Getenv("HOLDFAST_CLUSTER_BIN")
+	if k8sBin == "" {
+		home, _ := os.UserHomeDir()
+		k8sBin = filepath.Join(home, ".cache", "holdfast", "cluster", k8sVersion, "bin")
+	}
+	repoBin = os.Getenv("HOLDFAST_BIN")
+	if repoBin == "" {
+		repoBin = filepath.Join(repoRoot(), "bin")
+	}
+	return k8sBin, repoBin
 }
 
 func executable(path string) bool {

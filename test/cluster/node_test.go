@@ -334,10 +334,15 @@ func (c *cluster) nodeReady() (bool, error) {
 
 // removeKubepodsCgroups removes the cgroups the kubelet made (cgroupfs driver, cgroup v1: kubepods in every
 // hierarchy), deepest first. Only empty cgroups can be removed; one still in use is an error.
-func removeKubepodsCgroups() error {
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
-	if fi, err := os.Stat("/sys/fs/cgroup/kubepods"); err == nil && fi.IsDir() {
-		roots = append(roots, "/sys/fs/cgroup/kubepods") // cgroup v2
+func removeKubepodsCgroups() error { return removeCgroupTrees("kubepods") }
+
+// removeCgroupTrees removes the cgroup name (a path below the hierarchies' roots) and everything below it
+// in every hierarchy, cgroup v1 and v2, deepest first. Only empty cgroups can be removed; one still in use
+// is an error.
+func removeCgroupTrees(name string) error {
+	roots, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", name))
+	if fi, err := os.Stat(filepath.Join("/sys/fs/cgroup", name)); err == nil && fi.IsDir() {
+		roots = append(roots, filepath.Join("/sys/fs/cgroup", name)) // cgroup v2
 	}
 	var errs []error
 	for _, root := range roots {
