@@ -310,8 +310,8 @@ var sabotages = []sabotage{
 		name: "pin-pattern-waits-for-resync",
 		// A late image matching a pin list pattern waits for the next pass.
 		edits: []edit{{"internal/agent/heal.go",
-			"pass := !wanted && present && (ours || a.pinMatchLocked(ev.Name))",
-			"pass := !wanted && present && ours"}},
+			"pass := !a.collecting && !wanted && present && (ours || a.pinMatchLocked(ev.Name))",
+			"pass := !a.collecting && !wanted && present && ours"}},
 		tests: []tests{{"./internal/agent", []string{"TestPinPatternBringsPass"}, nil}},
 	},
 	{
@@ -339,5 +339,24 @@ var sabotages = []sabotage{
 			"if path.IsAbs(hdr.Linkname) || escapes(target) {",
 			"if false {"}},
 		tests: []tests{{"./internal/archive", []string{"TestWalkHostileEntries"}, nil}},
+	},
+	{
+		name: "configmap-swap-ignored",
+		// The kubelet's atomic swap of a ConfigMap volume's ..data symlink
+		// is taken for any dotfile being written: a cluster pin set changed
+		// with helm upgrade waits for the next resync.
+		edits: []edit{{"internal/agent/watch.go",
+			"strings.HasPrefix(base, \".\") && base != kubeletData &&",
+			"strings.HasPrefix(base, \".\") &&"}},
+		tests: []tests{{"./internal/agent", []string{"TestAgentConfigMapPins"}, nil}},
+	},
+	{
+		name: "lost-blob-file-unnoticed",
+		// A blob file removed from the content store by hand, its record
+		// still there, leaves its source counted intact: never written again.
+		edits: []edit{{"internal/runtime/containerd/lostfiles.go",
+			"return errors.Is(err, fs.ErrNotExist)",
+			"return err != nil && false"}},
+		tests: []tests{{e2e, []string{"TestLostBlobFileReimported"}, nil}},
 	},
 }
