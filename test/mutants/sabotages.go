@@ -342,12 +342,12 @@ var sabotages = []sabotage{
 	},
 	{
 		name: "configmap-swap-ignored",
-		// The kubelet's atomic swap of a ConfigMap volume's ..data symlink
-		// is taken for any dotfile being written: a cluster pin set changed
-		// with helm upgrade waits for the next resync.
+		// Every event on a dotfile is ignored, ..data and renames too: the
+		// kubelet's atomic swap of a ConfigMap volume goes unseen, and a
+		// cluster pin set changed with helm upgrade waits for the next resync.
 		edits: []edit{{"internal/agent/watch.go",
-			"strings.HasPrefix(base, \".\") && base != kubeletData &&",
-			"strings.HasPrefix(base, \".\") &&"}},
+			"strings.HasPrefix(base, \".\") && base != kubeletData &&\n\t\t\t\t!ev.Has(fsnotify.Rename) && !ev.Has(fsnotify.Remove) {",
+			"strings.HasPrefix(base, \".\") {"}},
 		tests: []tests{{"./internal/agent", []string{"TestAgentConfigMapPins"}, nil}},
 	},
 	{
@@ -356,7 +356,7 @@ var sabotages = []sabotage{
 		// still there, leaves its source counted intact: never written again.
 		edits: []edit{{"internal/runtime/containerd/lostfiles.go",
 			"return errors.Is(err, fs.ErrNotExist)",
-			"return err != nil && false"}},
+			"return errors.Is(err, fs.ErrNotExist) && false"}},
 		tests: []tests{{e2e, []string{"TestLostBlobFileReimported"}, nil}},
 	},
 }
