@@ -232,17 +232,7 @@ func startContainerd(t *testing.T, bin, dir string) string {
 	t.Helper()
 	mkdir(t, dir, 0o711)
 	sock := filepath.Join(dir, "containerd.sock")
-	cfg := fmt.Sprintf(`version = 2
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-root = %q
-state = %q
-[grpc]
-  address = %q
-[ttrpc]
-  address = %q
-[plugins."io.containerd.internal.v1.opt"]
-  path = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc", filepath.Join(dir, "opt"))
+	cfg := testenv.Containerd16Config(dir, sock, false)
 	cfgPath := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

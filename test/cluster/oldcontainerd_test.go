@@ -287,16 +287,7 @@ func oldTools(t *testing.T) (k8sBin, repoBin string) {
 // VM lacks CAP_SYS_RESOURCE). No CNI config: the static pod uses the host's network.
 func (c *cluster) oldContainerdConfig() string {
 	d := filepath.Join(c.dir, "containerd")
-	return fmt.Sprintf(`version = 2
-root = %q
-state = %q
-[grpc]
-  address = %q
-[ttrpc]
-  address = %q
-[plugins."io.containerd.internal.v1.opt"]
-  path = %q
-[plugins."io.containerd.grpc.v1.cri"]
+	return testenv.Containerd16Config(d, c.sock, true) + fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %q
   restrict_oom_score_adj = true
   disable_tcp_service = true
@@ -307,8 +298,7 @@ state = %q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %q
-`, filepath.Join(d, "root"), filepath.Join(d, "state"), c.sock, c.sock+".ttrpc", filepath.Join(d, "opt"),
-		pauseImage, c.cniConfDir())
+`, pauseImage, c.cniConfDir())
 }
 
 // oldStartContainerd starts Debian's containerd in the node's own mount namespace. Its cleanup removes the

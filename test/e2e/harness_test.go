@@ -132,16 +132,7 @@ func newDebian(t *testing.T, cri bool) *debian {
 	}
 	dir := tempDir(t)
 	p := &debian{t: t, name: "debian-1.6", bin: bin, dir: dir, sock: filepath.Join(dir, "c.sock"), cfgPath: filepath.Join(dir, "config.toml")}
-	cfg := fmt.Sprintf(`version = 2
-root = %q
-state = %q
-[grpc]
-  address = %q
-[ttrpc]
-  address = %q
-[plugins."io.containerd.internal.v1.opt"]
-  path = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), p.sock, p.sock+".ttrpc", filepath.Join(dir, "opt"))
+	cfg := testenv.Containerd16Config(dir, p.sock, cri)
 	if cri {
 		cfg += fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri"]
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -151,7 +142,6 @@ state = %q
     conf_dir = %q
 `, filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf"))
 	} else {
-		cfg = strings.Replace(cfg, "[grpc]", "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]", 1)
 		p.name = "debian-1.6-no-cri"
 	}
 	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o600); err != nil {
