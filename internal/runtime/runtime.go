@@ -233,7 +233,8 @@ type Runtime interface {
 	// the image and reports it pinned. ErrNoCRI when there is none.
 	CRIImages(ctx context.Context, names []string) (map[string]CRIImage, error)
 	// Cleanup aborts holdfast's stale ingests: its own from an earlier run,
-	// and any left unwritten for long; never another holdfast's live import.
+	// and any left unwritten for long, and the temp files of direct writes
+	// whose writer is gone; never another holdfast's live import.
 	Cleanup(ctx context.Context) error
 	Close() error
 }

@@ -231,3 +231,33 @@ func directPlaced(t *testing.T, log string) map[string]int {
 	}
 	return out
 }
+
+// TestDirectWritePathSweepsWithoutImporting: a temp file a killed writer
+// left is removed by the next pass even when that pass imports nothing (its
+// archives unchanged), not only by a pass that writes a blob.
+func TestDirectWritePathSweepsWithoutImporting(t *testing.T) {
+	d, imagesDir, dataDir := embeddedScene(t)
+	im := build(t, fixture.ImageSpec{Names: []string{"e2e.local/direct/sweep:1"}})
+	writeArchive(t, filepath.Join(imagesDir, "sweep.tar"), fixture.None, fixture.CompressOptions{}, func(ctx context.Context, w io.Writer) error {
+		return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameContainerdAndTag}, im)
+	})
+	sync := func() string {
+		res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--write-path=direct", "--log-level=debug")
+		if res.Code != 0 {
+			t.Fatalf("sync exited %d\nstderr:\n%s", res.Code, res.Stderr)
+		}
+		return res.Stderr
+	}
+	sync()
+	crashed := filepath.Join(directContentRoot(t, d), "holdfast-tmp", "blob-killed")
+	if err := os.WriteFile(crashed, []byte("half a blob"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(directPlaced(t, sync())); n != 0 {
+		t.Fatalf("the second sync wrote blobs of %d sources: the archive was not unchanged", n)
+	}
+	if _, err := os.Stat(crashed); !os.IsNotExist(err) {
+		t.Errorf("the killed writer's temp file is still there after a pass (stat: %v)", err)
+	}
+	d.requirePinned(t, im.Names[0])
+}

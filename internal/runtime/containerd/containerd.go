@@ -155,7 +155,8 @@ func (r *Runtime) Server(ctx context.Context) (runtime.ServerInfo, error) {
 // from an earlier run (a crash mid-import: the data dir's lock says no other
 // process of this owner runs), and any holdfast ingest nobody has written for
 // staleIngestAge. Another holdfast's live import (another data dir, the same
-// containerd) is left alone.
+// containerd) is left alone. With direct writes, it also removes the temp
+// files of writers that are gone.
 func (r *Runtime) Cleanup(ctx context.Context) error {
 	ctx = r.ns(ctx)
 	cs := r.client.ContentStore()
@@ -172,6 +173,7 @@ func (r *Runtime) Cleanup(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("aborting ingest %s: %w", st.Ref, err))
 		}
 	}
+	errs = append(errs, r.direct.sweep(ctx, r))
 	return errors.Join(errs...)
 }
 

@@ -188,6 +188,16 @@ func sweepTemp(dir string) error {
 	return nil
 }
 
+// sweep removes the temp files a killed writer left, on every pass: a pass
+// that imports nothing (its archives unchanged) must not leave them.
+func (d *directWriter) sweep(ctx context.Context, r *Runtime) error {
+	root, err := d.rootFor(ctx, r)
+	if root == "" || err != nil {
+		return nil // streaming: nothing is written there
+	}
+	return sweepTemp(filepath.Join(root, tempDirName))
+}
+
 // fallBack logs, once, that a blob is streamed after all.
 func (d *directWriter) fallBack(what string, err error) {
 	d.mu.Lock()
