@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -209,104 +210,235 @@ func (d *directWriter) fallBack(what string, err error) {
 	d.opts.Log.Debug("a blob is streamed instead of written directly", "doing", what, "error", err.Error())
 }
 
-// placeBlob writes one blob into the content store's directory under root
-// and has containerd record it, under the lease of ctx, by metadata alone. It
-// reports whether it consumed r: when it did not, the caller streams r.
-func (w *ingester) placeBlob(ctx context.Context, root string, expected digest.Digest, size int64, r io.Reader) (d digest.Digest, committed, consumed bool, err error) {
+// maxPending bounds the verified temp files an import holds open until the
+// end of its walk; blobs past it are committed one by one.
+const maxPending = 256
+
+// placeBlob writes one blob into a temp file beside the content store's
+// blobs and verifies it. Up to maxPending blobs are held there for
+// commitPending; others are made durable, linked into place and recorded by
+// containerd, under the lease of ctx, by metadata alone, at once. It reports
+// whether it consumed r: when it did not, the caller streams r.
+func (w *ingester) placeBlob(ctx context.Context, root string, expected digest.Digest, size int64, r io.Reader) (d digest.Digest, consumed bool, err error) {
 	alg := digest.Canonical
 	if expected != "" {
 		if err := expected.Validate(); err != nil {
-			return "", false, false, nil // the stream path reports it
+			return "", false, nil // the stream path reports it
 		}
 		alg = expected.Algorithm()
 		// A file another namespace committed is there already: the stream
 		// path commits it by metadata without reading r.
 		if fi, err := os.Stat(filepath.Join(root, "blobs", alg.String(), expected.Encoded())); err == nil && fi.Size() == size {
-			return "", false, false, nil
+			return "", false, nil
 		}
 	}
 	f, err := os.CreateTemp(filepath.Join(root, tempDirName), "blob-")
 	if err != nil {
 		w.r.direct.fallBack("creating a temp file", err)
-		return "", false, false, nil
+		return "", false, nil
 	}
+	held := false
 	defer func() {
-		_ = os.Remove(f.Name())
-		_ = f.Close()
+		if !held {
+			_ = os.Remove(f.Name())
+			_ = f.Close()
+		}
 	}()
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		w.r.direct.fallBack("locking "+f.Name(), err)
-		return "", false, false, nil
+		return "", false, nil
 	}
 
 	// From here on r is consumed: errors are the import's.
 	desc := ocispec.Descriptor{Digest: expected, Size: size}
 	digester := alg.Digester()
-	bufp := chunkPool.Get().(*[]byte)
-	n, err := copyFull(io.MultiWriter(f, digester.Hash()), r, *bufp)
-	chunkPool.Put(bufp)
+	n, err := copyHashed(newDIOFile(f), digester.Hash(), r)
 	if err != nil {
-		return "", false, true, fmt.Errorf("writing %s to %s: %w", blobName(desc), f.Name(), err)
+		return "", true, fmt.Errorf("writing %s to %s: %w", blobName(desc), f.Name(), err)
 	}
 	if n != size {
-		return "", false, true, fmt.Errorf("writing %s: got %d bytes, want %d", blobName(desc), n, size)
+		return "", true, fmt.Errorf("writing %s: got %d bytes, want %d", blobName(desc), n, size)
 	}
 	d = digester.Digest()
 	if expected != "" && d != expected {
-		return "", false, true, fmt.Errorf("writing %s: its bytes have digest %s", expected, d)
-	}
-	if err := f.Sync(); err != nil {
-		return "", false, true, fmt.Errorf("syncing %s: %w", f.Name(), err)
+		return "", true, fmt.Errorf("writing %s: its bytes have digest %s", expected, d)
 	}
 	// Read-only, as containerd leaves the blobs it commits.
 	if err := f.Chmod(0o444); err != nil {
-		return "", false, true, fmt.Errorf("setting the mode of %s: %w", f.Name(), err)
+		return "", true, fmt.Errorf("setting the mode of %s: %w", f.Name(), err)
 	}
 	desc.Digest = d
+	var dup bool
+	if held, dup = w.hold(d, f); held || dup {
+		return d, true, nil
+	}
+	if err := f.Sync(); err != nil {
+		return "", true, fmt.Errorf("syncing %s: %w", f.Name(), err)
+	}
+	d, _, err = w.linkPlaced(ctx, root, desc, f, nil)
+	return d, true, err
+}
+
+// hold keeps a verified temp file for commitPending: held. A blob held
+// already needs nothing more: dup. Neither when the batch is full.
+func (w *ingester) hold(d digest.Digest, f *os.File) (held, dup bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.pending[d]; ok {
+		return false, true
+	}
+	if len(w.pending) >= maxPending {
+		return false, false
+	}
+	w.pending[d] = f
+	return true, false
+}
+
+// readPending reads a held blob: the walk's documents may be read before
+// they are committed. ok is false when d is not held.
+func (w *ingester) readPending(d digest.Digest) (data []byte, ok bool, err error) {
+	w.mu.Lock()
+	f := w.pending[d]
+	w.mu.Unlock()
+	if f == nil {
+		return nil, false, nil
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, true, fmt.Errorf("reading %s from %s: %w", d, f.Name(), err)
+	}
+	data = make([]byte, fi.Size())
+	if _, err := f.ReadAt(data, 0); err != nil {
+		return nil, true, fmt.Errorf("reading %s from %s: %w", d, f.Name(), err)
+	}
+	return data, true, nil
+}
+
+// pendingParallel is how many held blobs are synced, and committed, at once.
+const pendingParallel = 8
+
+// commitPending makes every held blob durable, all at once so that the
+// filesystem's journal commits them together, links each into place and has
+// containerd record it under the lease of ctx, by metadata alone, with its
+// distribution source labels. It returns the blobs it committed, which carry
+// those labels.
+func (w *ingester) commitPending(ctx context.Context, sources sourceLabels) (map[digest.Digest]bool, error) {
+	labelled := map[digest.Digest]bool{}
+	w.mu.Lock()
+	held := w.pending
+	w.pending = map[digest.Digest]*os.File{}
+	w.mu.Unlock()
+	if len(held) == 0 {
+		return labelled, nil
+	}
+	defer func() {
+		for _, f := range held {
+			_ = os.Remove(f.Name())
+			_ = f.Close()
+		}
+	}()
+	root, err := w.r.direct.rootFor(ctx, w.r)
+	if err != nil {
+		return nil, err
+	}
+	var g errgroup.Group
+	g.SetLimit(pendingParallel)
+	for _, f := range held {
+		g.Go(func() error {
+			if err := f.Sync(); err != nil {
+				return fmt.Errorf("syncing %s: %w", f.Name(), err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	for d, f := range held {
+		g.Go(func() error {
+			fi, err := f.Stat()
+			if err != nil {
+				return fmt.Errorf("statting %s: %w", f.Name(), err)
+			}
+			_, committed, err := w.linkPlaced(ctx, root, ocispec.Descriptor{Digest: d, Size: fi.Size()}, f, sources.labelsOf(d))
+			if committed {
+				mu.Lock()
+				labelled[d] = true
+				mu.Unlock()
+			}
+			return err
+		})
+	}
+	return labelled, g.Wait()
+}
+
+// dropPending removes the temp files of blobs still held: the import ended
+// before commitPending.
+func (w *ingester) dropPending() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for d, f := range w.pending {
+		_ = os.Remove(f.Name())
+		_ = f.Close()
+		delete(w.pending, d)
+	}
+}
+
+// linkPlaced links a durable, verified temp file into the store under its
+// digest and has containerd record it (commitPlaced); fresh labels go on it
+// when this commits it.
+func (w *ingester) linkPlaced(ctx context.Context, root string, desc ocispec.Descriptor, f *os.File, fresh map[string]string) (digest.Digest, bool, error) {
 	// A link never replaces a blob already there: that one is kept.
-	target := filepath.Join(root, "blobs", d.Algorithm().String(), d.Encoded())
+	target := filepath.Join(root, "blobs", desc.Digest.Algorithm().String(), desc.Digest.Encoded())
 	if err := os.Link(f.Name(), target); err != nil && !errors.Is(err, fs.ErrExist) {
 		w.r.direct.fallBack("linking "+target, err)
-		return w.streamPlaced(ctx, desc, f)
+		return w.streamPlaced(ctx, desc, f, fresh)
 	}
-	return w.commitPlaced(ctx, desc, f)
+	return w.commitPlaced(ctx, desc, f, fresh)
 }
 
 // commitPlaced has containerd record a blob whose file is in place. A store
 // that wants the bytes after all (another policy, another directory, or the
 // file was collected before the writer saw it) gets them from f.
-func (w *ingester) commitPlaced(ctx context.Context, desc ocispec.Descriptor, f *os.File) (digest.Digest, bool, bool, error) {
+func (w *ingester) commitPlaced(ctx context.Context, desc ocispec.Descriptor, f *os.File, fresh map[string]string) (digest.Digest, bool, error) {
 	ref := w.nextRef()
 	cw, offset, err := w.r.openBlob(ctx, ref, desc)
 	if err != nil {
 		w.done(ref, "", false)
 		if errdefs.IsAlreadyExists(err) {
-			return desc.Digest, false, true, nil
+			return desc.Digest, false, nil
 		}
-		return "", false, true, fmt.Errorf("opening writer for %s: %w", desc.Digest, err)
+		return "", false, fmt.Errorf("opening writer for %s: %w", desc.Digest, err)
 	}
 	if offset != desc.Size {
 		cw.Close()
 		_ = w.r.client.ContentStore().Abort(ctx, ref)
 		w.done(ref, "", false)
 		w.r.direct.fallBack("committing "+desc.Digest.String(), fmt.Errorf("the store wants its bytes (it has %d of %d)", offset, desc.Size))
-		return w.streamPlaced(ctx, desc, f)
+		return w.streamPlaced(ctx, desc, f, fresh)
 	}
 	defer cw.Close()
-	d, committed, err := w.commit(ctx, cw, ref, desc.Digest, desc.Size, nil)
+	d, committed, err := w.commit(ctx, cw, ref, desc.Digest, desc.Size, nil, fresh)
 	if err == nil && committed {
 		w.mu.Lock()
 		w.direct++
+		w.written++
 		w.mu.Unlock()
 	}
-	return d, committed, true, err
+	return d, committed, err
 }
 
 // streamPlaced streams a verified blob from its temp file.
-func (w *ingester) streamPlaced(ctx context.Context, desc ocispec.Descriptor, f *os.File) (digest.Digest, bool, bool, error) {
+func (w *ingester) streamPlaced(ctx context.Context, desc ocispec.Descriptor, f *os.File, fresh map[string]string) (digest.Digest, bool, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return "", false, true, fmt.Errorf("rewinding %s: %w", f.Name(), err)
+		return "", false, fmt.Errorf("rewinding %s: %w", f.Name(), err)
 	}
-	d, committed, err := w.put(ctx, desc, f, nil)
-	return d, committed, true, err
+	d, committed, err := w.put(ctx, desc, f, nil, fresh)
+	if err == nil && committed {
+		w.mu.Lock()
+		w.written++
+		w.mu.Unlock()
+	}
+	return d, committed, err
 }

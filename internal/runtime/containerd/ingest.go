@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -56,6 +58,7 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 	}
 	lctx := leases.WithLease(ctx, id)
 	ing := r.newIngester()
+	defer ing.dropPending()
 
 	wants, err := r.importLeased(lctx, req, ing, &res)
 	if err != nil {
@@ -95,12 +98,14 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 	if err != nil {
 		return nil, err
 	}
-	res.Written = ing.written
 
 	wants := withDigestNames(walked.Images)
 	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
 		if b, ok := walked.Docs[desc.Digest]; ok {
 			return b, nil
+		}
+		if b, ok, err := ing.readPending(desc.Digest); ok || err != nil {
+			return b, err
 		}
 		return content.ReadBlob(ctx, r.client.ContentStore(), desc)
 	}
@@ -123,6 +128,13 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 			need = append(need, ref)
 		}
 	}
+	// Blobs placed directly are made durable together and recorded now that
+	// their images, so their labels, are known.
+	labelled, err := ing.commitPending(ctx, sources)
+	if err != nil {
+		return nil, err
+	}
+	res.Written = ing.written
 	// Check completeness before writing anything that points at other blobs.
 	cs := r.client.ContentStore()
 	var toLease []digest.Digest
@@ -162,12 +174,13 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 				return nil, err
 			}
 		}
-		committed, err := ing.writeDoc(ctx, desc, data, labels)
+		committed, err := ing.writeDoc(ctx, desc, data, labels, sources.labelsOf(desc.Digest))
 		if err != nil {
 			return nil, err
 		}
 		if committed {
 			res.Written++
+			labelled[desc.Digest] = true
 		} else {
 			toLease = append(toLease, desc.Digest)
 		}
@@ -177,6 +190,10 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 	}
 	// Every blob is in the store now, written or found there: label each
 	// with where its images come from, for K3s's embedded registry mirror.
+	// Blobs this import committed carry their labels already.
+	for d := range labelled {
+		delete(sources, d)
+	}
 	if err := r.labelSources(ctx, sources); err != nil {
 		return nil, err
 	}
@@ -281,7 +298,7 @@ func (r *Runtime) openLease(ctx context.Context, id, source, identity string, kn
 
 func (r *Runtime) newIngester() *ingester {
 	prefix := refPrefix + r.owner + "-" + r.run + "-" + randomHex(6) + "-"
-	return &ingester{r: r, prefix: prefix, committed: map[digest.Digest]bool{}, open: map[string]bool{}}
+	return &ingester{r: r, prefix: prefix, committed: map[digest.Digest]bool{}, open: map[string]bool{}, pending: map[digest.Digest]*os.File{}}
 }
 
 // ingester is the archive.Store of one import: it writes blobs under the
@@ -291,8 +308,9 @@ type ingester struct {
 	prefix    string
 	n         int
 	mu        sync.Mutex
-	committed map[digest.Digest]bool // committed by this import, so already on the lease
-	open      map[string]bool        // refs not yet committed
+	committed map[digest.Digest]bool     // committed by this import, so already on the lease
+	open      map[string]bool            // refs not yet committed
+	pending   map[digest.Digest]*os.File // verified temp files of direct writes, committed after the walk
 	written   int
 	present   int
 	direct    int // blobs committed by metadata only, their files placed by holdfast
@@ -345,14 +363,12 @@ func (w *ingester) Put(ctx context.Context, expected digest.Digest, size int64, 
 	if err != nil {
 		return "", err
 	}
-	var d digest.Digest
-	var committed, consumed bool
 	if root != "" {
-		d, committed, consumed, err = w.placeBlob(ctx, root, expected, size, r)
+		if d, consumed, err := w.placeBlob(ctx, root, expected, size, r); consumed {
+			return d, err
+		}
 	}
-	if !consumed {
-		d, committed, err = w.put(ctx, ocispec.Descriptor{Digest: expected, Size: size}, r, nil)
-	}
+	d, committed, err := w.put(ctx, ocispec.Descriptor{Digest: expected, Size: size}, r, nil, nil)
 	if err == nil && committed {
 		w.mu.Lock()
 		w.written++
@@ -361,15 +377,19 @@ func (w *ingester) Put(ctx context.Context, expected digest.Digest, size int64, 
 	return d, err
 }
 
-func (w *ingester) writeDoc(ctx context.Context, desc ocispec.Descriptor, data []byte, labels map[string]string) (bool, error) {
-	_, committed, err := w.put(ctx, desc, bytesReader(data), labels)
+// writeDoc writes a document with labels; fresh labels go on it only when
+// this call commits it (see put).
+func (w *ingester) writeDoc(ctx context.Context, desc ocispec.Descriptor, data []byte, labels, fresh map[string]string) (bool, error) {
+	_, committed, err := w.put(ctx, desc, bytesReader(data), labels, fresh)
 	return committed, err
 }
 
 // put writes one blob. It reports whether this call committed it (and so put it
 // on the lease in the same transaction); a blob that was already there has its
-// labels brought up to date instead.
-func (w *ingester) put(ctx context.Context, desc ocispec.Descriptor, r io.Reader, labels map[string]string) (digest.Digest, bool, error) {
+// labels brought up to date instead. The fresh labels are committed with the
+// blob and never set on one that was there: they are values a caller merges
+// into what is there otherwise (labelSources).
+func (w *ingester) put(ctx context.Context, desc ocispec.Descriptor, r io.Reader, labels, fresh map[string]string) (digest.Digest, bool, error) {
 	ref := w.nextRef()
 	cw, offset, err := w.r.openBlob(ctx, ref, desc)
 	if err != nil {
@@ -385,7 +405,7 @@ func (w *ingester) put(ctx context.Context, desc ocispec.Descriptor, r io.Reader
 	// is; restart anything else that does not start at zero.
 	if offset > 0 {
 		if desc.Digest != "" && offset == desc.Size {
-			return w.commit(ctx, cw, ref, desc.Digest, desc.Size, labels)
+			return w.commit(ctx, cw, ref, desc.Digest, desc.Size, labels, fresh)
 		}
 		cw.restart()
 	}
@@ -409,13 +429,19 @@ func (w *ingester) put(ctx context.Context, desc ocispec.Descriptor, r io.Reader
 	if d == "" {
 		d = digester.Digest()
 	}
-	return w.commit(ctx, cw, ref, d, desc.Size, labels)
+	return w.commit(ctx, cw, ref, d, desc.Size, labels, fresh)
 }
 
-// commit finishes a write; a blob that exists already is not an error.
-func (w *ingester) commit(ctx context.Context, cw *blobWriter, ref string, d digest.Digest, size int64, labels map[string]string) (digest.Digest, bool, error) {
+// commit finishes a write, with labels and fresh labels (see put); a blob
+// that exists already is not an error.
+func (w *ingester) commit(ctx context.Context, cw *blobWriter, ref string, d digest.Digest, size int64, labels, fresh map[string]string) (digest.Digest, bool, error) {
 	cs := w.r.client.ContentStore()
-	if err := cw.Commit(size, d, labels); err != nil {
+	all := labels
+	if len(fresh) > 0 {
+		all = maps.Clone(fresh)
+		maps.Copy(all, labels)
+	}
+	if err := cw.Commit(size, d, all); err != nil {
 		if errdefs.IsAlreadyExists(err) {
 			_ = cs.Abort(ctx, ref)
 			w.done(ref, d, false)

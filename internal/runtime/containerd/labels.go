@@ -72,6 +72,20 @@ func (s sourceLabels) add(name string, ds []digest.Digest) {
 	}
 }
 
+// labelsOf is the distribution source labels of a blob no other image has
+// labelled yet: each repository list as it would be merged into no value.
+// Values past containerd's label size limit are left out, as labelSources
+// leaves them.
+func (s sourceLabels) labelsOf(d digest.Digest) map[string]string {
+	out := map[string]string{}
+	for key, repos := range s[d] {
+		if v := mergeRepos("", repos...); labels.Validate(key, v) == nil {
+			out[key] = v
+		}
+	}
+	return out
+}
+
 // labelSources merges the distribution source labels into the blobs in the
 // store, key by key (labels.<key> field paths): other labels are never
 // touched, and repositories already in a value stay. Blobs the store does not

@@ -243,7 +243,7 @@ func (r *Runtime) writeState(ctx context.Context, ing *ingester, st runtime.Sour
 		return err
 	}
 	desc := ocispec.Descriptor{MediaType: stateMediaType, Digest: digest.FromBytes(data), Size: int64(len(data))}
-	committed, err := ing.writeDoc(ctx, desc, data, map[string]string{runtime.LabelState: st.Lease})
+	committed, err := ing.writeDoc(ctx, desc, data, map[string]string{runtime.LabelState: st.Lease}, nil)
 	if err != nil {
 		return fmt.Errorf("saving state of lease %s: %w", st.Lease, err)
 	}
