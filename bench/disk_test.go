@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -87,5 +88,68 @@ func TestBaselineIsDirect(t *testing.T) {
 	}
 	if b := baseline(stats, Stat{Scenario: ScenarioP2, Method: MethodCtr}); b != nil {
 		t.Errorf("P2 baseline without a P2 row = %+v", b)
+	}
+}
+
+// A containerd that is missing or not 1.6 is named as the reason its rows
+// are skipped.
+func TestCheck16(t *testing.T) {
+	t.Parallel()
+	if why := check16(filepath.Join(t.TempDir(), "containerd")); why == "" {
+		t.Errorf("a missing binary passes as containerd 1.6")
+	}
+	fake := filepath.Join(t.TempDir(), "containerd")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho 'containerd github.com/containerd/containerd/v2 v2.4.2 abc'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if why := check16(fake); why == "" {
+		t.Errorf("containerd 2.4.2 passes as 1.6")
+	}
+	old := filepath.Join(t.TempDir(), "containerd")
+	if err := os.WriteFile(old, []byte("#!/bin/sh\necho 'containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if why := check16(old); why != "" {
+		t.Errorf("Debian's 1.6.20: %s", why)
+	}
+}
+
+// P1's cold-cache rows drop the cache and no other does; without containerd
+// 1.6 its rows are left out with a line saying why; the disk rate runs with
+// P1 and alone.
+func TestColdMethods(t *testing.T) {
+	t.Parallel()
+	var progress strings.Builder
+	missing := filepath.Join(t.TempDir(), "containerd")
+	h := &harness{cfg: Config{Set: QuickSet(), Rounds: 1, Containerd16: missing, Progress: &progress, Only: []string{"P1"}},
+		arch: &Archives{Dir: t.TempDir(), Large: Archive{Bytes: 100}, LargeZst: Archive{Bytes: 60}}}
+	var cold, methods []string
+	for _, m := range h.coldMethods() {
+		methods = append(methods, m.scenario+" / "+m.method)
+		if m.coldCache {
+			cold = append(cold, m.method)
+		}
+		if m.on16 {
+			t.Errorf("%s runs on containerd 1.6, which is missing", m.method)
+		}
+		if m.scenario == ScenarioP1 && m.method != MethodFloor && m.method != MethodFloorColdCache && m.bytes <= 0 {
+			t.Errorf("%s has no byte count", m.method)
+		}
+	}
+	if !slices.Equal(cold, []string{MethodHoldfastColdCache, MethodFloorColdCache}) {
+		t.Errorf("cold-cache methods %q", cold)
+	}
+	for _, want := range []string{ScenarioP1 + " / " + MethodHoldfastDirect, ScenarioP1 + " / " + MethodHoldfastStream,
+		ScenarioP1 + " / " + MethodHoldfastZstStream, ScenarioDisk + " / " + MethodDisk4} {
+		if !slices.Contains(methods, want) {
+			t.Errorf("no %s in %q", want, methods)
+		}
+	}
+	if !strings.Contains(progress.String(), "skipping the P1 rows on containerd 1.6") || !strings.Contains(progress.String(), missing) {
+		t.Errorf("no line saying why the 1.6 rows are skipped: %q", progress.String())
+	}
+	h.cfg.Only = []string{"disk"}
+	if ms := h.coldMethods(); len(ms) != 2 || ms[0].scenario != ScenarioDisk {
+		t.Errorf("-only disk: %d methods", len(ms))
 	}
 }

@@ -147,9 +147,13 @@ func describeScenarios(r *Results) string {
 	fmt.Fprintf(&b, "- P4 heal: under `holdfast run --settle 1s`, each of %d images (one archive) deleted once with ImageService().Delete; time until its record is back with both pin labels\n", len(a.Heal.Names))
 	fmt.Fprintf(&b, "- P4 watch: %d archives (%d layer(s) × %s each) renamed one by one into the images dir, mtime an hour old; time until the record is pinned\n",
 		len(a.Watch), set.Watch.Layers, formatBytes(set.Watch.LayerSize))
-	fmt.Fprintf(&b, "- P5: peak RSS of a cold holdfast sync, direct and stream, of one archive of %d layers × %s (%s, generated for P5 and deleted after; %d round)\n",
-		set.Huge.Layers, formatBytes(set.Huge.LayerSize), formatName(set.Huge.Formats[0]), p5Rounds)
-	fmt.Fprintf(&b, "- disk: %s written durably, 1 and 4 streams, each round of P1\n", formatBytes(set.DiskBytes))
+	if findStat(r.Stats, ScenarioP5, MethodHoldfastDirect) != nil {
+		fmt.Fprintf(&b, "- P5: peak RSS of a cold holdfast sync, direct and stream, of one archive of %d layers × %s (%s, generated for P5 and deleted after; %d round)\n",
+			set.Huge.Layers, formatBytes(set.Huge.LayerSize), formatName(set.Huge.Formats[0]), p5Rounds)
+	}
+	if findStat(r.Stats, ScenarioDisk, MethodDisk1) != nil {
+		fmt.Fprintf(&b, "- disk: %s written durably, 1 and 4 streams, each round\n", formatBytes(set.DiskBytes))
+	}
 	return b.String()
 }
 
