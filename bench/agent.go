@@ -59,7 +59,7 @@ func (h *harness) agent(ctx context.Context) (err error) {
 
 	logBase := filepath.Join(dir, "run")
 	a, err := startAgent(ctx, logBase, h.cfg.Tools.Holdfast,
-		"run", "--address", st.Address(), "--data-dir", filepath.Join(dir, "holdfast"),
+		"run", "--address", st.Address(), "--write-path", WriteDirect, "--data-dir", filepath.Join(dir, "holdfast"),
 		"--images", images, "--listen", "127.0.0.1:0", "--settle", "1s")
 	if err != nil {
 		return err

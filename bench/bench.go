@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Scenarios, as the issue numbers them. P5 and P6 are measured within P1.
+// Scenarios, as the issue numbers them. P6 is measured within P1.
 const (
 	ScenarioP1      = "P1"       // cold import of the large archive
 	ScenarioP1Small = "P1s"      // cold import of the archive of many small layers
@@ -23,24 +23,42 @@ const (
 	ScenarioP3      = "P3"       // warm sync of the warm archives
 	ScenarioHeal    = "P4 heal"  // heal latency under holdfast run
 	ScenarioWatch   = "P4 watch" // watch-to-pinned latency under holdfast run
+	ScenarioP5      = "P5"       // peak RSS of a cold import of the huge archive
+	ScenarioDisk    = "disk"     // the disk's own durable write rate (measured with P1)
 )
 
-// Groups lists the scenario groups Config.Only selects from (P5 and P6 are
-// part of P1).
-func Groups() []string { return []string{"P1", "P1s", "P2", "P3", "P4"} }
+// Groups lists the scenario groups Config.Only selects from (P6 and the disk
+// rate are part of P1; "disk" alone runs only the disk rate).
+func Groups() []string { return []string{"P1", "P1s", "P2", "P3", "P4", "P5", "disk"} }
+
+// Write paths of holdfast sync (--write-path); every holdfast invocation of
+// the harness names one, so a row means the same whatever the default is.
+const (
+	WriteDirect = "direct" // blob files written into the content store's directory, committed by metadata
+	WriteStream = "stream" // blobs sent through containerd's content API
+)
 
 // Methods: what is measured in a scenario.
 const (
-	MethodHoldfast        = "holdfast sync"
-	MethodHoldfastZst     = "holdfast sync .tar.zst"
-	MethodCtr             = "ctr import"
-	MethodCtrLocal        = "ctr import --local"
-	MethodFloor           = "floor"
-	MethodHoldfastSetup   = "holdfast sync (cold, setup)"
-	MethodHoldfastWarm    = "holdfast sync (warm)"
-	MethodHoldfastNoCache = "holdfast sync (warm, new data dir)"
-	MethodProcessStart    = "holdfast version (process start only)"
-	MethodAgent           = "holdfast run"
+	MethodHoldfastDirect    = "holdfast sync (direct)"
+	MethodHoldfastStream    = "holdfast sync (stream)"
+	MethodHoldfastZstDirect = "holdfast sync .tar.zst (direct)"
+	MethodHoldfastZstStream = "holdfast sync .tar.zst (stream)"
+	MethodHoldfastColdCache = "holdfast sync (direct, cold cache)"
+	MethodCtr               = "ctr import"
+	MethodCtrLocal          = "ctr import --local"
+	MethodFloor             = "floor"
+	MethodFloorColdCache    = "floor (cold cache)"
+	Method16Stream          = "holdfast sync (stream) on containerd 1.6"
+	Method16Direct          = "holdfast sync (direct) on containerd 1.6"
+	Method16CtrLocal        = "ctr import --local on containerd 1.6"
+	MethodDisk1             = "durable write, 1 stream"
+	MethodDisk4             = "durable write, 4 streams"
+	MethodHoldfastSetup     = "holdfast sync (direct, cold, setup)"
+	MethodHoldfastWarm      = "holdfast sync (warm)"
+	MethodHoldfastNoCache   = "holdfast sync (warm, new data dir)"
+	MethodProcessStart      = "holdfast version (process start only)"
+	MethodAgent             = "holdfast run"
 )
 
 // Config is one run of the harness.
@@ -51,8 +69,11 @@ type Config struct {
 	ZstdWindow int      // of the .tar.zst: a power of two
 	WorkDir    string   // where the harness makes its work dir; "" = os.TempDir()
 	Keep       bool     // keep the work dir
-	DropCaches bool     // drop the page cache before each cold measurement
+	DropCaches bool     // drop the page cache before each measurement (the cold-cache rows always do)
 	Only       []string // scenario groups to run (Groups); empty = all
+	// Containerd16 is Debian's containerd 1.6, P1's second target; ""
+	// is DefaultContainerd16. When it is missing those rows are skipped.
+	Containerd16 string
 	// ProfileDir, when set, gets containerd's CPU profile of one more
 	// (uncounted) holdfast sync of the large archive, after P1.
 	ProfileDir string
@@ -78,7 +99,10 @@ func (c Config) Validate() error {
 			return fmt.Errorf("unknown scenario %q (want some of %v)", g, Groups())
 		}
 	}
-	for _, s := range []Shape{c.Set.Large, c.Set.Small, c.Set.Medium, c.Set.Warm, c.Set.Heal, c.Set.Watch} {
+	if c.Set.DiskBytes < 4*mib || c.Set.DiskBytes%(4*mib) != 0 {
+		return fmt.Errorf("archive set %s: the disk rate's size %d is not a multiple of 4 MiB", c.Set.Name, c.Set.DiskBytes)
+	}
+	for _, s := range []Shape{c.Set.Large, c.Set.Small, c.Set.Medium, c.Set.Warm, c.Set.Heal, c.Set.Watch, c.Set.Huge} {
 		if s.Count < 1 || s.Layers < 1 || s.LayerSize < 1 || len(s.Formats) == 0 {
 			return fmt.Errorf("archive set %s: every shape needs a count, layers, a layer size and a format", c.Set.Name)
 		}
@@ -101,9 +125,12 @@ type Sample struct {
 	// other work on a shared machine, and kernel threads (cpuMeter).
 	OtherCPUSeconds float64 `json:"other_cpu_seconds,omitempty"`
 	MaxRSSBytes     int64   `json:"max_rss_bytes,omitempty"` // of the importing process
-	DeleteSeconds   float64 `json:"delete_seconds,omitempty"`
-	Summary         string  `json:"summary,omitempty"` // holdfast sync's summary line
-	Error           string  `json:"error,omitempty"`
+	// Bytes is what the sample imported (the archives' size on disk) or,
+	// for the disk rate, wrote.
+	Bytes         int64   `json:"bytes,omitempty"`
+	DeleteSeconds float64 `json:"delete_seconds,omitempty"`
+	Summary       string  `json:"summary,omitempty"` // holdfast sync's summary line
+	Error         string  `json:"error,omitempty"`
 }
 
 // Results is everything a run measured.
@@ -224,6 +251,11 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 			return h.finish(), err
 		}
 	}
+	if cfg.runs("P5") {
+		if err := h.p5(ctx); err != nil {
+			return h.finish(), err
+		}
+	}
 	return h.finish(), nil
 }
 
@@ -270,9 +302,13 @@ func (h *harness) newRunDir() (string, error) {
 // quiesce flushes dirty pages (the previous measurement's writes, the
 // generator's) so they are not written back during the next measurement,
 // and drops the page cache when asked to.
-func (h *harness) quiesce() error {
+func (h *harness) quiesce() error { return h.quiesceDrop(false) }
+
+// quiesceDrop is quiesce that drops the page cache also when drop is set
+// (a cold-cache row), whatever -drop-caches says.
+func (h *harness) quiesceDrop(drop bool) error {
 	unix.Sync()
-	if !h.cfg.DropCaches {
+	if !h.cfg.DropCaches && !drop {
 		return nil
 	}
 	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0o200); err != nil {

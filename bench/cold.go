@@ -14,10 +14,14 @@ import (
 )
 
 // coldMethod is one contender of a cold-import scenario. Each measurement
-// gets a fresh embedded containerd on a new data dir (unless it needs none).
+// gets a fresh containerd on a new data dir (unless it needs none): the
+// embedded one, or Debian's 1.6 with on16.
 type coldMethod struct {
 	scenario, method string
 	containerd       bool     // needs a fresh containerd
+	on16             bool     // ... Debian's containerd 1.6, not the embedded one
+	coldCache        bool     // drop the page cache before it (always, not only with -drop-caches)
+	bytes            int64    // what it imports or writes, for the per-GiB and MB/s figures
 	names            []string // the records the import must leave
 	pinned           bool     // ... pinned by holdfast
 	run              func(ctx context.Context, env coldEnv) (procRun, error)
@@ -52,25 +56,52 @@ func (h *harness) coldMethods() []coldMethod {
 	a := h.arch
 	var ms []coldMethod
 	if h.cfg.runs("P1") {
+		large := a.GroupDir("large")
 		ms = append(ms,
-			h.holdfastSync(ScenarioP1, MethodHoldfast, a.GroupDir("large"), a.Large),
+			h.holdfastSync(ScenarioP1, MethodHoldfastDirect, WriteDirect, large, a.Large),
+			h.holdfastSync(ScenarioP1, MethodHoldfastStream, WriteStream, large, a.Large),
 			h.ctrImport(ScenarioP1, MethodCtr, false, a.Large),
 			h.ctrImport(ScenarioP1, MethodCtrLocal, true, a.Large),
-			h.floor(ScenarioP1, a.Large),
-			h.holdfastSync(ScenarioP1, MethodHoldfastZst, a.GroupDir("large-zst"), a.LargeZst),
+			h.floor(ScenarioP1, MethodFloor, a.Large),
+			h.holdfastSync(ScenarioP1, MethodHoldfastZstDirect, WriteDirect, a.GroupDir("large-zst"), a.LargeZst),
+			h.holdfastSync(ScenarioP1, MethodHoldfastZstStream, WriteStream, a.GroupDir("large-zst"), a.LargeZst),
 		)
+		cc := h.holdfastSync(ScenarioP1, MethodHoldfastColdCache, WriteDirect, large, a.Large)
+		cc.coldCache = true
+		fc := h.floor(ScenarioP1, MethodFloorColdCache, a.Large)
+		fc.coldCache = true
+		ms = append(ms, cc, fc)
+		if why := check16(h.containerd16()); why != "" {
+			h.logf("skipping the P1 rows on containerd 1.6: %s", why)
+		} else {
+			for _, m := range []coldMethod{
+				h.holdfastSync(ScenarioP1, Method16Stream, WriteStream, large, a.Large),
+				h.holdfastSync(ScenarioP1, Method16Direct, WriteDirect, large, a.Large),
+				h.ctrImport(ScenarioP1, Method16CtrLocal, true, a.Large),
+			} {
+				m.on16 = true
+				ms = append(ms, m)
+			}
+		}
+	}
+	if h.cfg.runs("P1") || h.cfg.runs("disk") {
+		ms = append(ms, h.diskRate(MethodDisk1, 1), h.diskRate(MethodDisk4, 4))
 	}
 	if h.cfg.runs("P1s") {
+		small := a.GroupDir("small")
 		ms = append(ms,
-			h.holdfastSync(ScenarioP1Small, MethodHoldfast, a.GroupDir("small"), a.Small),
+			h.holdfastSync(ScenarioP1Small, MethodHoldfastDirect, WriteDirect, small, a.Small),
+			h.holdfastSync(ScenarioP1Small, MethodHoldfastStream, WriteStream, small, a.Small),
 			h.ctrImport(ScenarioP1Small, MethodCtr, false, a.Small),
 			h.ctrImport(ScenarioP1Small, MethodCtrLocal, true, a.Small),
-			h.floor(ScenarioP1Small, a.Small),
+			h.floor(ScenarioP1Small, MethodFloor, a.Small),
 		)
 	}
 	if h.cfg.runs("P2") {
+		medium := a.GroupDir("medium")
 		ms = append(ms,
-			h.holdfastSync(ScenarioP2, MethodHoldfast, a.GroupDir("medium"), a.Medium...),
+			h.holdfastSync(ScenarioP2, MethodHoldfastDirect, WriteDirect, medium, a.Medium...),
+			h.holdfastSync(ScenarioP2, MethodHoldfastStream, WriteStream, medium, a.Medium...),
 			h.ctrImport(ScenarioP2, MethodCtr, false, a.Medium...),
 			h.ctrImport(ScenarioP2, MethodCtrLocal, true, a.Medium...),
 		)
@@ -78,21 +109,44 @@ func (h *harness) coldMethods() []coldMethod {
 	return ms
 }
 
-// holdfastSync is one `holdfast sync` of an images dir holding archives.
-func (h *harness) holdfastSync(scenario, method, imagesDir string, archives ...Archive) coldMethod {
+// containerd16 is the containerd 1.6 binary to measure on.
+func (h *harness) containerd16() string {
+	if h.cfg.Containerd16 != "" {
+		return h.cfg.Containerd16
+	}
+	return DefaultContainerd16
+}
+
+// archiveBytes is the size on disk of archives.
+func archiveBytes(archives []Archive) int64 {
+	var n int64
+	for _, a := range archives {
+		n += a.Bytes
+	}
+	return n
+}
+
+// holdfastSync is one `holdfast sync --write-path=path` of an images dir
+// holding archives.
+func (h *harness) holdfastSync(scenario, method, path, imagesDir string, archives ...Archive) coldMethod {
 	return coldMethod{
-		scenario: scenario, method: method, containerd: true, names: Names(archives...), pinned: true,
+		scenario: scenario, method: method, containerd: true, names: Names(archives...), pinned: true, bytes: archiveBytes(archives),
 		run: func(ctx context.Context, env coldEnv) (procRun, error) {
-			return h.runSync(ctx, env.st, filepath.Join(env.dir, "holdfast"), imagesDir, filepath.Join(env.dir, "sync"))
+			return h.runSync(ctx, env.st, path, filepath.Join(env.dir, "holdfast"), imagesDir, filepath.Join(env.dir, "sync"))
 		},
 	}
 }
 
-// runSync runs `holdfast sync` against st with its own data dir and checks
-// that it succeeded.
-func (h *harness) runSync(ctx context.Context, st *store, dataDir, imagesDir, logBase string) (procRun, error) {
-	r, err := runProc(ctx, logBase, h.cfg.Tools.Holdfast,
-		"sync", "--address", st.Address(), "--data-dir", dataDir, "--images", imagesDir)
+// syncArgs is the command line of a holdfast sync: the write path always
+// named, so the row does not depend on holdfast's default.
+func syncArgs(address, path, dataDir, imagesDir string) []string {
+	return []string{"sync", "--address", address, "--write-path", path, "--data-dir", dataDir, "--images", imagesDir}
+}
+
+// runSync runs `holdfast sync --write-path=path` against st with its own
+// data dir and checks that it succeeded.
+func (h *harness) runSync(ctx context.Context, st *store, path, dataDir, imagesDir, logBase string) (procRun, error) {
+	r, err := runProc(ctx, logBase, h.cfg.Tools.Holdfast, syncArgs(st.Address(), path, dataDir, imagesDir)...)
 	if err != nil {
 		return r, err
 	}
@@ -106,7 +160,7 @@ func (h *harness) runSync(ctx context.Context, st *store, dataDir, imagesDir, lo
 // transfer service or with --local (client.Import: what K3s does).
 func (h *harness) ctrImport(scenario, method string, local bool, archives ...Archive) coldMethod {
 	return coldMethod{
-		scenario: scenario, method: method, containerd: true, names: Names(archives...),
+		scenario: scenario, method: method, containerd: true, names: Names(archives...), bytes: archiveBytes(archives),
 		run: func(ctx context.Context, env coldEnv) (procRun, error) {
 			return h.runCtrImports(ctx, env.st, filepath.Join(env.dir, "ctr"), local, archives)
 		},
@@ -136,9 +190,9 @@ func (h *harness) runCtrImports(ctx context.Context, st *store, logBase string, 
 }
 
 // floor runs WriteFloor on the archive, in the harness process.
-func (h *harness) floor(scenario string, a Archive) coldMethod {
+func (h *harness) floor(scenario, method string, a Archive) coldMethod {
 	return coldMethod{
-		scenario: scenario, method: MethodFloor,
+		scenario: scenario, method: method, bytes: a.Bytes,
 		run: func(ctx context.Context, env coldEnv) (procRun, error) {
 			var r procRun
 			cpu0 := selfCPU()
@@ -177,12 +231,18 @@ func (h *harness) measureCold(ctx context.Context, m coldMethod, round int) (s S
 			err = errors.Join(err, fmt.Errorf("removing %s: %w", dir, rerr))
 		}
 	}()
-	if err := h.quiesce(); err != nil {
+	if err := h.quiesceDrop(m.coldCache); err != nil {
 		return s, err
 	}
 	env := coldEnv{dir: dir}
 	if m.containerd {
-		st, err := startStore(ctx, filepath.Join(dir, "containerd"), h.cfg.Tools.Holdfast)
+		var st *store
+		var err error
+		if m.on16 {
+			st, err = startStore16(ctx, filepath.Join(dir, "containerd"), h.containerd16())
+		} else {
+			st, err = startStore(ctx, filepath.Join(dir, "containerd"), h.cfg.Tools.Holdfast)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return s, ctx.Err()
@@ -205,6 +265,7 @@ func (h *harness) measureCold(ctx context.Context, m coldMethod, round int) (s S
 	s.Seconds = r.Wall.Seconds()
 	s.ClientCPUSeconds = r.CPU.Seconds()
 	s.MaxRSSBytes = r.MaxRSS
+	s.Bytes = m.bytes
 	s.Summary = summaryLine(r.Stdout)
 	child := r.CPU
 	if !m.containerd {

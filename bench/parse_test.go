@@ -70,6 +70,11 @@ func TestConfigValidate(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
+	full := ok
+	full.Set, full.Only = FullSet(), []string{"P5", "disk"}
+	if err := full.Validate(); err != nil {
+		t.Fatalf("the full set with -only P5,disk: %v", err)
+	}
 	for name, mutate := range map[string]func(*Config){
 		"no tools":        func(c *Config) { c.Tools = Tools{} },
 		"no rounds":       func(c *Config) { c.Rounds = 0 },
@@ -77,6 +82,9 @@ func TestConfigValidate(t *testing.T) {
 		"unknown only":    func(c *Config) { c.Only = []string{"P9"} },
 		"empty shape":     func(c *Config) { c.Set.Warm.Count = 0 },
 		"shape no format": func(c *Config) { c.Set.Large.Formats = nil },
+		"no huge layers":  func(c *Config) { c.Set.Huge.Layers = 0 },
+		"no disk bytes":   func(c *Config) { c.Set.DiskBytes = 0 },
+		"odd disk bytes":  func(c *Config) { c.Set.DiskBytes = 5 << 20 },
 	} {
 		c := ok
 		c.Set = QuickSet()

@@ -48,14 +48,14 @@ func (h *harness) profile(ctx context.Context, dir string) (err error) {
 	}()
 	// The profile covers the whole import: as long as the median import, plus 2 s.
 	seconds := 30
-	if s := findStat(computeStats(h.res.Samples), ScenarioP1, MethodHoldfast); s != nil && s.N > 0 {
+	if s := findStat(computeStats(h.res.Samples), ScenarioP1, MethodHoldfastDirect); s != nil && s.N > 0 {
 		seconds = int(math.Ceil(float64(s.Median))) + 2
 	}
 	out := filepath.Join(dir, "containerd-P1-holdfast.pprof")
 	got := make(chan error, 1)
 	go func() { got <- fetchProfile(ctx, st.proc.Layout().DebugAddress, seconds, out) }()
 	time.Sleep(100 * time.Millisecond) // the profile starts when the request arrives
-	_, syncErr := h.runSync(ctx, st, filepath.Join(run, "holdfast"), h.arch.GroupDir("large"), filepath.Join(run, "sync"))
+	_, syncErr := h.runSync(ctx, st, WriteDirect, filepath.Join(run, "holdfast"), h.arch.GroupDir("large"), filepath.Join(run, "sync"))
 	if err := errors.Join(syncErr, <-got); err != nil {
 		return fmt.Errorf("profiling containerd during holdfast sync: %w", err)
 	}

@@ -19,7 +19,8 @@ func WriteReport(w io.Writer, r *Results) error {
 	var b strings.Builder
 	c := r.Config
 	fmt.Fprintf(&b, "holdfast bench: archive set %q, %d round(s), contenders alternating within each round; medians of the rounds.\n", c.Set.Name, c.Rounds)
-	fmt.Fprintf(&b, "Cold imports: a fresh embedded containerd (new data dir) per measurement, namespace %s, archives in the page cache.\n\n", c.Namespace)
+	fmt.Fprintf(&b, "Cold imports: a fresh embedded containerd (new data dir) per measurement (or a fresh Debian containerd 1.6 for the rows so named), "+
+		"namespace %s, archives in the page cache (but for the cold-cache rows); every holdfast run names its --write-path.\n\n", c.Namespace)
 	if r.Archives != nil {
 		b.WriteString(describeScenarios(r))
 		b.WriteString("\n")
@@ -28,7 +29,7 @@ func WriteReport(w io.Writer, r *Results) error {
 	var rows [][]string
 	var noisy []string
 	for _, s := range r.Stats {
-		if s.Scenario == ScenarioHeal || s.Scenario == ScenarioWatch {
+		if s.Scenario == ScenarioHeal || s.Scenario == ScenarioWatch || s.Scenario == ScenarioDisk {
 			continue
 		}
 		vs := ""
@@ -40,7 +41,7 @@ func WriteReport(w io.Writer, r *Results) error {
 			rss = formatBytes(s.MaxRSSBytes)
 		}
 		cd := formatSeconds(float64(s.ContainerdCPU))
-		if s.Method == MethodFloor {
+		if s.Method == MethodFloor || s.Method == MethodFloorColdCache {
 			cd = "–"
 		}
 		rows = append(rows, []string{s.Scenario, s.Method, formatSeconds(float64(s.Median)),
@@ -54,11 +55,26 @@ func WriteReport(w io.Writer, r *Results) error {
 		writeTable(&b, []string{"scenario", "method", "median", "min – max", "n", "client CPU", "containerd CPU", "other CPU", "max RSS", "÷ holdfast"}, rows)
 		b.WriteString("\nMedians of: client CPU, user + system time of the importing process(es) (the harness itself for the floor); " +
 			"containerd CPU, of the containerd process meanwhile; other CPU, the rest of the machine meanwhile (other work, kernel I/O threads). " +
-			"max RSS: the largest of the rounds. ÷ holdfast: this median ÷ holdfast sync's in the same scenario.\n")
+			"max RSS: the largest of the rounds. ÷ holdfast: this median ÷ holdfast sync (direct)'s in the same scenario " +
+			"(the rows on containerd 1.6 and the cold-cache rows too: P1's direct row on the embedded containerd with the archive in the page cache; in P3, ÷ the warm sync).\n")
 		if len(noisy) > 0 {
 			fmt.Fprintf(&b, "\nNoisy (slowest round > 1.5× the fastest): %s.\n", strings.Join(noisy, "; "))
 		}
 		b.WriteString("\n")
+	}
+
+	rows = nil
+	for _, s := range r.Stats {
+		if s.Scenario != ScenarioDisk {
+			continue
+		}
+		rows = append(rows, []string{s.Scenario, s.Method, formatBytes(s.Bytes), formatSeconds(float64(s.Median)),
+			formatSeconds(float64(s.Min)) + " – " + formatSeconds(float64(s.Max)), countString(s), fmtNum(s.MBPerSecond()) + " MB/s"})
+	}
+	if len(rows) > 0 {
+		writeTable(&b, []string{"disk", "method", "bytes", "median", "min – max", "n", "rate (median)"}, rows)
+		b.WriteString("\nThe disk's own durable write rate in the work dir's filesystem: 1 MiB − 4 KiB writes, fsync at the end of each file; " +
+			"1 stream: one file, 4 streams: 4 goroutines writing a quarter each. MB/s: 10^6 bytes per second of the median.\n\n")
 	}
 
 	rows = nil
@@ -92,9 +108,10 @@ func WriteReport(w io.Writer, r *Results) error {
 	return err
 }
 
-// baseline is the holdfast stat a scenario's other methods are compared with.
+// baseline is the holdfast stat (the direct write path's, the default to
+// be; in P3, the warm sync) a scenario's other methods are compared with.
 func baseline(stats []Stat, s Stat) *Stat {
-	method := MethodHoldfast
+	method := MethodHoldfastDirect
 	if s.Scenario == ScenarioP3 {
 		method = MethodHoldfastWarm
 	}
@@ -120,15 +137,23 @@ func describeScenarios(r *Results) string {
 		fmt.Fprintf(&b, "- %s: %s: %d archive(s), %s, plain tar, each one image of %d layer(s) × %s (half text, half random bytes); %s on disk\n",
 			id, what, len(archives), formatsOf(archives), s.Layers, formatBytes(s.LayerSize), formatBytes(total))
 	}
-	line("P1, P5, P6", "cold import of the large archive", set.Large, a.Large)
+	line("P1, P6", "cold import of the large archive", set.Large, a.Large)
 	fmt.Fprintf(&b, "  and the same as .tar.zst (zstd window %s declared in the frame, %s): %s on disk\n",
 		formatBytes(int64(a.LargeZst.ZstdWindow)), r.Config.ZstdLevel, formatBytes(a.LargeZst.Bytes))
+	fmt.Fprintf(&b, "  each with --write-path=direct and =stream; also direct with the page cache dropped first (and the floor so), and on Debian's containerd 1.6 when installed\n")
 	line("P1s", "cold import of many small layers (per-blob fsync)", set.Small, a.Small)
 	line("P2", "cold import of several archives", set.Medium, a.Medium...)
-	line("P3", "warm sync on a running containerd, every archive unchanged", set.Warm, a.Warm...)
+	line("P3", "warm sync on a running containerd, every archive unchanged (set up with --write-path=direct)", set.Warm, a.Warm...)
 	fmt.Fprintf(&b, "- P4 heal: under `holdfast run --settle 1s`, each of %d images (one archive) deleted once with ImageService().Delete; time until its record is back with both pin labels\n", len(a.Heal.Names))
 	fmt.Fprintf(&b, "- P4 watch: %d archives (%d layer(s) × %s each) renamed one by one into the images dir, mtime an hour old; time until the record is pinned\n",
 		len(a.Watch), set.Watch.Layers, formatBytes(set.Watch.LayerSize))
+	if findStat(r.Stats, ScenarioP5, MethodHoldfastDirect) != nil {
+		fmt.Fprintf(&b, "- P5: peak RSS of a cold holdfast sync, direct and stream, of one archive of %d layers × %s (%s, generated for P5 and deleted after; %d round)\n",
+			set.Huge.Layers, formatBytes(set.Huge.LayerSize), formatName(set.Huge.Formats[0]), p5Rounds)
+	}
+	if findStat(r.Stats, ScenarioDisk, MethodDisk1) != nil {
+		fmt.Fprintf(&b, "- disk: %s written durably, 1 and 4 streams, each round\n", formatBytes(set.DiskBytes))
+	}
 	return b.String()
 }
 

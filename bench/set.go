@@ -36,6 +36,11 @@ type Set struct {
 	// so no name reaches the agent's heal backoff of 3 heals a minute).
 	Heal  Shape `json:"heal"`
 	Watch Shape `json:"watch"` // P4: Count archives renamed into the images dir one by one
+	// Huge is P5's one archive, generated when P5 runs and deleted after.
+	Huge Shape `json:"huge"`
+	// DiskBytes is what the disk rate writes each time (1 stream: one
+	// file; 4 streams: 4 files of a quarter each).
+	DiskBytes int64 `json:"disk_bytes"`
 }
 
 const (
@@ -44,7 +49,8 @@ const (
 )
 
 // FullSet is the set of issue 5: 1 archive of 1 GiB, 4 of 256 MiB, 20 of
-// 100 MiB, one of 300 small layers; 50 heals and 5 renamed-in archives.
+// 100 MiB, one of 300 small layers; 50 heals and 5 renamed-in archives; one
+// of 4 GiB (P5); 512 MiB for the disk rate.
 func FullSet() Set {
 	return Set{
 		Name:   "full",
@@ -54,6 +60,9 @@ func FullSet() Set {
 		Warm:   Shape{Count: 20, Layers: 5, LayerSize: 20 * mib, Formats: []fixture.Format{fixture.FormatHybrid, fixture.FormatOCI}},
 		Heal:   Shape{Count: 50, Layers: 1, LayerSize: 256 * kib, Formats: []fixture.Format{fixture.FormatOCI}},
 		Watch:  Shape{Count: 5, Layers: 2, LayerSize: 4 * mib, Formats: []fixture.Format{fixture.FormatOCI}},
+		Huge:   Shape{Count: 1, Layers: 32, LayerSize: 128 * mib, Formats: []fixture.Format{fixture.FormatHybrid}},
+		// DiskBytes: as much as P1's archive holds, about.
+		DiskBytes: 512 * mib,
 	}
 }
 
@@ -61,13 +70,15 @@ func FullSet() Set {
 // smoke test of the harness, not a measurement.
 func QuickSet() Set {
 	return Set{
-		Name:   "quick",
-		Large:  Shape{Count: 1, Layers: 4, LayerSize: 2 * mib, Formats: []fixture.Format{fixture.FormatHybrid}},
-		Small:  Shape{Count: 1, Layers: 30, LayerSize: 16 * kib, Formats: []fixture.Format{fixture.FormatOCI}},
-		Medium: Shape{Count: 4, Layers: 2, LayerSize: 1 * mib, Formats: []fixture.Format{fixture.FormatDockerSave, fixture.FormatHybrid, fixture.FormatOCI}},
-		Warm:   Shape{Count: 20, Layers: 1, LayerSize: 256 * kib, Formats: []fixture.Format{fixture.FormatHybrid, fixture.FormatOCI}},
-		Heal:   Shape{Count: 10, Layers: 1, LayerSize: 64 * kib, Formats: []fixture.Format{fixture.FormatOCI}},
-		Watch:  Shape{Count: 3, Layers: 1, LayerSize: 256 * kib, Formats: []fixture.Format{fixture.FormatOCI}},
+		Name:      "quick",
+		Large:     Shape{Count: 1, Layers: 4, LayerSize: 2 * mib, Formats: []fixture.Format{fixture.FormatHybrid}},
+		Small:     Shape{Count: 1, Layers: 30, LayerSize: 16 * kib, Formats: []fixture.Format{fixture.FormatOCI}},
+		Medium:    Shape{Count: 4, Layers: 2, LayerSize: 1 * mib, Formats: []fixture.Format{fixture.FormatDockerSave, fixture.FormatHybrid, fixture.FormatOCI}},
+		Warm:      Shape{Count: 20, Layers: 1, LayerSize: 256 * kib, Formats: []fixture.Format{fixture.FormatHybrid, fixture.FormatOCI}},
+		Heal:      Shape{Count: 10, Layers: 1, LayerSize: 64 * kib, Formats: []fixture.Format{fixture.FormatOCI}},
+		Watch:     Shape{Count: 3, Layers: 1, LayerSize: 256 * kib, Formats: []fixture.Format{fixture.FormatOCI}},
+		Huge:      Shape{Count: 1, Layers: 8, LayerSize: 1 * mib, Formats: []fixture.Format{fixture.FormatHybrid}},
+		DiskBytes: 16 * mib,
 	}
 }
 
@@ -167,6 +178,12 @@ func Generate(ctx context.Context, dir string, set Set, zstdWindow int, progress
 		return nil, err
 	}
 	return a, nil
+}
+
+// GenerateHuge writes P5's archive (set.Huge) under dir, in a directory of
+// its own (an images dir).
+func GenerateHuge(ctx context.Context, dir string, set Set) (Archive, error) {
+	return generateOne(ctx, dir, "huge", 0, set.Huge, 1, fixture.None, 0)
 }
 
 // generateOne writes archive i of a group, holding images images of shape s.

@@ -53,12 +53,20 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	want := map[string][]string{
-		ScenarioP1:      {MethodHoldfast, MethodCtr, MethodCtrLocal, MethodFloor, MethodHoldfastZst},
-		ScenarioP1Small: {MethodHoldfast, MethodCtr, MethodCtrLocal, MethodFloor},
-		ScenarioP2:      {MethodHoldfast, MethodCtr, MethodCtrLocal},
+		ScenarioP1: {MethodHoldfastDirect, MethodHoldfastStream, MethodCtr, MethodCtrLocal, MethodFloor,
+			MethodHoldfastZstDirect, MethodHoldfastZstStream, MethodHoldfastColdCache, MethodFloorColdCache},
+		ScenarioDisk:    {MethodDisk1, MethodDisk4},
+		ScenarioP1Small: {MethodHoldfastDirect, MethodHoldfastStream, MethodCtr, MethodCtrLocal, MethodFloor},
+		ScenarioP2:      {MethodHoldfastDirect, MethodHoldfastStream, MethodCtr, MethodCtrLocal},
 		ScenarioP3:      {MethodHoldfastSetup, MethodHoldfastWarm, MethodHoldfastNoCache, MethodProcessStart, MethodCtrLocal},
 		ScenarioHeal:    {MethodAgent},
 		ScenarioWatch:   {MethodAgent},
+		ScenarioP5:      {MethodHoldfastDirect, MethodHoldfastStream},
+	}
+	if why := check16(DefaultContainerd16); why == "" {
+		want[ScenarioP1] = append(want[ScenarioP1], Method16Stream, Method16Direct, Method16CtrLocal)
+	} else {
+		t.Logf("no rows on containerd 1.6: %s", why)
 	}
 	for scenario, methods := range want {
 		for _, m := range methods {
@@ -70,8 +78,24 @@ func TestSmoke(t *testing.T) {
 	if s := findStat(res.Stats, ScenarioHeal, MethodAgent); s != nil && s.N != cfg.Set.Heal.Count {
 		t.Errorf("%d heal samples, want %d", s.N, cfg.Set.Heal.Count)
 	}
-	if len(res.Targets) < 12 {
-		t.Errorf("only %d targets evaluated", len(res.Targets))
+	for _, o := range res.Targets {
+		if o.Missing {
+			t.Errorf("target %s: no data", o.ID)
+		}
+	}
+	if s := findStat(res.Stats, ScenarioDisk, MethodDisk4); s != nil && s.Bytes != cfg.Set.DiskBytes {
+		t.Errorf("disk rate wrote %d bytes, want %d", s.Bytes, cfg.Set.DiskBytes)
+	}
+	// Every target is evaluated: the run measured every scenario.
+	ids := map[string]bool{}
+	for _, o := range res.Targets {
+		ids[o.ID] = true
+	}
+	for _, id := range []string{"P1 CPU per GiB", "P1 containerd CPU per GiB", "P1 vs ctr", "P1 vs ctr --local", "P1 vs floor",
+		"P1s vs ctr", "P2 vs ctr", "P3 warm sync", "P3 vs ctr", "P4 heal p99", "P4 watch p99", "P5 RSS (direct)", "P5 RSS (stream)", "P6 zst vs tar"} {
+		if !ids[id] {
+			t.Errorf("target %q not evaluated", id)
+		}
 	}
 	if res.Machine.ContainerdVersion == "" || res.Machine.CPUs == 0 || res.Machine.Filesystem == "" {
 		t.Errorf("machine facts incomplete: %+v", res.Machine)
@@ -81,7 +105,7 @@ func TestSmoke(t *testing.T) {
 	if err := WriteReport(&report, res); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"| P1 ", "| P4 heal", "P6 zst vs tar"} {
+	for _, s := range []string{"| P1 ", "| P4 heal", "P6 zst vs tar", "| P5 ", "| disk ", " MB/s", MethodHoldfastColdCache} {
 		if !strings.Contains(report.String(), s) {
 			t.Errorf("report lacks %q:\n%s", s, report.String())
 		}

@@ -71,6 +71,17 @@ type Stat struct {
 	ContainerdCPU Float `json:"median_containerd_cpu_seconds"`
 	OtherCPU      Float `json:"median_other_cpu_seconds"`
 	MaxRSSBytes   int64 `json:"max_rss_bytes,omitempty"`
+	// Bytes is the largest byte count of a sample (they are all the same).
+	Bytes int64 `json:"bytes,omitempty"`
+}
+
+// MBPerSecond is the stat's bytes over its median time, in MB/s (10^6 bytes);
+// NaN without bytes or time.
+func (s Stat) MBPerSecond() float64 {
+	if s.Bytes <= 0 {
+		return math.NaN()
+	}
+	return Ratio(float64(s.Bytes)/1e6, float64(s.Median))
 }
 
 // computeStats groups samples by scenario and method, in the order they
@@ -100,6 +111,7 @@ func computeStats(samples []Sample) []Stat {
 			cd = append(cd, s.ContainerdCPUSeconds)
 			other = append(other, s.OtherCPUSeconds)
 			st.MaxRSSBytes = max(st.MaxRSSBytes, s.MaxRSSBytes)
+			st.Bytes = max(st.Bytes, s.Bytes)
 		}
 		st.N = len(secs)
 		st.Median, st.P50, st.P99 = Float(Median(secs)), Float(Percentile(secs, 50)), Float(Percentile(secs, 99))

@@ -31,9 +31,11 @@ const (
 // stopTimeout bounds the stop of a containerd or a child process.
 const stopTimeout = 30 * time.Second
 
-// store is a fresh embedded containerd and a client of it.
+// store is a fresh containerd (the embedded one, or Debian's 1.6) and a
+// client of it.
 type store struct {
-	proc   *embedded.Process
+	proc   *embedded.Process // the embedded containerd; nil for Debian's 1.6
+	old    *daemon16         // Debian's 1.6; nil for the embedded one
 	client *containerd.Client
 }
 
@@ -56,19 +58,57 @@ func startStoreWith(ctx context.Context, dataDir string, opts embedded.Options) 
 	return &store{proc: proc, client: c}, nil
 }
 
-// Address is the containerd socket.
-func (s *store) Address() string { return s.proc.Address() }
+// startStore16 starts Debian's containerd 1.6 (bin) on a new dir, with its
+// CRI plugin, and waits until it answers.
+func startStore16(ctx context.Context, dir, bin string) (*store, error) {
+	d, err := startDaemon16(ctx, dir, bin)
+	if err != nil {
+		return nil, err
+	}
+	st := &store{old: d}
+	st.client, err = containerd.New(d.sock, containerd.WithDefaultNamespace(Namespace), containerd.WithTimeout(30*time.Second))
+	if err == nil {
+		err = d.waitAnswer(ctx, st.client)
+	}
+	if err != nil {
+		if st.client != nil {
+			st.client.Close()
+		}
+		return nil, fmt.Errorf("connecting to containerd 1.6 at %s: %w", d.sock, errors.Join(err, d.stop()))
+	}
+	return st, nil
+}
 
-// stop closes the client and stops containerd (which unmounts what it
-// mounted). It runs even when ctx is already cancelled.
+// Address is the containerd socket.
+func (s *store) Address() string {
+	if s.old != nil {
+		return s.old.sock
+	}
+	return s.proc.Address()
+}
+
+// stop closes the client and stops containerd (the embedded one unmounts
+// what it mounted; for 1.6 the harness unmounts it). It runs even when ctx
+// is already cancelled.
 func (s *store) stop(ctx context.Context) error {
+	if s.old != nil {
+		return errors.Join(s.client.Close(), s.old.stop())
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
 	return errors.Join(s.client.Close(), s.proc.Stop(ctx))
 }
 
+// pid is containerd's process id.
+func (s *store) pid() int {
+	if s.old != nil {
+		return s.old.cmd.Process.Pid
+	}
+	return s.proc.PID()
+}
+
 // cpu is the CPU time containerd has used so far.
-func (s *store) cpu() (time.Duration, error) { return processCPU(s.proc.PID()) }
+func (s *store) cpu() (time.Duration, error) { return processCPU(s.pid()) }
 
 // checkImages checks that every name has a record; with pinned, that it
 // carries both of holdfast's pin labels.

@@ -41,7 +41,7 @@ func (h *harness) warm(ctx context.Context) (err error) {
 	dataDir := filepath.Join(dir, "holdfast")
 
 	setup := h.measureWarm(ctx, st, MethodHoldfastSetup, 1, names, func() (procRun, error) {
-		return h.runSync(ctx, st, dataDir, images, filepath.Join(dir, "setup"))
+		return h.runSync(ctx, st, WriteDirect, dataDir, images, filepath.Join(dir, "setup"))
 	})
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -64,7 +64,7 @@ func (h *harness) warm(ctx context.Context) (err error) {
 				return h.runWarmSync(ctx, st, fresh, images, filepath.Join(dir, "nocache-"+strconv.Itoa(round)))
 			}},
 			{MethodProcessStart, func() (procRun, error) {
-				return runProc(ctx, filepath.Join(dir, "version-"+strconv.Itoa(round)), h.cfg.Tools.Holdfast, "version")
+				return runProc(ctx, filepath.Join(dir, "version-"+strconv.Itoa(round)), h.cfg.Tools.Holdfast, "version", "--write-path", WriteDirect)
 			}},
 			{MethodCtrLocal, func() (procRun, error) {
 				return h.runCtrImports(ctx, st, filepath.Join(dir, "ctr-"+strconv.Itoa(round)), true, h.arch.Warm)
@@ -85,7 +85,7 @@ func (h *harness) warm(ctx context.Context) (err error) {
 
 // runWarmSync is a holdfast sync that must find every source unchanged.
 func (h *harness) runWarmSync(ctx context.Context, st *store, dataDir, images, logBase string) (procRun, error) {
-	r, err := h.runSync(ctx, st, dataDir, images, logBase)
+	r, err := h.runSync(ctx, st, WriteDirect, dataDir, images, logBase)
 	if err != nil {
 		return r, err
 	}

@@ -41,6 +41,7 @@ func run(ctx context.Context, args []string) int {
 		dropCaches = fs.Bool("drop-caches", false, "drop the page cache before each measurement (root; affects the whole machine)")
 		only       = fs.String("only", "", "comma-separated scenario `groups` to run: "+strings.Join(bench.Groups(), ","))
 		out        = fs.String("out", filepath.Join("bench", "results", "latest.json"), "results JSON `file`")
+		cd16       = fs.String("containerd16", bench.DefaultContainerd16, "Debian's containerd 1.6 `binary`, P1's second target (missing: those rows are skipped)")
 		profile    = fs.String("profile", "", "`DIR` for containerd's CPU profile of one more (uncounted) holdfast sync of the large archive")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -51,15 +52,16 @@ func run(ctx context.Context, args []string) int {
 		return 2
 	}
 	cfg := bench.Config{
-		Tools:      bench.Tools{Holdfast: *holdfast, Ctr: *ctr},
-		Rounds:     *rounds,
-		ZstdWindow: *zstdWindow,
-		WorkDir:    *work,
-		Keep:       *keep,
-		DropCaches: *dropCaches,
-		ProfileDir: *profile,
-		Command:    "holdfast-bench " + strings.Join(args, " "),
-		Progress:   os.Stderr,
+		Tools:        bench.Tools{Holdfast: *holdfast, Ctr: *ctr},
+		Rounds:       *rounds,
+		ZstdWindow:   *zstdWindow,
+		WorkDir:      *work,
+		Keep:         *keep,
+		DropCaches:   *dropCaches,
+		ProfileDir:   *profile,
+		Containerd16: *cd16,
+		Command:      "holdfast-bench " + strings.Join(args, " "),
+		Progress:     os.Stderr,
 	}
 	switch {
 	case *quick:
