@@ -131,7 +131,7 @@ keeps it too).`,
 	pf.StringVar(&o.registriesYAML, "registries-yaml", "", "K3s registries.yaml whose mirrors, TLS settings and credentials pulls use; its mirrors are written as hosts.toml files into --registry-config (env HOLDFAST_REGISTRIES_YAML; K3s: /etc/rancher/k3s/registries.yaml)")
 	pf.StringVar(&o.contentRoot, "content-root", "", "containerd's content store directory as holdfast sees it, whose filesystem imports check for free space (env HOLDFAST_CONTENT_ROOT; default: what containerd reports)")
 	pf.Var(&o.minFree, "min-free", "free space an import must leave on the content store's filesystem: a size (2GiB, 500MB; 0: the archive must only fit) or a percentage of the filesystem (5%) (env HOLDFAST_MIN_FREE; default 5% of the filesystem, at most 1GiB)")
-	pf.Var(&o.writePath, "write-path", "how imports write blobs: stream (through containerd's content API), direct (into the content store's directory, recorded by metadata only; imports fail when it is not usable) or auto (direct when usable, else stream) (env HOLDFAST_WRITE_PATH; default stream)")
+	pf.Var(&o.writePath, "write-path", "how imports write blobs: stream (through containerd's content API), direct (into the content store's directory, recorded by metadata only; imports fail when it is not usable) or auto (direct when usable, else stream) (env HOLDFAST_WRITE_PATH; default auto)")
 	pf.BoolVar(&o.insecurePerms, "insecure-perms", false, "read images dirs, spool dirs and pull/pin lists that users other than root and holdfast's own can change (group- or world-writable, or another user's; docs/security.md) (env HOLDFAST_INSECURE_PERMS)")
 	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for one pull of a pull-list entry (env HOLDFAST_PULL_TIMEOUT)")
 

@@ -35,7 +35,7 @@ type writePathValue struct{ v hfcontainerd.WritePath }
 
 func (w *writePathValue) String() string {
 	if w.v == "" {
-		return string(hfcontainerd.WriteStream)
+		return string(hfcontainerd.WriteAuto)
 	}
 	return string(w.v)
 }
@@ -52,5 +52,9 @@ func (w *writePathValue) Set(s string) error {
 
 // writeOptions is how imports write blobs.
 func (o *options) writeOptions() hfcontainerd.WriteOptions {
-	return hfcontainerd.WriteOptions{Path: o.writePath.v, ContentRoot: o.contentRoot, Log: o.log}
+	path := o.writePath.v
+	if path == "" {
+		path = hfcontainerd.WriteAuto
+	}
+	return hfcontainerd.WriteOptions{Path: path, ContentRoot: o.contentRoot, Log: o.log}
 }

@@ -12,7 +12,9 @@ import (
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
 )
@@ -260,4 +262,103 @@ func TestDirectWritePathSweepsWithoutImporting(t *testing.T) {
 		t.Errorf("the killed writer's temp file is still there after a pass (stat: %v)", err)
 	}
 	d.requirePinned(t, im.Names[0])
+}
+
+// TestDirectWritePathIsTheDefault: without --write-path, an import into a
+// containerd whose content store holdfast can reach writes its blobs
+// directly, and the log says which path that containerd gets.
+func TestDirectWritePathIsTheDefault(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
+		im := build(t, fixture.ImageSpec{Names: []string{"e2e.local/direct/default:1"}})
+		path := filepath.Join(imagesDir, "default.tar")
+		writeArchive(t, path, fixture.Gzip, fixture.CompressOptions{}, func(ctx context.Context, w io.Writer) error {
+			return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameContainerdAndTag}, im)
+		})
+		res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--log-level=debug")
+		if res.Code != 0 {
+			t.Fatalf("sync exited %d\nstderr:\n%s", res.Code, res.Stderr)
+		}
+		if !strings.Contains(res.Stderr, `"msg":"imports write blobs directly into the content store","writePath":"auto"`) {
+			t.Errorf("no line says imports write directly with the default auto:\n%s", res.Stderr)
+		}
+		if n := directPlaced(t, res.Stderr)[path]; n == 0 {
+			t.Errorf("no blob of %s was written directly", path)
+		}
+		d.requirePinned(t, im.Names[0])
+	})
+}
+
+// TestDirectWritePathLeftoversGoWithContainerdsGC: a blob file linked into
+// the store by a holdfast killed before its commit is recorded in no
+// namespace; containerd's next content GC (here: after a lease's content is
+// released) removes it, and nothing of it reaches an image.
+func TestDirectWritePathLeftoversGoWithContainerdsGC(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		root := directContentRoot(t, d)
+		orphan := []byte("a verified blob whose commit never came")
+		od := digest.FromBytes(orphan)
+		placed := filepath.Join(root, "blobs", "sha256", od.Encoded())
+		if err := os.MkdirAll(filepath.Dir(placed), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(placed, orphan, 0o444); err != nil {
+			t.Fatal(err)
+		}
+		// Something else's content comes and goes: containerd collects.
+		ctx := d.ctx()
+		ls := d.Client.LeasesService()
+		l, err := ls.Create(ctx, leases.WithRandomID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := []byte("content released a moment later")
+		if err := content.WriteBlob(leases.WithLease(ctx, l.ID), d.Client.ContentStore(), "e2e-gc-trigger", bytes.NewReader(other),
+			ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: digest.FromBytes(other), Size: int64(len(other))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(placed); err != nil {
+			t.Fatalf("the placed file went before any GC: %v", err)
+		}
+		if err := ls.Delete(ctx, l, leases.SynchronousDelete); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(placed); !os.IsNotExist(err) {
+			t.Errorf("containerd's GC left the uncommitted blob file %s (stat: %v)", placed, err)
+		}
+		if _, err := d.Client.ContentStore().Info(ctx, od); err == nil {
+			t.Errorf("the uncommitted blob %s is recorded in the namespace", od)
+		}
+	})
+}
+
+// TestDirectWritePathRefusesAForeignDirectory: a --content-root that does not
+// hold the blobs containerd records is not written into at all: imports
+// stream, and the log says why, once.
+func TestDirectWritePathRefusesAForeignDirectory(t *testing.T) {
+	d, imagesDir, dataDir := embeddedScene(t)
+	first := build(t, fixture.ImageSpec{Names: []string{"e2e.local/direct/foreign-a:1"}})
+	writeDockerSave(t, filepath.Join(imagesDir, "a.tar"), first)
+	if res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--write-path=stream"); res.Code != 0 {
+		t.Fatalf("first sync exited %d\n%s", res.Code, res.Stderr)
+	}
+	elsewhere := tempDir(t)
+	second := build(t, fixture.ImageSpec{Names: []string{"e2e.local/direct/foreign-b:1"}})
+	writeDockerSave(t, filepath.Join(imagesDir, "b.tar"), second)
+	res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--write-path=auto", "--content-root", elsewhere)
+	if res.Code != 0 {
+		t.Fatalf("sync exited %d\n%s", res.Code, res.Stderr)
+	}
+	if n := strings.Count(res.Stderr, "the content store's directory cannot be written directly"); n != 1 || !strings.Contains(res.Stderr, "does not hold containerd's blobs") {
+		t.Errorf("%d lines saying imports stream, want 1 naming the cause:\n%s", n, res.Stderr)
+	}
+	left, err := os.ReadDir(elsewhere)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("holdfast wrote into the foreign directory: %v", left)
+	}
+	d.requirePinned(t, first.Names[0], second.Names[0])
 }

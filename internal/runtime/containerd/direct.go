@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -49,7 +50,8 @@ type WriteOptions struct {
 	Log         *slog.Logger
 }
 
-// SetWritePath sets how imports write blobs; without it they stream.
+// SetWritePath sets how imports write blobs; without it they stream (the
+// command line's default is auto).
 func (r *Runtime) SetWritePath(opts WriteOptions) { r.direct = &directWriter{opts: opts} }
 
 // tempDirName is the directory, beside the store's blobs and ingest
@@ -120,6 +122,14 @@ func (d *directWriter) resolve(ctx context.Context, r *Runtime) (string, error) 
 	if policy != "" && policy != "shared" {
 		return "", fmt.Errorf("containerd's content sharing policy is %q, not shared", policy)
 	}
+	if fi, err := os.Stat(root); err != nil {
+		return "", err
+	} else if !fi.IsDir() {
+		return "", fmt.Errorf("%s is not a directory", root)
+	}
+	if err := r.holdsBlobs(ctx, root); err != nil {
+		return "", err
+	}
 	blobs := filepath.Join(root, "blobs", "sha256")
 	if err := os.MkdirAll(blobs, 0o755); err != nil {
 		return "", fmt.Errorf("creating %s: %w", blobs, err)
@@ -135,6 +145,35 @@ func (d *directWriter) resolve(ctx context.Context, r *Runtime) (string, error) 
 		return "", err
 	}
 	return root, nil
+}
+
+// holdsBlobs checks that root is the directory containerd keeps its blobs
+// in: of the first few blobs the namespace records, one has its file there
+// (a file removed by hand does not decide it). A namespace with no content
+// yet proves nothing; each blob's commit still checks.
+func (r *Runtime) holdsBlobs(ctx context.Context, root string) error {
+	const probes = 8
+	errEnough := errors.New("enough")
+	var seen []digest.Digest
+	err := r.client.ContentStore().Walk(ctx, func(info content.Info) error {
+		seen = append(seen, info.Digest)
+		if len(seen) == probes {
+			return errEnough
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		return fmt.Errorf("listing content: %w", err)
+	}
+	for _, d := range seen {
+		if _, err := os.Stat(filepath.Join(root, "blobs", d.Algorithm().String(), d.Encoded())); err == nil {
+			return nil
+		}
+	}
+	if len(seen) > 0 {
+		return fmt.Errorf("%s does not hold containerd's blobs (%s is not there)", root, seen[0])
+	}
+	return nil
 }
 
 // contentPolicy is the metadata plugin's content sharing policy; "" when it
