@@ -352,6 +352,7 @@ func flags(args []string) map[string][]string {
 
 type nodePaths struct {
 	socket, imagesDir, registriesYAML, certsDir, contentRoot, dataDir string
+	directWrites                                                      bool // blobs written into contentRoot
 }
 
 var presets = map[string]nodePaths{
@@ -389,10 +390,14 @@ func checkPaths(t *testing.T, ds appsv1.DaemonSet, p nodePaths) {
 	}
 	f := flags(hf.Args)
 	want := map[string][]string{
-		"listen":   {fmt.Sprintf("0.0.0.0:%d", agentPort)},
-		"address":  {p.socket},
-		"images":   {p.imagesDir, clusterDir},
-		"data-dir": {p.dataDir},
+		"listen":     {fmt.Sprintf("0.0.0.0:%d", agentPort)},
+		"address":    {p.socket},
+		"images":     {p.imagesDir, clusterDir},
+		"data-dir":   {p.dataDir},
+		"write-path": {"stream"},
+	}
+	if p.directWrites && p.contentRoot != "" {
+		want["write-path"] = []string{"auto"}
 	}
 	switch {
 	case p.registriesYAML != "":
@@ -437,7 +442,7 @@ func checkPaths(t *testing.T, ds appsv1.DaemonSet, p nodePaths) {
 		hostPaths[p.certsDir] = true
 	}
 	if p.contentRoot != "" {
-		hostPathAt(t, ds, hf, p.contentRoot, corev1.HostPathDirectory, true)
+		hostPathAt(t, ds, hf, p.contentRoot, corev1.HostPathDirectory, !p.directWrites)
 		hostPaths[p.contentRoot] = true
 	}
 	// No hostPath beyond what the agent needs.
@@ -699,6 +704,15 @@ func TestNodePathsOverride(t *testing.T) {
 		"certsDir": p.certsDir, "contentRoot": p.contentRoot,
 	})
 	checkPaths(t, r.daemonSet(t), p)
+
+	// Direct writes: the content root read-write, and auto.
+	p.directWrites = true
+	r = render(t, map[string]any{
+		"runtime": "containerd", "containerdSocket": p.socket, "imagesDir": p.imagesDir, "dataDir": p.dataDir,
+		"certsDir": p.certsDir, "contentRoot": p.contentRoot, "directWrites": true,
+	})
+	checkPaths(t, r.daemonSet(t), p)
+	checkHardened(t, r)
 }
 
 func TestBadValuesFail(t *testing.T) {

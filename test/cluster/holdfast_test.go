@@ -163,6 +163,27 @@ func (s *scenario) install(t *testing.T) {
 	if pinned, err := c.criPinned(imgPinB); err != nil || pinned {
 		t.Errorf("%s is not in the pins: list, yet pinned=%v (%v)", imgPinB, pinned, err)
 	}
+	// directWrites: the pod, with every capability dropped, wrote the archive's blobs into the node's
+	// content store itself.
+	logs := s.containerLog(t, pod.Name, "holdfast")
+	if !strings.Contains(logs, `"msg":"blobs written directly into the content store","source":"`+filepath.Join(c.imagesDir, "from-dir.tar")+`"`) {
+		t.Errorf("the agent did not write from-dir.tar's blobs directly:\n%s", logs)
+	}
+}
+
+// containerLog returns the whole log of one container of a pod.
+func (s *scenario) containerLog(t *testing.T, pod, ctr string) string {
+	t.Helper()
+	r, err := s.c.client.CoreV1().Pods(chartNS).GetLogs(pod, &corev1.PodLogOptions{Container: ctr}).Stream(context.Background())
+	if err != nil {
+		t.Fatalf("logs of %s/%s: %v", pod, ctr, err)
+	}
+	defer r.Close()
+	out, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("logs of %s/%s: %v", pod, ctr, err)
+	}
+	return string(out)
 }
 
 // upgradePins: `helm upgrade` with another pins: list moves the pin from A to B without restarting the pod.
@@ -443,6 +464,7 @@ func (s *scenario) values(t *testing.T, pins []string) string {
 		"image":            map[string]any{"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
 		"reporter":         map[string]any{"interval": "2s"},
 		"logLevel":         "debug",
+		"directWrites":     true,
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
