@@ -430,9 +430,19 @@ func (w *ingester) dropPending() {
 func (w *ingester) linkPlaced(ctx context.Context, root string, desc ocispec.Descriptor, f *os.File, fresh map[string]string) (digest.Digest, bool, error) {
 	// A link never replaces a blob already there: that one is kept.
 	target := filepath.Join(root, "blobs", desc.Digest.Algorithm().String(), desc.Digest.Encoded())
-	if err := os.Link(f.Name(), target); err != nil && !errors.Is(err, fs.ErrExist) {
+	err := os.Link(f.Name(), target)
+	if err != nil && !errors.Is(err, fs.ErrExist) {
 		w.r.direct.fallBack("linking "+target, err)
 		return w.streamPlaced(ctx, desc, f, fresh)
+	}
+	if err == nil {
+		// The file is in place: record it even if the import is being
+		// cancelled (another blob failed, or a shutdown), so that it is
+		// the lease's to keep or let go and no file is left that no
+		// namespace records.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+		defer cancel()
+		ctx = cctx
 	}
 	return w.commitPlaced(ctx, desc, f, fresh)
 }
