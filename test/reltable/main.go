@@ -170,6 +170,7 @@ func malformedTable(runs map[string]*run) string {
 		var cells []string
 		var msg, outcome string
 		other := map[string]string{} // a write path's message, where it differs
+		var failed []string          // why a run failed, where one did
 		for _, d := range daemons {
 			for _, p := range paths {
 				r, ok := runs["TestMalformed/"+d+"/"+p+"/"+k]
@@ -183,7 +184,7 @@ func malformedTable(runs map[string]*run) string {
 				cells = append(cells, cell(r))
 				m := fields(r.outcome)["message"]
 				if r.result == "fail" {
-					m = "test failed: " + r.firstErr
+					failed = append(failed, "test failed on "+d+"/"+p+": "+r.firstErr)
 				}
 				if msg == "" {
 					msg = m
@@ -198,6 +199,9 @@ func malformedTable(runs map[string]*run) string {
 					other[p] = m
 				}
 			}
+		}
+		for _, f := range failed {
+			msg += " — " + f
 		}
 		for _, p := range paths {
 			if other[p] != "" {
