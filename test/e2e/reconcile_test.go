@@ -268,15 +268,17 @@ func TestRestarts(t *testing.T) {
 
 // TestHealAfterGC proves containerd's GC really ran: an unleased control image
 // deleted the same way loses its blobs, while holdfast restores the wanted one
-// from its lease without reading the archive.
+// from its lease without reading the archive. On both write paths: blobs
+// written directly are held by the lease as streamed ones are.
 func TestHealAfterGC(t *testing.T) {
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachDaemonAndPath(t, func(t *testing.T, d *daemon, wp string) {
 		dir := tempDir(t)
 		imagesDir := filepath.Join(dir, "images")
 		dataDir := filepath.Join(dir, "data")
 		wanted := build(t, fixture.ImageSpec{Names: []string{"e2e.local/gc/wanted:1"}})
 		writeDockerSave(t, filepath.Join(imagesDir, "wanted.tar"), wanted)
-		d.syncOK(t, dataDir, imagesDir)
+		_, log := d.wpSyncOK(t, wp, dataDir, imagesDir)
+		wpRequirePlaced(t, wp, log, filepath.Join(imagesDir, "wanted.tar"))
 
 		control := build(t, fixture.ImageSpec{Names: []string{"e2e.local/gc/control:1"}})
 		pr, pw := io.Pipe()
@@ -295,7 +297,7 @@ func TestHealAfterGC(t *testing.T) {
 		d.deleteImageSync(t, rec.Target.Digest)
 		eventually(t, "GC to remove the control image's layer", func() bool { return !d.hasBlob(t, controlLayer) })
 
-		c := d.syncOK(t, dataDir, imagesDir)
+		c, _ := d.wpSyncOK(t, wp, dataDir, imagesDir)
 		if c["healed"] < 1 || c["imported"] != 0 || c["bytes0"] != 1 {
 			t.Errorf("heal after GC: %v", c)
 		}
