@@ -151,7 +151,7 @@ func TestImportKeepsAfterArchiveDeleted(t *testing.T) {
 		}
 		d.requirePinned(t, "e2e.local/keep/x:1")
 
-		st := keepReadStatus(t, "--address", d.Address, "--data-dir", dataDir)
+		st := keepReadStatus(t, "--address", d.Address, "--data-dir", dataDir, wpFlag(wp))
 		found := false
 		for _, s := range st.Sources {
 			if s.Path == pathX {
