@@ -16,9 +16,11 @@ import (
 
 // TestBadInputs puts broken archives beside good ones: the good ones import and
 // pin, each bad one gives one error naming its file and the cause, and leaves no
-// record, no lease and no ingest behind.
+// record, no lease and no ingest behind. On both write paths; on the direct
+// one the good archives' blobs were written directly, and the store's
+// directory keeps no temp file and no blob file it did not commit.
 func TestBadInputs(t *testing.T) {
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachDaemonAndPath(t, func(t *testing.T, d *daemon, wp string) {
 		dir := tempDir(t)
 		imagesDir := filepath.Join(dir, "images")
 		ctx := context.Background()
@@ -105,10 +107,11 @@ func TestBadInputs(t *testing.T) {
 		bads = append(bads, bad{"baretag.tar", "latest", []string{"e2e.local/bad/baretag:latest", "docker.io/library/latest:latest", "latest"}})
 
 		before := d.recordNames(t)
-		res := d.sync(t, filepath.Join(dir, "data"), imagesDir)
+		res := d.wpSync(t, wp, filepath.Join(dir, "data"), imagesDir)
 		if res.Code != 1 {
 			t.Fatalf("sync exited %d, want 1\nstdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
 		}
+		wpRequirePlaced(t, wp, res.Stderr, filepath.Join(imagesDir, "good-one.tar"), filepath.Join(imagesDir, "good-two.tar.gz"))
 		if !strings.Contains(res.Stdout, "2 imported") || !strings.Contains(res.Stdout, "6 failed") {
 			t.Errorf("summary %q, want 2 imported and 6 failed", res.Stdout)
 		}
@@ -160,6 +163,7 @@ func TestBadInputs(t *testing.T) {
 		if n := len(d.holdfastLeases(t)); n != 2 {
 			t.Errorf("%d holdfast leases, want 2 (the good archives')", n)
 		}
+		wpRequireStoreClean(t, d, nil)
 	})
 }
 

@@ -46,9 +46,10 @@ func criFixtureBlobs(img *fixture.Image) map[digest.Digest]string {
 // containerd.io/distribution.source.<host>=<repository>, which K3s's embedded
 // registry mirror needs to serve it to other nodes; a layer two repositories
 // share names both, and a blob's other labels, and a repository already in
-// its label, stay.
+// its label, stay. On both write paths: blobs committed by metadata only
+// carry the same labels.
 func TestDistributionSourceLabels(t *testing.T) {
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachDaemonAndPath(t, func(t *testing.T, d *daemon, wp string) {
 		dir := tempDir(t)
 		imagesDir := filepath.Join(dir, "images")
 		dataDir := filepath.Join(dir, "data")
@@ -92,7 +93,8 @@ func TestDistributionSourceLabels(t *testing.T) {
 			return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameContainerd}, busybox)
 		})
 		writeDockerSave(t, filepath.Join(imagesDir, "probe.tar"), probe)
-		d.syncOK(t, dataDir, imagesDir)
+		_, log := d.wpSyncOK(t, wp, dataDir, imagesDir)
+		wpRequirePlaced(t, wp, log, filepath.Join(imagesDir, "busybox.tar"), filepath.Join(imagesDir, "probe.tar"))
 
 		want := func(dg digest.Digest) string {
 			switch dg {

@@ -30,9 +30,9 @@ import (
 // is skipped by the next archive's import without being written again, and
 // must still be added to that archive's lease: once the first archive is gone
 // and every record of both images is deleted and GC has run, the second
-// archive's image heals from its lease alone.
+// archive's image heals from its lease alone. On both write paths.
 func TestLargeSharedLayerLeasedBySecondSource(t *testing.T) {
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachDaemonAndPath(t, func(t *testing.T, d *daemon, wp string) {
 		dir := tempDir(t)
 		imagesDir := filepath.Join(dir, "images")
 		dataDir := filepath.Join(dir, "data")
@@ -49,8 +49,10 @@ func TestLargeSharedLayerLeasedBySecondSource(t *testing.T) {
 
 		// A brings the layer into the store first.
 		writeDockerSave(t, pathA, a)
-		if c := d.syncOK(t, dataDir, imagesDir); c["imported"] != 1 {
+		if c, log := d.wpSyncOK(t, wp, dataDir, imagesDir); c["imported"] != 1 {
 			t.Fatalf("first sync: %v", c)
+		} else {
+			wpRequirePlaced(t, wp, log, pathA)
 		}
 		if !d.hasBlob(t, big.Digest()) {
 			t.Fatal("the shared layer is not in the store after importing a.tar")
@@ -59,8 +61,10 @@ func TestLargeSharedLayerLeasedBySecondSource(t *testing.T) {
 		writeArchive(t, pathB, fixture.None, fixture.CompressOptions{}, func(ctx context.Context, w io.Writer) error {
 			return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameContainerd}, b)
 		})
-		if c := d.syncOK(t, dataDir, imagesDir); c["imported"] != 1 || c["unchanged"] != 1 {
+		if c, log := d.wpSyncOK(t, wp, dataDir, imagesDir); c["imported"] != 1 || c["unchanged"] != 1 {
 			t.Fatalf("second sync: %v", c)
+		} else {
+			wpRequirePlaced(t, wp, log, pathB)
 		}
 		leaseB, ok := d.leaseOf(t, pathB)
 		if !ok {
@@ -82,7 +86,7 @@ func TestLargeSharedLayerLeasedBySecondSource(t *testing.T) {
 		if err := os.Remove(pathA); err != nil {
 			t.Fatal(err)
 		}
-		if c := d.syncOK(t, dataDir, imagesDir); c["released"] != 1 || c["unpinned"] < 1 {
+		if c, _ := d.wpSyncOK(t, wp, dataDir, imagesDir); c["released"] != 1 || c["unpinned"] < 1 {
 			t.Errorf("sync after removing a.tar: %v", c)
 		}
 		if _, ok := d.leaseOf(t, pathA); ok {
@@ -99,7 +103,7 @@ func TestLargeSharedLayerLeasedBySecondSource(t *testing.T) {
 			t.Errorf("GC removed the shared layer although b.tar's lease should hold it")
 		}
 
-		c := d.syncOK(t, dataDir, imagesDir)
+		c, _ := d.wpSyncOK(t, wp, dataDir, imagesDir)
 		if c["healed"] < 1 || c["imported"] != 0 || c["bytes0"] != 1 {
 			t.Errorf("heal of b from its lease: %v", c)
 		}

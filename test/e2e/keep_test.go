@@ -89,8 +89,9 @@ func keepReadStatus(t *testing.T, args ...string) keepStatus {
 // TestImportKeepsAfterArchiveDeleted is the K3s workflow: copy an archive
 // onto the node, import it, delete it to get the disk back. Nothing is
 // unpinned by a later sync, and heal still works from the leased content.
+// On both write paths.
 func TestImportKeepsAfterArchiveDeleted(t *testing.T) {
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachDaemonAndPath(t, func(t *testing.T, d *daemon, wp string) {
 		dir := tempDir(t)
 		imagesDir := filepath.Join(dir, "images")
 		dataDir := filepath.Join(dir, "data")
@@ -105,9 +106,11 @@ func TestImportKeepsAfterArchiveDeleted(t *testing.T) {
 		pathY := filepath.Join(imagesDir, "y.tar")
 		writeDockerSave(t, pathY, y)
 		writeDockerSave(t, filepath.Join(imagesDir, "z.tar"), z)
-		d.syncOK(t, dataDir, imagesDir)
+		_, log := d.wpSyncOK(t, wp, dataDir, imagesDir)
+		wpRequirePlaced(t, wp, log, pathY, filepath.Join(imagesDir, "z.tar"))
 
-		out := d.keepImportOK(t, dataDir, pathX, pathY)
+		out, log := d.wpImportOK(t, wp, dataDir, pathX, pathY)
+		wpRequirePlaced(t, wp, log, pathX)
 		if !strings.Contains(out, pathX+": imported and kept") {
 			t.Errorf("import output does not report x.tar kept:\n%s", out)
 		}
@@ -121,7 +124,7 @@ func TestImportKeepsAfterArchiveDeleted(t *testing.T) {
 		}
 
 		// The same file again reads nothing.
-		if out := d.keepImportOK(t, dataDir, pathX); !strings.Contains(out, pathX+": unchanged") {
+		if out, _ := d.wpImportOK(t, wp, dataDir, pathX); !strings.Contains(out, pathX+": unchanged") {
 			t.Errorf("a second import of the same file is not a no-op:\n%s", out)
 		}
 
@@ -131,7 +134,7 @@ func TestImportKeepsAfterArchiveDeleted(t *testing.T) {
 		if err := os.Remove(pathY); err != nil {
 			t.Fatal(err)
 		}
-		c := d.syncOK(t, dataDir, imagesDir)
+		c, _ := d.wpSyncOK(t, wp, dataDir, imagesDir)
 		if c["unpinned"] != 0 || c["released"] != 1 {
 			t.Errorf("sync after deleting the imported archives: %v (want 0 unpinned, y.tar's images-dir lease released)", c)
 		}
@@ -142,13 +145,13 @@ func TestImportKeepsAfterArchiveDeleted(t *testing.T) {
 
 		// Deleted by crictl rmi: the next sync heals it from the lease.
 		d.crictl(t, "rmi", "e2e.local/keep/x:1")
-		c = d.syncOK(t, dataDir, imagesDir)
+		c, _ = d.wpSyncOK(t, wp, dataDir, imagesDir)
 		if c["healed"] < 1 || c["bytes0"] != 1 {
 			t.Errorf("heal of a kept image after crictl rmi: %v", c)
 		}
 		d.requirePinned(t, "e2e.local/keep/x:1")
 
-		st := keepReadStatus(t, "--address", d.Address, "--data-dir", dataDir)
+		st := keepReadStatus(t, "--address", d.Address, "--data-dir", dataDir, wpFlag(wp))
 		found := false
 		for _, s := range st.Sources {
 			if s.Path == pathX {

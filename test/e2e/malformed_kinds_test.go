@@ -27,7 +27,10 @@ type malformed struct {
 	data  []byte
 	skip  bool   // not an archive at all: skipped, no error
 	cause string // what the error must contain besides the file's name
-	image string // the name the archive gives its image: never recorded
+	// directCause replaces cause on --write-path=direct, where holdfast
+	// checks a blob's bytes itself before containerd sees them.
+	directCause string
+	image       string // the name the archive gives its image: never recorded
 }
 
 func (m malformed) file() string { return m.name + m.ext }
@@ -309,12 +312,15 @@ func malformedKinds(t *testing.T) []malformed {
 	})
 
 	// Blobs and entries.
+	var flipped []byte
 	add("layer-digest-mismatch", ".tar", "unexpected commit digest", func(im *smallImage) []byte {
 		es := im.entries(t)
 		es[5].data = bytes.Clone(es[5].data)
 		es[5].data[len(es[5].data)/2] ^= 1
+		flipped = es[5].data
 		return tarBytes(t, es)
 	})
+	ks[len(ks)-1].directCause = "its bytes have digest " + digest.FromBytes(flipped).String()
 	add("config-digest-mismatch", ".tar", "content has digest", func(im *smallImage) []byte {
 		es := im.entries(t)
 		es[3].data = bytes.Replace(es[3].data, []byte(`"PATH=/bin"`), []byte(`"PATH=/sbn"`), 1)

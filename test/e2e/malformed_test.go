@@ -49,14 +49,20 @@ func errorLines(stderr string) []string {
 // under 150 MiB (a million entries included). Kinds that are not archives at
 // all are skipped: exit 0, no error. Each kind logs its outcome ("outcome:"),
 // which `go run ./test/e2e/reltable` turns into docs/reliability.md's table.
+// Every kind runs on both write paths; after each pass the store's directory
+// holds no temp file and no blob file the store did not commit or whose
+// bytes do not match its name, and on the direct path the good archives had
+// their blobs written directly.
 func TestMalformed(t *testing.T) {
 	requireRoot(t)
 	kinds := malformedKinds(t)
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachDaemonAndPath(t, func(t *testing.T, d *daemon, wp string) {
 		dir := tempDir(t)
 		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
 		goods := goodPair(t, imagesDir)
 		before := d.recordNames(t)
+		placed := map[string]int{}
+		uncommitted := map[string]bool{} // blob files reported left: not again by the next kinds
 		for _, k := range kinds {
 			t.Run(k.name, func(t *testing.T) {
 				path := filepath.Join(imagesDir, k.file())
@@ -64,7 +70,10 @@ func TestMalformed(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer os.Remove(path)
-				res, rss, took := measured(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--log-level", "debug")
+				res, rss, took := measured(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--log-level", "debug", wpFlag(wp))
+				for p, n := range directPlaced(t, res.Stderr) {
+					placed[p] += n
+				}
 				errs := errorLines(res.Stderr)
 				if rss >= rssLimit {
 					t.Errorf("peak RSS of the sync %d MiB, want under %d MiB", rss>>20, rssLimit>>20)
@@ -79,17 +88,21 @@ func TestMalformed(t *testing.T) {
 					}
 					t.Logf("outcome: skipped (not an archive) exit=%d took=%s peak_rss=%d", res.Code, took.Round(time.Millisecond), rss>>20)
 				default:
+					cause := k.cause
+					if wp == "direct" && k.directCause != "" {
+						cause = k.directCause
+					}
 					if res.Code != 1 {
 						t.Errorf("sync exited %d, want 1", res.Code)
 					}
 					if len(errs) != 1 {
 						t.Fatalf("%d error lines, want 1: %q\n%s", len(errs), errs, tail(res.Stderr, 20))
 					}
-					if !strings.Contains(errs[0], k.file()) || !strings.Contains(errs[0], k.cause) {
-						t.Errorf("error %q: want the file name %q and the cause %q", errs[0], k.file(), k.cause)
+					if !strings.Contains(errs[0], k.file()) || !strings.Contains(errs[0], cause) {
+						t.Errorf("error %q: want the file name %q and the cause %q", errs[0], k.file(), cause)
 					}
 					msg := strings.TrimPrefix(errs[0], "error: import "+path+": ")
-					t.Logf("outcome: error exit=%d took=%s peak_rss=%d cause=%q message=%q", res.Code, took.Round(time.Millisecond), rss>>20, k.cause, msg)
+					t.Logf("outcome: error exit=%d took=%s peak_rss=%d cause=%q message=%q", res.Code, took.Round(time.Millisecond), rss>>20, cause, msg)
 				}
 				if k.image != "" {
 					if _, ok := d.record(t, k.image); ok {
@@ -116,9 +129,11 @@ func TestMalformed(t *testing.T) {
 				if n := len(d.holdfastLeases(t)); n != 2 {
 					t.Errorf("%d holdfast leases, want 2 (the good archives')", n)
 				}
+				wpRequireStoreClean(t, d, uncommitted)
 			})
 		}
-		t.Logf("kinds: %d on %s", len(kinds), d.Name)
+		wpRequirePlacedCounts(t, wp, placed, filepath.Join(imagesDir, "good-one.tar"), filepath.Join(imagesDir, "good-two.tar.gz"))
+		t.Logf("kinds: %d on %s, %s", len(kinds), d.Name, wpFlag(wp))
 	})
 }
 
@@ -136,15 +151,17 @@ func loggedSkip(stderr, path string) bool {
 // TestMalformedAgent drops every kind at once into the images dir of a
 // running `holdfast run`: it reports an error for each archive kind, keeps
 // running, keeps the good images pinned, leaves no lease or ingest for the
-// bad files, and stops cleanly on SIGTERM.
+// bad files, and stops cleanly on SIGTERM. On both write paths; on the
+// direct one the good archives' blobs were written directly, and the store's
+// directory keeps no temp file and no blob file it did not commit.
 func TestMalformedAgent(t *testing.T) {
 	requireRoot(t)
 	kinds := malformedKinds(t)
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachDaemonAndPath(t, func(t *testing.T, d *daemon, wp string) {
 		dir := tempDir(t)
 		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
 		goods := goodPair(t, imagesDir)
-		agent := startAgent(t, d, dataDir, []string{imagesDir})
+		agent := startAgent(t, d, dataDir, []string{imagesDir}, wpFlag(wp))
 		d.waitPinned(t, goods...)
 		// Write each kind under a dot name, then rename it in: the agent
 		// never sees a half-written file.
@@ -163,9 +180,13 @@ func TestMalformedAgent(t *testing.T) {
 				continue
 			}
 			path := filepath.Join(imagesDir, k.file())
-			for !agentReported(agent, path, k.cause) {
+			cause := k.cause
+			if wp == "direct" && k.directCause != "" {
+				cause = k.directCause
+			}
+			for !agentReported(agent, path, cause) {
 				if time.Now().After(deadline) {
-					t.Fatalf("no error reported for %s (cause %q)\n%s", k.file(), k.cause, tail(agent.dump(), 40))
+					t.Fatalf("no error reported for %s (cause %q)\n%s", k.file(), cause, tail(agent.dump(), 40))
 				}
 				select {
 				case err := <-agent.exited:
@@ -212,7 +233,9 @@ func TestMalformedAgent(t *testing.T) {
 				t.Errorf("good image %s not pinned after the agent stopped: CRI label %v, holdfast label %v", n, cri, hf)
 			}
 		}
-		t.Logf("kinds dropped at once: %d on %s", len(kinds), d.Name)
+		wpRequirePlaced(t, wp, agent.dump(), filepath.Join(imagesDir, "good-one.tar"), filepath.Join(imagesDir, "good-two.tar.gz"))
+		wpRequireStoreClean(t, d, nil)
+		t.Logf("kinds dropped at once: %d on %s, %s", len(kinds), d.Name, wpFlag(wp))
 	})
 }
 

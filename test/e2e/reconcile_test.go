@@ -135,9 +135,10 @@ func writeDockerSave(t *testing.T, path string, imgs ...*fixture.Image) {
 
 // TestRestarts covers what a restart must never do: read unchanged archives
 // again, unpin what is still wanted, or touch pins holdfast does not own; and
-// what it must do: unpin what is gone, and heal what was deleted.
+// what it must do: unpin what is gone, and heal what was deleted. On both
+// write paths.
 func TestRestarts(t *testing.T) {
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachDaemonAndPath(t, func(t *testing.T, d *daemon, wp string) {
 		dir := tempDir(t)
 		imagesDir := filepath.Join(dir, "images")
 		dataDir := filepath.Join(dir, "data")
@@ -162,10 +163,11 @@ func TestRestarts(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		c := d.syncOK(t, dataDir, imagesDir)
+		c, log := d.wpSyncOK(t, wp, dataDir, imagesDir)
 		if c["imported"] != 2 {
 			t.Fatalf("first sync: %v", c)
 		}
+		wpRequirePlaced(t, wp, log, pathA, filepath.Join(imagesDir, "b.tar.zst"))
 		d.requirePinned(t, "e2e.local/re/a:1", "e2e.local/re/b:1", "e2e.local/re/both:1")
 		if rec, _ := d.record(t, "e2e.local/re/a:1"); rec.Labels["io.holdfast.prior-pin"] != "true" {
 			t.Errorf("(d) the user's earlier pin is not recorded: %v", rec.Labels)
@@ -186,7 +188,7 @@ func TestRestarts(t *testing.T) {
 		}
 
 		// (a) nothing changed: nothing read, all still pinned.
-		c = d.syncOK(t, dataDir, imagesDir)
+		c, _ = d.wpSyncOK(t, wp, dataDir, imagesDir)
 		if c["imported"] != 0 || c["unchanged"] != 2 || c["bytes0"] != 1 {
 			t.Errorf("(a) unchanged sync: %v", c)
 		}
@@ -200,7 +202,7 @@ func TestRestarts(t *testing.T) {
 		if err := os.Remove(pathA); err != nil {
 			t.Fatal(err)
 		}
-		c = d.syncOK(t, dataDir, imagesDir)
+		c, _ = d.wpSyncOK(t, wp, dataDir, imagesDir)
 		if c["unpinned"] < 1 || c["released"] != 1 {
 			t.Errorf("(b) after deleting a.tar: %v", c)
 		}
@@ -239,7 +241,7 @@ func TestRestarts(t *testing.T) {
 		if !d.hasBlob(t, shared.Digest()) {
 			t.Errorf("(b) GC removed the shared layer although b's lease should hold it")
 		}
-		c = d.syncOK(t, dataDir, imagesDir)
+		c, _ = d.wpSyncOK(t, wp, dataDir, imagesDir)
 		if c["healed"] < 2 || c["imported"] != 0 || c["bytes0"] != 1 {
 			t.Errorf("(b) heal after crictl rmi: %v", c)
 		}
@@ -266,15 +268,17 @@ func TestRestarts(t *testing.T) {
 
 // TestHealAfterGC proves containerd's GC really ran: an unleased control image
 // deleted the same way loses its blobs, while holdfast restores the wanted one
-// from its lease without reading the archive.
+// from its lease without reading the archive. On both write paths: blobs
+// written directly are held by the lease as streamed ones are.
 func TestHealAfterGC(t *testing.T) {
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachDaemonAndPath(t, func(t *testing.T, d *daemon, wp string) {
 		dir := tempDir(t)
 		imagesDir := filepath.Join(dir, "images")
 		dataDir := filepath.Join(dir, "data")
 		wanted := build(t, fixture.ImageSpec{Names: []string{"e2e.local/gc/wanted:1"}})
 		writeDockerSave(t, filepath.Join(imagesDir, "wanted.tar"), wanted)
-		d.syncOK(t, dataDir, imagesDir)
+		_, log := d.wpSyncOK(t, wp, dataDir, imagesDir)
+		wpRequirePlaced(t, wp, log, filepath.Join(imagesDir, "wanted.tar"))
 
 		control := build(t, fixture.ImageSpec{Names: []string{"e2e.local/gc/control:1"}})
 		pr, pw := io.Pipe()
@@ -293,7 +297,7 @@ func TestHealAfterGC(t *testing.T) {
 		d.deleteImageSync(t, rec.Target.Digest)
 		eventually(t, "GC to remove the control image's layer", func() bool { return !d.hasBlob(t, controlLayer) })
 
-		c := d.syncOK(t, dataDir, imagesDir)
+		c, _ := d.wpSyncOK(t, wp, dataDir, imagesDir)
 		if c["healed"] < 1 || c["imported"] != 0 || c["bytes0"] != 1 {
 			t.Errorf("heal after GC: %v", c)
 		}

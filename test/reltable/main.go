@@ -106,6 +106,7 @@ func realMain(in io.Reader, out io.Writer, doc string) error {
 
 var (
 	daemons   = []string{"embedded", "debian-1.6"}
+	paths     = []string{"stream", "direct"} // the write paths TestMalformed runs on
 	hexDigest = regexp.MustCompile(`sha256[:/][0-9a-f]{64}`)
 	tmpPath   = regexp.MustCompile(`/tmp/\S*/`)
 	testLine  = regexp.MustCompile(`^\s+\w+_test\.go:\d+: (.*)`)
@@ -143,9 +144,9 @@ func malformedTable(runs map[string]*run) string {
 	first := map[string]int{}
 	for name, r := range runs {
 		parts := strings.Split(name, "/")
-		if len(parts) == 3 && parts[0] == "TestMalformed" {
-			if o, ok := first[parts[2]]; !ok || r.order < o {
-				first[parts[2]] = r.order
+		if len(parts) == 4 && parts[0] == "TestMalformed" {
+			if o, ok := first[parts[3]]; !ok || r.order < o {
+				first[parts[3]] = r.order
 			}
 		}
 	}
@@ -155,7 +156,7 @@ func malformedTable(runs map[string]*run) string {
 	}
 	sort.Slice(names, func(i, j int) bool { return first[names[i]] < first[names[j]] })
 	var b strings.Builder
-	fmt.Fprintf(&b, "| kind | containerd 2.4.2 (embedded) | containerd 1.6 (Debian) | outcome | holdfast's message |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| kind | containerd 2.4.2 (embedded), stream | 2.4.2, direct | containerd 1.6 (Debian), stream | 1.6, direct | outcome | holdfast's message |\n|---|---|---|---|---|---|---|\n")
 	// A cell: the result, and the sync's peak RSS and time when logged.
 	cell := func(r *run) string {
 		f := fields(r.outcome)
@@ -168,43 +169,70 @@ func malformedTable(runs map[string]*run) string {
 	for _, k := range names {
 		var cells []string
 		var msg, outcome string
+		other := map[string]string{} // a write path's message, where it differs
+		var failed []string          // why a run failed, where one did
 		for _, d := range daemons {
-			r, ok := runs["TestMalformed/"+d+"/"+k]
-			switch {
-			case !ok || r.result == "":
-				cells = append(cells, "not run")
-				continue
-			case r.result == "pass":
-				count[d]++
-			}
-			cells = append(cells, cell(r))
-			if msg == "" {
-				f := fields(r.outcome)
-				msg = f["message"]
-				outcome = "—"
-				if fs := strings.Fields(r.outcome); len(fs) > 0 {
-					outcome = fs[0]
-				}
+			for _, p := range paths {
+				r, ok := runs["TestMalformed/"+d+"/"+p+"/"+k]
 				switch {
-				case outcome == "skipped":
-					msg = "skipped (debug log: not an archive)"
-				case r.result == "fail":
-					msg = "test failed: " + r.firstErr
+				case !ok || r.result == "":
+					cells = append(cells, "not run")
+					continue
+				case r.result == "pass":
+					count[d+"/"+p]++
+				}
+				cells = append(cells, cell(r))
+				m := fields(r.outcome)["message"]
+				if r.result == "fail" {
+					failed = append(failed, "test failed on "+d+"/"+p+": "+r.firstErr)
+				}
+				if msg == "" {
+					msg = m
+					outcome = "—"
+					if fs := strings.Fields(r.outcome); len(fs) > 0 {
+						outcome = fs[0]
+					}
+					if outcome == "skipped" && r.result != "fail" {
+						msg = "skipped (debug log: not an archive)"
+					}
+				} else if m != "" && m != msg && outcome != "skipped" && other[p] == "" {
+					other[p] = m
 				}
 			}
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", k, cells[0], cells[1], outcome, tidy(msg))
+		for _, f := range failed {
+			msg += " — " + f
+		}
+		for _, p := range paths {
+			if other[p] != "" {
+				msg += " — on " + p + ": " + other[p]
+			}
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", k, strings.Join(cells, " | "), outcome+" | "+tidy(msg))
 	}
-	fmt.Fprintf(&b, "\nA cell: the test's result, the peak RSS of the `holdfast sync` process and how long it ran (with the two good\narchives already imported by the first pass).\n\n%d kinds; passed: %d on containerd 2.4.2, %d on containerd 1.6.", len(names), count["embedded"], count["debian-1.6"])
+	fmt.Fprintf(&b, "\nA cell: the test's result, the peak RSS of the `holdfast sync` process and how long it ran (with the two good\narchives already imported by the first pass).\n\n%d kinds; passed:", len(names))
+	for i, d := range daemons {
+		for j, p := range paths {
+			sep := ","
+			if i == 0 && j == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(&b, "%s %d on %s/%s", sep, count[d+"/"+p], d, p)
+		}
+	}
+	b.WriteString(".")
 	for _, d := range daemons {
-		r, ok := runs["TestMalformed/"+d]
-		if ok && r.result != "" {
-			fmt.Fprintf(&b, " One pass per kind on %s: %.1f s in all.", d, r.elapsed)
+		for _, p := range paths {
+			if r, ok := runs["TestMalformed/"+d+"/"+p]; ok && r.result != "" {
+				fmt.Fprintf(&b, " One pass per kind on %s/%s: %.1f s in all.", d, p, r.elapsed)
+			}
 		}
 	}
 	for _, d := range daemons {
-		if r, ok := runs["TestMalformedAgent/"+d]; ok && r.result != "" {
-			fmt.Fprintf(&b, " Every kind dropped at once under `holdfast run` (%s): %s.", d, r.result)
+		for _, p := range paths {
+			if r, ok := runs["TestMalformedAgent/"+d+"/"+p]; ok && r.result != "" {
+				fmt.Fprintf(&b, " Every kind dropped at once under `holdfast run` (%s/%s): %s.", d, p, r.result)
+			}
 		}
 	}
 	b.WriteString("\n")
