@@ -188,10 +188,11 @@ var sabotages = []sabotage{
 		// stored under its real digest and the image imported.
 		edits: []edit{
 			{"internal/runtime/containerd/ingest.go",
-				"w.put(ctx, ocispec.Descriptor{Digest: expected, Size: size}, r, nil)",
-				"w.put(ctx, ocispec.Descriptor{Size: size}, r, nil)"},
+				"w.put(ctx, ocispec.Descriptor{Digest: expected, Size: size}, r, nil, nil)",
+				"w.put(ctx, ocispec.Descriptor{Size: size}, r, nil, nil)"},
 			{"internal/archive/walk.go", `if got != "" && got != d {`, "if false {"},
 			{"internal/archive/pool.go", `} else if got != "" && got != j.dgst {`, "} else if false {"},
+			{"internal/runtime/containerd/direct.go", `if expected != "" && d != expected {`, "if false {"},
 		},
 		tests: []tests{{e2e, []string{"TestTamperedLayerRefused"}, nil}},
 	},
@@ -358,5 +359,32 @@ var sabotages = []sabotage{
 			"return errors.Is(err, fs.ErrNotExist)",
 			"return errors.Is(err, fs.ErrNotExist) && false"}},
 		tests: []tests{{e2e, []string{"TestLostBlobFileReimported"}, nil}},
+	},
+	{
+		name: "direct-write-unverified",
+		// A blob written directly is not checked against the digest the
+		// archive names: a tampered layer is placed under its own digest.
+		edits: []edit{{"internal/runtime/containerd/direct.go",
+			"if expected != \"\" && d != expected {",
+			"if false && expected != \"\" && d != expected {"}},
+		tests: []tests{{e2e, []string{"TestDirectWritePathRefusesTamperedLayer"}, nil}},
+	},
+	{
+		name: "direct-temp-left-by-quiet-pass",
+		// Only a pass that writes a blob sweeps the temp files a killed
+		// writer left; a pass with nothing to import leaves them forever.
+		edits: []edit{{"internal/runtime/containerd/containerd.go",
+			"\terrs = append(errs, r.direct.sweep(ctx, r))\n",
+			""}},
+		tests: []tests{{e2e, []string{"TestDirectWritePathSweepsWithoutImporting"}, nil}},
+	},
+	{
+		name: "direct-commit-without-source-labels",
+		// Blobs held until the walk ends are committed without their
+		// distribution source labels, and counted as labelled.
+		edits: []edit{{"internal/runtime/containerd/direct.go",
+			"f, sources.labelsOf(d))",
+			"f, nil)"}},
+		tests: []tests{{e2e, []string{"TestDirectWritePathLabelsInOnePass"}, nil}},
 	},
 }

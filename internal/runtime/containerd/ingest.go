@@ -28,6 +28,10 @@ import (
 // of two, which costs the kernel far less than a power of two on this kind of VM.
 const writeChunk = 1<<20 - 4<<10
 
+// maxDocSize bounds an index or manifest read back from the store (or a held
+// blob) to walk an image: registries take at most 4 MiB.
+const maxDocSize = 16 << 20
+
 // abandonTimeout bounds the clean-up of a failed or cancelled import.
 const abandonTimeout = 30 * time.Second
 
@@ -103,6 +107,9 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
 		if b, ok := walked.Docs[desc.Digest]; ok {
 			return b, nil
+		}
+		if desc.Size > maxDocSize {
+			return nil, fmt.Errorf("%s %s: %d bytes is too large for an image document (at most %d)", kind(desc.MediaType), desc.Digest, desc.Size, maxDocSize)
 		}
 		if b, ok, err := ing.readPending(desc.Digest); ok || err != nil {
 			return b, err
