@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -17,7 +18,7 @@ import (
 // record and no ingest behind (the same clean-up as a failed import, though
 // the pass's context is cancelled).
 func TestSyncInterruptedMidImport(t *testing.T) {
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachDaemonAndPath(t, func(t *testing.T, d *daemon, wp string) {
 		dir := tempDir(t)
 		imagesDir := filepath.Join(dir, "images")
 		path := filepath.Join(imagesDir, "slow.tar.bz2")
@@ -27,7 +28,7 @@ func TestSyncInterruptedMidImport(t *testing.T) {
 			func(ctx context.Context, w io.Writer) error {
 				return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameContainerd}, img)
 			})
-		cmd := exec.Command(holdfastBin, "sync", "--address", d.Address, "--data-dir", filepath.Join(dir, "data"), "--images", imagesDir)
+		cmd := exec.Command(holdfastBin, "sync", "--address", d.Address, "--data-dir", filepath.Join(dir, "data"), "--images", imagesDir, wpFlag(wp))
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -39,11 +40,17 @@ func TestSyncInterruptedMidImport(t *testing.T) {
 				<-done
 			}
 		})
-		// Wait until the import holds its lease and is writing.
+		// Wait until the import holds its lease and is writing: an ingest
+		// open, or on the direct path a temp file in the content store.
+		writing := func() bool { return len(d.ingests(t)) > 0 }
+		if wp == "direct" {
+			tmp := filepath.Join(directContentRoot(t, d), "holdfast-tmp")
+			writing = func() bool { e, _ := os.ReadDir(tmp); return len(e) > 0 }
+		}
 		deadline := time.Now().Add(time.Minute)
 		for {
 			_, leased := d.leaseOf(t, path)
-			if leased && len(d.ingests(t)) > 0 {
+			if leased && writing() {
 				break
 			}
 			select {
@@ -74,5 +81,6 @@ func TestSyncInterruptedMidImport(t *testing.T) {
 		if _, ok := d.record(t, "e2e.local/interrupted/slow:1"); ok {
 			t.Error("a record was made")
 		}
+		wpRequireStoreClean(t, d, map[string]bool{})
 	})
 }
