@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Scenarios, as the issue numbers them. P6 is measured within P1.
+// Scenarios, as the benchmarks doc numbers them. P6 is measured within P1.
 const (
 	ScenarioP1      = "P1"       // cold import of the large archive
 	ScenarioP1Small = "P1s"      // cold import of the archive of many small layers

@@ -3,7 +3,7 @@
 // holdfast side by side with ctr and with a floor that does only what any
 // import must (read, sha256, write, fsync), alternating the contenders round
 // by round on the same machine. It reports medians, percentiles and ratios
-// against the targets of issue 5 and writes every sample as JSON.
+// against the project's targets and writes every sample as JSON.
 //
 // cmd/holdfast-bench wires flags to [Run]; `make bench` runs it.
 package bench

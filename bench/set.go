@@ -48,7 +48,7 @@ const (
 	mib = int64(1) << 20
 )
 
-// FullSet is the set of issue 5: 1 archive of 1 GiB, 4 of 256 MiB, 20 of
+// FullSet is the default set: 1 archive of 1 GiB, 4 of 256 MiB, 20 of
 // 100 MiB, one of 300 small layers; 50 heals and 5 renamed-in archives; one
 // of 4 GiB (P5); 512 MiB for the disk rate.
 func FullSet() Set {

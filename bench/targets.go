@@ -14,7 +14,7 @@ const (
 	AtLeast Op = ">=" // met when the value is at least the limit
 )
 
-// Target is one of issue 5's targets.
+// Target is one of the import targets (docs/benchmarks.md).
 type Target struct {
 	ID    string  `json:"id"`   // "P1 vs ctr"
 	What  string  `json:"what"` // what the value is
@@ -73,7 +73,7 @@ func (o Outcome) Verdict() string {
 	return fmt.Sprintf("missed: %s× over", fmtFactor(float64(o.Off)))
 }
 
-// LimitString is the target as written in the issue: "≤ 0.25×", "≥ 100×", "≤ 500 ms".
+// LimitString is the target as the docs write it: "≤ 0.25×", "≥ 100×", "≤ 500 ms".
 func (t Target) LimitString() string {
 	op := "≤"
 	if t.Op == AtLeast {

@@ -30,7 +30,7 @@ func run(ctx context.Context, args []string) int {
 	var (
 		holdfast   = fs.String("holdfast", "", "holdfast `binary` (empty: build one into the work dir)")
 		ctr        = fs.String("ctr", "", "ctr `binary` of the same containerd version (empty: build one into the work dir)")
-		set        = fs.String("set", "full", "archive `set`: full (issue 5's: 1 × 1 GiB, 4 × 256 MiB, 20 × 100 MiB, 300 small layers) or quick (tiny)")
+		set        = fs.String("set", "full", "archive `set`: full (1 × 1 GiB, 4 × 256 MiB, 20 × 100 MiB, 300 small layers, 4 GiB for P5) or quick (tiny)")
 		quick      = fs.Bool("quick", false, "tiny archives, one round: a smoke test of the harness (same as -set quick -rounds 1)")
 		rounds     = fs.Int("rounds", 3, "rounds of alternating measurements")
 		heal       = fs.Int("heal", 0, "P4 heal samples (images deleted once each; 0: the set's, 50 for full)")
