@@ -37,11 +37,12 @@ type coldEnv struct {
 // cold measures every cold-import scenario, alternating the contenders: in
 // each round every method of every scenario runs once, in the same order.
 func (h *harness) cold(ctx context.Context) error {
-	ms := h.coldMethods()
-	if len(ms) == 0 {
-		return nil
-	}
-	for round := 1; round <= h.cfg.Rounds; round++ {
+	return h.alternate(ctx, h.coldMethods(), h.cfg.Rounds)
+}
+
+// alternate runs every method once per round, in the same order.
+func (h *harness) alternate(ctx context.Context, ms []coldMethod, rounds int) error {
+	for round := 1; round <= rounds && len(ms) > 0; round++ {
 		for _, m := range ms {
 			s, err := h.measureCold(ctx, m, round)
 			if err != nil {

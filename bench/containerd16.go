@@ -22,16 +22,7 @@ import (
 const DefaultContainerd16 = "/usr/bin/containerd"
 
 // check16 says why bin cannot be used as containerd 1.6, or "" when it can.
-func check16(bin string) string {
-	out, err := exec.Command(bin, "--version").Output()
-	if err != nil {
-		return fmt.Sprintf("%s cannot run: %v", bin, err)
-	}
-	if !strings.Contains(string(out), " 1.6.") {
-		return fmt.Sprintf("%s is not containerd 1.6 (%s)", bin, strings.TrimSpace(string(out)))
-	}
-	return ""
-}
+func check16(bin string) string { return testenv.Not16(bin) }
 
 // daemon16 is Debian's containerd 1.6 running on a dir of its own.
 type daemon16 struct {
@@ -48,13 +39,7 @@ func startDaemon16(ctx context.Context, dir, bin string) (*daemon16, error) {
 		return nil, fmt.Errorf("starting containerd 1.6: %w", err)
 	}
 	d := &daemon16{dir: dir, sock: filepath.Join(dir, "c.sock")}
-	cfg := testenv.Containerd16Config(dir, d.sock, true) + fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri"]
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %q
-    conf_dir = %q
-`, filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf"))
+	cfg := testenv.Containerd16CRIConfig(dir, d.sock)
 	cfgPath := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, fmt.Errorf("starting containerd 1.6: %w", err)

@@ -32,14 +32,5 @@ func (h *harness) p5(ctx context.Context) (err error) {
 		h.holdfastSync(ScenarioP5, MethodHoldfastDirect, WriteDirect, images, a),
 		h.holdfastSync(ScenarioP5, MethodHoldfastStream, WriteStream, images, a),
 	}
-	for round := 1; round <= p5Rounds; round++ {
-		for _, m := range ms {
-			s, err := h.measureCold(ctx, m, round)
-			if err != nil {
-				return err
-			}
-			h.record(s)
-		}
-	}
-	return nil
+	return h.alternate(ctx, ms, p5Rounds)
 }

@@ -2,7 +2,9 @@ package testenv
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
+	"strings"
 )
 
 // Containerd16Config is the start of a config for Debian's containerd 1.6
@@ -24,4 +26,30 @@ state = %q
 [plugins."io.containerd.internal.v1.opt"]
   path = %q
 `, disabled, filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock, sock+".ttrpc", filepath.Join(dir, "opt"))
+}
+
+// Containerd16CRIConfig is Containerd16Config with the CRI plugin on, as the
+// tests and the bench run it: overlayfs, and CNI dirs under dir (empty: no
+// pod networks).
+func Containerd16CRIConfig(dir, sock string) string {
+	return Containerd16Config(dir, sock, true) + fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri"]
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %q
+    conf_dir = %q
+`, filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf"))
+}
+
+// Not16 says why bin cannot be used as Debian's containerd 1.6, or "" when
+// it can.
+func Not16(bin string) string {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return fmt.Sprintf("%s cannot run: %v", bin, err)
+	}
+	if !strings.Contains(string(out), " 1.6.") {
+		return fmt.Sprintf("%s is not containerd 1.6 (%s)", bin, strings.TrimSpace(string(out)))
+	}
+	return ""
 }

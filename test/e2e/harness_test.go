@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -126,22 +125,14 @@ func newDebian(t *testing.T, cri bool) *debian {
 	if err != nil {
 		testenv.Missing(t, "containerd-1.6", "Debian's containerd 1.6 is not installed (make deps installs it with apt-get)")
 	}
-	out, err := exec.Command(bin, "--version").Output()
-	if err != nil || !strings.Contains(string(out), " 1.6.") {
-		testenv.Missing(t, "containerd-1.6", fmt.Sprintf("%s is not containerd 1.6 (%s)", bin, strings.TrimSpace(string(out))))
+	if why := testenv.Not16(bin); why != "" {
+		testenv.Missing(t, "containerd-1.6", why)
 	}
 	dir := tempDir(t)
 	p := &debian{t: t, name: "debian-1.6", bin: bin, dir: dir, sock: filepath.Join(dir, "c.sock"), cfgPath: filepath.Join(dir, "config.toml")}
-	cfg := testenv.Containerd16Config(dir, p.sock, cri)
-	if cri {
-		cfg += fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri"]
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %q
-    conf_dir = %q
-`, filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "cni", "conf"))
-	} else {
+	cfg := testenv.Containerd16CRIConfig(dir, p.sock)
+	if !cri {
+		cfg = testenv.Containerd16Config(dir, p.sock, false)
 		p.name = "debian-1.6-no-cri"
 	}
 	if err := os.WriteFile(p.cfgPath, []byte(cfg), 0o600); err != nil {
