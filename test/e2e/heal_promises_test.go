@@ -163,6 +163,8 @@ func TestAgentHealsDuringFirstPass(t *testing.T) {
 	}
 
 	d.waitPinned(t, "e2e.local/early/app:1")
+	// The heal comes as the first pass ends, just before its summary line.
+	eventually(t, "the first pass's summary line", func() bool { return agent.logged("pass:", nil) > 0 })
 	if n := agent.logged("pass:", nil); n != 1 {
 		t.Errorf("healed after %d passes, want right after the first\n%s", n, agent.dump())
 	}
