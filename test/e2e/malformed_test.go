@@ -48,7 +48,7 @@ func errorLines(stderr string) []string {
 // the good archives stay imported and pinned; the sync's peak RSS stays
 // under 150 MiB (a million entries included). Kinds that are not archives at
 // all are skipped: exit 0, no error. Each kind logs its outcome ("outcome:"),
-// which `go run ./test/e2e/reltable` turns into docs/reliability.md's table.
+// which `go run ./test/reltable` turns into docs/reliability.md's table.
 // Every kind runs on both write paths; after each pass the store's directory
 // holds no temp file and no blob file the store did not commit or whose
 // bytes do not match its name, and on the direct path the good archives had
