@@ -9,11 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
 // buildReporter builds this command into a temp dir.
@@ -25,23 +26,6 @@ func buildReporter(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestUsage: --help exits 0; no node is a usage error (2).
@@ -88,7 +72,7 @@ current-context: x
 	}
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "NODE_NAME=node-1", "KUBECONFIG="+kubeconfig, "HOLDFAST_AGENT="+agent.URL, "HOLDFAST_REPORT_INTERVAL=50ms")
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

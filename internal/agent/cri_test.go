@@ -10,11 +10,12 @@ import (
 
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
+	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
 // criAgent runs an agent whose one source wants names, on rt and clock, until
 // the test ends; ready closes when it says it is ready.
-func criAgent(t *testing.T, rt *fake.Runtime, clock *fakeClock, names ...string) (*Agent, *syncBuffer, <-chan struct{}) {
+func criAgent(t *testing.T, rt *fake.Runtime, clock *fakeClock, names ...string) (*Agent, *testenv.Buffer, <-chan struct{}) {
 	t.Helper()
 	dir := t.TempDir()
 	mkLayout(t, filepath.Join(dir, "x"))
@@ -25,7 +26,7 @@ func criAgent(t *testing.T, rt *fake.Runtime, clock *fakeClock, names ...string)
 	rt.ImportFunc = func(hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
 		return hfruntime.ImportResult{Lease: "holdfast/x", Images: wants}, nil
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	a := New(rt, Config{ImageDirs: []string{dir}, Resync: time.Hour,
 		Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, nil)
 	a.clock = clock

@@ -1,11 +1,9 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,24 +12,8 @@ import (
 
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
+	"github.com/holdfast-project/holdfast/internal/testenv"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // wantOf is what a fake source wants for name.
 func wantOf(name string) hfruntime.Want {
@@ -40,7 +22,7 @@ func wantOf(name string) hfruntime.Want {
 
 // runFakeAgent runs an agent on rt with the fake clock until the test ends,
 // and returns its logs once its first pass is done.
-func runFakeAgent(t *testing.T, rt *fake.Runtime, cfg Config, clock *fakeClock) *syncBuffer {
+func runFakeAgent(t *testing.T, rt *fake.Runtime, cfg Config, clock *fakeClock) *testenv.Buffer {
 	t.Helper()
 	logs, ready := goFakeAgent(t, rt, cfg, clock)
 	select {
@@ -53,9 +35,9 @@ func runFakeAgent(t *testing.T, rt *fake.Runtime, cfg Config, clock *fakeClock) 
 
 // goFakeAgent starts an agent on rt with the fake clock, to run until the
 // test ends; ready closes when its first pass is done.
-func goFakeAgent(t *testing.T, rt *fake.Runtime, cfg Config, clock *fakeClock) (*syncBuffer, <-chan struct{}) {
+func goFakeAgent(t *testing.T, rt *fake.Runtime, cfg Config, clock *fakeClock) (*testenv.Buffer, <-chan struct{}) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	cfg.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if cfg.Resync == 0 {
 		cfg.Resync = time.Hour // no pass on the timer stands in for what a test checks
@@ -76,7 +58,7 @@ func goFakeAgent(t *testing.T, rt *fake.Runtime, cfg Config, clock *fakeClock) (
 // startFakeAgent runs an agent on the fake runtime and a fake clock, with one
 // source (an OCI layout dir) that wants the given names, and returns once its
 // first pass is done.
-func startFakeAgent(t *testing.T, names ...string) (*fake.Runtime, *fakeClock, *syncBuffer) {
+func startFakeAgent(t *testing.T, names ...string) (*fake.Runtime, *fakeClock, *testenv.Buffer) {
 	t.Helper()
 	rt := fake.New()
 	dir := t.TempDir()
