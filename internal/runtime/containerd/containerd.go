@@ -66,6 +66,10 @@ var _ runtime.Runtime = &Runtime{}
 
 // New connects to the containerd at address and works in namespace.
 func New(ctx context.Context, address, namespace string) (*Runtime, error) {
+	address, err := socketPath(address)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to containerd: %w", err)
+	}
 	c, err := containerd.New(address, containerd.WithDefaultNamespace(namespace), containerd.WithTimeout(10*time.Second),
 		// Blob data leaves in 1 MiB messages: a socket write buffer of the
 		// same size sends each in one write(2), not 32 (gRPC's default is
@@ -89,6 +93,22 @@ func New(ctx context.Context, address, namespace string) (*Runtime, error) {
 	r.version = v.Version
 	r.fresh.Store(true)
 	return r, nil
+}
+
+// socketPath is address as a path, checked before the dial: gRPC's dialer
+// retries a socket that is not there until its deadline and then says
+// "timeout", where the cause is plain at once. A socket that is there and does
+// not answer still times out. "unix://" is taken off: the client dials paths.
+func socketPath(address string) (string, error) {
+	path := strings.TrimPrefix(address, "unix://")
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if st.Mode().Type() != os.ModeSocket {
+		return "", fmt.Errorf("%s is not a socket", path)
+	}
+	return path, nil
 }
 
 // CacheStates keeps copies of the leases' state blobs in dir (see stateCache).
