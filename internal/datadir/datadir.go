@@ -52,21 +52,24 @@ func (e *LockedError) Error() string {
 
 func (e *LockedError) Unwrap() error { return ErrLocked }
 
-// Lock is an exclusive lock on a data dir, held until Release or exit.
+// Lock is an exclusive lock on a data dir, held until Release or exit. It is
+// two flocks: on the directory itself, which nobody can take while the owner
+// lives and the directory does, even if its lock file is deleted; and on the
+// lock file, which Held reads and which earlier holdfast versions lock.
 type Lock struct {
 	mu    sync.Mutex
-	f     *os.File
+	d, f  *os.File
 	dir   string
 	owner Owner
 }
 
 // Acquire takes the data dir's lock without waiting, creating the dir if needed.
 func Acquire(dir, command string) (*Lock, error) {
-	f, err := lockFile(dir)
+	d, f, err := lockFile(dir)
 	if err != nil {
 		return nil, err
 	}
-	l := &Lock{f: f, dir: dir}
+	l := &Lock{d: d, f: f, dir: dir}
 	if err := l.SetOwner(Owner{PID: os.Getpid(), Command: command}); err != nil {
 		l.Release()
 		return nil, err
@@ -74,24 +77,49 @@ func Acquire(dir, command string) (*Lock, error) {
 	return l, nil
 }
 
-// lockFile creates dir if needed and returns its lock file, locked.
-func lockFile(dir string) (*os.File, error) {
+// lockFile creates dir if needed and returns it and its lock file, both locked.
+func lockFile(dir string) (d, f *os.File, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating data dir: %w", err)
+		return nil, nil, fmt.Errorf("creating data dir: %w", err)
 	}
+	if d, err = os.Open(dir); err != nil {
+		return nil, nil, fmt.Errorf("opening data dir: %w", err)
+	}
+	if err := lockExclusive(d, dir); err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	if f, err = lockFileIn(dir); err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	return d, f, nil
+}
+
+// lockFileIn opens dir's lock file and locks it.
+func lockFileIn(dir string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening lock: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := lockExclusive(f, dir); err != nil {
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			owner, _ := ReadOwner(dir)
-			return nil, &LockedError{Dir: dir, Owner: owner}
-		}
-		return nil, fmt.Errorf("locking %s: %w", dir, err)
+		return nil, err
 	}
 	return f, nil
+}
+
+// lockExclusive flocks f without waiting; held by another, it says by whom.
+func lockExclusive(f *os.File, dir string) error {
+	err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		owner, _ := ReadOwner(dir)
+		return &LockedError{Dir: dir, Owner: owner}
+	}
+	if err != nil {
+		return fmt.Errorf("locking %s: %w", dir, err)
+	}
+	return nil
 }
 
 // SetOwner records who holds the lock, for other processes to attach to.
@@ -122,26 +150,40 @@ func (l *Lock) Keep() (bool, error) {
 	if l.f == nil {
 		return false, nil
 	}
-	var held, now syscall.Stat_t
-	if err := syscall.Fstat(int(l.f.Fd()), &held); err != nil {
-		return false, fmt.Errorf("checking the lock of %s: %w", l.dir, err)
-	}
-	if err := syscall.Stat(filepath.Join(l.dir, "lock"), &now); err == nil && now.Dev == held.Dev && now.Ino == held.Ino {
-		if _, err := os.Stat(filepath.Join(l.dir, "owner.json")); errors.Is(err, fs.ErrNotExist) {
-			return false, l.writeOwner()
+	if !same(l.d, l.dir) {
+		// The dir itself is gone or replaced: nothing held it for us.
+		d, f, err := lockFile(l.dir)
+		if err != nil {
+			return false, err
 		}
-		return false, nil
+		_ = l.d.Close() // the old dir and file are gone: nobody else can lock them
+		_ = l.f.Close()
+		l.d, l.f = d, f
+		return true, l.writeOwner()
 	}
-	f, err := lockFile(l.dir)
-	if err != nil {
-		return false, err
+	if !same(l.f, filepath.Join(l.dir, "lock")) {
+		// Only the lock file went: the dir's lock kept everyone out meanwhile.
+		f, err := lockFileIn(l.dir)
+		if err != nil {
+			return false, err
+		}
+		_ = l.f.Close()
+		l.f = f
+		return true, l.writeOwner()
 	}
-	_ = l.f.Close() // the old file is gone: nobody else can lock it
-	l.f = f
-	if err := l.writeOwner(); err != nil {
-		return true, err
+	if _, err := os.Stat(filepath.Join(l.dir, "owner.json")); errors.Is(err, fs.ErrNotExist) {
+		return false, l.writeOwner()
 	}
-	return true, nil
+	return false, nil
+}
+
+// same says whether path is still the file f has open.
+func same(f *os.File, path string) bool {
+	var held, now syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &held); err != nil {
+		return false
+	}
+	return syscall.Stat(path, &now) == nil && now.Dev == held.Dev && now.Ino == held.Ino
 }
 
 // Release gives the lock up.
@@ -155,24 +197,37 @@ func (l *Lock) Release() {
 		return
 	}
 	_ = os.Remove(filepath.Join(l.dir, "owner.json"))
-	_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
-	_ = l.f.Close()
-	l.f = nil
+	for _, f := range []*os.File{l.f, l.d} {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+	}
+	l.d, l.f = nil, nil
 }
 
-// Held reports whether another process holds the lock, and who it is.
+// Held reports whether another process holds the lock, and who it is: the
+// dir's lock, or the lock file's (an earlier holdfast takes only that).
 func Held(dir string) (Owner, bool) {
-	f, err := os.Open(filepath.Join(dir, "lock"))
+	for _, path := range []string{dir, filepath.Join(dir, "lock")} {
+		if locked(path) {
+			o, _ := ReadOwner(dir)
+			return o, true
+		}
+	}
+	return Owner{}, false
+}
+
+// locked says whether someone holds an exclusive flock on path.
+func locked(path string) bool {
+	f, err := os.Open(path)
 	if err != nil {
-		return Owner{}, false
+		return false
 	}
 	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err == nil {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		return Owner{}, false
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return true
 	}
-	o, _ := ReadOwner(dir)
-	return o, true
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
 }
 
 // ReadOwner reads who holds the lock.

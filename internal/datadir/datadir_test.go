@@ -94,3 +94,41 @@ func TestLockKeptWhenDataDirDeleted(t *testing.T) {
 		t.Errorf("after Keep: Held = %+v, %v; want %+v", o, held, owner)
 	}
 }
+
+// TestLockHoldsWhenLockFileDeleted: with only the lock file deleted under its
+// owner, no other process takes the data dir, not even before Keep runs; Keep
+// makes the lock file again.
+func TestLockHoldsWhenLockFileDeleted(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	l, err := Acquire(dir, "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	if err := os.Remove(filepath.Join(dir, "lock")); err != nil {
+		t.Fatal(err)
+	}
+	if other, err := Acquire(dir, "sync"); !errors.Is(err, ErrLocked) {
+		other.Release()
+		t.Fatalf("Acquire after the owner's lock file was deleted: %v, want ErrLocked", err)
+	}
+	if o, held := Held(dir); !held || o.Command != "run" {
+		t.Errorf("Held after the lock file was deleted: %+v, %v; want run's", o, held)
+	}
+	if restored, err := l.Keep(); !restored || err != nil {
+		t.Fatalf("Keep after the lock file was deleted: %v, %v", restored, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "lock")); err != nil {
+		t.Errorf("Keep did not make the lock file again: %v", err)
+	}
+	if _, err := Acquire(dir, "sync"); !errors.Is(err, ErrLocked) {
+		t.Errorf("Acquire beside the kept lock: %v, want ErrLocked", err)
+	}
+	l.Release()
+	l2, err := Acquire(dir, "sync")
+	if err != nil {
+		t.Fatalf("Acquire after release: %v", err)
+	}
+	l2.Release()
+}
