@@ -7,14 +7,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"strings"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
-	"github.com/ulikunitz/xz"
+	xzdec "github.com/therootcompany/xz"
 	"github.com/ulikunitz/xz/lzma"
 )
 
@@ -153,12 +152,15 @@ func decompress(r io.Reader, zstdWindow uint64) (io.ReadCloser, Compression, err
 		if err := checkXzDict(head, xzMaxDict); err != nil {
 			return nil, c, err
 		}
-		tail := &xzTail{r: br}
-		xr, err := xz.NewReader(tail)
+		// The decoder caps every block's dictionary, in every stream, not
+		// only the first block's that checkXzDict reads: a later one that
+		// declares more is refused before it is allocated. It also says a
+		// stream cut off anywhere, even at a block boundary, is cut off.
+		xr, err := xzdec.NewReader(br, xzMaxDict)
 		if err != nil {
-			return nil, c, wrapDecodeErr(c, err)
+			return nil, c, xzError(err)
 		}
-		return &decoder{r: xr, c: c, atEOF: tail.check}, c, nil
+		return &decoder{r: xr, c: c}, c, nil
 	case Lz4:
 		lr := lz4.NewReader(br)
 		// One block at a time: the reader has no Close, so it must not own
@@ -203,9 +205,9 @@ func checkZstdWindow(head []byte, limit uint64) error {
 }
 
 // checkXzDict refuses an xz stream whose first block's LZMA2 filter, as far
-// as head shows, declares a dictionary larger than limit. The xz decoder takes
-// the declared size as the least it allocates; later blocks and streams are
-// not checked (xz writers give every block the same dictionary).
+// as head shows, declares a dictionary larger than limit, saying the size it
+// declares before the decoder is made. The decoder itself refuses any later
+// block, in this stream or a later one, that declares more.
 func checkXzDict(head []byte, limit int64) error {
 	const streamHeader = 12
 	if len(head) < streamHeader+2 || head[streamHeader] == 0 {
@@ -280,9 +282,8 @@ type decoder struct {
 	r     io.Reader
 	c     Compression // empty for None
 	close func() error
-	atEOF func() error // checks what the library cannot, once it reports io.EOF
-	err   error        // sticky
-	limit uint64       // zstd: the window limit, for errors
+	err   error  // sticky
+	limit uint64 // zstd: the window limit, for errors
 }
 
 func (d *decoder) Read(p []byte) (int, error) {
@@ -290,13 +291,10 @@ func (d *decoder) Read(p []byte) (int, error) {
 		return 0, d.err
 	}
 	n, err := d.r.Read(p)
-	if err == io.EOF && d.atEOF != nil {
-		if e := d.atEOF(); e != nil {
-			err = e
-		}
-	}
 	if err != nil && err != io.EOF {
-		if d.c == Zstd && (errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded)) {
+		if d.c == Xz {
+			err = xzError(err)
+		} else if d.c == Zstd && (errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded)) {
 			err = fmt.Errorf("zstd: a frame declares a window larger than the %s holdfast decodes%s: %w", sizeString(d.limit), zstdHint, err)
 		} else if d.c != "" && d.c != None {
 			err = wrapDecodeErr(d.c, err)
@@ -321,45 +319,16 @@ func (d *decoder) Close() error {
 	return nil
 }
 
-// xzTail remembers the last bytes of an xz stream before its trailing zero
-// padding. The xz library reports a stream cut off at a block boundary (or
-// right after its header) as a clean io.EOF; a complete stream ends with a
-// footer: CRC32 of the next 6 bytes, backward size, flags, "YZ".
-type xzTail struct {
-	r     io.Reader
-	tail  [12]byte
-	n     int   // valid bytes at the end of tail
-	zeros int64 // zero bytes read after tail
-}
-
-func (t *xzTail) Read(p []byte) (int, error) {
-	n, err := t.r.Read(p)
-	b := p[:n]
-	i := len(b) - 1
-	for i >= 0 && b[i] == 0 {
-		i--
+// xzError says an xz decoder's error as holdfast does: a dictionary past the
+// cap with the cap and the hint, a cut-off stream as one.
+func xzError(err error) error {
+	switch {
+	case errors.Is(err, xzdec.ErrMemlimit):
+		return fmt.Errorf("xz: a block declares a dictionary larger than the %s holdfast decodes%s", sizeString(xzMaxDict), xzHint)
+	case errors.Is(err, xzdec.ErrBuf), errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("xz: %w", io.ErrUnexpectedEOF)
 	}
-	if i < 0 {
-		t.zeros += int64(n)
-		return n, err
-	}
-	// New tail: old tail, the zeros after it, then b[:i+1]; keep the last 12.
-	var seq []byte
-	seq = append(seq, t.tail[len(t.tail)-t.n:]...)
-	seq = append(seq, make([]byte, min(t.zeros, int64(len(t.tail))))...)
-	seq = append(seq, b[max(0, i+1-len(t.tail)):i+1]...)
-	seq = seq[max(0, len(seq)-len(t.tail)):]
-	t.n = copy(t.tail[len(t.tail)-len(seq):], seq)
-	t.zeros = int64(len(b) - i - 1)
-	return n, err
-}
-
-func (t *xzTail) check() error {
-	f := t.tail
-	if t.n < len(f) || f[10] != 'Y' || f[11] != 'Z' || crc32.ChecksumIEEE(f[4:10]) != binary.LittleEndian.Uint32(f[0:4]) {
-		return io.ErrUnexpectedEOF
-	}
-	return nil
+	return wrapDecodeErr(Xz, err)
 }
 
 // wrapDecodeErr prefixes a decoder's error with the compression's name,

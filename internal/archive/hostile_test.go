@@ -120,6 +120,8 @@ func TestDecoderMemoryCaps(t *testing.T) {
 		{"zstd 4 GiB window", zstdRawFrame(22<<3, []byte("hello")), "more than the 128 MiB holdfast decodes"},
 		{"xz 4 GiB dictionary", xzHeader(40), "xz: the stream declares a 4 GiB dictionary, more than the 128 MiB holdfast decodes"},
 		{"xz 1536 MiB dictionary", xzHeader(37), "more than the 128 MiB holdfast decodes"},
+		{"xz 1536 MiB dictionary in a second stream", append(compress(t, Xz, []byte("hello")), xzHeader(37)...),
+			"xz: a block declares a dictionary larger than the 128 MiB holdfast decodes"},
 	} {
 		rc, _, err := Decompress(bytes.NewReader(tc.in))
 		if err == nil {
@@ -151,4 +153,24 @@ func FuzzDecoderHeaders(f *testing.F) {
 			_ = checkXzDict(append(append([]byte{}, magicXz...), b...), xzMaxDict)
 		}
 	})
+}
+
+// TestXzStreamsConcatenated: streams one after another (xz's own concatenation,
+// pixz, parallel writers) decode as one, each within the cap.
+func TestXzStreamsConcatenated(t *testing.T) {
+	t.Parallel()
+	a, b := compressible(300<<10, 3), compressible(200<<10, 4)
+	in := append(compress(t, Xz, a), compress(t, Xz, b)...)
+	rc, c, err := Decompress(bytes.NewReader(in))
+	if err != nil || c != Xz {
+		t.Fatalf("Decompress: %s, %v", c, err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, append(a, b...)) {
+		t.Errorf("decoded %d bytes, not the %d of both streams", len(got), len(a)+len(b))
+	}
 }

@@ -227,6 +227,12 @@ func TestHostileDecompression(t *testing.T) {
 		{name: "xz-1536mib-dictionary", file: "xz-dict.tar.xz",
 			cause: "xz: the stream declares a 1536 MiB dictionary, more than the 128 MiB holdfast decodes",
 			write: func(w io.Writer) { w.Write(xzWithDict(t, plain, 200<<20, 37)) }},
+		{name: "xz-1536mib-dictionary-second-stream", file: "xz-dict-second.tar.xz",
+			cause: "xz: a block declares a dictionary larger than the 128 MiB holdfast decodes",
+			write: func(w io.Writer) {
+				w.Write(xzWithDict(t, plain[:len(plain)-1024], 0, 22)) // the tar without its end blocks, an 8 MiB dictionary
+				w.Write(xzWithDict(t, nil, 200<<20, 37))               // then the end blocks' zeros, and more
+			}},
 		{name: "zstd-10gib-zeros-after-the-archive", file: "zstd-trailing-bomb.tar.zst",
 			cause: "more than 16 MiB of data after the end of the tar archive",
 			write: func(w io.Writer) { w.Write(zstdFrame(20, plain, 10<<30)) }},
