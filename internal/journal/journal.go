@@ -55,11 +55,15 @@ type Report struct {
 	// Next is the sequence number the next event will get: a reader that
 	// has seen every event up to now asks with after=Next-1.
 	Next uint64 `json:"next"`
+	// Started is when this journal began (the agent process started): a
+	// reader whose cursor came from another journal starts from 0.
+	Started time.Time `json:"started"`
 }
 
 // Journal is the ring and the summary. Its zero value is not usable: use New.
 type Journal struct {
-	now func() time.Time
+	now     func() time.Time
+	started time.Time // by the wall clock, whatever now is: it tells journals apart
 
 	mu      sync.Mutex
 	ring    []Event // capacity fixed at New; oldest at start
@@ -77,7 +81,7 @@ func New(size int, now func() time.Time) *Journal {
 	if now == nil {
 		now = time.Now
 	}
-	return &Journal{now: now, ring: make([]Event, 0, max(size, 1)), next: 1,
+	return &Journal{now: now, started: time.Now(), ring: make([]Event, 0, max(size, 1)), next: 1,
 		failing: map[string]string{}, backoff: map[string]time.Time{}}
 }
 
@@ -139,7 +143,7 @@ func (j *Journal) Backoff(name string, until time.Time) {
 func (j *Journal) Report(after uint64, ready bool) Report {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	r := Report{Ready: ready, Pinned: j.pinned, Sources: j.sources, Next: j.next,
+	r := Report{Ready: ready, Pinned: j.pinned, Sources: j.sources, Next: j.next, Started: j.started,
 		Failing: []Failure{}, HealBackoff: []string{}, Events: []Event{}}
 	for src, cause := range j.failing {
 		r.Failing = append(r.Failing, Failure{Source: src, Error: cause})

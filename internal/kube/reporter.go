@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -47,6 +48,12 @@ const (
 	shownFailures = 3
 	maxBackoff    = 5 * time.Minute
 	eventCache    = 512
+	// eventTTL is how long the API server keeps Events (kube-apiserver's
+	// --event-ttl default).
+	eventTTL = time.Hour
+	// annotationJournalTime on an Event is the time of the last journal
+	// event it stands for: a reporter that starts again sends none up to it.
+	annotationJournalTime = "holdfast.io/journal-time"
 	// maxMessage bounds the messages of the condition and the Events, as
 	// client-go's event recorders bound theirs.
 	maxMessage = 1024
@@ -73,6 +80,9 @@ type Reporter struct {
 	uid     types.UID             // the Node's, for the Events' involvedObject
 	written *corev1.NodeCondition // the condition as last patched; nil before the first patch
 	after   uint64                // journal events up to here are on the Node
+	journal time.Time             // the Started of the journal after counts in
+	primed  bool                  // sentUpTo and sent were read from the Events on the Node
+	upTo    time.Time             // journal events up to this time are on the Node (see prime)
 	sent    map[string]*sentEvent // reason+message → the Event it went to, to aggregate
 	order   []string              // keys of sent, oldest first, to bound it
 }
@@ -157,13 +167,14 @@ func (r *Reporter) fetch(ctx context.Context) (*journal.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rep.Next == 0 || rep.Next-1 < r.after {
+	if rep.Next == 0 || rep.Next-1 < r.after || (!r.journal.IsZero() && !rep.Started.Equal(r.journal)) {
 		r.log.Info("the agent's journal starts again (the agent restarted)", "cursor", r.after, "next", rep.Next)
 		r.after = 0
 		if rep, err = r.get(ctx, 0); err != nil {
 			return nil, err
 		}
 	}
+	r.journal = rep.Started
 	if len(rep.Events) > 0 && rep.Events[0].Seq > r.after+1 {
 		r.log.Warn("journal events dropped by the agent before they were read", "from", r.after+1, "to", rep.Events[0].Seq-1)
 	}
@@ -292,8 +303,15 @@ func (r *Reporter) setCondition(ctx context.Context, c corev1.NodeCondition) err
 // first, moving the cursor past each one written: on an error the rest are
 // sent by a later call, and none twice.
 func (r *Reporter) sendEvents(ctx context.Context, evs []journal.Event) error {
+	if !r.primed {
+		r.prime(ctx)
+	}
 	for _, ev := range evs {
 		if ev.Seq <= r.after {
+			continue
+		}
+		if !ev.Time.After(r.upTo) {
+			r.after = ev.Seq // on the Node already, sent before this reporter started
 			continue
 		}
 		if err := r.sendEvent(ctx, ev); err != nil {
@@ -304,16 +322,54 @@ func (r *Reporter) sendEvents(ctx context.Context, evs []journal.Event) error {
 	return nil
 }
 
+// prime reads what an earlier reporter of this Node left: the Events it made,
+// each stamped with the time of the last journal event it stands for. Journal
+// events up to the latest of those are on the Node, and a repeat of one of
+// them is counted on its Event. With none there (or the API not letting it
+// list Events), events older than Events live in the API are not sent: they
+// would have gone by now.
+func (r *Reporter) prime(ctx context.Context) {
+	r.primed = true
+	r.upTo = r.now().Add(-eventTTL)
+	l, err := r.client.CoreV1().Events(EventNamespace).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + r.cfg.Node + ",source=" + Component})
+	if err != nil {
+		r.log.Warn("listing the Events already on the Node; events of the last hour may be sent again", "node", r.cfg.Node, "error", err)
+		return
+	}
+	items := l.Items
+	slices.SortFunc(items, func(a, b corev1.Event) int { return a.LastTimestamp.Compare(b.LastTimestamp.Time) })
+	for _, e := range items {
+		if e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != r.cfg.Node || e.Source.Component != Component {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, e.Annotations[annotationJournalTime])
+		if err != nil {
+			continue // not one this reporter stamps
+		}
+		if t.After(r.upTo) {
+			r.upTo = t
+		}
+		r.remember(eventKey(e.Reason, e.Type, e.Message), &sentEvent{name: e.Name, count: e.Count})
+	}
+}
+
+func eventKey(reason, typ, message string) string {
+	return reason + "\x00" + typ + "\x00" + truncate(message)
+}
+
 // sendEvent creates an Event on the Node, or, for a reason and message it sent
 // before, counts it again on that Event. The Event's name is made from the
 // journal event, so a reporter that starts again and sends it again finds it
 // there.
 func (r *Reporter) sendEvent(ctx context.Context, ev journal.Event) error {
-	key := ev.Reason + "\x00" + ev.Type + "\x00" + ev.Message
+	key := eventKey(ev.Reason, ev.Type, ev.Message)
 	at := metav1.NewTime(ev.Time)
+	stamp := ev.Time.UTC().Format(time.RFC3339Nano)
 	events := r.client.CoreV1().Events(EventNamespace)
 	if s, ok := r.sent[key]; ok {
-		patch, err := json.Marshal(map[string]any{"count": s.count + 1, "lastTimestamp": at})
+		patch, err := json.Marshal(map[string]any{"count": s.count + 1, "lastTimestamp": at,
+			"metadata": map[string]any{"annotations": map[string]string{annotationJournalTime: stamp}}})
 		if err != nil {
 			return fmt.Errorf("encoding event %s: %w", s.name, err)
 		}
@@ -331,7 +387,7 @@ func (r *Reporter) sendEvent(ctx context.Context, ev journal.Event) error {
 	_, _ = fmt.Fprintf(h, "%d\x00%d\x00%s", ev.Seq, ev.Time.UnixNano(), key)
 	name := fmt.Sprintf("%s.holdfast.%016x", r.cfg.Node, h.Sum64())
 	e := &corev1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Name: name, Namespace: EventNamespace},
+		ObjectMeta:          metav1.ObjectMeta{Name: name, Namespace: EventNamespace, Annotations: map[string]string{annotationJournalTime: stamp}},
 		InvolvedObject:      corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: r.cfg.Node, UID: r.uid},
 		Reason:              ev.Reason,
 		Message:             truncate(ev.Message),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -361,5 +362,105 @@ func TestTruncate(t *testing.T) {
 	}
 	if s := "42 images pinned"; truncate(s) != s {
 		t.Fatalf("a short message changed: %q", truncate(s))
+	}
+}
+
+// TestEventsNotSentAgainAfterRestart: a reporter that starts again beside the
+// same agent sends none of the journal events already on the Node (not even
+// one that was counted on an earlier Event), sends the new ones, and counts a
+// repeated one on the Event already there.
+func TestEventsNotSentAgainAfterRestart(t *testing.T) {
+	ctx := context.Background()
+	agent := newAgentStub(t)
+	agent.set(true, 2)
+	agent.record(journal.ReasonUnpinned, "unpinned example.com/a:1: no source wants it")
+	agent.record(journal.ReasonReleased, "released lease holdfast/x of /images/x.tar: gone")
+	agent.record(journal.ReasonUnpinned, "unpinned example.com/a:1: no source wants it")
+	client := fake.NewClientset(newNode())
+	first, _ := newTestReporter(t, client, agent.srv.URL)
+	if err := first.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	counts := func() map[string]int32 {
+		m := map[string]int32{}
+		for _, e := range createdEvents(t, client) {
+			m[e.Message] += e.Count
+		}
+		return m
+	}
+	before := counts()
+	if len(before) != 2 || before["unpinned example.com/a:1: no source wants it"] != 2 {
+		t.Fatalf("before the restart: %v, want two Events, the repeated one counted twice", before)
+	}
+
+	creates := 0
+	client.PrependReactor("create", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+		creates++
+		return false, nil, nil
+	})
+	second, _ := newTestReporter(t, client, agent.srv.URL)
+	if err := second.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if creates != 0 {
+		t.Errorf("the reporter that started again sent %d journal events again", creates)
+	}
+	if after := counts(); len(createdEvents(t, client)) != 2 || after["unpinned example.com/a:1: no source wants it"] != 2 ||
+		after["released lease holdfast/x of /images/x.tar: gone"] != 1 {
+		t.Fatalf("after the reporter started again: %d Events, %v; want the same two, counted as before", len(createdEvents(t, client)), after)
+	}
+
+	agent.record(journal.ReasonReleased, "released lease holdfast/y of /images/y.tar: gone")
+	agent.record(journal.ReasonUnpinned, "unpinned example.com/a:1: no source wants it")
+	if err := second.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := counts()
+	if len(createdEvents(t, client)) != 3 || after["released lease holdfast/y of /images/y.tar: gone"] != 1 ||
+		after["unpinned example.com/a:1: no source wants it"] != 3 {
+		t.Fatalf("new events after the restart: %d Events, %v; want one new Event and the repeat counted (3)", len(createdEvents(t, client)), after)
+	}
+
+	// Two hours on, the Events have expired from the API: a reporter that
+	// starts then does not bring the journal's old events back.
+	for _, e := range createdEvents(t, client) {
+		if err := client.CoreV1().Events(EventNamespace).Delete(ctx, e.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	creates = 0
+	third, clock := newTestReporter(t, client, agent.srv.URL)
+	clock.t = time.Now().Add(2 * time.Hour)
+	if err := third.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if creates != 0 {
+		t.Errorf("a reporter started after the Events expired sent %d journal events of hours ago", creates)
+	}
+}
+
+// TestAgentRestartSeenWithLongerJournal: an agent that started again and has
+// already recorded more events than the reporter's cursor counts is still seen
+// as a new journal: its first events are sent, none skipped.
+func TestAgentRestartSeenWithLongerJournal(t *testing.T) {
+	ctx := context.Background()
+	agent := newAgentStub(t)
+	agent.set(true, 1)
+	agent.record(journal.ReasonUnpinned, "unpinned example.com/a:1: no source wants it")
+	client := fake.NewClientset(newNode())
+	r, _ := newTestReporter(t, client, agent.srv.URL)
+	if err := r.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := len(createdEvents(t, client))
+	agent.restart()
+	for i := range 4 {
+		agent.record(journal.ReasonReleased, fmt.Sprintf("released lease holdfast/%d of /images/%d.tar: gone", i, i))
+	}
+	if err := r.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(createdEvents(t, client)) - n; got != 4 {
+		t.Fatalf("%d Events for the restarted agent's 4 events", got)
 	}
 }

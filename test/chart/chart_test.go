@@ -603,7 +603,7 @@ func checkHardened(t *testing.T, r rendered) {
 	}
 }
 
-// checkRBAC asserts exactly the reporter's RBAC: nodes get, nodes/status patch, events create and patch.
+// checkRBAC asserts exactly the reporter's RBAC: nodes get, nodes/status patch, events create, patch and list.
 func checkRBAC(t *testing.T, r rendered) {
 	t.Helper()
 	if len(r.ServiceAccounts) != 1 || r.ServiceAccounts[0].Name != fullname || r.ServiceAccounts[0].Namespace != namespace {
@@ -627,7 +627,7 @@ func checkRBAC(t *testing.T, r rendered) {
 	for k := range got {
 		sort.Strings(got[k])
 	}
-	want := map[string][]string{"/nodes": {"get"}, "/nodes/status": {"patch"}, "/events": {"create", "patch"}}
+	want := map[string][]string{"/nodes": {"get"}, "/nodes/status": {"patch"}, "/events": {"create", "list", "patch"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("ClusterRole grants %v, want exactly %v", got, want)
 	}
