@@ -185,7 +185,7 @@ func (o *options) complete(cmd *cobra.Command) error {
 	if o.registryConfig == "" {
 		o.registryConfig = filepath.Join(o.dataDir, "registry.d")
 	}
-	return nil
+	return o.checkSpoolDirs()
 }
 
 // agentConfig is the agent configuration the common flags give: images dirs,
