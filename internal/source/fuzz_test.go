@@ -137,12 +137,19 @@ func TestListBounds(t *testing.T) {
 	big := strings.Repeat("# "+strings.Repeat("x", 1021)+"\n", MaxListBytes/1024+1)
 	many := strings.Repeat("\n", MaxListLines) + "nginx\n" // MaxListLines+2 lines
 	fits := strings.Repeat("\n", MaxListLines-2) + "nginx\n"
+	// Exactly MaxListLines lines, with and without the final newline (which
+	// ends the last line: it starts none), and one more.
+	exact := strings.Repeat("nginx\n", MaxListLines)
 	for _, tc := range []struct {
 		name, data, want string
 	}{
 		{"bytes", big, "larger than 4 MiB"},
 		{"lines", many, "more than a list may have (100000)"},
 		{"fits", fits, ""},
+		{"exactly the bound, newline at the end", exact, ""},
+		{"exactly the bound, no newline at the end", strings.TrimSuffix(exact, "\n"), ""},
+		{"one over the bound", exact + "nginx\n", "100001 lines, more than a list may have (100000)"},
+		{"one over the bound, no newline at the end", exact + "nginx", "100001 lines, more than a list may have (100000)"},
 	} {
 		for _, read := range []func(string) error{
 			func(p string) error { _, err := ReadPullList(p); return err },

@@ -139,10 +139,20 @@ func readList(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, cause(err))
 	}
-	if n := bytes.Count(data, []byte("\n")) + 1; n > MaxListLines {
+	if n := lineCount(data); n > MaxListLines {
 		return nil, fmt.Errorf("reading %s: %d lines, more than a list may have (%d)", path, n, MaxListLines)
 	}
 	return data, nil
+}
+
+// lineCount is the number of lines in data: a newline ends a line, and text
+// after the last one is a line too.
+func lineCount(data []byte) int {
+	n := bytes.Count(data, []byte("\n"))
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		n++
+	}
+	return n
 }
 
 // listLines returns the content of each line of a list that has any, with
