@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -53,22 +54,28 @@ listing, holds a bad line), 2 on a bad pattern (nothing is changed then).`,
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			return editPins(cmd.Context(), o.dataDir, func(lines []string) ([]string, error) {
+			// What is said is said once the list is durably written.
+			var out bytes.Buffer
+			err = editPins(cmd.Context(), o.dataDir, func(lines []string) ([]string, error) {
 				for i, p := range pats {
 					if n, raw, ok := findPattern(lines, p, nil); ok {
 						if raw == args[i] {
-							fmt.Fprintf(out, "pattern %q is already pinned in %s (line %d)\n", args[i], path, n+1)
+							fmt.Fprintf(&out, "pattern %q is already pinned in %s (line %d)\n", args[i], path, n+1)
 						} else {
-							fmt.Fprintf(out, "pattern %q is already pinned in %s (line %d: %q)\n", args[i], path, n+1, raw)
+							fmt.Fprintf(&out, "pattern %q is already pinned in %s (line %d: %q)\n", args[i], path, n+1, raw)
 						}
 						continue
 					}
 					lines = append(lines, args[i])
-					fmt.Fprintf(out, "pinned pattern %q in %s\n", args[i], path)
+					fmt.Fprintf(&out, "pinned pattern %q in %s\n", args[i], path)
 				}
 				return lines, nil
 			})
+			if err != nil {
+				return err
+			}
+			_, err = out.WriteTo(cmd.OutOrStdout())
+			return err
 		},
 	}
 }
@@ -100,7 +107,7 @@ Exit status: 0 when every PATTERN was removed, 1 when one was not in the file
 				return err
 			}
 			path := localPins(o.dataDir)
-			out := cmd.OutOrStdout()
+			var out bytes.Buffer // said once the list is durably written
 			var missing []error
 			err = editPins(cmd.Context(), o.dataDir, func(lines []string) ([]string, error) {
 				removed := map[int]bool{}
@@ -112,7 +119,7 @@ Exit status: 0 when every PATTERN was removed, 1 when one was not in the file
 							break
 						}
 						removed[n], found = true, true
-						fmt.Fprintf(out, "unpinned pattern %q in %s\n", raw, path)
+						fmt.Fprintf(&out, "unpinned pattern %q in %s\n", raw, path)
 					}
 					if !found {
 						missing = append(missing, fmt.Errorf("pattern %q is not in %s", args[i], path))
@@ -127,6 +134,9 @@ Exit status: 0 when every PATTERN was removed, 1 when one was not in the file
 				return kept, nil
 			})
 			if err != nil {
+				return err
+			}
+			if _, err := out.WriteTo(cmd.OutOrStdout()); err != nil {
 				return err
 			}
 			if len(missing) > 0 {
@@ -252,9 +262,13 @@ func editPins(ctx context.Context, dataDir string, edit func(lines []string) ([]
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	// Make the rename itself durable.
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("writing %s: syncing %s: %w", path, dir, err)
 	}
 	return nil
 }
