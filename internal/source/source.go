@@ -293,10 +293,33 @@ func classify(path string) (Kind, string, error) {
 	if c := archive.Sniff(head); c != archive.None {
 		return Archive, "", nil
 	}
-	if isTarHeader(head) {
+	if isTarHeader(head) || ArchiveName(path) {
+		// A file named as an archive is one the operator meant as one:
+		// empty, cut short or garbage, its import fails naming the cause.
 		return Archive, "", nil
 	}
 	return "", "not an archive", nil
+}
+
+// archiveSuffixes are the names archive writers give (DESIGN decision 9).
+var archiveSuffixes = []string{".tar", ".tgz", ".tar.gz", ".tar.zst", ".tzst", ".tar.bz2", ".tbz", ".tbz2", ".tar.xz", ".txz", ".tar.lz4"}
+
+// ArchiveName reports whether a file's name says it is an archive: one of
+// archiveSuffixes, or a split part of one (name.tar.zst.001, name.tar.part001).
+func ArchiveName(path string) bool {
+	name := strings.ToLower(filepath.Base(path))
+	if i := strings.LastIndexByte(name, '.'); i > 0 {
+		part := strings.TrimPrefix(name[i+1:], "part")
+		if part != "" && strings.Trim(part, "0123456789") == "" {
+			name = name[:i]
+		}
+	}
+	for _, suffix := range archiveSuffixes {
+		if strings.HasSuffix(name, suffix) {
+			return true
+		}
+	}
+	return false
 }
 
 // isTarHeader reports whether b starts with a ustar, GNU or PAX tar header.

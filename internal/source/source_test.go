@@ -270,3 +270,49 @@ func TestScanMarkerReadOnly(t *testing.T) {
 		t.Errorf("read-only dir: unmarked %v, errors %v; want neither", res.Unmarked, res.Errors)
 	}
 }
+
+// TestArchiveNamedFilesAreSources: a file named as an archive is an archive
+// source whatever its bytes (empty, one byte, text): its import fails naming
+// the cause, it is never skipped. Other names are classified by their bytes.
+func TestArchiveNamedFilesAreSources(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	files := map[string][]byte{
+		"empty.tar":          nil,
+		"one-byte.tar.gz":    {0x1f},
+		"text.tar":           []byte("just text\n"),
+		"text.TZST":          []byte("just text\n"),
+		"bundle.tar.zst.002": []byte("the middle of a split archive"),
+		"bundle.tar.part003": []byte("the middle of a split archive"),
+		"notes.md":           []byte("just text\n"),
+		"data.001":           []byte("a numbered file that is no archive"),
+		"app.tar.bak":        []byte("a backup, not named as an archive"),
+	}
+	for name, b := range files {
+		write(t, filepath.Join(dir, name), b)
+	}
+	res := Scan([]string{dir})
+	got := map[string]bool{}
+	for _, s := range res.Sources {
+		if s.Kind != Archive {
+			t.Errorf("%s: kind %s", s.Path, s.Kind)
+		}
+		got[filepath.Base(s.Path)] = true
+	}
+	for name := range files {
+		want := ArchiveName(name)
+		if got[name] != want {
+			t.Errorf("%s: a source: %v, want %v", name, got[name], want)
+		}
+	}
+	for _, name := range []string{"empty.tar", "one-byte.tar.gz", "text.tar", "text.TZST", "bundle.tar.zst.002", "bundle.tar.part003"} {
+		if !got[name] {
+			t.Errorf("%s is not a source", name)
+		}
+	}
+	for _, name := range []string{"notes.md", "data.001", "app.tar.bak"} {
+		if got[name] {
+			t.Errorf("%s is a source", name)
+		}
+	}
+}

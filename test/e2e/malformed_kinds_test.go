@@ -432,12 +432,15 @@ func malformedKinds(t *testing.T) []malformed {
 		return compressBytes(t, fixture.Gzip, bytes.Repeat([]byte("a log line, not a tar archive\n"), 100))
 	})
 
-	// Not archives at all: classified by their bytes, skipped (at debug level).
+	// Not archives at all, named as archives: the operator meant an archive,
+	// so each is a failed source naming the cause, never skipped.
 	ks = append(ks,
-		malformed{name: "zero-byte-file", ext: ".tar", data: nil, skip: true},
-		malformed{name: "one-byte-file", ext: ".tar.gz", data: []byte{0x1f}, skip: true},
-		malformed{name: "not-tar-with-tar-suffix", ext: ".tar", data: bytes.Repeat([]byte("PNG? no, just text\n"), 100), skip: true},
+		malformed{name: "zero-byte-file", ext: ".tar", data: nil, cause: "not a tar archive: empty stream"},
+		malformed{name: "one-byte-file", ext: ".tar.gz", data: []byte{0x1f}, cause: "not a tar archive"},
+		malformed{name: "not-tar-with-tar-suffix", ext: ".tar", data: bytes.Repeat([]byte("PNG? no, just text\n"), 100), cause: "not a tar archive"},
 	)
+	// Not named as an archive and not one: classified by its bytes, skipped (at debug level).
+	ks = append(ks, malformed{name: "text-file", ext: ".log", data: bytes.Repeat([]byte("a log line\n"), 100), skip: true})
 
 	// A million empty entries, zstd-compressed (~512 MiB of tar headers).
 	ks = append(ks, malformed{name: "million-tiny-entries", ext: ".tar.zst", data: millionEntries(t), cause: "archive has more than 131072 entries"})

@@ -46,8 +46,8 @@ func errorLines(stderr string) []string {
 // two good archives: the pass exits 1 with exactly one error, naming the file
 // and the kind's cause; the bad file leaves no record, no lease and no ingest;
 // the good archives stay imported and pinned; the sync's peak RSS stays
-// under 150 MiB (a million entries included). Kinds that are not archives at
-// all are skipped: exit 0, no error. Each kind logs its outcome ("outcome:"),
+// under 150 MiB (a million entries included). A kind that is not named as an
+// archive and is not one is skipped: exit 0, no error. Each kind logs its outcome ("outcome:"),
 // which `go run ./test/reltable` turns into docs/reliability.md's table.
 // Every kind runs on both write paths; after each pass the store's directory
 // holds no temp file and no blob file the store did not commit or whose
