@@ -35,8 +35,9 @@ type Kept struct {
 // nothing; importing a changed file at the same path replaces the earlier
 // kept import: its lease is released once the new one is complete, and the
 // names only it wanted are unpinned. progress, if set, follows the bytes
-// read from the archive file.
-func Keep(ctx context.Context, rt hfruntime.Runtime, path string, progress Progress) (Kept, error) {
+// read from the archive file. A name the lists want as they stand (see
+// Standing) is not unpinned.
+func Keep(ctx context.Context, rt hfruntime.Runtime, path string, standing Standing, progress Progress) (Kept, error) {
 	k := Kept{Path: path}
 	if abs, err := filepath.Abs(path); err == nil {
 		k.Path = abs
@@ -89,7 +90,7 @@ func Keep(ctx context.Context, rt hfruntime.Runtime, path string, progress Progr
 	for _, st := range earlier {
 		k.Replaced = append(k.Replaced, st.Lease)
 	}
-	k.Unpinned, err = releaseLeases(ctx, rt, earlier, plan.WantedNames, records)
+	k.Unpinned, err = releaseLeases(ctx, rt, earlier, plan.WantedNames, standing, records)
 	return k, err
 }
 
@@ -103,7 +104,7 @@ type Release struct {
 // the names that no other lease (another source, a pin list, another kept
 // source) wants are unpinned. A pin a user made stays (see Runtime.Unpin).
 // With dryRun nothing changes; the result says what would.
-func ReleaseKept(ctx context.Context, rt hfruntime.Runtime, leases []hfruntime.SourceState, dryRun bool) (Release, error) {
+func ReleaseKept(ctx context.Context, rt hfruntime.Runtime, leases []hfruntime.SourceState, standing Standing, dryRun bool) (Release, error) {
 	rel := Release{Leases: leases}
 	states, records, err := readStore(ctx, rt)
 	if err != nil {
@@ -114,10 +115,13 @@ func ReleaseKept(ctx context.Context, rt hfruntime.Runtime, leases []hfruntime.S
 	})
 	wanted := planAsIs(states, records, nil).WantedNames
 	if dryRun {
-		rel.Unpinned = unwanted(leases, wanted, records)
+		rel.Unpinned = unwanted(leases, wanted, standing, records)
+		if len(rel.Unpinned) > 0 && standing.Err != nil {
+			return rel, standing.Err
+		}
 		return rel, nil
 	}
-	rel.Unpinned, err = releaseLeases(ctx, rt, leases, wanted, records)
+	rel.Unpinned, err = releaseLeases(ctx, rt, leases, wanted, standing, records)
 	return rel, err
 }
 
@@ -154,9 +158,9 @@ func planAsIs(states []hfruntime.SourceState, records []hfruntime.Image, importe
 	})
 }
 
-// unwanted lists the names leases want that are not in wanted and that
-// holdfast has pinned.
-func unwanted(leases []hfruntime.SourceState, wanted map[string]hfruntime.Want, records []hfruntime.Image) []string {
+// unwanted lists the names leases want that are not in wanted, nor wanted by
+// the lists as they stand, and that holdfast has pinned.
+func unwanted(leases []hfruntime.SourceState, wanted map[string]hfruntime.Want, standing Standing, records []hfruntime.Image) []string {
 	owned := map[string]bool{}
 	for _, r := range records {
 		owned[r.Name] = r.Owned()
@@ -164,7 +168,7 @@ func unwanted(leases []hfruntime.SourceState, wanted map[string]hfruntime.Want, 
 	var out []string
 	for _, st := range leases {
 		for _, w := range st.Images {
-			if _, ok := wanted[w.Name]; !ok && owned[w.Name] {
+			if _, ok := wanted[w.Name]; !ok && owned[w.Name] && !standing.Wants(w.Name) {
 				out = append(out, w.Name)
 			}
 		}
@@ -176,7 +180,7 @@ func unwanted(leases []hfruntime.SourceState, wanted map[string]hfruntime.Want, 
 // releaseLeases deletes leases, then unpins the names they wanted that are
 // not in wanted. The lease goes first: an agent that sees the unpin and runs
 // a pass then finds it gone, and does not pin the name again.
-func releaseLeases(ctx context.Context, rt hfruntime.Runtime, leases []hfruntime.SourceState, wanted map[string]hfruntime.Want, records []hfruntime.Image) ([]string, error) {
+func releaseLeases(ctx context.Context, rt hfruntime.Runtime, leases []hfruntime.SourceState, wanted map[string]hfruntime.Want, standing Standing, records []hfruntime.Image) ([]string, error) {
 	var errs []error
 	for _, st := range leases {
 		if err := rt.Release(ctx, st.Lease); err != nil {
@@ -186,8 +190,12 @@ func releaseLeases(ctx context.Context, rt hfruntime.Runtime, leases []hfruntime
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	names := unwanted(leases, wanted, standing, records)
+	if len(names) > 0 && standing.Err != nil {
+		return nil, standing.Err
+	}
 	var done []string
-	for _, name := range unwanted(leases, wanted, records) {
+	for _, name := range names {
 		if err := rt.Unpin(ctx, name); err != nil {
 			errs = append(errs, fmt.Errorf("unpin %s: %w", name, err))
 			continue

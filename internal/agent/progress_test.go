@@ -85,7 +85,7 @@ func TestProgressFollowsEachArchiveRead(t *testing.T) {
 	}
 
 	seen.paths, seen.read, seen.closed = map[string]int64{}, map[string]int{}, map[string]bool{}
-	_, _ = Keep(context.Background(), rt, archive, hook)
+	_, _ = Keep(context.Background(), rt, archive, Standing{}, hook)
 	if seen.paths[archive] != 3000 || seen.read[archive] != 3000 || !seen.closed[archive] {
 		t.Errorf("Keep's hook saw sizes %v, read %v, closed %v; want %s: 3000 bytes, all read, closed", seen.paths, seen.read, seen.closed, archive)
 	}

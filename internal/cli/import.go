@@ -65,7 +65,11 @@ still imported; each failure names the path and the cause), 2 on bad usage.`,
 			upTo := d.announce(args)
 			for i, path := range args {
 				d.start()
-				k, err := agent.Keep(ctx, s.rt, path, d.hook())
+				dirs, err := o.imageDirs()
+				if err != nil {
+					return err
+				}
+				k, err := agent.Keep(ctx, s.rt, path, agent.ReadStanding(dirs, o.insecurePerms), d.hook())
 				d.stop()
 				d.passed(upTo[i])
 				for _, c := range k.Conflicts {

@@ -54,8 +54,12 @@ Exit status: 0 when every argument named a kept source and all were released,
 			if err != nil {
 				return err
 			}
+			dirs, err := o.imageDirs()
+			if err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
-			rel, err := agent.ReleaseKept(ctx, s.rt, chosen, dryRun)
+			rel, err := agent.ReleaseKept(ctx, s.rt, chosen, agent.ReadStanding(dirs, o.insecurePerms), dryRun)
 			verb, unpin := "released", "unpinned"
 			if dryRun {
 				verb, unpin = "would release", "would unpin"

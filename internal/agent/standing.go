@@ -1,0 +1,71 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/holdfast-project/holdfast/internal/pattern"
+	"github.com/holdfast-project/holdfast/internal/source"
+)
+
+// Standing is what the pin and pull lists of the images dirs want as the
+// files stand now, read by a command that unpins outside a pass (release, an
+// import that replaces an earlier one). A pass takes a new pattern or line in
+// only when it runs; until then no lease says the list wants a name, so the
+// leases alone would let such a command unpin what the list was just given.
+type Standing struct {
+	patterns []pattern.Pattern
+	refs     map[string]bool
+	// Err says which lists could not be read: what they want is not known,
+	// so nothing may be unpinned on their account.
+	Err error
+}
+
+// ReadStanding reads the pin and pull lists in dirs.
+func ReadStanding(dirs []string, insecurePerms bool) Standing {
+	s := Standing{refs: map[string]bool{}}
+	scan := source.ScanWith(dirs, source.ScanOptions{InsecurePerms: insecurePerms})
+	var errs []error
+	for _, err := range scan.Errors {
+		errs = append(errs, err)
+	}
+	for _, src := range scan.Sources {
+		switch src.Kind {
+		case source.PinList:
+			pl, err := source.ReadPinList(src.Path)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			for _, p := range pl.Patterns {
+				s.patterns = append(s.patterns, p.Pattern)
+			}
+		case source.PullList:
+			pl, err := source.ReadPullList(src.Path)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			for _, e := range pl.Entries {
+				s.refs[e.Ref] = true
+			}
+		}
+	}
+	if len(errs) > 0 {
+		s.Err = fmt.Errorf("the lists of the images dirs could not all be read, so nothing is unpinned (a pass unpins what no source wants): %w", errors.Join(errs...))
+	}
+	return s
+}
+
+// Wants says whether a list wants the image name.
+func (s Standing) Wants(name string) bool {
+	if s.refs[name] {
+		return true
+	}
+	for _, p := range s.patterns {
+		if p.Match(name) {
+			return true
+		}
+	}
+	return false
+}
