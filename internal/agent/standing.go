@@ -25,10 +25,7 @@ type Standing struct {
 func ReadStanding(dirs []string, insecurePerms bool) Standing {
 	s := Standing{refs: map[string]bool{}}
 	scan := source.ScanWith(dirs, source.ScanOptions{InsecurePerms: insecurePerms})
-	var errs []error
-	for _, err := range scan.Errors {
-		errs = append(errs, err)
-	}
+	errs := append([]error{}, scan.Errors...)
 	for _, src := range scan.Sources {
 		switch src.Kind {
 		case source.PinList:
