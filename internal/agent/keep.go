@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/reconcile"
@@ -203,4 +204,41 @@ func releaseLeases(ctx context.Context, rt hfruntime.Runtime, leases []hfruntime
 		done = append(done, name)
 	}
 	return done, errors.Join(errs...)
+}
+
+// lostKept are the failures of the kept sources whose content is no longer
+// all in the store (`ctr content rm`, a blob file deleted by hand). A pass
+// reads no kept source's file again, and its file is usually gone: nothing
+// restores the content, so each such source fails every pass, naming its
+// images and the missing blobs, until it is imported again or released.
+func lostKept(states []hfruntime.SourceState) []error {
+	var errs []error
+	for _, st := range states {
+		if !st.Kept || !st.Complete || st.Intact {
+			continue
+		}
+		names := make([]string, 0, len(st.Images))
+		for _, w := range st.Images {
+			names = append(names, w.Name)
+		}
+		missing := "some of their blobs are"
+		if n := len(st.Missing); n > 0 {
+			shown := make([]string, 0, min(n, 3))
+			for _, d := range st.Missing[:min(n, 3)] {
+				shown = append(shown, d.String())
+			}
+			missing = strings.Join(shown, ", ")
+			if n > 3 {
+				missing += fmt.Sprintf(" and %d more blobs are", n-3)
+			} else if n > 1 {
+				missing += " are"
+			} else {
+				missing += " is"
+			}
+		}
+		err := fmt.Errorf("content lost: %s missing from the store, needed by %s; nothing restores it but importing the file again (holdfast import %s) or releasing it",
+			missing, strings.Join(names, ", "), st.Source)
+		errs = append(errs, sourceFailed(st.Source, err, fmt.Errorf("kept source %s: %w", st.Source, err)))
+	}
+	return errs
 }

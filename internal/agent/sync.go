@@ -168,6 +168,9 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 		a.log.Debug("skipped", "path", s.Path, "reason", s.Reason)
 	}
 	sum.Failures = append(sum.Failures, scan.Errors...)
+	if serr == nil {
+		sum.Failures = append(sum.Failures, lostKept(states)...)
+	}
 	a.checkMarkers(scan, states, serr, &sum)
 
 	// Sources still being written, or failed and not yet due, are left for

@@ -121,9 +121,16 @@ func writeKept(w io.Writer, srcs []StatusSource) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEPT SOURCE\tIMPORTED\tSIZE\tIMAGES")
+	fmt.Fprintln(tw, "KEPT SOURCE\tIMPORTED\tSIZE\tIMAGES\tCONTENT")
 	for _, s := range kept {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", s.Path, s.ImportedAt, agent.Bytes(s.Size), s.Images)
+		content := "complete"
+		switch {
+		case len(s.Missing) > 0:
+			content = fmt.Sprintf("lost (%d blobs missing: import it again)", len(s.Missing))
+		case s.Missing != nil:
+			content = "lost (import it again)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", s.Path, s.ImportedAt, agent.Bytes(s.Size), s.Images, content)
 	}
 	return tw.Flush()
 }

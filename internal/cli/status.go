@@ -30,6 +30,9 @@ type StatusImage struct {
 	// Conflicts are sources that want this name with another target: the
 	// newest source won; their content stays leased while they exist.
 	Conflicts []ConflictingSource `json:"conflicts,omitempty"`
+	// ContentLost: a source that wants this image at this target is
+	// missing blobs in the store (see StatusSource.Missing).
+	ContentLost bool `json:"contentLost,omitempty"`
 	// CRI is what the CRI image service (what the kubelet asks) reports;
 	// absent when there is none.
 	CRI *runtime.CRIImage `json:"cri,omitempty"`
@@ -58,6 +61,10 @@ type StatusSource struct {
 	// archive linked into an images dir is followed); empty when Path is
 	// not a symlink or no longer resolves.
 	Target string `json:"target,omitempty"`
+	// Missing are the blobs a complete source needs that the store no
+	// longer has: for a kept source, nothing restores them but importing it
+	// again (sync fails on it).
+	Missing []string `json:"missing,omitempty"`
 }
 
 // Status is the whole of `status -o json`.
@@ -126,6 +133,12 @@ func buildStatus(imgs []runtime.ImageDetail, srcs []runtime.SourceState) Status 
 		if s.Kept {
 			ss.Kept, ss.ImportedAt, ss.Size = true, s.ImportedAt.UTC().Format(time.RFC3339), s.Size
 		}
+		if s.Complete && !s.Intact {
+			ss.Missing = []string{}
+			for _, d := range s.Missing {
+				ss.Missing = append(ss.Missing, d.String())
+			}
+		}
 		st.Sources = append(st.Sources, ss)
 		for _, w := range s.Images {
 			wantedBy[w.Name] = append(wantedBy[w.Name], claim{s, w.Target.Digest.String()})
@@ -148,6 +161,8 @@ func buildStatus(imgs []runtime.ImageDetail, srcs []runtime.SourceState) Status 
 			si.Leases = append(si.Leases, c.state.Lease)
 			if c.target != si.Digest {
 				si.Conflicts = append(si.Conflicts, ConflictingSource{Source: c.state.Source, Target: c.target})
+			} else if c.state.Complete && !c.state.Intact {
+				si.ContentLost = true
 			}
 		}
 		sort.Strings(si.Sources)
@@ -172,9 +187,11 @@ func writeTable(w io.Writer, st Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tIMAGE ID\tSIZE\tPINNED\tCRI\tSOURCES")
 	kept := map[string]bool{}
+	lost := map[string]bool{}
 	targets := map[string]string{}
 	for _, s := range st.Sources {
 		kept[s.Path] = kept[s.Path] || s.Kept
+		lost[s.Path] = lost[s.Path] || s.Missing != nil
 		if s.Target != "" {
 			targets[s.Path] = s.Target
 		}
@@ -187,7 +204,7 @@ func writeTable(w io.Writer, st Status) error {
 		if id == "" {
 			id = "<missing>"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", img.Name, id, agent.Bytes(img.Size), pinWord(img), criWord(img), sourcesWord(img.Sources, kept, targets))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", img.Name, id, agent.Bytes(img.Size), pinWord(img), criWord(img), sourcesWord(img.Sources, kept, lost, targets))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -214,7 +231,7 @@ func pinWord(img StatusImage) string {
 	return "no"
 }
 
-func sourcesWord(srcs []string, kept map[string]bool, targets map[string]string) string {
+func sourcesWord(srcs []string, kept, lost map[string]bool, targets map[string]string) string {
 	if len(srcs) == 0 {
 		return "-"
 	}
@@ -226,6 +243,9 @@ func sourcesWord(srcs []string, kept map[string]bool, targets map[string]string)
 		}
 		if kept[s] {
 			words[i] += " (kept)"
+		}
+		if lost[s] {
+			words[i] += " (content lost)"
 		}
 	}
 	return strings.Join(words, ",")

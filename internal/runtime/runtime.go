@@ -80,8 +80,11 @@ type SourceState struct {
 	Complete bool            `json:"-"` // the state blob exists: the import finished
 	// Intact says every blob in Blobs was in the store when Sources read the
 	// state: a complete, intact source needs no import at the same identity.
-	Intact    bool      `json:"-"`
-	CreatedAt time.Time `json:"-"`
+	Intact bool `json:"-"`
+	// Missing are the blobs of Blobs found missing when Intact is false
+	// (empty when the state listed no blobs and only the walk could tell).
+	Missing   []digest.Digest `json:"-"`
+	CreatedAt time.Time       `json:"-"`
 	// Size is the bytes of the host-platform blobs the images need.
 	Size int64 `json:"size,omitempty"`
 	// Kept says the source was imported to be kept until released (its

@@ -209,13 +209,15 @@ func (r *Runtime) Sources(ctx context.Context) ([]runtime.SourceState, error) {
 			st, err := r.loadState(gctx, ls[out[i].Lease], blobs)
 			if err == nil && st.Complete {
 				if len(st.Blobs) > 0 {
-					st.Intact = !slices.ContainsFunc(st.Blobs, func(d digest.Digest) bool {
+					for _, d := range st.Blobs {
 						if present[d] && files.missing(d) {
 							r.lost.add(d)
-							return true
+							st.Missing = append(st.Missing, d)
+						} else if !present[d] {
+							st.Missing = append(st.Missing, d)
 						}
-						return !present[d]
-					})
+					}
+					st.Intact = len(st.Missing) == 0
 				} else {
 					st.Intact, err = r.intact(gctx, st) // a state saved without its blob list
 				}
