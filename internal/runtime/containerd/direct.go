@@ -141,7 +141,7 @@ func (d *directWriter) resolve(ctx context.Context, r *Runtime) (string, error) 
 	if err := sameFS(blobs, tmp); err != nil {
 		return "", err
 	}
-	if err := sweepTemp(tmp); err != nil {
+	if err := sweepTemp(tmp, func(p string) bool { return r.reapJournal(ctx, root, p) }); err != nil {
 		return "", err
 	}
 	return root, nil
@@ -208,14 +208,18 @@ func sameFS(a, b string) error {
 }
 
 // sweepTemp removes the temp files nobody writes any more: a writer holds a
-// lock on its file until it is done, and a crashed one holds none.
-func sweepTemp(dir string) error {
+// lock on its file until it is done, and a crashed one holds none. reap
+// deals with a file first if it is a journal of linked blobs.
+func sweepTemp(dir string, reap func(path string) bool) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", dir, err)
 	}
 	for _, e := range entries {
 		p := filepath.Join(dir, e.Name())
+		if reap != nil && reap(p) {
+			continue
+		}
 		f, err := os.Open(p)
 		if err != nil {
 			continue // gone already
@@ -235,7 +239,7 @@ func (d *directWriter) sweep(ctx context.Context, r *Runtime) error {
 	if root == "" || err != nil {
 		return nil // streaming: nothing is written there
 	}
-	return sweepTemp(filepath.Join(root, tempDirName))
+	return sweepTemp(filepath.Join(root, tempDirName), func(p string) bool { return r.reapJournal(ctx, root, p) })
 }
 
 // fallBack logs, once, that a blob is streamed after all.
@@ -393,6 +397,30 @@ func (w *ingester) commitPending(ctx context.Context, sources sourceLabels) (map
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	// Journal every link first, durably, then link, then make the links
+	// durable, then have containerd record the blobs.
+	j, err := w.journalLinks(root)
+	if err != nil {
+		return nil, err
+	}
+	inodes := map[digest.Digest]uint64{}
+	for d, f := range held {
+		if inodes[d], err = inodeOf(f); err != nil {
+			return nil, err
+		}
+	}
+	if err := j.record(inodes); err != nil {
+		return nil, err
+	}
+	unlinked := map[digest.Digest]error{}
+	for d := range held {
+		if err := w.link(root, d, held[d].Name(), inodes[d], j); err != nil {
+			unlinked[d] = err
+		}
+	}
+	if err := syncDir(filepath.Join(root, "blobs", digest.Canonical.String())); err != nil {
+		return nil, err
+	}
 	var mu sync.Mutex
 	for d, f := range held {
 		g.Go(func() error {
@@ -400,7 +428,14 @@ func (w *ingester) commitPending(ctx context.Context, sources sourceLabels) (map
 			if err != nil {
 				return fmt.Errorf("statting %s: %w", f.Name(), err)
 			}
-			_, committed, err := w.linkPlaced(ctx, root, ocispec.Descriptor{Digest: d, Size: fi.Size()}, f, sources.labelsOf(d))
+			desc := ocispec.Descriptor{Digest: d, Size: fi.Size()}
+			var committed bool
+			if lerr := unlinked[d]; lerr != nil {
+				w.r.direct.fallBack("linking "+d.String(), lerr)
+				_, committed, err = w.streamPlaced(ctx, desc, f, sources.labelsOf(d))
+			} else {
+				_, committed, err = w.commitLinked(ctx, desc, f, sources.labelsOf(d))
+			}
 			if committed {
 				mu.Lock()
 				labelled[d] = true
@@ -425,26 +460,52 @@ func (w *ingester) dropPending() {
 }
 
 // linkPlaced links a durable, verified temp file into the store under its
-// digest and has containerd record it (commitPlaced); fresh labels go on it
-// when this commits it.
+// digest, journalled (see linkedPrefix) and made durable, and has containerd
+// record it (commitPlaced); fresh labels go on it when this commits it.
 func (w *ingester) linkPlaced(ctx context.Context, root string, desc ocispec.Descriptor, f *os.File, fresh map[string]string) (digest.Digest, bool, error) {
-	// A link never replaces a blob already there: that one is kept.
-	target := filepath.Join(root, "blobs", desc.Digest.Algorithm().String(), desc.Digest.Encoded())
-	err := os.Link(f.Name(), target)
-	if err != nil && !errors.Is(err, fs.ErrExist) {
-		w.r.direct.fallBack("linking "+target, err)
+	j, err := w.journalLinks(root)
+	if err != nil {
+		return "", false, err
+	}
+	ino, err := inodeOf(f)
+	if err != nil {
+		return "", false, err
+	}
+	if err := j.record(map[digest.Digest]uint64{desc.Digest: ino}); err != nil {
+		return "", false, err
+	}
+	if err := w.link(root, desc.Digest, f.Name(), ino, j); err != nil {
+		w.r.direct.fallBack("linking "+desc.Digest.String(), err)
 		return w.streamPlaced(ctx, desc, f, fresh)
 	}
-	if err == nil {
-		// The file is in place: record it even if the import is being
-		// cancelled (another blob failed, or a shutdown), so that it is
-		// the lease's to keep or let go and no file is left that no
-		// namespace records.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
-		defer cancel()
-		ctx = cctx
+	if err := syncDir(filepath.Join(root, "blobs", desc.Digest.Algorithm().String())); err != nil {
+		return "", false, err
 	}
-	return w.commitPlaced(ctx, desc, f, fresh)
+	return w.commitLinked(ctx, desc, f, fresh)
+}
+
+// link links the temp file name of d (inode ino) into the store. A blob already
+// there is kept, and this import's file is not linked: nil either way.
+func (w *ingester) link(root string, d digest.Digest, name string, ino uint64, j *linkJournal) error {
+	target := filepath.Join(root, "blobs", d.Algorithm().String(), d.Encoded())
+	err := os.Link(name, target)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err == nil {
+		j.linked(d, ino)
+	}
+	return err
+}
+
+// commitLinked has containerd record a blob whose file is in place, even if
+// the import is being cancelled (another blob failed, or a shutdown), so
+// that it is the lease's to keep or let go; what is not recorded in the end
+// is removed by closeLinks.
+func (w *ingester) commitLinked(ctx context.Context, desc ocispec.Descriptor, f *os.File, fresh map[string]string) (digest.Digest, bool, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+	defer cancel()
+	return w.commitPlaced(cctx, desc, f, fresh)
 }
 
 // commitPlaced has containerd record a blob whose file is in place. A store

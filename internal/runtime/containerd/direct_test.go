@@ -37,7 +37,7 @@ func TestSweepTempKeepsLockedFiles(t *testing.T) {
 	if err := os.WriteFile(crashed, []byte("half"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := sweepTemp(dir); err != nil {
+	if err := sweepTemp(dir, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(busy); err != nil {

@@ -63,6 +63,7 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 	lctx := leases.WithLease(ctx, id)
 	ing := r.newIngester()
 	defer ing.dropPending()
+	defer ing.closeLinks(ctx)
 
 	wants, err := r.importLeased(lctx, req, ing, &res)
 	if err != nil {
@@ -318,6 +319,7 @@ type ingester struct {
 	committed map[digest.Digest]bool     // committed by this import, so already on the lease
 	open      map[string]bool            // refs not yet committed
 	pending   map[digest.Digest]*os.File // verified temp files of direct writes, committed after the walk
+	links     *linkJournal               // the blobs linked into the store directly (see linkedPrefix)
 	written   int
 	present   int
 	direct    int // blobs committed by metadata only, their files placed by holdfast

@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/holdfast-project/holdfast/internal/fixture"
+)
+
+// unrecordedBlobs lists the files under the content store's blobs/sha256 that
+// the namespace does not record, and their bytes, at once (no wait for a GC).
+func unrecordedBlobs(t *testing.T, d *daemon) (names []string, bytes int64) {
+	t.Helper()
+	dir := filepath.Join(directContentRoot(t, d), "blobs", "sha256")
+	es, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		dg := digest.NewDigestFromEncoded(digest.SHA256, e.Name())
+		if dg.Validate() == nil && d.hasBlob(t, dg) {
+			continue
+		}
+		if fi, err := e.Info(); err == nil {
+			names = append(names, e.Name())
+			bytes += fi.Size()
+		}
+	}
+	return names, bytes
+}
+
+// TestNoBlobFileLeftByAFailedDirectImport: a direct import ended by the
+// release of its lease, or by kill -9, at some point of its run: once a pass
+// has run, the content store's directory holds no blob file the namespace
+// does not record, and nothing in holdfast-tmp. Each try logs the files and
+// bytes left before and after the pass.
+func TestNoBlobFileLeftByAFailedDirectImport(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
+		if err := os.MkdirAll(imagesDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i, how := range []string{"release", "kill", "kill", "kill"} {
+			img := build(t, fixture.ImageSpec{Names: []string{"e2e.local/leftover/app:" + string(rune('a'+i))},
+				Layers: fixture.UniformLayers(300, 32<<10, false, int64(40+i))})
+			archive := filepath.Join(dir, "big.tar")
+			writeDockerSave(t, archive, img)
+			cmd := exec.Command(holdfastBin, "import", "--address", d.Address, "--data-dir", dataDir, "--write-path", "direct", archive)
+			out := &strings.Builder{}
+			cmd.Stdout, cmd.Stderr = out, out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			eventually(t, "the import's lease", func() bool { _, ok := d.keepLeaseOf(t, archive); return ok })
+			// Into the walk, where blobs are being linked and committed.
+			time.Sleep(time.Duration(100*i) * time.Millisecond)
+			switch how {
+			case "release":
+				if res := holdfast(t, "release", "--address", d.Address, "--data-dir", dataDir, archive); res.Code != 0 {
+					t.Fatalf("release exited %d\n%s", res.Code, res.Stderr)
+				}
+			case "kill":
+				_ = cmd.Process.Kill()
+			}
+			err := <-exited
+			before, beforeBytes := unrecordedBlobs(t, d)
+			if res := d.sync(t, dataDir, imagesDir); res.Code != 0 {
+				t.Fatalf("the pass after the %s exited %d\n%s", how, res.Code, tail(res.Stderr, 10))
+			}
+			after, afterBytes := unrecordedBlobs(t, d)
+			t.Logf("%s at %dms (import: %v): files no namespace records: %d (%d bytes) before the pass, %d (%d bytes) after",
+				how, 100*i, err, len(before), beforeBytes, len(after), afterBytes)
+			if len(after) > 0 {
+				t.Errorf("after the %s and a pass, files no namespace records: %v\nimport said:\n%s", how, after, tail(out.String(), 10))
+			}
+			if left := crashTempLeft(t, d); len(left) > 0 {
+				t.Errorf("after the %s and a pass: %v", how, left)
+			}
+			// Start the next try from nothing of this one.
+			_ = holdfast(t, "release", "--address", d.Address, "--data-dir", dataDir, archive)
+		}
+	})
+}
