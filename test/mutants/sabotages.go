@@ -374,8 +374,47 @@ var sabotages = []sabotage{
 		// Blobs held until the walk ends are committed without their
 		// distribution source labels, and counted as labelled.
 		edits: []edit{{"internal/runtime/containerd/direct.go",
-			"f, sources.labelsOf(d))",
-			"f, nil)"}},
+			"w.commitLinked(ctx, desc, f, sources.labelsOf(d))",
+			"w.commitLinked(ctx, desc, f, nil)"}},
 		tests: []tests{{e2e, []string{"TestDirectWritePathLabelsInOnePass"}, nil}},
+	},
+	{
+		name: "linked-blobs-never-removed",
+		// A blob an import linked into the store and never got recorded
+		// (the import failed, was released or killed) stays for good.
+		edits: []edit{{"internal/runtime/containerd/linked.go",
+			"if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {",
+			"if err := error(nil); err != nil && !errors.Is(err, fs.ErrNotExist) {"}},
+		tests: []tests{{e2e, []string{"TestNoBlobFileLeftByAFailedDirectImport"}, nil}},
+	},
+	{
+		name: "spool-overlap-allowed",
+		// A spool dir over an images dir is taken: a pass imports that
+		// images dir's archives as kept and deletes them.
+		edits: []edit{{"internal/cli/root.go", "return o.checkSpoolDirs()", "return nil"}},
+		tests: []tests{{"./internal/cli", []string{"TestSpoolOverlappingImagesDirRefused"}, nil}},
+	},
+	{
+		name: "release-ignores-fresh-pins",
+		// release judges the leases only: a pattern pinned since the last
+		// pass does not keep its images pinned.
+		edits: []edit{{"internal/agent/keep.go", "&& !standing.Wants(w.Name)", ""}},
+		tests: []tests{{e2e, []string{"TestReleaseKeepsWhatAFreshPinWants"}, nil}},
+	},
+	{
+		name: "lost-kept-content-quiet",
+		// A kept source whose content left the store passes as fine.
+		edits: []edit{{"internal/agent/sync.go",
+			"sum.Failures = append(sum.Failures, lostKept(states)...)",
+			"_ = lostKept(states)"}},
+		tests: []tests{{e2e, []string{"TestKeptSourceLostContentFails"}, nil}},
+	},
+	{
+		name: "data-dir-lock-on-the-file-only",
+		// Only the lock file is locked: deleting it lets a second owner in.
+		edits: []edit{{"internal/datadir/datadir.go",
+			"if err := lockExclusive(d, dir); err != nil {",
+			"if err := error(nil); err != nil {"}},
+		tests: []tests{{"./internal/datadir", []string{"TestLockHoldsWhenLockFileDeleted"}, nil}},
 	},
 }
