@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -333,9 +334,11 @@ func TestDirectWritePathLeftoversGoWithContainerdsGC(t *testing.T) {
 	})
 }
 
-// TestDirectWritePathRefusesAForeignDirectory: a --content-root that does not
-// hold the blobs containerd records is not written into at all: imports
-// stream, and the log says why, once.
+// TestDirectWritePathRefusesAForeignDirectory: a --content-root that is not
+// containerd's content store directory is not written into at all, even
+// when it holds copies of the blobs containerd records: with auto, imports
+// stream, and the log says why, once; with direct, the import fails naming
+// the cause.
 func TestDirectWritePathRefusesAForeignDirectory(t *testing.T) {
 	d, imagesDir, dataDir := embeddedScene(t)
 	first := build(t, fixture.ImageSpec{Names: []string{"e2e.local/direct/foreign-a:1"}})
@@ -343,22 +346,55 @@ func TestDirectWritePathRefusesAForeignDirectory(t *testing.T) {
 	if res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--write-path=stream"); res.Code != 0 {
 		t.Fatalf("first sync exited %d\n%s", res.Code, res.Stderr)
 	}
+	// A directory that holds copies of every blob the namespace records.
 	elsewhere := tempDir(t)
+	store := filepath.Join(directContentRoot(t, d), "blobs", "sha256")
+	copies := filepath.Join(elsewhere, "blobs", "sha256")
+	if err := os.MkdirAll(copies, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	es, err := os.ReadDir(store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		b, err := os.ReadFile(filepath.Join(store, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(copies, e.Name()), b, 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listing := func() []string {
+		var names []string
+		_ = filepath.WalkDir(elsewhere, func(p string, _ os.DirEntry, _ error) error {
+			names = append(names, p)
+			return nil
+		})
+		return names
+	}
+	before := listing()
+
 	second := build(t, fixture.ImageSpec{Names: []string{"e2e.local/direct/foreign-b:1"}})
 	writeDockerSave(t, filepath.Join(imagesDir, "b.tar"), second)
 	res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--write-path=auto", "--content-root", elsewhere)
 	if res.Code != 0 {
 		t.Fatalf("sync exited %d\n%s", res.Code, res.Stderr)
 	}
-	if n := strings.Count(res.Stderr, "the content store's directory cannot be written directly"); n != 1 || !strings.Contains(res.Stderr, "does not hold containerd's blobs") {
-		t.Errorf("%d lines saying imports stream, want 1 naming the cause:\n%s", n, res.Stderr)
-	}
-	left, err := os.ReadDir(elsewhere)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(left) != 0 {
-		t.Errorf("holdfast wrote into the foreign directory: %v", left)
+	if n := strings.Count(res.Stderr, "the content store's directory cannot be written directly"); n != 1 || !strings.Contains(res.Stderr, elsewhere+" is not containerd's content store") {
+		t.Errorf("%d lines saying imports stream, want 1 naming the directory and the cause:\n%s", n, res.Stderr)
 	}
 	d.requirePinned(t, first.Names[0], second.Names[0])
+
+	third := build(t, fixture.ImageSpec{Names: []string{"e2e.local/direct/foreign-c:1"}})
+	archive := filepath.Join(tempDir(t), "c.tar")
+	writeDockerSave(t, archive, third)
+	res = holdfast(t, "import", "--address", d.Address, "--data-dir", dataDir, "--write-path=direct", "--content-root", elsewhere, archive)
+	if res.Code != 1 || !strings.Contains(res.Stderr, "--write-path=direct: "+elsewhere+" is not containerd's content store") {
+		t.Errorf("import --write-path=direct into a foreign directory exited %d, want 1 naming the cause:\n%s", res.Code, res.Stderr)
+	}
+	if after := listing(); !slices.Equal(before, after) {
+		t.Errorf("holdfast wrote into the foreign directory: before %v, after %v", before, after)
+	}
 }

@@ -1,6 +1,7 @@
 package containerd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,8 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -127,7 +130,7 @@ func (d *directWriter) resolve(ctx context.Context, r *Runtime) (string, error) 
 	} else if !fi.IsDir() {
 		return "", fmt.Errorf("%s is not a directory", root)
 	}
-	if err := r.holdsBlobs(ctx, root); err != nil {
+	if err := r.probeRoot(ctx, root); err != nil {
 		return "", err
 	}
 	blobs := filepath.Join(root, "blobs", "sha256")
@@ -147,31 +150,33 @@ func (d *directWriter) resolve(ctx context.Context, r *Runtime) (string, error) 
 	return root, nil
 }
 
-// holdsBlobs checks that root is the directory containerd keeps its blobs
-// in: of the first few blobs the namespace records, one has its file there
-// (a file removed by hand does not decide it). A namespace with no content
-// yet proves nothing; each blob's commit still checks.
-func (r *Runtime) holdsBlobs(ctx context.Context, root string) error {
-	const probes = 8
-	errEnough := errors.New("enough")
-	var seen []digest.Digest
-	err := r.client.ContentStore().Walk(ctx, func(info content.Info) error {
-		seen = append(seen, info.Digest)
-		if len(seen) == probes {
-			return errEnough
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errEnough) {
-		return fmt.Errorf("listing content: %w", err)
+// probeRoot proves root is the directory containerd keeps its blobs in:
+// a small blob of its own, written through containerd's content API under a
+// short lease, must appear there with its bytes. Blobs being there is no
+// proof: a directory holdfast (or anyone) once filled with copies has them
+// too. The probe's record and lease go at once; containerd's GC removes its
+// file.
+func (r *Runtime) probeRoot(ctx context.Context, root string) error {
+	data := []byte("holdfast: a probe of the content store's directory " + randomHex(16) + "\n")
+	desc := ocispec.Descriptor{MediaType: "application/octet-stream", Digest: digest.FromBytes(data), Size: int64(len(data))}
+	ls := r.client.LeasesService()
+	l, err := ls.Create(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour))
+	if err != nil {
+		return fmt.Errorf("probing %s: creating a lease: %w", root, err)
 	}
-	for _, d := range seen {
-		if _, err := os.Stat(filepath.Join(root, "blobs", d.Algorithm().String(), d.Encoded())); err == nil {
-			return nil
-		}
+	cs := r.client.ContentStore()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+		defer cancel()
+		_ = cs.Delete(ctx, desc.Digest)
+		_ = ls.Delete(ctx, l)
+	}()
+	if err := content.WriteBlob(leases.WithLease(ctx, l.ID), cs, refPrefix+"probe-"+randomHex(8), bytes.NewReader(data), desc); err != nil {
+		return fmt.Errorf("probing %s: writing a blob through containerd: %w", root, err)
 	}
-	if len(seen) > 0 {
-		return fmt.Errorf("%s does not hold containerd's blobs (%s is not there)", root, seen[0])
+	got, err := os.ReadFile(filepath.Join(root, "blobs", desc.Digest.Algorithm().String(), desc.Digest.Encoded()))
+	if err != nil || !bytes.Equal(got, data) {
+		return fmt.Errorf("%s is not containerd's content store: a blob written through containerd (%s) is not there", root, desc.Digest)
 	}
 	return nil
 }
