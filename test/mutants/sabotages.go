@@ -385,7 +385,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/runtime/containerd/linked.go",
 			"if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {",
 			"if err := error(nil); err != nil && !errors.Is(err, fs.ErrNotExist) {"}},
-		tests: []tests{{e2e, []string{"TestNoBlobFileLeftByAFailedDirectImport"}, nil}},
+		tests: []tests{{e2e, []string{"TestNoBlobFileLeftByAFailedImport"}, nil}},
 	},
 	{
 		name: "spool-overlap-allowed",

@@ -154,11 +154,13 @@ func (d *directWriter) resolve(ctx context.Context, r *Runtime) (string, error) 
 // a small blob of its own, written through containerd's content API under a
 // short lease, must appear there with its bytes. Blobs being there is no
 // proof: a directory holdfast (or anyone) once filled with copies has them
-// too. The probe's record and lease go at once; containerd's GC removes its
-// file.
+// too. The probe's record and lease go at once, and its file with them (its
+// bytes are unique: nothing else can want it), since containerd's GC sweeps
+// the directory only after a collection that removed something.
 func (r *Runtime) probeRoot(ctx context.Context, root string) error {
 	data := []byte("holdfast: a probe of the content store's directory " + randomHex(16) + "\n")
 	desc := ocispec.Descriptor{MediaType: "application/octet-stream", Digest: digest.FromBytes(data), Size: int64(len(data))}
+	file := filepath.Join(root, "blobs", desc.Digest.Algorithm().String(), desc.Digest.Encoded())
 	ls := r.client.LeasesService()
 	l, err := ls.Create(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour))
 	if err != nil {
@@ -168,13 +170,15 @@ func (r *Runtime) probeRoot(ctx context.Context, root string) error {
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
 		defer cancel()
-		_ = cs.Delete(ctx, desc.Digest)
+		if cs.Delete(ctx, desc.Digest) == nil {
+			_ = os.Remove(file)
+		}
 		_ = ls.Delete(ctx, l)
 	}()
 	if err := content.WriteBlob(leases.WithLease(ctx, l.ID), cs, refPrefix+"probe-"+randomHex(8), bytes.NewReader(data), desc); err != nil {
 		return fmt.Errorf("probing %s: writing a blob through containerd: %w", root, err)
 	}
-	got, err := os.ReadFile(filepath.Join(root, "blobs", desc.Digest.Algorithm().String(), desc.Digest.Encoded()))
+	got, err := os.ReadFile(file)
 	if err != nil || !bytes.Equal(got, data) {
 		return fmt.Errorf("%s is not containerd's content store: a blob written through containerd (%s) is not there", root, desc.Digest)
 	}

@@ -306,7 +306,7 @@ func (r *Runtime) openLease(ctx context.Context, id, source, identity string, kn
 
 func (r *Runtime) newIngester() *ingester {
 	prefix := refPrefix + r.owner + "-" + r.run + "-" + randomHex(6) + "-"
-	return &ingester{r: r, prefix: prefix, committed: map[digest.Digest]bool{}, open: map[string]bool{}, pending: map[digest.Digest]*os.File{}}
+	return &ingester{r: r, prefix: prefix, committed: map[digest.Digest]bool{}, open: map[string]bool{}, pending: map[digest.Digest]*os.File{}, failed: map[digest.Digest]bool{}}
 }
 
 // ingester is the archive.Store of one import: it writes blobs under the
@@ -320,6 +320,7 @@ type ingester struct {
 	open      map[string]bool            // refs not yet committed
 	pending   map[digest.Digest]*os.File // verified temp files of direct writes, committed after the walk
 	links     *linkJournal               // the blobs linked into the store directly (see linkedPrefix)
+	failed    map[digest.Digest]bool     // commits that failed: their files may be in place, unrecorded
 	written   int
 	present   int
 	direct    int // blobs committed by metadata only, their files placed by holdfast
@@ -456,6 +457,12 @@ func (w *ingester) commit(ctx context.Context, cw *blobWriter, ref string, d dig
 			w.done(ref, d, false)
 			return d, false, w.ensureLabels(ctx, d, labels)
 		}
+		// containerd may have moved the blob's file into place before its
+		// record failed (the lease was released under the import): the
+		// import removes it when it ends, if nothing records it.
+		w.mu.Lock()
+		w.failed[d] = true
+		w.mu.Unlock()
 		return "", false, fmt.Errorf("committing %s: %w", d, err)
 	}
 	w.done(ref, d, true)

@@ -93,31 +93,46 @@ func (j *linkJournal) linked(d digest.Digest, ino uint64) {
 	j.ours[d] = ino
 }
 
-// closeLinks ends the import's journal: every blob it linked that no
-// namespace records is removed, then the journal.
+// closeLinks ends the import's journal: every blob it linked, or failed to
+// commit, that no namespace records is removed, then the journal.
 func (w *ingester) closeLinks(ctx context.Context) {
 	w.mu.Lock()
 	j := w.links
 	w.links = nil
-	w.mu.Unlock()
-	if j == nil {
-		return
+	left := map[digest.Digest]uint64{}
+	for d := range w.failed {
+		left[d] = 0 // containerd's file, if any: whatever its inode
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
-	defer cancel()
-	w.mu.Lock()
-	var left []digest.Digest
-	for d := range j.ours {
-		if !w.committed[d] {
-			left = append(left, d)
+	if j != nil {
+		for d, ino := range j.ours {
+			if !w.committed[d] {
+				left[d] = ino
+			}
 		}
 	}
 	w.mu.Unlock()
-	for _, d := range left {
-		_ = w.r.removeUnrecorded(ctx, j.root, d, j.ours[d])
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+	defer cancel()
+	if len(left) > 0 {
+		root := ""
+		switch {
+		case j != nil:
+			root = j.root
+		case w.r.direct != nil && w.r.direct.opts.ContentRoot != "":
+			root = w.r.direct.opts.ContentRoot
+		default:
+			root, _ = w.r.contentRoot(ctx)
+		}
+		if root != "" {
+			for d, ino := range left {
+				_ = w.r.removeUnrecorded(ctx, root, d, ino)
+			}
+		}
 	}
-	_ = os.Remove(j.f.Name())
-	_ = j.f.Close()
+	if j != nil {
+		_ = os.Remove(j.f.Name())
+		_ = j.f.Close()
+	}
 }
 
 // reapJournal removes the blobs a dead import's journal lists that no
@@ -152,8 +167,9 @@ func (r *Runtime) reapJournal(ctx context.Context, root, path string) bool {
 }
 
 // removeUnrecorded removes the blob file of d that holdfast linked (inode
-// ino) unless a namespace records d or an ingest is writing it. A file that
-// is not the one linked (containerd's own, or another import's) is left.
+// ino; 0: any) unless a namespace records d or an ingest is writing it. A
+// file that is not the one linked (containerd's own, or another import's)
+// is left.
 //
 // What is left is a window of milliseconds: another process that opens a
 // writer for d and commits it by metadata (its file being there) between
@@ -168,7 +184,7 @@ func (r *Runtime) removeUnrecorded(ctx context.Context, root string, d digest.Di
 		}
 		return err
 	}
-	if st.Ino != ino {
+	if ino != 0 && st.Ino != ino {
 		return nil
 	}
 	nss, err := r.client.NamespaceService().List(ctx)
