@@ -727,6 +727,14 @@ func TestBadValuesFail(t *testing.T) {
 		{"one path twice", map[string]any{"imagesDir": "/var/lib/holdfast/data"}, "two node paths are the same"},
 		{"pin with a space", map[string]any{"pins": []string{"nginx nginx"}}, `pins[0] "nginx nginx"`},
 		{"pull list name", map[string]any{"pullLists": map[string]any{"../x": []string{"nginx"}}}, `pullLists "../x"`},
+		{"dataDir /", map[string]any{"dataDir": "/"}, `dataDir "/": a system or container runtime directory`},
+		{"dataDir /etc/", map[string]any{"dataDir": "/etc/"}, `dataDir "/etc/": a system or container runtime directory`},
+		{"dataDir /var/lib/../lib", map[string]any{"dataDir": "/var/lib/../lib"}, `dataDir "/var/lib/../lib": a system or container runtime directory`},
+		{"dataDir containerd's", map[string]any{"dataDir": "/var/lib/containerd"}, `dataDir "/var/lib/containerd": a system or container runtime directory`},
+		{"dataDir K3s's containerd", map[string]any{"dataDir": "/run/k3s/containerd"}, `a system or container runtime directory`},
+		{"dataDir inside containerd's", map[string]any{"dataDir": "/var/lib/containerd/holdfast"}, `dataDir "/var/lib/containerd/holdfast": inside /var/lib/containerd`},
+		{"dataDir inside the kubelet's", map[string]any{"dataDir": "/var/lib/kubelet/pods/x"}, `inside /var/lib/kubelet`},
+		{"dataDir /usr", map[string]any{"dataDir": "/usr"}, `a system or container runtime directory`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := helm(t, "template", release, chartDir(t), "-f", valuesFile(t, tc.values))

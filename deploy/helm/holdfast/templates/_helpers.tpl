@@ -82,7 +82,17 @@ values taking its place. "none" turns an optional path off (certsDir, registries
 {{- if not (isAbs (toString .Values.dataDir)) -}}
 {{- fail (printf "dataDir %q: want an absolute path on the node" (toString .Values.dataDir)) -}}
 {{- end -}}
-{{- $_ := set $out "dataDir" (clean (toString .Values.dataDir)) -}}
+{{- $dataDir := clean (toString .Values.dataDir) -}}
+{{- $system := list "/" "/bin" "/boot" "/dev" "/etc" "/home" "/lib" "/lib32" "/lib64" "/libx32" "/opt" "/proc" "/root" "/run" "/sbin" "/srv" "/sys" "/tmp" "/usr" "/var" "/var/lib" "/var/log" "/var/run" "/var/tmp" "/var/lib/kubelet" "/var/lib/containerd" "/run/containerd" "/var/lib/rancher" "/var/lib/rancher/k3s" "/var/lib/rancher/rke2" "/var/lib/rancher/k3s/agent/containerd" "/var/lib/rancher/rke2/agent/containerd" "/run/k3s" "/run/k3s/containerd" "/run/rke2" "/etc/containerd" "/etc/rancher" "/etc/kubernetes" -}}
+{{- if has $dataDir $system -}}
+{{- fail (printf "dataDir %q: a system or container runtime directory; holdfast locks, writes and may delete in its data dir, so give it a directory of its own (the default is /var/lib/holdfast/data)" (toString .Values.dataDir)) -}}
+{{- end -}}
+{{- range $p := list "/proc" "/sys" "/dev" "/var/lib/containerd" "/run/containerd" "/var/lib/kubelet" "/var/lib/rancher/k3s/agent/containerd" "/var/lib/rancher/rke2/agent/containerd" "/run/k3s/containerd" -}}
+{{- if hasPrefix (printf "%s/" $p) $dataDir -}}
+{{- fail (printf "dataDir %q: inside %s, which belongs to the kernel, the kubelet or containerd; give holdfast a directory of its own (the default is /var/lib/holdfast/data)" (toString $.Values.dataDir) $p) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $out "dataDir" $dataDir -}}
 {{- $_ := set $out "socketDir" (dir (get $out "containerdSocket")) -}}
 {{- toYaml $out -}}
 {{- end -}}
