@@ -25,6 +25,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -147,6 +148,8 @@ type rendered struct {
 	ServiceAccounts     []corev1.ServiceAccount
 	ClusterRoles        []rbacv1.ClusterRole
 	ClusterRoleBindings []rbacv1.ClusterRoleBinding
+	Policies            []admissionv1.ValidatingAdmissionPolicy
+	PolicyBindings      []admissionv1.ValidatingAdmissionPolicyBinding
 	ServiceMonitors     []serviceMonitor
 	PrometheusRules     []prometheusRule
 }
@@ -211,6 +214,14 @@ func decode(t *testing.T, out string) rendered {
 			var o rbacv1.ClusterRoleBinding
 			strict("rbac.authorization.k8s.io/v1", &o)
 			r.ClusterRoleBindings = append(r.ClusterRoleBindings, o)
+		case "ValidatingAdmissionPolicy":
+			var o admissionv1.ValidatingAdmissionPolicy
+			strict("admissionregistration.k8s.io/v1", &o)
+			r.Policies = append(r.Policies, o)
+		case "ValidatingAdmissionPolicyBinding":
+			var o admissionv1.ValidatingAdmissionPolicyBinding
+			strict("admissionregistration.k8s.io/v1", &o)
+			r.PolicyBindings = append(r.PolicyBindings, o)
 		case "ServiceMonitor":
 			var o serviceMonitor
 			strict("monitoring.coreos.com/v1", &o)
@@ -637,6 +648,18 @@ func checkRBAC(t *testing.T, r rendered) {
 	}
 	if len(b.Subjects) != 1 || b.Subjects[0].Kind != "ServiceAccount" || b.Subjects[0].Name != fullname || b.Subjects[0].Namespace != namespace {
 		t.Errorf("binding's subjects %+v, want ServiceAccount %s/%s", b.Subjects, namespace, fullname)
+	}
+	// Each reporter writes only its own Node (the policy's CEL is exercised on the cluster, test/cluster).
+	if len(r.Policies) != 1 || len(r.PolicyBindings) != 1 {
+		t.Fatalf("%d ValidatingAdmissionPolicies and %d bindings, want one each", len(r.Policies), len(r.PolicyBindings))
+	}
+	p, pb := r.Policies[0], r.PolicyBindings[0]
+	if pb.Spec.PolicyName != p.Name || len(pb.Spec.ValidationActions) != 1 || pb.Spec.ValidationActions[0] != admissionv1.Deny {
+		t.Errorf("policy binding %+v does not deny by policy %s", pb.Spec, p.Name)
+	}
+	sa := "system:serviceaccount:" + namespace + ":" + fullname
+	if len(p.Spec.MatchConditions) != 1 || !strings.Contains(p.Spec.MatchConditions[0].Expression, `"`+sa+`"`) {
+		t.Errorf("policy match conditions %+v, want the reporter's service account %s", p.Spec.MatchConditions, sa)
 	}
 }
 

@@ -65,6 +65,7 @@ func TestHoldfastOnNode(t *testing.T) {
 		{"helm-install", s.install},
 		{"helm-upgrade-pins", s.upgradePins},
 		{"node-condition-and-events", s.conditionAndEvents},
+		{"reporter-writes-only-its-own-node", s.ownNodeOnly},
 		{"kubelet-image-gc-keeps-pins", s.imageGC},
 		{"rollout-restart-and-uninstall-keep-pins", s.restartAndUninstall},
 	}
