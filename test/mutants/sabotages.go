@@ -388,6 +388,15 @@ var sabotages = []sabotage{
 		tests: []tests{{e2e, []string{"TestNoBlobFileLeftByAFailedImport"}, nil}},
 	},
 	{
+		name: "links-not-synced-before-commit",
+		// The direct path's links into blobs/sha256 are not made durable
+		// before containerd records the blobs.
+		edits: []edit{{"internal/runtime/containerd/direct.go",
+			`if err := syncDir(filepath.Join(root, "blobs", digest.Canonical.String())); err != nil {`,
+			`if err := error(nil); err != nil {`}},
+		tests: []tests{{e2e, []string{"TestDirectSyncsBeforeCommit"}, nil}},
+	},
+	{
 		name: "spool-overlap-allowed",
 		// A spool dir over an images dir is taken: a pass imports that
 		// images dir's archives as kept and deletes them.
