@@ -151,7 +151,10 @@ func validOwner(id string) bool {
 }
 
 // Close closes the connection.
-func (r *Runtime) Close() error { return r.client.Close() }
+func (r *Runtime) Close() error {
+	r.direct.dropProbe(r.ns(context.Background()))
+	return r.client.Close()
+}
 
 func (r *Runtime) ns(ctx context.Context) context.Context {
 	return namespaces.WithNamespace(ctx, r.namespace)

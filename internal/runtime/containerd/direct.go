@@ -73,9 +73,10 @@ type directWriter struct {
 	opts     WriteOptions
 	mu       sync.Mutex
 	resolved bool
-	root     string // empty: stream
-	err      error  // why direct writes are not possible
-	fellBack bool   // a blob fell back to streaming: logged once
+	root     string                // empty: stream
+	err      error                 // why direct writes are not possible
+	fellBack bool                  // a blob fell back to streaming: logged once
+	probe    func(context.Context) // removes the probe blob of probeRoot
 }
 
 // rootFor returns the content root to write blobs into, or "" to stream. An
@@ -152,29 +153,28 @@ func (d *directWriter) resolve(ctx context.Context, r *Runtime) (string, error) 
 
 // probeRoot proves root is the directory containerd keeps its blobs in:
 // a small blob of its own, written through containerd's content API under a
-// short lease, must appear there with its bytes. Blobs being there is no
-// proof: a directory holdfast (or anyone) once filled with copies has them
-// too. The probe's record and lease go at once, and its file with them (its
-// bytes are unique: nothing else can want it), since containerd's GC sweeps
-// the directory only after a collection that removed something.
+// lease, must appear there with its bytes. Blobs being there is no proof: a
+// directory holdfast (or anyone) once filled with copies has them too. The
+// probe stays until the Runtime is closed (see dropProbe): removing it now
+// would set containerd's GC off in the middle of the first import, and a GC
+// removes the files of blobs linked and not yet committed.
 func (r *Runtime) probeRoot(ctx context.Context, root string) error {
 	data := []byte("holdfast: a probe of the content store's directory " + randomHex(16) + "\n")
 	desc := ocispec.Descriptor{MediaType: "application/octet-stream", Digest: digest.FromBytes(data), Size: int64(len(data))}
 	file := filepath.Join(root, "blobs", desc.Digest.Algorithm().String(), desc.Digest.Encoded())
 	ls := r.client.LeasesService()
-	l, err := ls.Create(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour))
+	l, err := ls.Create(ctx, leases.WithRandomID(), leases.WithExpiration(24*time.Hour))
 	if err != nil {
 		return fmt.Errorf("probing %s: creating a lease: %w", root, err)
 	}
 	cs := r.client.ContentStore()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
-		defer cancel()
+	r.direct.probe = func(ctx context.Context) {
+		// Its bytes are unique: nothing else can want its file.
 		if cs.Delete(ctx, desc.Digest) == nil {
 			_ = os.Remove(file)
 		}
 		_ = ls.Delete(ctx, l)
-	}()
+	}
 	if err := content.WriteBlob(leases.WithLease(ctx, l.ID), cs, refPrefix+"probe-"+randomHex(8), bytes.NewReader(data), desc); err != nil {
 		return fmt.Errorf("probing %s: writing a blob through containerd: %w", root, err)
 	}
@@ -183,6 +183,22 @@ func (r *Runtime) probeRoot(ctx context.Context, root string) error {
 		return fmt.Errorf("%s is not containerd's content store: a blob written through containerd (%s) is not there", root, desc.Digest)
 	}
 	return nil
+}
+
+// dropProbe removes the probe blob, if one was written.
+func (d *directWriter) dropProbe(ctx context.Context) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	probe := d.probe
+	d.probe = nil
+	d.mu.Unlock()
+	if probe != nil {
+		ctx, cancel := context.WithTimeout(ctx, abandonTimeout)
+		defer cancel()
+		probe(ctx)
+	}
 }
 
 // contentPolicy is the metadata plugin's content sharing policy; "" when it
