@@ -61,15 +61,18 @@ still imported; each failure names the path and the cause), 2 on bad usage.`,
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			failed := 0
 			// The total line is for more than one path.
+			// What the pin and pull lists want, read once for every path: an
+			// import that replaces an earlier one unpins nothing they want.
+			dirs, err := o.imageDirs()
+			if err != nil {
+				return err
+			}
+			standing := agent.ReadStanding(dirs, o.insecurePerms)
 			d := o.newProgress(cmd, progress, len(args) > 1)
 			upTo := d.announce(args)
 			for i, path := range args {
 				d.start()
-				dirs, err := o.imageDirs()
-				if err != nil {
-					return err
-				}
-				k, err := agent.Keep(ctx, s.rt, path, agent.ReadStanding(dirs, o.insecurePerms), d.hook())
+				k, err := agent.Keep(ctx, s.rt, path, standing, d.hook())
 				d.stop()
 				d.passed(upTo[i])
 				for _, c := range k.Conflicts {

@@ -258,17 +258,9 @@ func editPins(ctx context.Context, dataDir string, edit func(lines []string) ([]
 	if len(edited) > 0 {
 		updated = strings.Join(edited, "\n") + "\n"
 	}
+	// Durable, the rename included, before anything is said.
 	if err := datadir.WriteFileAtomic(path, []byte(updated), perm); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	// Make the rename itself durable.
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("writing %s: syncing %s: %w", path, dir, err)
 	}
 	return nil
 }

@@ -240,9 +240,27 @@ func ReadOwner(dir string) (Owner, error) {
 	return o, json.Unmarshal(data, &o)
 }
 
-// WriteFileAtomic writes data to a temp file beside path, syncs it and renames it into place.
+// WriteFileAtomic writes data to a temp file beside path, syncs it, renames
+// it into place and syncs the directory: once it returns nil, the new
+// content survives a crash.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	return writeAtomic(path, data, perm, true)
+	if err := writeAtomic(path, data, perm, true); err != nil {
+		return err
+	}
+	return SyncDir(filepath.Dir(path))
+}
+
+// SyncDir makes the entries of dir (renames, links, removals) durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
 }
 
 // ReplaceFile is WriteFileAtomic without the sync, for files that need not

@@ -20,6 +20,8 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
+
+	"github.com/holdfast-project/holdfast/internal/datadir"
 )
 
 // WritePath is how imports write blobs into the content store.
@@ -443,7 +445,10 @@ func (w *ingester) commitPending(ctx context.Context, sources sourceLabels) (map
 			unlinked[d] = err
 		}
 	}
-	if err := syncDir(filepath.Join(root, "blobs", digest.Canonical.String())); err != nil {
+	// containerd syncs the blobs directory when it commits a blob it wrote;
+	// one holdfast linked is committed by metadata alone, so the links are
+	// made durable here, before the commits.
+	if err := datadir.SyncDir(filepath.Join(root, "blobs", digest.Canonical.String())); err != nil {
 		return nil, err
 	}
 	var mu sync.Mutex
@@ -503,7 +508,7 @@ func (w *ingester) linkPlaced(ctx context.Context, root string, desc ocispec.Des
 		w.r.direct.fallBack("linking "+desc.Digest.String(), err)
 		return w.streamPlaced(ctx, desc, f, fresh)
 	}
-	if err := syncDir(filepath.Join(root, "blobs", desc.Digest.Algorithm().String())); err != nil {
+	if err := datadir.SyncDir(filepath.Join(root, "blobs", desc.Digest.Algorithm().String())); err != nil {
 		return "", false, err
 	}
 	return w.commitLinked(ctx, desc, f, fresh)

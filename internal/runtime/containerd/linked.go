@@ -214,18 +214,3 @@ func (r *Runtime) removeUnrecorded(ctx context.Context, root string, d digest.Di
 	}
 	return nil
 }
-
-// syncDir makes the links in dir durable: containerd syncs the blobs
-// directory when it commits a blob it wrote, and a blob holdfast linked is
-// committed by metadata alone, so holdfast syncs it before the commit.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
-}
