@@ -35,25 +35,22 @@ func unrecordedBlobs(t *testing.T, d *daemon) (names []string, bytes int64) {
 	return names, bytes
 }
 
-// TestNoBlobFileLeftByAFailedImport: an import ended by the release of its
-// lease (either write path), or by kill -9 at some point of its run (the
-// direct path: on the stream path, a commit containerd has in hand when the
-// client dies is containerd's to finish), leaves, once a pass has run, no
-// blob file in the content store's directory that the namespace does not
-// record, and nothing in holdfast-tmp. Each try logs the files and bytes
-// left before and after the pass.
+// TestNoBlobFileLeftByAFailedImport: a direct import ended by the release
+// of its lease, or by kill -9, at some point of its run leaves, once a pass
+// has run, no blob file in the content store's directory that the namespace
+// does not record, and nothing in holdfast-tmp. Each try logs the files and
+// bytes left before and after the pass. (The stream path is not held to it:
+// a commit the import gave up on is one containerd may still finish moving
+// into place after the import has looked.)
 func TestNoBlobFileLeftByAFailedImport(t *testing.T) {
-	forEachDaemonAndPath(t, func(t *testing.T, d *daemon, wp string) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		const wp = "direct"
 		dir := tempDir(t)
 		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
 		if err := os.MkdirAll(imagesDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		tries := []string{"release", "release", "kill", "kill", "kill"}
-		if wp == "stream" {
-			tries = tries[:2]
-		}
-		for i, how := range tries {
+		for i, how := range []string{"release", "release", "kill", "kill", "kill"} {
 			img := build(t, fixture.ImageSpec{Names: []string{"e2e.local/leftover/app:" + string(rune('a'+i))},
 				Layers: fixture.UniformLayers(300, 32<<10, false, int64(40+i))})
 			archive := filepath.Join(dir, "big.tar")

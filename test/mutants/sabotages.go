@@ -392,8 +392,8 @@ var sabotages = []sabotage{
 		// The direct path's links into blobs/sha256 are not made durable
 		// before containerd records the blobs.
 		edits: []edit{{"internal/runtime/containerd/direct.go",
-			`if err := datadir.SyncDir(filepath.Join(root, "blobs", digest.Canonical.String())); err != nil {`,
-			`if err := error(nil); err != nil {`}},
+			"} else if err = datadir.SyncDir(blobsDir); err == nil {",
+			"} else if err = error(nil); err == nil {"}},
 		tests: []tests{{e2e, []string{"TestDirectSyncsBeforeCommit"}, nil}},
 	},
 	{

@@ -439,18 +439,12 @@ func (w *ingester) commitPending(ctx context.Context, sources sourceLabels) (map
 	if err := j.record(inodes); err != nil {
 		return nil, err
 	}
-	unlinked := map[digest.Digest]error{}
-	for d := range held {
-		if err := w.link(root, d, held[d].Name(), inodes[d], j); err != nil {
-			unlinked[d] = err
-		}
-	}
-	// containerd syncs the blobs directory when it commits a blob it wrote;
-	// one holdfast linked is committed by metadata alone, so the links are
-	// made durable here, before the commits.
-	if err := datadir.SyncDir(filepath.Join(root, "blobs", digest.Canonical.String())); err != nil {
-		return nil, err
-	}
+	// Each blob is then linked, the link made durable (containerd syncs the
+	// blobs directory when it commits a blob it wrote; one holdfast linked is
+	// committed by metadata alone) and committed at once: a blob linked and
+	// not yet committed is a file containerd's GC may sweep (on 1.6 a GC runs
+	// every hundred changes), and its commit then streams it after all.
+	blobsDir := filepath.Join(root, "blobs", digest.Canonical.String())
 	var mu sync.Mutex
 	for d, f := range held {
 		g.Go(func() error {
@@ -460,10 +454,10 @@ func (w *ingester) commitPending(ctx context.Context, sources sourceLabels) (map
 			}
 			desc := ocispec.Descriptor{Digest: d, Size: fi.Size()}
 			var committed bool
-			if lerr := unlinked[d]; lerr != nil {
+			if lerr := w.link(root, d, f.Name(), inodes[d], j); lerr != nil {
 				w.r.direct.fallBack("linking "+d.String(), lerr)
 				_, committed, err = w.streamPlaced(ctx, desc, f, sources.labelsOf(d))
-			} else {
+			} else if err = datadir.SyncDir(blobsDir); err == nil {
 				_, committed, err = w.commitLinked(ctx, desc, f, sources.labelsOf(d))
 			}
 			if committed {
