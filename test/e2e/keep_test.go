@@ -38,7 +38,7 @@ func (d *daemon) keepImportOK(t *testing.T, dataDir string, paths ...string) str
 func (d *daemon) keepLeaseOf(t *testing.T, path string) (leases.Lease, bool) {
 	t.Helper()
 	for _, l := range d.holdfastLeases(t) {
-		if l.Labels["io.holdfast.source"] == path && l.Labels["io.holdfast.kept"] == "true" {
+		if l.Labels["io.holdfast.source"] == "kept:"+path && l.Labels["io.holdfast.kept"] == "true" {
 			return l, true
 		}
 	}

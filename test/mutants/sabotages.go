@@ -426,4 +426,11 @@ var sabotages = []sabotage{
 			"if err := error(nil); err != nil {"}},
 		tests: []tests{{"./internal/datadir", []string{"TestLockHoldsWhenLockFileDeleted"}, nil}},
 	},
+	{
+		name: "kept-source-plain-path",
+		// A kept source's lease names its path as an images-dir source's
+		// does: a holdfast older than kept sources releases it.
+		edits: []edit{{"internal/runtime/containerd/kept.go", "return keptMark + path", "return path"}},
+		tests: []tests{{e2e, []string{"TestRollbackKeepsKeptSources"}, nil}},
+	},
 }

@@ -213,7 +213,7 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 			size += ref.desc.Size
 		}
 	}
-	state := runtime.SourceState{Lease: leaseFromContext(ctx), Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required, Size: size}
+	state := runtime.SourceState{Lease: leaseFromContext(ctx), Source: storedSource(req.Source, req.Kept), Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required, Size: size}
 	if err := r.writeState(ctx, ing, state); err != nil {
 		return nil, err
 	}

@@ -150,7 +150,7 @@ func (r *Runtime) loadState(ctx context.Context, l leases.Lease, blobs map[strin
 	if err := json.Unmarshal(data, &saved); err != nil {
 		return st, fmt.Errorf("reading state of lease %s: %w", l.ID, err)
 	}
-	st.Source, st.Identity, st.MtimeNs, st.Images, st.Blobs, st.Size, st.Complete = saved.Source, saved.Identity, saved.MtimeNs, saved.Images, saved.Blobs, saved.Size, true
+	st.Source, st.Identity, st.MtimeNs, st.Images, st.Blobs, st.Size, st.Complete = sourcePath(saved.Source, st.Kept), saved.Identity, saved.MtimeNs, saved.Images, saved.Blobs, saved.Size, true
 	return st, nil
 }
 
