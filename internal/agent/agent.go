@@ -236,6 +236,9 @@ func (a *Agent) clearFailure(path string) {
 // pull list reference that failed, are tried again when their backoff ends.
 // A lost event stream is resubscribed with backoff, followed by a full pass.
 func (a *Agent) Run(ctx context.Context, onReady func()) error {
+	for _, off := range a.cfg.FeaturesOff {
+		a.journal.Record(journal.Warning, journal.ReasonFeatureOff, off)
+	}
 	events, streamErr := a.rt.WatchImages(ctx)
 	a.rec.SetConnected(true)
 

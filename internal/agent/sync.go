@@ -43,6 +43,9 @@ type Config struct {
 	Log           *slog.Logger
 	// Progress, when set, follows the bytes imports read from archive files.
 	Progress Progress
+	// FeaturesOff say, each, which feature runs off because a path it needs
+	// is missing: run records each as a Warning event (FeatureOff).
+	FeaturesOff []string
 }
 
 // Progress wraps r, the archive file at path (size bytes) as an import opens

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -204,6 +205,17 @@ func (o *options) agentConfig(parallel int) (agent.Config, error) {
 		return cfg, nil
 	}
 	f, err := registries.Load(o.registriesYAML)
+	if errors.Is(err, fs.ErrNotExist) {
+		// As K3s reads it: no file, no mirrors. What an earlier file had
+		// written into the registry config goes with it.
+		off := fmt.Sprintf("registries.yaml %s does not exist: pulls use no mirrors, TLS settings or credentials from it", o.registriesYAML)
+		o.log.Warn(off)
+		cfg.FeaturesOff = append(cfg.FeaturesOff, off)
+		if err := registries.Write(o.registryConfig, nil); err != nil {
+			return cfg, fmt.Errorf("clearing the mirrors of %s from %s: %w", o.registriesYAML, o.registryConfig, err)
+		}
+		return cfg, nil
+	}
 	if err != nil {
 		return cfg, err
 	}

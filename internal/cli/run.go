@@ -63,6 +63,11 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 			if _, err := agent.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
 			}
+			if why := s.rt.ContentRootOff(ctx); why != nil {
+				off := fmt.Sprintf("the content store's directory: %v", why)
+				o.log.Warn(off)
+				cfg.FeaturesOff = append(cfg.FeaturesOff, off)
+			}
 			go o.keepDataDir(ctx, s.lock, parallel)
 			reg := prometheus.NewRegistry()
 			// The Go runtime's and the process's own: goroutines, memory, open files.

@@ -25,6 +25,9 @@ const (
 	ReasonHealBackoff  = "HealBackoff"
 	ReasonUnpinned     = "Unpinned"
 	ReasonReleased     = "Released"
+	// ReasonFeatureOff: a path a feature needs is missing on the node, so the
+	// agent runs without the feature (it says which, and why).
+	ReasonFeatureOff = "FeatureOff"
 )
 
 // Event is one thing that happened.

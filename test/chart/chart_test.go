@@ -410,6 +410,12 @@ func checkPaths(t *testing.T, ds appsv1.DaemonSet, p nodePaths) {
 	if p.directWrites && p.contentRoot != "" {
 		want["write-path"] = []string{"auto"}
 	}
+	if p.contentRoot != "" {
+		// Given, so that the agent proves it is containerd's store and says when it is not.
+		want["content-root"] = []string{p.contentRoot}
+	} else if v, ok := f["content-root"]; ok {
+		t.Errorf("--content-root %q given, want none", v)
+	}
 	switch {
 	case p.registriesYAML != "":
 		// holdfast writes the hosts.toml files it makes from registries.yaml into a dir of its own: K3s rewrites
@@ -446,8 +452,9 @@ func checkPaths(t *testing.T, ds appsv1.DaemonSet, p nodePaths) {
 	hostPathAt(t, ds, hf, p.dataDir, corev1.HostPathDirectoryOrCreate, false)
 	hostPaths := map[string]bool{filepath.Dir(p.socket): true, p.imagesDir: true, p.dataDir: true}
 	if p.registriesYAML != "" {
-		hostPathAt(t, ds, hf, p.registriesYAML, corev1.HostPathFileOrCreate, true)
-		hostPaths[p.registriesYAML] = true
+		// Its directory: a node without it still starts the agent.
+		hostPathAt(t, ds, hf, filepath.Dir(p.registriesYAML), corev1.HostPathDirectoryOrCreate, true)
+		hostPaths[filepath.Dir(p.registriesYAML)] = true
 	} else if p.certsDir != "" {
 		hostPathAt(t, ds, hf, p.certsDir, corev1.HostPathDirectoryOrCreate, true)
 		hostPaths[p.certsDir] = true

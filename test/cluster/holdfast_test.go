@@ -66,6 +66,7 @@ func TestHoldfastOnNode(t *testing.T) {
 		{"helm-upgrade-pins", s.upgradePins},
 		{"node-condition-and-events", s.conditionAndEvents},
 		{"reporter-writes-only-its-own-node", s.ownNodeOnly},
+		{"missing-node-paths-turn-features-off", s.missingNodePaths},
 		{"kubelet-image-gc-keeps-pins", s.imageGC},
 		{"rollout-restart-and-uninstall-keep-pins", s.restartAndUninstall},
 	}
@@ -174,6 +175,72 @@ func (s *scenario) install(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(root, "holdfast-tmp")); err != nil || !fi.IsDir() {
 		t.Errorf("no holdfast-tmp in the node's content store: %v", err)
+	}
+}
+
+// missingNodePaths: a node without the content store directory the chart names, and without the directory of
+// registries.yaml, still starts the agent. It becomes Ready, writes no blob into that directory, creates no
+// registries.yaml, and records a FeatureOff Event on the Node naming each path. Back on the node's own paths, it
+// writes blobs directly again.
+func (s *scenario) missingNodePaths(t *testing.T) {
+	c := s.c
+	ctx := context.Background()
+	elsewhere := filepath.Join(c.dir, "elsewhere", "io.containerd.content.v1.content")
+	regYAML := filepath.Join(c.dir, "no-rancher-etc", "registries.yaml")
+	for _, p := range []string{filepath.Dir(elsewhere), filepath.Dir(regYAML)} {
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(p) })
+	}
+	before := s.agentPod(t)
+	if out, err := s.runHelm("upgrade", release, s.chart, "--namespace", chartNS,
+		"--values", s.values(t, []string{imgPinB}, map[string]any{"contentRoot": elsewhere, "registriesYaml": regYAML})); err != nil {
+		t.Fatalf("helm upgrade: %v\n%s", err, out)
+	}
+	pod := s.waitAgentReady(t, before.UID)
+	node, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{elsewhere, regYAML} {
+		if err := waitFor("a FeatureOff Event on the Node naming "+path, time.Minute, func() (bool, error) {
+			evs, err := c.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+				FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + nodeName + ",reason=FeatureOff",
+			})
+			if err != nil {
+				return false, err
+			}
+			var seen []string
+			for _, e := range evs.Items {
+				if strings.Contains(e.Message, path) && e.InvolvedObject.UID == node.UID && e.Type == corev1.EventTypeWarning {
+					return true, nil
+				}
+				seen = append(seen, e.Message)
+			}
+			return false, fmt.Errorf("FeatureOff events: %q", seen)
+		}); err != nil {
+			t.Errorf("%v\n%s", err, s.agentLogs())
+		}
+	}
+	if entries, err := os.ReadDir(elsewhere); err != nil || len(entries) != 0 {
+		t.Errorf("%s, not the node's content store, holds %d entries (%v)", elsewhere, len(entries), err)
+	}
+	if _, err := os.Stat(regYAML); !os.IsNotExist(err) {
+		t.Errorf("%s was created on the node: %v", regYAML, err)
+	}
+	if logs := s.containerLog(t, pod.Name, "holdfast"); strings.Contains(logs, `"msg":"imports write blobs directly into the content store"`) {
+		t.Errorf("the agent writes blobs directly into a directory that is not the node's content store:\n%s", logs)
+	}
+
+	if out, err := s.runHelm("upgrade", release, s.chart, "--namespace", chartNS,
+		"--values", s.values(t, []string{imgPinB})); err != nil {
+		t.Fatalf("helm upgrade: %v\n%s", err, out)
+	}
+	pod = s.waitAgentReady(t, pod.UID)
+	root := filepath.Join(c.dir, "containerd", "root", "io.containerd.content.v1.content")
+	if logs := s.containerLog(t, pod.Name, "holdfast"); !strings.Contains(logs, `"msg":"imports write blobs directly into the content store","writePath":"auto","contentRoot":"`+root+`"`) {
+		t.Errorf("back on the node's own paths, the agent does not write blobs directly into %s:\n%s", root, logs)
 	}
 }
 
@@ -451,7 +518,7 @@ func (s *scenario) restartAndUninstall(t *testing.T) {
 }
 
 // values writes the chart values for the test node and returns the file.
-func (s *scenario) values(t *testing.T, pins []string) string {
+func (s *scenario) values(t *testing.T, pins []string, overrides ...map[string]any) string {
 	t.Helper()
 	repo, tag, ok := cutLast(s.ownImage, ":")
 	if !ok {
@@ -471,6 +538,11 @@ func (s *scenario) values(t *testing.T, pins []string) string {
 		"reporter":         map[string]any{"interval": "2s"},
 		"logLevel":         "debug",
 		"directWrites":     true,
+	}
+	for _, o := range overrides {
+		for k, val := range o {
+			v[k] = val
+		}
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -6,8 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
 )
@@ -76,4 +81,254 @@ func TestDirectSyncsBeforeCommit(t *testing.T) {
 		}
 		t.Logf("%d links into %s, %d syncs of it", links, blobs, dirSyncs)
 	})
+}
+
+// straceCall is one system call in a trace written with -ttt -T -y.
+type straceCall struct {
+	pid        string
+	name       string
+	start, end float64 // seconds
+	line       string
+}
+
+// readStrace reads the completed calls of a trace (-f -ttt -T -y); the
+// halves of an interrupted call are joined.
+func readStrace(t *testing.T, path string) []straceCall {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []straceCall
+	pending := map[string]string{} // pid -> the first half of an unfinished call
+	for _, line := range strings.Split(string(b), "\n") {
+		pid, tail, _ := strings.Cut(strings.TrimSpace(line), " ")
+		ts, rest, ok := strings.Cut(strings.TrimSpace(tail), " ") // strace pads the pid
+		if !ok {
+			continue
+		}
+		rest = strings.TrimSpace(rest)
+		start, err := strconv.ParseFloat(ts, 64)
+		if err != nil {
+			continue
+		}
+		if strings.HasSuffix(rest, "<unfinished ...>") {
+			pending[pid] = ts + " " + strings.TrimSuffix(rest, "<unfinished ...>")
+			continue
+		}
+		if strings.HasPrefix(rest, "<... ") {
+			first, ok := pending[pid]
+			if !ok {
+				continue
+			}
+			delete(pending, pid)
+			i := strings.Index(rest, "resumed>")
+			if i < 0 {
+				continue
+			}
+			ts0, call, _ := strings.Cut(first, " ")
+			rest = call + rest[i+len("resumed>"):]
+			if start, err = strconv.ParseFloat(ts0, 64); err != nil {
+				continue
+			}
+		}
+		i, j := strings.LastIndex(rest, "<"), strings.LastIndex(rest, ">")
+		if i < 0 || j != len(rest)-1 {
+			continue
+		}
+		dur, err := strconv.ParseFloat(rest[i+1:j], 64)
+		if err != nil {
+			continue
+		}
+		name, _, ok := strings.Cut(rest, "(")
+		if !ok {
+			continue
+		}
+		out = append(out, straceCall{pid: pid, name: name, start: start, end: start + dur, line: rest})
+	}
+	return out
+}
+
+// fdPath is the path strace -y shows for the first argument of a call on a
+// file descriptor ("fsync(5</a/b>)" is /a/b).
+func fdPath(c straceCall) string {
+	i, j := strings.Index(c.line, "<"), strings.Index(c.line, ">")
+	if i < 0 || j < i {
+		return ""
+	}
+	return c.line[i+1 : j]
+}
+
+// quoted is the n-th quoted argument of a call (from 0).
+func quoted(c straceCall, n int) string {
+	parts := strings.Split(c.line, "\"")
+	if len(parts) < 2*n+3 {
+		return ""
+	}
+	return parts[2*n+1]
+}
+
+// socketPID is the pid of the process that listens on the unix socket at path.
+func socketPID(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 8 && f[len(f)-1] == path {
+			inodes["socket:["+f[6]+"]"] = true
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range procs {
+		if l, err := os.Readlink(fd); err == nil && inodes[l] {
+			pid, _ := strconv.Atoi(strings.Split(fd, "/")[2])
+			if pid != os.Getpid() {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no process listens on %s", path)
+	return 0
+}
+
+// TestSpoolDeletedOnlyWhenDurable traces containerd and `holdfast sync
+// --spool` with strace, on both write paths: a spool file is deleted only
+// once every blob of its image was synced before it was put in place
+// (containerd's rename out of its ingest dir, or holdfast's link), the blobs
+// directory was synced after the last of them, and containerd had synced
+// its metadata (meta.db) after that. containerd 1.6 does not sync the
+// directory after a commit: holdfast does, at the end of each import.
+func TestSpoolDeletedOnlyWhenDurable(t *testing.T) {
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		t.Fatalf("strace is needed (scripts/deps.sh installs it): %v", err)
+	}
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		for i, wp := range []string{"stream", "direct"} {
+			t.Run(wp, func(t *testing.T) {
+				dir := tempDir(t)
+				spoolDir, imagesDir := filepath.Join(dir, "spool"), filepath.Join(dir, "images")
+				if err := os.MkdirAll(imagesDir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				file := filepath.Join(spoolDir, "spooled.tar")
+				img := build(t, fixture.ImageSpec{Names: []string{"e2e.local/spooldurable/" + wp + ":1"}, Layers: fixture.UniformLayers(3, 256<<10, true, 80+int64(i))})
+				writeDockerSave(t, file, img)
+				past := time.Now().Add(-time.Hour)
+				if err := os.Chtimes(file, past, past); err != nil {
+					t.Fatal(err)
+				}
+				root := directContentRoot(t, d)
+				blobsDir := filepath.Join(root, "blobs", "sha256")
+				metaDB := filepath.Join(filepath.Dir(root), "io.containerd.metadata.v1.bolt", "meta.db")
+
+				ctrTrace, hfTrace := filepath.Join(dir, "containerd.trace"), filepath.Join(dir, "holdfast.trace")
+				attached := &syncWriter{}
+				tracer := exec.Command(strace, "-f", "-ttt", "-T", "-y", "-o", ctrTrace, "-e", "trace=fsync,fdatasync,rename,renameat,renameat2",
+					"-p", strconv.Itoa(socketPID(t, d.Address)))
+				tracer.Stderr = attached
+				if err := tracer.Start(); err != nil {
+					t.Fatal(err)
+				}
+				eventually(t, "strace attached to containerd", func() bool { return strings.Contains(attached.String(), "attached") })
+				out, err := exec.Command(strace, "-f", "-ttt", "-T", "-y", "-o", hfTrace, "-e", "trace=fsync,fdatasync,linkat,link,unlink,unlinkat",
+					holdfastBin, "sync", "--address", d.Address, "--data-dir", filepath.Join(dir, "data"), "--images", imagesDir,
+					"--spool", spoolDir, "--write-path="+wp).CombinedOutput()
+				_ = tracer.Process.Signal(syscall.SIGINT)
+				_ = tracer.Wait()
+				if err != nil {
+					t.Fatalf("sync under strace: %v\n%s", err, out)
+				}
+				if _, err := os.Stat(file); !os.IsNotExist(err) {
+					t.Fatalf("the spool file is still there (%v):\n%s", err, out)
+				}
+
+				calls := append(readStrace(t, ctrTrace), readStrace(t, hfTrace)...)
+				sort.Slice(calls, func(i, j int) bool { return calls[i].start < calls[j].start })
+				removed := -1.0
+				for _, c := range calls {
+					if strings.HasPrefix(c.name, "unlink") && quoted(c, 0) == file {
+						removed = c.start
+					}
+				}
+				if removed < 0 {
+					b, _ := os.ReadFile(hfTrace)
+					var lines []string
+					for _, l := range strings.Split(string(b), "\n") {
+						if strings.Contains(l, filepath.Base(file)) {
+							lines = append(lines, l)
+						}
+					}
+					t.Fatalf("no unlink of %s in the trace:\n%s", file, strings.Join(lines, "\n"))
+				}
+				want := map[string]bool{}
+				m := img.ManifestFor(fixture.HostPlatform())
+				want[m.Config.Digest.Encoded()] = true
+				for _, l := range m.Layers {
+					want[l.Digest().Encoded()] = true
+				}
+				synced := map[string]float64{} // path -> end of its last sync
+				placed := map[string]float64{} // blob -> end of its rename or link
+				var lastPlaced, dirSynced, metaSynced float64
+				for _, c := range calls {
+					switch {
+					case c.name == "fsync" || c.name == "fdatasync":
+						p := fdPath(c)
+						synced[p] = c.end
+						if p == blobsDir && c.end > dirSynced && c.end < removed {
+							dirSynced = c.end
+						}
+						if p == metaDB && c.end < removed && c.end > metaSynced {
+							metaSynced = c.end
+						}
+					case strings.HasPrefix(c.name, "rename") || strings.HasPrefix(c.name, "link"):
+						src, dst := quoted(c, 0), quoted(c, 1)
+						if filepath.Dir(dst) != blobsDir || !want[filepath.Base(dst)] || strings.Contains(c.line, "EEXIST") {
+							continue
+						}
+						if end, ok := synced[src]; !ok || end > c.start {
+							t.Errorf("%s was put in place before it was synced: %s", src, c.line)
+						}
+						placed[filepath.Base(dst)] = c.end
+						lastPlaced = max(lastPlaced, c.end)
+					}
+				}
+				for b := range want {
+					if at, ok := placed[b]; !ok || at > removed {
+						t.Errorf("blob %s: placed at %f (found %v), the spool file deleted at %f", b, at, ok, removed)
+					}
+				}
+				if dirSynced < lastPlaced {
+					t.Errorf("%s was not synced between the last blob put in place (%f) and the spool file's deletion (%f)", blobsDir, lastPlaced, removed)
+				}
+				if metaSynced < lastPlaced {
+					t.Errorf("containerd did not sync %s between the last blob put in place (%f) and the spool file's deletion (%f)", metaDB, lastPlaced, removed)
+				}
+				t.Logf("%d blobs placed; after the last: blobs dir synced at +%.3fs, meta.db at +%.3fs, the spool file deleted at +%.3fs",
+					len(placed), dirSynced-lastPlaced, metaSynced-lastPlaced, removed-lastPlaced)
+			})
+		}
+	})
+}
+
+// syncWriter is a strings.Builder one goroutine writes to while another reads.
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

@@ -109,6 +109,47 @@ func (d *directWriter) rootFor(ctx context.Context, r *Runtime) (string, error) 
 	return d.root, nil
 }
 
+// ContentRootOff checks, now, the content store's directory as holdfast
+// sees it, and returns why what needs it runs off: with --write-path=auto,
+// direct writes (imports stream blobs instead); with stream and a
+// --content-root given, the checks that read it. nil when all is well, when
+// nothing asks for the directory, and with --write-path=direct (its imports
+// fail, saying why).
+func (r *Runtime) ContentRootOff(ctx context.Context) error {
+	d := r.direct
+	if d == nil {
+		return nil
+	}
+	switch d.opts.Path {
+	case WriteAuto:
+		if _, err := d.rootFor(ctx, r); err != nil {
+			return err
+		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.err != nil {
+			return fmt.Errorf("%w: imports stream blobs through containerd", d.err)
+		}
+		return nil
+	case WriteDirect:
+		return nil
+	}
+	root := d.opts.ContentRoot
+	if root == "" {
+		return nil
+	}
+	off := func(err error) error {
+		return fmt.Errorf("%w: the free-space and blob-file checks do not see containerd's store", err)
+	}
+	if _, err := os.Stat(root); err != nil {
+		return off(err)
+	}
+	if err := r.probeRoot(ctx, root); err != nil {
+		return off(err)
+	}
+	return nil
+}
+
 // resolve finds the content root and checks holdfast can write blobs there
 // that containerd will take as its own.
 func (d *directWriter) resolve(ctx context.Context, r *Runtime) (string, error) {

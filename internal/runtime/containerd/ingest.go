@@ -72,6 +72,10 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 		r.abandon(ctx, id, !prior.Complete, ing)
 		return res, noSpace(err)
 	}
+	if err := r.syncBlobsDir(ctx); err != nil {
+		r.abandon(ctx, id, !prior.Complete, ing)
+		return res, err
+	}
 	res.Images = wants
 	if ing.direct > 0 && r.direct != nil && r.direct.opts.Log != nil {
 		r.direct.opts.Log.Debug("blobs written directly into the content store", "source", req.Source, "blobs", ing.direct)

@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -82,4 +83,32 @@ func (r *Runtime) forgetLost(ctx context.Context) error {
 		delete(l.ds, d)
 	}
 	return errors.Join(errs...)
+}
+
+// syncBlobsDir syncs the directory containerd commits blobs into, when
+// holdfast sees it. containerd 1.6 renames a committed blob into place
+// without syncing the directory: after a power loss its metadata could list
+// a blob whose file is gone, and a spool file or an archive imported with
+// `holdfast import` may be gone by then too. One sync at the end of an import
+// covers every blob it committed (containerd 2 syncs after each; holdfast's
+// direct writes sync their own links). Not seeing the directory, it does
+// nothing; failing to sync it fails the import.
+func (r *Runtime) syncBlobsDir(ctx context.Context) error {
+	if r.space == nil {
+		return nil
+	}
+	root := r.space.rootOf(ctx, r)
+	if root == "" {
+		return nil
+	}
+	dir := filepath.Join(root, "blobs", "sha256")
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil // not there as holdfast sees it
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
 }
