@@ -10,9 +10,10 @@ import (
 
 // Standing is what the pin and pull lists of the images dirs want as the
 // files stand now, read by a command that unpins outside a pass (release, an
-// import that replaces an earlier one). A pass takes a new pattern or line in
-// only when it runs; until then no lease says the list wants a name, so the
-// leases alone would let such a command unpin what the list was just given.
+// import that replaces an earlier one), and by a pass for the lists it leaves
+// for later while they are being written. A pass takes a new pattern or line
+// in only when it reads the list; until then no lease says the list wants a
+// name, so the leases alone would unpin what the list was just given.
 type Standing struct {
 	patterns []pattern.Pattern
 	refs     map[string]bool
@@ -23,10 +24,16 @@ type Standing struct {
 
 // ReadStanding reads the pin and pull lists in dirs.
 func ReadStanding(dirs []string, insecurePerms bool) Standing {
-	s := Standing{refs: map[string]bool{}}
 	scan := source.ScanWith(dirs, source.ScanOptions{InsecurePerms: insecurePerms})
-	errs := append([]error{}, scan.Errors...)
-	for _, src := range scan.Sources {
+	return standingOf(scan.Sources, scan.Errors)
+}
+
+// standingOf reads the pin and pull lists among srcs; errs are failures
+// met finding them.
+func standingOf(srcs []source.Source, errs []error) Standing {
+	s := Standing{refs: map[string]bool{}}
+	errs = append([]error{}, errs...)
+	for _, src := range srcs {
 		switch src.Kind {
 		case source.PinList:
 			pl, err := source.ReadPinList(src.Path)

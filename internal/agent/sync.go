@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -186,11 +187,15 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 		a.forgetUnseen(all)
 	}
 	var todo, pinLists, pullLists []source.Source
-	var writing []string // images dirs holding a source still being written
+	var writing []string             // images dirs holding a source still being written
+	var waitingLists []source.Source // lists left for later: what they want now is not unpinned
 	for _, src := range scan.Sources {
 		if wait, settling := a.waits(src, opts, now, &sum, &pr); wait {
 			if settling {
 				writing = append(writing, dirOf(scan.Dirs, src.Path))
+			}
+			if src.Kind == source.PinList || src.Kind == source.PullList {
+				waitingLists = append(waitingLists, src)
 			}
 			scan.Unreadable = append(scan.Unreadable, src.Path)
 			continue
@@ -243,6 +248,15 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	if err != nil {
 		sum.Failures = append(sum.Failures, err)
 	} else {
+		if len(waitingLists) > 0 {
+			// A list just written (`holdfast pin`, say) that the pass leaves
+			// to settle has no lease yet: as its file stands, it may want
+			// what the plan would unpin.
+			standing := standingOf(waitingLists, nil)
+			plan.Unpins = slices.DeleteFunc(plan.Unpins, func(u reconcile.Unpin) bool {
+				return standing.Err != nil || standing.Wants(u.Name)
+			})
+		}
 		a.apply(ctx, plan, &sum)
 		a.removeSpooled(ctx, spooled, &sum)
 	}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,4 +45,56 @@ func TestReleaseKeepsWhatAFreshPinWants(t *testing.T) {
 			t.Error("the kept lease is still there")
 		}
 	})
+}
+
+// TestReleaseUnderRunKeepsAFreshPin is the same beside a running agent: the
+// pin and the release come at once, before the agent's pass has read the new
+// pattern. containerd's image events show the image never loses a pin label
+// (nor its record) on the way, while the source's other image is unpinned.
+func TestReleaseUnderRunKeepsAFreshPin(t *testing.T) {
+	d, imagesDir, dataDir := embeddedScene(t)
+	if err := os.MkdirAll(imagesDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fresh := build(t, fixture.ImageSpec{Names: []string{"e2e.local/freshrun/app:1"}})
+	lone := build(t, fixture.ImageSpec{Names: []string{"e2e.local/freshrun/lone:1"}})
+	archive := filepath.Join(filepath.Dir(dataDir), "app.tar")
+	writeDockerSave(t, archive, fresh, lone)
+	agent := startAgent(t, d, dataDir, []string{imagesDir})
+	eventually(t, "the agent ready", func() bool { code, _ := agent.get(t, "/readyz"); return code == 200 })
+	d.keepImportOK(t, dataDir, archive)
+	d.requirePinned(t, "e2e.local/freshrun/app:1", "e2e.local/freshrun/lone:1")
+	rec, _ := d.record(t, "e2e.local/freshrun/app:1")
+	w := watchImages(t, d, rec.Target)
+
+	if res := holdfast(t, "pin", "--data-dir", dataDir, "e2e.local/freshrun/app"); res.Code != 0 {
+		t.Fatalf("pin exited %d: %s", res.Code, res.Stderr)
+	}
+	res := holdfast(t, "release", "--address", d.Address, "--data-dir", dataDir, archive)
+	if res.Code != 0 {
+		t.Fatalf("release exited %d\n%s\n%s", res.Code, res.Stdout, res.Stderr)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("release said:\n%s\nthe agent logged:\n%s", res.Stdout, agent.dump())
+		}
+	}()
+	eventually(t, "lone:1 unpinned", func() bool { cri, hf := d.pinnedBy(t, "e2e.local/freshrun/lone:1"); return !cri && !hf })
+	// A pass that starts after the release: another pin (the agent watches
+	// <data-dir>/pins) starts one.
+	passes := agent.logged("pass: ", nil)
+	if res := holdfast(t, "pin", "--data-dir", dataDir, "e2e.local/freshrun/nothing"); res.Code != 0 {
+		t.Fatalf("pin exited %d: %s", res.Code, res.Stderr)
+	}
+	eventually(t, "a pass of the agent after the release", func() bool { return agent.logged("pass: ", nil) > passes })
+	eventually(t, "lone:1 still unpinned", func() bool { cri, hf := d.pinnedBy(t, "e2e.local/freshrun/lone:1"); return !cri && !hf })
+	for _, ev := range w.flush(t) {
+		if !strings.HasPrefix(ev.Name, "e2e.local/freshrun/app") {
+			continue
+		}
+		if ev.Kind == "delete" || ev.Labels["io.cri-containerd.pinned"] != "pinned" || ev.Labels["io.holdfast.pinned"] != "pinned" {
+			t.Errorf("%s %s with labels %v: the image lost its pin on the way", ev.Kind, ev.Name, ev.Labels)
+		}
+	}
+	d.requirePinned(t, "e2e.local/freshrun/app:1")
 }

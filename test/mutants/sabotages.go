@@ -440,4 +440,11 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/runtime/containerd/ingest.go", "if err := r.syncBlobsDir(ctx); err != nil {", "if err := error(nil); err != nil {"}},
 		tests: []tests{{e2e, []string{"TestSpoolDeletedOnlyWhenDurable"}, nil}},
 	},
+	{
+		name: "waiting-list-wants-unpinned",
+		// A pin list left to settle has no lease yet: a pass unpins what it
+		// was just given.
+		edits: []edit{{"internal/agent/sync.go", "if len(waitingLists) > 0 {", "if false {"}},
+		tests: []tests{{e2e, []string{"TestReleaseUnderRunKeepsAFreshPin"}, nil}},
+	},
 }
