@@ -11,7 +11,7 @@ BIN                := $(CURDIR)/bin
 CRICTL_VERSION     := v1.37.0
 STATICCHECK        := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 DEMO_DIR           ?= /tmp/holdfast-demo
-# image: holdfast's own image (cmd/mkimage), reproducible from the commit: its time is the commit's.
+# image: holdfast's own image (tools/mkimage), reproducible from the commit: its time is the commit's.
 IMAGE_REPO         ?= ghcr.io/holdfast-project/holdfast
 IMAGE_SOURCE       ?= https://github.com/holdfast-project/holdfast
 IMAGE_ARCHES       ?= amd64 arm64
@@ -36,7 +36,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/holdfast ./cmd/holdfast
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(REPORTER_LDFLAGS)' -o $(BIN)/holdfast-reporter ./cmd/holdfast-reporter
 	$(GO) build -trimpath -ldflags '$(CONTAINERD_LDFLAGS)' -o $(BIN)/holdfast-containerd ./cmd/holdfast-containerd
-	$(GO) build -trimpath -o $(BIN)/imagegen ./cmd/imagegen
+	$(GO) build -trimpath -o $(BIN)/imagegen ./tools/imagegen
 
 # image: $(BIN)/holdfast-image.tar, an OCI image layout tar (linux/amd64 + linux/arm64) named
 # $(IMAGE_REPO):$(VERSION), for `holdfast import`, `ctr images import` or a K3s/RKE2 images dir;
@@ -47,7 +47,7 @@ image:
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' \
 			-o $(BIN)/linux_$$arch/$$cmd ./cmd/$$cmd; \
 	done; done
-	$(GO) build -trimpath -o $(BIN)/mkimage ./cmd/mkimage
+	$(GO) build -trimpath -o $(BIN)/mkimage ./tools/mkimage
 	$(BIN)/mkimage -o $(BIN)/holdfast-image.tar -name-out $(BIN)/holdfast-image.name \
 		-repo $(IMAGE_REPO) -version $(VERSION) -revision $(REVISION) -source $(IMAGE_SOURCE) \
 		-epoch $(SOURCE_DATE_EPOCH) $(foreach c,$(IMAGE_CMDS),-bin $(c)) \
@@ -63,7 +63,7 @@ deps:
 	bash scripts/helm.sh "$(BIN)"
 
 lint: deps
-	@out=$$(gofmt -l cmd internal test bench 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l cmd internal test tools 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(BIN)/staticcheck ./...
 
@@ -108,14 +108,14 @@ FUZZ_PKGS ?=
 fuzz:
 	bash scripts/fuzz.sh $(FUZZTIME) $(FUZZ_PKGS)
 
-# bench: holdfast side by side with ctr and the machine's floor (bench/, docs/benchmarks.md); writes
-# bench/results/latest.json. BENCH_FLAGS=-quick for a one-minute smoke run; see -h for the rest.
+# bench: holdfast side by side with ctr and the machine's floor (test/bench/, docs/benchmarks.md); writes
+# test/bench/results/latest.json. BENCH_FLAGS=-quick for a one-minute smoke run; see -h for the rest.
 BENCH_FLAGS ?=
 
 .PHONY: bench
 bench: build
 	$(GO) build -trimpath -ldflags '$(CONTAINERD_LDFLAGS)' -o $(BIN)/ctr github.com/containerd/containerd/v2/cmd/ctr
-	$(GO) run ./bench/cmd/holdfast-bench -holdfast $(BIN)/holdfast -ctr $(BIN)/ctr $(BENCH_FLAGS)
+	$(GO) run ./test/bench/cmd/holdfast-bench -holdfast $(BIN)/holdfast -ctr $(BIN)/ctr $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(BIN)

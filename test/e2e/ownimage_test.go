@@ -24,7 +24,7 @@ type ownImage struct {
 	Path, Name, Digest string
 }
 
-// ownBuildImage runs cmd/mkimage as `make image` does, into dir. The host's
+// ownBuildImage runs tools/mkimage as `make image` does, into dir. The host's
 // platform gets the suite's real holdfast binary; the other platform a small
 // stand-in: cross-compiling holdfast in a test takes minutes, and what this
 // test checks of that platform (an entry of the index holdfast leases but
@@ -35,7 +35,7 @@ func ownBuildImage(t *testing.T, dir string) ownImage {
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	work := tempDir(t)
 	mk := filepath.Join(work, "mkimage")
-	build := exec.Command("go", "build", "-trimpath", "-o", mk, "./cmd/mkimage")
+	build := exec.Command("go", "build", "-trimpath", "-o", mk, "./tools/mkimage")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building mkimage: %v\n%s", err, out)

@@ -258,11 +258,11 @@ var sabotages = []sabotage{
 		// The bench harness does not stop the containerds it started (nor
 		// remove their dirs, which would make them exit by themselves).
 		edits: []edit{
-			{"bench/store.go", "return errors.Join(s.client.Close(), s.proc.Stop(ctx))", "return s.client.Close()"},
-			{"bench/cold.go", "if rerr := os.RemoveAll(dir); rerr != nil {", "if rerr := os.Remove(os.DevNull + \"/x\"); rerr == nil {"},
-			{"bench/bench.go", "if cfg.Keep {", "if true {"},
+			{"test/bench/store.go", "return errors.Join(s.client.Close(), s.proc.Stop(ctx))", "return s.client.Close()"},
+			{"test/bench/cold.go", "if rerr := os.RemoveAll(dir); rerr != nil {", "if rerr := os.Remove(os.DevNull + \"/x\"); rerr == nil {"},
+			{"test/bench/bench.go", "if cfg.Keep {", "if true {"},
 		},
-		tests: []tests{{"./bench", []string{"TestSmoke"}, []string{"HOLDFAST_BENCH_SMOKE=1"}}},
+		tests: []tests{{"./test/bench", []string{"TestSmoke"}, []string{"HOLDFAST_BENCH_SMOKE=1"}}},
 	},
 	{
 		name: "upgrade-unpins-while-written",

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/holdfast-project/holdfast/bench"
+	"github.com/holdfast-project/holdfast/test/bench"
 )
 
 func main() {
@@ -40,7 +40,7 @@ func run(ctx context.Context, args []string) int {
 		keep       = fs.Bool("keep", false, "keep the work dir (archives, logs)")
 		dropCaches = fs.Bool("drop-caches", false, "drop the page cache before each measurement (root; affects the whole machine)")
 		only       = fs.String("only", "", "comma-separated scenario `groups` to run: "+strings.Join(bench.Groups(), ","))
-		out        = fs.String("out", filepath.Join("bench", "results", "latest.json"), "results JSON `file`")
+		out        = fs.String("out", filepath.Join("test", "bench", "results", "latest.json"), "results JSON `file`")
 		cd16       = fs.String("containerd16", bench.DefaultContainerd16, "Debian's containerd 1.6 `binary`, P1's second target (missing: those rows are skipped)")
 		profile    = fs.String("profile", "", "`DIR` for containerd's CPU profile of one more (uncounted) holdfast sync of the large archive")
 	)
