@@ -22,6 +22,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/registries"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/source"
+	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 // Config is what a pass needs to know.
@@ -100,7 +101,7 @@ func (s *Summary) sourceCounts() map[metrics.SourceKey]int {
 func (s Summary) String() string {
 	return fmt.Sprintf("%d imported, %d unchanged, %d healed, %d unpinned, %d failed; %d images pinned, %d released, %d drift, %d conflicts; %s read in %s",
 		s.Imported, s.Unchanged, s.Healed, s.Unpinned, s.Failed, s.Wanted, s.Released, s.Drift, len(s.Conflicts),
-		Bytes(s.BytesRead), s.Duration.Round(time.Millisecond))
+		units.Bytes(s.BytesRead), s.Duration.Round(time.Millisecond))
 }
 
 // CheckServer logs the server's version and warns when its CRI will not report
@@ -506,19 +507,6 @@ func importRequest(src source.Source, kept bool, progress Progress) hfruntime.Im
 	}
 }
 
-// Bytes formats a byte count for people.
-func Bytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
 
 // Plan reads the store and returns what reconciling it with scan would do.
 // Sources that are not archives (pin lists) are present as given in lists.

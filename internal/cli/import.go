@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-project/holdfast/internal/agent"
+	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 func newImport(o *options) *cobra.Command {
@@ -88,7 +89,7 @@ still imported; each failure names the path and the cause), 2 on bad usage.`,
 					fmt.Fprintf(out, "%s: unchanged, %d images kept (lease %s)\n", k.Path, len(r.Images), r.Lease)
 				} else {
 					fmt.Fprintf(out, "%s: imported and kept, %d images, %d blobs written, %d present, %s read (lease %s)\n",
-						k.Path, len(r.Images), r.Written, r.Present, agent.Bytes(r.BytesRead), r.Lease)
+						k.Path, len(r.Images), r.Written, r.Present, units.Bytes(r.BytesRead), r.Lease)
 				}
 				for _, l := range k.Replaced {
 					fmt.Fprintf(out, "%s: replaced the earlier import (lease %s)\n", k.Path, l)
@@ -133,7 +134,7 @@ func writeKept(w io.Writer, srcs []StatusSource) error {
 		case s.Missing != nil:
 			content = "lost (import it again)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", s.Path, s.ImportedAt, agent.Bytes(s.Size), s.Images, content)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", s.Path, s.ImportedAt, units.Bytes(s.Size), s.Images, content)
 	}
 	return tw.Flush()
 }

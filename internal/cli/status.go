@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast-project/holdfast/internal/agent"
 	"github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 // StatusImage is one record in `status -o json`.
@@ -204,7 +204,7 @@ func writeTable(w io.Writer, st Status) error {
 		if id == "" {
 			id = "<missing>"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", img.Name, id, agent.Bytes(img.Size), pinWord(img), criWord(img), sourcesWord(img.Sources, kept, lost, targets))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", img.Name, id, units.Bytes(img.Size), pinWord(img), criWord(img), sourcesWord(img.Sources, kept, lost, targets))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

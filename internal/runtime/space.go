@@ -92,17 +92,3 @@ func ParseMinFree(s string) (MinFree, error) {
 	return MinFree{Bytes: int64(v * float64(mult)), Set: true}, nil
 }
 
-// FormatBytes renders n in binary units with the exact count, for errors
-// that must be checked by hand: "80.0 MiB (83886080 bytes)".
-func FormatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d bytes", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB (%d bytes)", float64(n)/float64(div), "KMGTP"[exp], n)
-}

@@ -54,19 +54,3 @@ func TestMinFreeOf(t *testing.T) {
 		}
 	}
 }
-
-func TestFormatBytes(t *testing.T) {
-	for in, want := range map[int64]string{
-		0:         "0 bytes",
-		1023:      "1023 bytes",
-		1024:      "1.0 KiB (1024 bytes)",
-		83886080:  "80.0 MiB (83886080 bytes)",
-		3 << 29:   "1.5 GiB (1610612736 bytes)",
-		5 << 40:   "5.0 TiB (5497558138880 bytes)",
-		1<<62 + 1: "4096.0 PiB (4611686018427387905 bytes)",
-	} {
-		if got := FormatBytes(in); got != want {
-			t.Errorf("FormatBytes(%d) = %q; want %q", in, got, want)
-		}
-	}
-}

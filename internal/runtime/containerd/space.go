@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 // SpaceOptions tune the disk check of imports.
@@ -147,7 +148,7 @@ func (g *spaceGuard) check(ctx context.Context, r *Runtime, what string, blobs i
 		return nil
 	}
 	return fmt.Errorf("%w: %s %s in containerd's content store (%s), %s is free there and %s must stay free (--min-free)",
-		runtime.ErrNoSpace, what, runtime.FormatBytes(need), root, runtime.FormatBytes(fs.free), runtime.FormatBytes(keep))
+		runtime.ErrNoSpace, what, units.BytesExact(need), root, units.BytesExact(fs.free), units.BytesExact(keep))
 }
 
 // Reserve refuses an archive whose blobs would not fit, before any is written.
