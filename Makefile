@@ -30,7 +30,7 @@ export HOLDFAST_TEST_SKIP
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: build demo test lint deps preflight unit e2e mutants clean image fuzz
+.PHONY: build demo test lint deps preflight unit e2e mutants clean image fuzz docs
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/holdfast ./cmd/holdfast
@@ -100,6 +100,11 @@ soak: preflight
 
 unit:
 	$(GO) test -short -count=1 ./internal/...
+
+# docs: writes docs/commands.md again from the commands' help (internal/cli/docs.go); TestCommandsDocUpToDate
+# fails while it is stale.
+docs:
+	HOLDFAST_UPDATE_DOCS=1 $(GO) test ./internal/cli -run TestCommandsDocUpToDate -count=1
 
 # fuzz: each native fuzz target (go test -list 'Fuzz.*' per package) in turn for FUZZTIME; FUZZ_PKGS narrows
 # it to some packages. Plain `go test` (make test) runs the committed seeds of testdata/fuzz/ only.

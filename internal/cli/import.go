@@ -32,13 +32,16 @@ holdfast or containerd, and a lost data dir, change nothing.
 Importing the same file again reads nothing (the file's identity is its size,
 mtime, inode and ctime). Importing a changed file at the same path replaces the
 earlier kept import: the new content is leased and pinned first, then the
-earlier lease is released and the names only it wanted are unpinned.
+earlier lease is released and the names only it wanted are unpinned. Two
+different paths are two kept sources; a name both want at different targets
+goes to the newest file, as between images-dir sources.
 
 While holdfast run owns the data dir, import talks to its containerd; the agent
 takes the kept source in at once.
 
 Exit status: 0 when every path was imported, 1 when any failed (the others are
-still imported; each failure names the path and the cause), 2 on bad usage.`,
+still imported; each failure is printed as "error: import <path>: <cause>", and
+a failed import leaves nothing behind), 2 on bad usage.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return &usageError{errors.New("import: give at least one archive or OCI layout directory")}

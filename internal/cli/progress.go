@@ -32,9 +32,12 @@ func (p *progressFlag) Set(v string) error {
 	return fmt.Errorf("%q: want auto, always or never", v)
 }
 
+// addProgressFlag adds --progress (and its environment variable) to cmd,
+// setting p to its default, auto.
 func addProgressFlag(cmd *cobra.Command, p *progressFlag) {
 	*p = "auto"
-	cmd.Flags().Var(p, "progress", "draw a line per archive being read, and a total, on standard error: auto (when it is a terminal), always or never (env HOLDFAST_PROGRESS)")
+	cmd.Flags().Var(p, "progress", "draw a line per archive being read, and a total, on standard error: auto (when it is a terminal), always or never; see docs/operations.md#progress-on-a-terminal")
+	withEnv(cmd.Flags(), "progress")
 }
 
 // progress draws, on a terminal, a line per archive file being read (name,

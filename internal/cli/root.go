@@ -77,31 +77,9 @@ type options struct {
 	writePath   writePathValue
 }
 
-// envFlags names the environment variable of each common flag.
-var envFlags = map[string]string{
-	"address":    "HOLDFAST_ADDRESS",
-	"images":     "HOLDFAST_IMAGES",
-	"spool":      "HOLDFAST_SPOOL",
-	"data-dir":   "HOLDFAST_DATA_DIR",
-	"namespace":  "HOLDFAST_NAMESPACE",
-	"log-level":  "HOLDFAST_LOG_LEVEL",
-	"log-format": "HOLDFAST_LOG_FORMAT",
-	"parallel":   "HOLDFAST_PARALLEL",
-	"listen":     "HOLDFAST_LISTEN",
-	"settle":     "HOLDFAST_SETTLE",
-	"resync":     "HOLDFAST_RESYNC",
-
-	"registry-config": "HOLDFAST_REGISTRY_CONFIG",
-	"pull-timeout":    "HOLDFAST_PULL_TIMEOUT",
-	"registries-yaml": "HOLDFAST_REGISTRIES_YAML",
-
-	"content-root": "HOLDFAST_CONTENT_ROOT",
-	"min-free":     "HOLDFAST_MIN_FREE",
-	"write-path":   "HOLDFAST_WRITE_PATH",
-	"progress":     "HOLDFAST_PROGRESS",
-
-	"insecure-perms": "HOLDFAST_INSECURE_PERMS",
-}
+// dataDirDefault is --data-dir's default as the help and the docs say it; the
+// flag's own default is what it comes to for this user.
+const dataDirDefault = "/var/lib/holdfast as root, else $XDG_STATE_HOME/holdfast"
 
 // New builds the holdfast command tree.
 func New(version string) *cobra.Command {
@@ -112,7 +90,11 @@ func New(version string) *cobra.Command {
 		Long: `holdfast imports the image archives in its images directories into containerd,
 pins every image they hold (io.cri-containerd.pinned, so the kubelet's image GC
 keeps it) and holds their content with a lease per source (so containerd's GC
-keeps it too).`,
+keeps it too).
+
+The data dir is locked by the process that owns it. While holdfast run is up,
+holdfast status, plan, import and release attach to the containerd it uses, and
+holdfast sync refuses with a message naming the running agent.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -121,20 +103,24 @@ keeps it too).`,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&o.address, "address", "", "containerd socket to use; empty starts holdfast's embedded containerd in --data-dir (env HOLDFAST_ADDRESS; K3s: /run/k3s/containerd/containerd.sock)")
-	pf.StringArrayVar(&o.images, "images", nil, "images directory, repeatable (env HOLDFAST_IMAGES, colon-separated; default <data-dir>/images)")
-	pf.StringArrayVar(&o.spool, "spool", nil, "spool directory, repeatable (env HOLDFAST_SPOOL, colon-separated): sync and run import each archive dropped there as a kept source, then delete it")
-	pf.StringVar(&o.dataDir, "data-dir", datadir.Default(), "holdfast's data directory (env HOLDFAST_DATA_DIR)")
-	pf.StringVar(&o.namespace, "namespace", "k8s.io", "containerd namespace (env HOLDFAST_NAMESPACE)")
-	pf.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (env HOLDFAST_LOG_LEVEL)")
-	pf.StringVar(&o.logFormat, "log-format", "auto", "auto (text on a terminal, else JSON), text or json (env HOLDFAST_LOG_FORMAT)")
-	pf.StringVar(&o.registryConfig, "registry-config", "", "hosts.toml directory for pull lists, containerd's certs.d layout (env HOLDFAST_REGISTRY_CONFIG; default <data-dir>/registry.d, which the embedded containerd's CRI uses too)")
-	pf.StringVar(&o.registriesYAML, "registries-yaml", "", "K3s registries.yaml whose mirrors, TLS settings and credentials pulls use; its mirrors are written as hosts.toml files into --registry-config (env HOLDFAST_REGISTRIES_YAML; K3s: /etc/rancher/k3s/registries.yaml)")
-	pf.StringVar(&o.contentRoot, "content-root", "", "containerd's content store directory as holdfast sees it, whose filesystem imports check for free space (env HOLDFAST_CONTENT_ROOT; default: what containerd reports)")
-	pf.Var(&o.minFree, "min-free", "free space an import must leave on the content store's filesystem: a size (2GiB, 500MB; 0: the archive must only fit) or a percentage of the filesystem (5%) (env HOLDFAST_MIN_FREE; default 5% of the filesystem, at most 1GiB)")
-	pf.Var(&o.writePath, "write-path", "how imports write blobs: stream (through containerd's content API), direct (into the content store's directory, recorded by metadata only; imports fail when it is not usable) or auto (direct when usable, else stream) (env HOLDFAST_WRITE_PATH; default auto)")
-	pf.BoolVar(&o.insecurePerms, "insecure-perms", false, "read images dirs, spool dirs and pull/pin lists that users other than root and holdfast's own can change (group- or world-writable, or another user's; docs/security.md) (env HOLDFAST_INSECURE_PERMS)")
-	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for one pull of a pull-list entry (env HOLDFAST_PULL_TIMEOUT)")
+	pf.StringVar(&o.address, "address", "", "containerd socket to use; empty starts holdfast's embedded containerd in --data-dir. K3s: /run/k3s/containerd/containerd.sock; plain containerd: /run/containerd/containerd.sock")
+	pf.StringArrayVar(&o.images, "images", nil, "images directory, repeatable; default <data-dir>/images")
+	pf.StringArrayVar(&o.spool, "spool", nil, "spool directory, repeatable: sync and run import each archive dropped there as a kept source, then delete it; see docs/kept-sources.md")
+	pf.StringVar(&o.dataDir, "data-dir", datadir.Default(), "holdfast's data directory: "+dataDirDefault)
+	pf.StringVar(&o.namespace, "namespace", "k8s.io", "containerd namespace")
+	pf.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	pf.StringVar(&o.logFormat, "log-format", "auto", "auto (text on a terminal, else JSON), text or json")
+	pf.StringVar(&o.registryConfig, "registry-config", "", "hosts.toml directory for pull lists, containerd's certs.d layout; default <data-dir>/registry.d, which the embedded containerd's CRI uses too")
+	pf.StringVar(&o.registriesYAML, "registries-yaml", "", "K3s registries.yaml whose mirrors, TLS settings and credentials pulls use; its mirrors are written as hosts.toml files into --registry-config. K3s: /etc/rancher/k3s/registries.yaml")
+	pf.StringVar(&o.contentRoot, "content-root", "", "containerd's content store directory as holdfast sees it, whose filesystem imports check for free space; default: what containerd reports")
+	pf.Var(&o.minFree, "min-free", "free space an import must leave on the content store's filesystem: a size (2GiB, 500MB; 0: the archive must only fit) or a percentage of the filesystem (5%); default 5% of the filesystem, at most 1GiB; see docs/how-it-works.md#disk-space")
+	pf.Var(&o.writePath, "write-path", "how imports write blobs: stream (through containerd's content API), direct (into the content store's directory, recorded by metadata only; imports fail when it is not usable) or auto (direct when usable, else stream); see docs/how-it-works.md#write-path")
+	pf.BoolVar(&o.insecurePerms, "insecure-perms", false, "read images dirs, spool dirs and pull/pin lists that users other than root and holdfast's own can change (group- or world-writable, or another user's, up to /); without it each such path is a failed source naming the path and why; see docs/security.md")
+	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for one pull of a pull-list entry")
+	withEnv(pf, "address", "images", "spool", "data-dir", "namespace", "log-level", "log-format", "registry-config",
+		"registries-yaml", "content-root", "min-free", "write-path", "insecure-perms", "pull-timeout")
+	// The default depends on the user and the environment: the docs say how.
+	docDefault(pf, "data-dir", dataDirDefault)
 
 	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newImport(o), newRelease(o), newPin(o), newUnpin(o), newVersion(version), newContainerd())
 	return root
@@ -144,28 +130,8 @@ keeps it too).`,
 func (o *options) complete(cmd *cobra.Command) error {
 	var errs []error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		env, ok := envFlags[f.Name]
-		if !ok || f.Changed {
-			return
-		}
-		v, ok := os.LookupEnv(env)
-		if !ok || v == "" {
-			return
-		}
-		if f.Name == "images" || f.Name == "spool" {
-			dirs := &o.images
-			if f.Name == "spool" {
-				dirs = &o.spool
-			}
-			for _, d := range filepath.SplitList(v) {
-				if d != "" {
-					*dirs = append(*dirs, d)
-				}
-			}
-			return
-		}
-		if err := f.Value.Set(v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", env, err))
+		if err := setFromEnv(f, os.LookupEnv); err != nil {
+			errs = append(errs, err)
 		}
 	})
 	if len(errs) > 0 {

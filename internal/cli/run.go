@@ -33,6 +33,7 @@ unchanged for --settle; a deleted one is unpinned and its lease released) and
 containerd's image events (a wanted record that is deleted, re-pointed or
 stripped of a pin label is restored from leased content at once). A full pass
 also runs every --resync, and after containerd comes back from a restart.
+Spool dirs (--spool) are watched like images dirs.
 
 It serves /metrics, /healthz, /readyz and /report (read by holdfast-reporter)
 on --listen, and tells systemd
@@ -122,10 +123,11 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&parallel, "parallel", 0, "archives imported at once (env HOLDFAST_PARALLEL; 0: from the CPU count)")
-	f.StringVar(&listen, "listen", server.DefaultAddr, "address for /metrics, /healthz, /readyz and /report; empty disables (env HOLDFAST_LISTEN)")
-	f.DurationVar(&settle, "settle", 2*time.Second, "a file is complete once its mtime is this old, or it stayed unchanged this long (env HOLDFAST_SETTLE)")
-	f.DurationVar(&resync, "resync", 5*time.Minute, "full pass at least this often (env HOLDFAST_RESYNC)")
+	f.IntVar(&parallel, "parallel", 0, "archives imported at once; 0: from the CPU count")
+	f.StringVar(&listen, "listen", server.DefaultAddr, "address for /metrics, /healthz, /readyz and /report; empty disables")
+	f.DurationVar(&settle, "settle", 2*time.Second, "a file is complete once its mtime is this old, or it stayed unchanged this long")
+	f.DurationVar(&resync, "resync", 5*time.Minute, "full pass at least this often")
+	withEnv(f, "parallel", "listen", "settle", "resync")
 	return cmd
 }
 

@@ -29,8 +29,8 @@ func TestListenDefaultLoopback(t *testing.T) {
 	if f == nil {
 		t.Fatal("run has no --listen flag")
 	}
-	if envFlags["listen"] != "HOLDFAST_LISTEN" {
-		t.Errorf("--listen env var %q, want HOLDFAST_LISTEN", envFlags["listen"])
+	if env, _ := flagEnv(f); env != "HOLDFAST_LISTEN" {
+		t.Errorf("--listen env var %q, want HOLDFAST_LISTEN", env)
 	}
 	host, _, err := net.SplitHostPort(f.DefValue)
 	if err != nil {

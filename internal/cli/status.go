@@ -85,6 +85,14 @@ the pin, whether the CRI image service (what the kubelet asks) sees it and repor
 it pinned, and the sources and leases that want it. While holdfast run owns the
 data dir, status attaches to its containerd.
 
+Kept sources (holdfast import, spool dirs) are marked (kept) in the SOURCES
+column and listed under the images: KEPT SOURCE, IMPORTED, SIZE (the host
+platform's bytes), IMAGES and CONTENT. A kept source missing blobs its images
+need is marked (content lost), and CONTENT says how many blobs are missing. In
+-o json their sources entries have "kept": true, "importedAt" (RFC 3339) and
+"size", a source missing blobs "missing": [digests], and its images
+"contentLost": true.
+
 Unpinning does not free disk at once: the CRI keeps its own record of an image
 until the kubelet's image GC removes it.`,
 		Args: cobra.NoArgs,

@@ -15,10 +15,14 @@ func newSync(o *options) *cobra.Command {
 		Use:   "sync",
 		Short: "Run one pass: import and pin every source in the images dirs, then exit",
 		Long: `sync imports every archive and OCI layout directory in the images dirs into
-containerd, pins their images and leases their content, then exits.
+containerd, pins their images and leases their content, then exits. With
+--spool, it also imports each archive or OCI layout dir in the spool dirs as a
+kept source and deletes it (docs/kept-sources.md).
 
 Exit status: 0 when every source applied, 1 when any failed (the others still
-applied), 2 on bad usage.`,
+applied, and each failure is printed as "error: import <file>: <cause>"), 2 on
+bad usage. It ends with a one-line summary:
+  sync: 4 imported, 0 unchanged, 0 healed, 0 unpinned, 0 failed; 9 images pinned; 3.1 MiB read in 412ms`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -58,7 +62,8 @@ applied), 2 on bad usage.`,
 			return nil
 		},
 	}
-	cmd.Flags().IntVar(&parallel, "parallel", 0, "archives imported at once (0: from the CPU count)")
+	cmd.Flags().IntVar(&parallel, "parallel", 0, "archives imported at once; 0: from the CPU count")
+	withEnv(cmd.Flags(), "parallel")
 	addProgressFlag(cmd, &progress)
 	return cmd
 }

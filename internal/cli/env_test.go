@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// allFlags returns every flag of every command under root, each named once
+// by its command's path: "sync --parallel".
+func allFlags(root *cobra.Command) map[string]*pflag.Flag {
+	flags := map[string]*pflag.Flag{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			flags[c.CommandPath()+" --"+f.Name] = f
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	return flags
+}
+
+// TestEnvNames: the environment variables the commands read are these, each
+// the flag's name by envName's rule, and each flag's help names its variable.
+func TestEnvNames(t *testing.T) {
+	want := []string{
+		"holdfast --address HOLDFAST_ADDRESS",
+		"holdfast --content-root HOLDFAST_CONTENT_ROOT",
+		"holdfast --data-dir HOLDFAST_DATA_DIR",
+		"holdfast --images HOLDFAST_IMAGES",
+		"holdfast --insecure-perms HOLDFAST_INSECURE_PERMS",
+		"holdfast --log-format HOLDFAST_LOG_FORMAT",
+		"holdfast --log-level HOLDFAST_LOG_LEVEL",
+		"holdfast --min-free HOLDFAST_MIN_FREE",
+		"holdfast --namespace HOLDFAST_NAMESPACE",
+		"holdfast --pull-timeout HOLDFAST_PULL_TIMEOUT",
+		"holdfast --registries-yaml HOLDFAST_REGISTRIES_YAML",
+		"holdfast --registry-config HOLDFAST_REGISTRY_CONFIG",
+		"holdfast --spool HOLDFAST_SPOOL",
+		"holdfast --write-path HOLDFAST_WRITE_PATH",
+		"holdfast import --progress HOLDFAST_PROGRESS",
+		"holdfast run --listen HOLDFAST_LISTEN",
+		"holdfast run --parallel HOLDFAST_PARALLEL",
+		"holdfast run --resync HOLDFAST_RESYNC",
+		"holdfast run --settle HOLDFAST_SETTLE",
+		"holdfast sync --parallel HOLDFAST_PARALLEL",
+		"holdfast sync --progress HOLDFAST_PROGRESS",
+	}
+	var got []string
+	for name, f := range allFlags(New("test")) {
+		env, ok := flagEnv(f)
+		if !ok {
+			if strings.Contains(f.Usage, "HOLDFAST_") {
+				t.Errorf("%s: no environment variable, but its help names one: %q", name, f.Usage)
+			}
+			continue
+		}
+		got = append(got, name+" "+env)
+		if !strings.Contains(f.Usage, "(env "+env) {
+			t.Errorf("%s: help %q does not name %s", name, f.Usage, env)
+		}
+	}
+	sort.Strings(got)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("environment variables:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestEnvSetsFlags: a flag's environment variable sets it when the flag is
+// not given; a given flag wins; a repeatable flag takes a colon-separated
+// list, empty elements skipped; a bad value is an error naming the variable.
+func TestEnvSetsFlags(t *testing.T) {
+	env := map[string]string{
+		"HOLDFAST_NAMESPACE":    "from-env",
+		"HOLDFAST_IMAGES":       "/a::/b",
+		"HOLDFAST_LOG_LEVEL":    "debug",
+		"HOLDFAST_PULL_TIMEOUT": "soon",
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	ns := fs.String("namespace", "k8s.io", "")
+	images := fs.StringArray("images", nil, "")
+	level := fs.String("log-level", "info", "")
+	timeout := fs.Duration("pull-timeout", 0, "")
+	other := fs.String("other", "x", "")
+	withEnv(fs, "namespace", "images", "log-level", "pull-timeout")
+	if err := fs.Parse([]string{"--log-level", "warn"}); err != nil {
+		t.Fatal(err)
+	}
+	var errs []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err := setFromEnv(f, lookup); err != nil {
+			errs = append(errs, err.Error())
+		}
+	})
+	if *ns != "from-env" || strings.Join(*images, ",") != "/a,/b" || *level != "warn" || *other != "x" || *timeout != 0 {
+		t.Errorf("namespace %q, images %q, log-level %q, other %q, pull-timeout %v", *ns, *images, *level, *other, *timeout)
+	}
+	if len(errs) != 1 || !strings.HasPrefix(errs[0], "HOLDFAST_PULL_TIMEOUT: ") {
+		t.Errorf("errors %q, want one naming HOLDFAST_PULL_TIMEOUT", errs)
+	}
+}
