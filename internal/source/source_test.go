@@ -271,6 +271,25 @@ func TestScanMarkerReadOnly(t *testing.T) {
 	}
 }
 
+// TestUnnamedTarIsSource: a file not named as an archive is one when its
+// first block is a tar header (archive.IsTarHeader), not when it only has
+// the ustar magic where a header has it.
+func TestUnnamedTarIsSource(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	magicOnly := make([]byte, 1024)
+	copy(magicOnly[257:], "ustar")
+	write(t, filepath.Join(dir, "image.bin"), tarBytes(t))
+	write(t, filepath.Join(dir, "magic.bin"), magicOnly)
+	res := Scan([]string{dir})
+	if len(res.Sources) != 1 || filepath.Base(res.Sources[0].Path) != "image.bin" || res.Sources[0].Kind != Archive {
+		t.Errorf("sources = %+v, want image.bin, an archive", res.Sources)
+	}
+	if len(res.Skipped) != 1 || filepath.Base(res.Skipped[0].Path) != "magic.bin" || res.Skipped[0].Reason != "not an archive" {
+		t.Errorf("skipped = %+v, want magic.bin, not an archive", res.Skipped)
+	}
+}
+
 // TestArchiveNamedFilesAreSources: a file named as an archive is an archive
 // source whatever its bytes (empty, one byte, text): its import fails naming
 // the cause, it is never skipped. Other names are classified by their bytes.
