@@ -362,15 +362,19 @@ func Probe(r io.Reader) (Compression, bool, error) {
 // with its padding, or one of the zero blocks that end an archive.
 const blockSize = 512
 
-// IsTarHeader reports whether blk starts with a tar header block as POSIX
-// (ustar, pax) and GNU tar writers make it: GNU tar, Go's archive/tar (and so
-// docker save and ctr export). The block must be whole (512 bytes), carry the
-// "ustar" magic at offset 257, and have a checksum field that matches its
-// bytes (their sum, the field counted as spaces, as unsigned bytes or as the
-// signed bytes some old writers summed). A pre-POSIX (V7) header, which has no
-// magic, is not taken for one, nor is a zero block (see isZeroBlock).
+// IsTarHeader reports whether blk starts like a tar header: the "ustar"
+// magic at offset 257 (POSIX ustar, pax and GNU headers, as GNU tar and Go's
+// archive/tar, so docker save and ctr export, write them), or a whole
+// 512-byte block whose checksum field matches its bytes (their sum with the
+// field counted as spaces, as unsigned bytes or as the signed bytes some old
+// writers summed), as a pre-POSIX (V7) header has. A file that starts so is
+// taken for a tar: reading it says what is wrong with it, which skipping it
+// would not. A zero block is not a header (see isZeroBlock).
 func IsTarHeader(blk []byte) bool {
-	if len(blk) < blockSize || !bytes.HasPrefix(blk[257:], []byte("ustar")) {
+	if len(blk) >= 262 && bytes.HasPrefix(blk[257:], []byte("ustar")) {
+		return true
+	}
+	if len(blk) < blockSize {
 		return false
 	}
 	field := strings.Trim(string(blk[148:156]), " \x00")
