@@ -341,46 +341,43 @@ func wrapDecodeErr(c Compression, err error) error {
 }
 
 // Probe reports the compression of a stream and whether, once decompressed, it
-// starts like a tar archive (a valid header block, or the zero block of an
-// empty archive). It reads at most a few KiB of decompressed data. A file that
-// is not compressed and not a tar is (None, false, nil); a decoding error is
-// returned as such.
+// starts like a tar archive (a header block IsTarHeader accepts, or the zero
+// block of an empty archive). It reads at most a few KiB of decompressed
+// data. A file that is not compressed and not a tar is (None, false, nil); a
+// decoding error is returned as such.
 func Probe(r io.Reader) (Compression, bool, error) {
 	rc, c, err := Decompress(r)
 	if err != nil {
 		return c, false, err
 	}
 	defer rc.Close()
-	var blk [blockSize]byte
-	n, err := io.ReadFull(rc, blk[:])
+	blk, err := readUpTo(rc, blockSize)
 	if err != nil {
-		if n < blockSize && (err == io.EOF || err == io.ErrUnexpectedEOF) {
-			return c, false, nil
-		}
 		return c, false, err
 	}
-	return c, isTarHeader(blk[:]), nil
+	return c, isZeroBlock(blk) || IsTarHeader(blk), nil
 }
 
+// blockSize is the size of a tar block: a header, a piece of an entry's data
+// with its padding, or one of the zero blocks that end an archive.
 const blockSize = 512
 
-// isTarHeader reports whether blk is a tar header block with a valid checksum,
-// or a zero block.
-func isTarHeader(blk []byte) bool {
+// IsTarHeader reports whether blk starts like a tar header: the "ustar"
+// magic at offset 257 (POSIX ustar, pax and GNU headers, as GNU tar and Go's
+// archive/tar, so docker save and ctr export, write them), or a whole
+// 512-byte block whose checksum field matches its bytes (their sum with the
+// field counted as spaces, as unsigned bytes or as the signed bytes some old
+// writers summed), as a pre-POSIX (V7) header has. A file that starts so is
+// taken for a tar: reading it says what is wrong with it, which skipping it
+// would not. A zero block is not a header (see isZeroBlock).
+func IsTarHeader(blk []byte) bool {
+	if len(blk) >= 262 && bytes.HasPrefix(blk[257:], []byte("ustar")) {
+		return true
+	}
 	if len(blk) < blockSize {
 		return false
 	}
-	zero := true
-	for _, b := range blk[:blockSize] {
-		if b != 0 {
-			zero = false
-			break
-		}
-	}
-	if zero {
-		return true
-	}
-	field := strings.TrimRight(strings.TrimLeft(string(blk[148:156]), " \x00"), " \x00")
+	field := strings.Trim(string(blk[148:156]), " \x00")
 	if field == "" {
 		return false
 	}
@@ -400,4 +397,18 @@ func isTarHeader(blk []byte) bool {
 		signed += int64(int8(b))
 	}
 	return want == unsigned || want == signed
+}
+
+// isZeroBlock reports whether blk starts with a block of zeros: the first of
+// the two that end a tar archive, and so the start of an empty one.
+func isZeroBlock(blk []byte) bool {
+	if len(blk) < blockSize {
+		return false
+	}
+	for _, b := range blk[:blockSize] {
+		if b != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -1,8 +1,10 @@
 package archive
 
 import (
+	"archive/tar"
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"strings"
@@ -294,6 +296,100 @@ func TestProbe(t *testing.T) {
 		if err != nil || c != tc.c || isTar != tc.isTar {
 			t.Errorf("%s: Probe = %s, %v, %v; want %s, %v", tc.name, c, isTar, err, tc.c, tc.isTar)
 		}
+	}
+}
+
+// oneFileTar is a tar of one empty file as Go's archive/tar writes it in format
+// f; for PAX, whose first block heads the extended records, the name is long
+// enough to need them.
+func oneFileTar(t *testing.T, name string, f tar.Format) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, ModTime: epoch, Format: f}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// withChecksum returns a copy of b whose first block's checksum is written
+// again, its bytes summed as signed or as unsigned bytes.
+func withChecksum(b []byte, signed bool) []byte {
+	b = bytes.Clone(b)
+	blk := b[:blockSize]
+	copy(blk[148:156], "        ")
+	var sum int64
+	for _, c := range blk {
+		if signed {
+			sum += int64(int8(c))
+		} else {
+			sum += int64(c)
+		}
+	}
+	copy(blk[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	return b
+}
+
+// TestIsTarHeader pins the one tar-header rule (Probe and the classification
+// of sources both use it): the ustar magic where a header has it, or a whole
+// block with a matching checksum (a V7 header). A corrupt header that still
+// has the magic is a tar, so that reading it reports the damage.
+func TestIsTarHeader(t *testing.T) {
+	t.Parallel()
+	ustar := oneFileTar(t, "a.txt", tar.FormatUSTAR)
+	pax := oneFileTar(t, strings.Repeat("long/", 60)+"name", tar.FormatPAX)
+	if pax[156] != tar.TypeXHeader {
+		t.Fatalf("the PAX tar starts with a %q header, want %q", pax[156], tar.TypeXHeader)
+	}
+	var random [blockSize]byte
+	rand.NewChaCha8([32]byte{1}).Read(random[:])
+	badSum := bytes.Clone(ustar)
+	badSum[0] ^= 0x20 // a byte of the name: the checksum no longer adds up
+	noSum := bytes.Clone(ustar)
+	copy(noSum[148:156], "        ")
+	highByte := bytes.Clone(ustar)
+	highByte[0] = 0xe9 // a byte the signed and the unsigned sums count differently
+	v7 := bytes.Clone(ustar)
+	copy(v7[257:265], make([]byte, 8)) // no magic, no version
+	v7 = withChecksum(v7, false)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want bool
+	}{
+		{"ustar", ustar, true},
+		{"pax", pax, true},
+		{"gnu", oneFileTar(t, "a.txt", tar.FormatGNU), true},
+		{"signed checksum", withChecksum(highByte, true), true},
+		{"ustar, first block only", ustar[:blockSize], true},
+		{"random block", random[:], false},
+		{"text", bytes.Repeat([]byte("not a tar header\n"), 64), false},
+		{"empty", nil, false},
+		{"ustar magic, wrong checksum", badSum, true},
+		{"ustar magic, blank checksum", noSum, true},
+		{"ustar header cut short", ustar[:blockSize-1], true},
+		{"ustar magic cut off", ustar[:261], false},
+		{"v7 header, no magic", v7, true},
+		{"v7 header cut short", v7[:blockSize-1], false},
+		{"zero block", make([]byte, 2*blockSize), false},
+	} {
+		if got := IsTarHeader(tc.b); got != tc.want {
+			t.Errorf("%s: IsTarHeader = %v, want %v", tc.name, got, tc.want)
+		}
+		if tc.want && len(tc.b) > blockSize && !bytes.Equal(tc.b, badSum) && !bytes.Equal(tc.b, noSum) {
+			// What the rule accepts, the tar reader reads.
+			if _, err := tar.NewReader(bytes.NewReader(tc.b)).Next(); err != nil {
+				t.Errorf("%s: archive/tar refuses it: %v", tc.name, err)
+			}
+		}
+	}
+	// The V7 header is one the tar reader reads, and Probe still takes the
+	// zero blocks of an empty archive for a tar (TestProbe).
+	if _, err := tar.NewReader(bytes.NewReader(v7)).Next(); err != nil {
+		t.Errorf("v7 header: archive/tar refuses it: %v", err)
 	}
 }
 

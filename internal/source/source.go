@@ -3,7 +3,6 @@
 package source
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -293,7 +292,7 @@ func classify(path string) (Kind, string, error) {
 	if c := archive.Sniff(head); c != archive.None {
 		return Archive, "", nil
 	}
-	if isTarHeader(head) || ArchiveName(path) {
+	if archive.IsTarHeader(head) || ArchiveName(path) {
 		// A file named as an archive is one the operator meant as one:
 		// empty, cut short or garbage, its import fails naming the cause.
 		return Archive, "", nil
@@ -320,11 +319,6 @@ func ArchiveName(path string) bool {
 		}
 	}
 	return false
-}
-
-// isTarHeader reports whether b starts with a ustar, GNU or PAX tar header.
-func isTarHeader(b []byte) bool {
-	return len(b) >= 263 && bytes.HasPrefix(b[257:], []byte("ustar"))
 }
 
 // identify stats a source. An OCI layout directory is identified by its index.json.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -268,6 +269,34 @@ func TestScanMarkerReadOnly(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
 	if res := Scan([]string{dir}); len(res.Unmarked) != 0 || len(res.Errors) != 0 {
 		t.Errorf("read-only dir: unmarked %v, errors %v; want neither", res.Unmarked, res.Errors)
+	}
+}
+
+// TestUnnamedTarIsSource: a file not named as an archive is one when it
+// starts like a tar (archive.IsTarHeader): a whole header, or only the ustar
+// magic where a header has it (a damaged tar, whose import then says what is
+// wrong); a file without either is skipped.
+func TestUnnamedTarIsSource(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	magicOnly := make([]byte, 1024)
+	copy(magicOnly[257:], "ustar")
+	write(t, filepath.Join(dir, "image.bin"), tarBytes(t))
+	write(t, filepath.Join(dir, "magic.bin"), magicOnly)
+	write(t, filepath.Join(dir, "notes.bin"), bytes.Repeat([]byte("not a tar\n"), 100))
+	res := Scan([]string{dir})
+	var names []string
+	for _, s := range res.Sources {
+		if s.Kind == Archive {
+			names = append(names, filepath.Base(s.Path))
+		}
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"image.bin", "magic.bin"}) {
+		t.Errorf("archive sources = %v, want image.bin and magic.bin", names)
+	}
+	if len(res.Skipped) != 1 || filepath.Base(res.Skipped[0].Path) != "notes.bin" || res.Skipped[0].Reason != "not an archive" {
+		t.Errorf("skipped = %+v, want notes.bin, not an archive", res.Skipped)
 	}
 }
 

@@ -1,0 +1,158 @@
+package archive
+
+import (
+	"fmt"
+	"io"
+)
+
+// maxTrailing is how much decompressed data may follow the end of a tar archive.
+const maxTrailing = 16 << 20
+
+// input is the stream the tar reader reads.
+type input struct {
+	comp     Compression
+	tar      io.Reader       // *countingReader, or *seekCounter when seekable
+	reads    *countingReader // bytes the tar reader read
+	seekable bool            // uncompressed and seekable: the tar reader seeks past skipped entries
+	sc       *seekCounter    // when seekable
+	raw      *countingReader // compressed input (nil when seekable)
+	dec      *decoder        // nil when seekable
+	ahead    *aheadReader    // reads dec ahead of the tar reader (nil when seekable)
+	rs       io.ReadSeeker   // when seekable
+	start    int64           // offset of rs at the start
+}
+
+// openInput prepares r for the tar reader: an uncompressed io.ReadSeeker is
+// read as it is, so that skipped entries are seeked over; anything else is
+// decompressed, the decoder running ahead of the reader.
+func openInput(r io.Reader, lim limits) (*input, error) {
+	if rs, ok := r.(io.ReadSeeker); ok {
+		if start, err := rs.Seek(0, io.SeekCurrent); err == nil {
+			head, err := readUpTo(rs, peekSize)
+			if err != nil {
+				return nil, fmt.Errorf("reading: %w", err)
+			}
+			if _, err := rs.Seek(start, io.SeekStart); err != nil {
+				return nil, fmt.Errorf("seeking: %w", err)
+			}
+			if Sniff(head) == None {
+				sc := &seekCounter{countingReader: countingReader{r: rs}, s: rs, pos: start}
+				return &input{comp: None, tar: sc, reads: &sc.countingReader, seekable: true, sc: sc, rs: rs, start: start}, nil
+			}
+		}
+	}
+	raw := &countingReader{r: r}
+	rc, c, err := decompress(raw, lim.zstdWindow)
+	if err != nil {
+		return nil, err
+	}
+	ahead := newAheadReader(rc)
+	reads := &countingReader{r: ahead}
+	return &input{comp: c, tar: reads, reads: reads, raw: raw, dec: rc.(*decoder), ahead: ahead}, nil
+}
+
+// endsBefore reports whether a seekable input ends before offset off.
+func (in *input) endsBefore(off int64) bool {
+	end, err := in.rs.Seek(0, io.SeekEnd)
+	return err == nil && end < off
+}
+
+// decodeErr is the error that ended the decoder, if any (not io.EOF).
+func (in *input) decodeErr() error {
+	if in.ahead == nil {
+		return nil
+	}
+	if err := in.ahead.Err(); err != io.EOF {
+		return err
+	}
+	return nil
+}
+
+// streamErr prefers the decoder's own error: when the compressed stream is
+// broken, that is the cause, whatever the tar reader or the store made of it.
+func (in *input) streamErr(err error) error {
+	if e := in.decodeErr(); e != nil {
+		return e
+	}
+	return err
+}
+
+// finish reads to the end of the stream, where decompressors check their
+// trailers (checksums, sizes), and returns the size of the archive as stored.
+//
+// What follows the end-of-archive marker is padding (tar writes whole
+// records, 10 KiB by default) that a decompressor still has to produce:
+// more than maxTrailing of it is refused, so that a small compressed file
+// cannot keep a pass decoding gigabytes of nothing.
+func (in *input) finish() (int64, error) {
+	if in.seekable {
+		end, err := in.rs.Seek(0, io.SeekEnd)
+		if err != nil {
+			return 0, fmt.Errorf("seeking: %w", err)
+		}
+		return end - in.start, nil
+	}
+	n, err := io.Copy(io.Discard, io.LimitReader(in.ahead, maxTrailing+1))
+	if err != nil {
+		return 0, fmt.Errorf("reading past the end of the tar archive: %w", err)
+	}
+	if n > maxTrailing {
+		return 0, fmt.Errorf("more than %d MiB of data after the end of the tar archive", maxTrailing>>20)
+	}
+	return in.raw.n, nil
+}
+
+// close stops the read-ahead goroutine and releases the decoder.
+func (in *input) close() {
+	if in.ahead != nil {
+		in.ahead.Close()
+	}
+	if in.dec != nil {
+		in.dec.Close()
+	}
+}
+
+// readUpTo reads the first n bytes of r, or all of r if it ends sooner: a
+// short stream is no error, only fewer bytes.
+func readUpTo(r io.Reader, n int) ([]byte, error) {
+	b := make([]byte, n)
+	k, err := io.ReadFull(r, b)
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		err = nil
+	}
+	return b[:k], err
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// seekCounter counts the bytes read, lets the tar reader seek and knows
+// where it is.
+type seekCounter struct {
+	countingReader
+	s   io.Seeker
+	pos int64 // offset in s
+}
+
+func (c *seekCounter) Read(p []byte) (int, error) {
+	n, err := c.countingReader.Read(p)
+	c.pos += int64(n)
+	return n, err
+}
+
+func (c *seekCounter) Seek(offset int64, whence int) (int64, error) {
+	pos, err := c.s.Seek(offset, whence)
+	if err == nil {
+		c.pos = pos
+	}
+	return pos, err
+}
