@@ -55,10 +55,6 @@ a failed import leaves nothing behind), 2 on bad usage.`,
 				return err
 			}
 			defer s.close()
-			// Attached to a running agent's containerd, --min-free and
-			// --content-root apply to this import too.
-			s.rt.CheckSpace(o.spaceOptions())
-			s.rt.SetWritePath(o.writeOptions())
 			if _, err := agent.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
 			}

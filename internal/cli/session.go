@@ -47,17 +47,10 @@ func (o *options) openOwner(ctx context.Context, command string) (*session, erro
 		s.close()
 		return nil, err
 	}
-	if s.rt, err = hfcontainerd.New(ctx, s.address, o.namespace); err != nil {
+	if s.rt, err = hfcontainerd.New(ctx, s.address, o.namespace, o.writeOpts(hfcontainerd.WithOwner(o.dataDir))...); err != nil {
 		s.close()
 		return nil, err
 	}
-	s.rt.CheckSpace(o.spaceOptions())
-	s.rt.SetWritePath(o.writeOptions())
-	if err := s.rt.OwnIngests(o.dataDir); err != nil {
-		s.close()
-		return nil, err
-	}
-	s.rt.CacheStates(o.stateCacheDir())
 	return s, nil
 }
 
@@ -85,9 +78,18 @@ func (o *options) acquire(ctx context.Context, command string) (*datadir.Lock, e
 	}
 }
 
-// openReader connects for a command that only reads (status): to the
-// containerd of the process that owns the data dir if there is one, else to
-// --address, else to an embedded containerd it starts itself.
+// writeOpts are the options of a Runtime that imports (--min-free,
+// --content-root, --write-path, the state cache), with extra.
+func (o *options) writeOpts(extra ...hfcontainerd.Option) []hfcontainerd.Option {
+	return append([]hfcontainerd.Option{hfcontainerd.WithSpace(o.spaceOptions()), hfcontainerd.WithWritePath(o.writeOptions()),
+		hfcontainerd.WithStateCache(o.stateCacheDir())}, extra...)
+}
+
+// openReader connects for a command that does not own the data dir (status,
+// plan, import, release): to the containerd of the process that owns the data
+// dir if there is one, else to --address, else to an embedded containerd it
+// starts itself. Attached to a running agent's containerd, an import still
+// takes its own --min-free and --content-root: they are in writeOpts.
 func (o *options) openReader(ctx context.Context, command string) (*session, error) {
 	address := o.address
 	if address == "" {
@@ -102,11 +104,10 @@ func (o *options) openReader(ctx context.Context, command string) (*session, err
 	if address == "" {
 		return o.openOwner(ctx, command)
 	}
-	rt, err := hfcontainerd.New(ctx, address, o.namespace)
+	rt, err := hfcontainerd.New(ctx, address, o.namespace, o.writeOpts()...)
 	if err != nil {
 		return nil, err
 	}
-	rt.CacheStates(o.stateCacheDir())
 	return &session{rt: rt, address: address}, nil
 }
 

@@ -64,8 +64,35 @@ type Runtime struct {
 
 var _ runtime.Runtime = &Runtime{}
 
+// Option sets how a Runtime works; New applies them in order.
+type Option func(*Runtime) error
+
+// WithSpace sets how imports check the content store's free space. Without
+// it they check with the default MinFree and say nothing when they cannot.
+func WithSpace(opts SpaceOptions) Option {
+	return func(r *Runtime) error { r.space = &spaceGuard{opts: opts}; return nil }
+}
+
+// WithWritePath sets how imports write blobs; without it they stream (the
+// path of containerd's own import).
+func WithWritePath(opts WriteOptions) Option {
+	return func(r *Runtime) error { r.direct = &directWriter{opts: opts}; return nil }
+}
+
+// WithStateCache keeps copies of the leases' state blobs in dir (see
+// stateCache).
+func WithStateCache(dir string) Option {
+	return func(r *Runtime) error { r.states = stateCache{dir: dir}; return nil }
+}
+
+// WithOwner makes the Runtime's ingests the data dir's (see OwnIngests). Use
+// it only while holding the data dir's lock.
+func WithOwner(dataDir string) Option {
+	return func(r *Runtime) error { return r.OwnIngests(dataDir) }
+}
+
 // New connects to the containerd at address and works in namespace.
-func New(ctx context.Context, address, namespace string) (*Runtime, error) {
+func New(ctx context.Context, address, namespace string, opts ...Option) (*Runtime, error) {
 	address, err := socketPath(address)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to containerd: %w", err)
@@ -92,6 +119,12 @@ func New(ctx context.Context, address, namespace string) (*Runtime, error) {
 	}
 	r.version = v.Version
 	r.fresh.Store(true)
+	for _, o := range opts {
+		if err := o(r); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
@@ -111,10 +144,7 @@ func socketPath(address string) (string, error) {
 	return path, nil
 }
 
-// CacheStates keeps copies of the leases' state blobs in dir (see stateCache).
-func (r *Runtime) CacheStates(dir string) { r.states = stateCache{dir: dir} }
-
-// OwnIngests makes the ingests of this Runtime the data dir's: their refs
+// OwnIngests (WithOwner) makes the ingests of this Runtime the data dir's: their refs
 // carry the owner ID kept in dataDir (created on first use), so that a later
 // run on the same data dir aborts what this one leaves behind. Call it only
 // while holding the data dir's lock: the lock makes the owner exclusive.

@@ -55,10 +55,6 @@ type WriteOptions struct {
 	Log         *slog.Logger
 }
 
-// SetWritePath sets how imports write blobs; without it they stream (the
-// command line's default is auto).
-func (r *Runtime) SetWritePath(opts WriteOptions) { r.direct = &directWriter{opts: opts} }
-
 // tempDirName is the directory, beside the store's blobs and ingest
 // directories, where blobs are written before they are linked into place.
 // containerd walks neither it nor its files; holdfast removes what a crash

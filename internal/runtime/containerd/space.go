@@ -27,10 +27,6 @@ type SpaceOptions struct {
 	Log *slog.Logger
 }
 
-// CheckSpace sets how imports check the content store's free space. Without
-// it they check with the default MinFree and say nothing when they cannot.
-func (r *Runtime) CheckSpace(opts SpaceOptions) { r.space = &spaceGuard{opts: opts} }
-
 // spaceGuard refuses writes that would leave the content store's filesystem
 // with less than MinFree. It finds the filesystem once, on the first import
 // that writes: unchanged sources never pay for it.
