@@ -507,7 +507,6 @@ func importRequest(src source.Source, kept bool, progress Progress) hfruntime.Im
 	}
 }
 
-
 // Plan reads the store and returns what reconciling it with scan would do.
 // Sources that are not archives (pin lists) are present as given in lists.
 func Plan(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present) (reconcile.Plan, error) {

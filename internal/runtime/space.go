@@ -91,4 +91,3 @@ func ParseMinFree(s string) (MinFree, error) {
 	}
 	return MinFree{Bytes: int64(v * float64(mult)), Set: true}, nil
 }
-
