@@ -430,7 +430,7 @@ var sabotages = []sabotage{
 		name: "kept-source-plain-path",
 		// A kept source's lease names its path as an images-dir source's
 		// does: a holdfast older than kept sources releases it.
-		edits: []edit{{"internal/runtime/containerd/kept.go", "return keptMark + path", "return path"}},
+		edits: []edit{{"internal/runtime/lease.go", "return keptMark + path", "return path"}},
 		tests: []tests{{e2e, []string{"TestRollbackKeepsKeptSources"}, nil}},
 	},
 	{

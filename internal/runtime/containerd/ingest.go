@@ -43,9 +43,9 @@ var chunkPool = sync.Pool{New: func() any { b := make([]byte, writeChunk); retur
 // left but what its lease already held from an earlier complete import.
 func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
 	ctx = r.ns(ctx)
-	id := LeaseID(req.Source, req.Identity)
+	id := runtime.LeaseID(req.Source, req.Identity)
 	if req.Kept {
-		id = KeptLeaseID(req.Source, req.Identity)
+		id = runtime.KeptLeaseID(req.Source, req.Identity)
 		if err := r.createKept(ctx, id, req); err != nil {
 			return runtime.ImportResult{Lease: id}, err
 		}
@@ -217,7 +217,7 @@ func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, i
 			size += ref.desc.Size
 		}
 	}
-	state := runtime.SourceState{Lease: leaseFromContext(ctx), Source: storedSource(req.Source, req.Kept), Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required, Size: size}
+	state := runtime.SourceState{Lease: leaseFromContext(ctx), Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required, Size: size}
 	if err := r.writeState(ctx, ing, state); err != nil {
 		return nil, err
 	}
@@ -300,8 +300,8 @@ func (r *Runtime) openLease(ctx context.Context, id, source, identity string, kn
 		}
 	}
 	if _, err := r.client.LeasesService().Create(ctx, leases.WithID(id), leases.WithLabels(map[string]string{
-		runtime.LabelSource:   truncateLabel(source),
-		runtime.LabelIdentity: truncateLabel(identity),
+		runtime.LabelSource:   runtime.TruncateLabel(source),
+		runtime.LabelIdentity: runtime.TruncateLabel(identity),
 	})); err != nil && !errdefs.IsAlreadyExists(err) {
 		return prior, false, fmt.Errorf("creating lease %s: %w", id, err)
 	}

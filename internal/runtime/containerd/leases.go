@@ -3,13 +3,9 @@ package containerd
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -26,38 +22,6 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
-
-// stateMediaType is the media type of the blob that keeps a source's desired state.
-const stateMediaType = "application/vnd.holdfast.source-state.v1+json"
-
-// LeaseID names the lease of one source at one identity: readable, stable for
-// the same path and content, and new when the archive is replaced.
-func LeaseID(source, identity string) string {
-	base := strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
-			return r
-		}
-		return '_'
-	}, filepath.Base(source))
-	if len(base) > 48 {
-		base = base[:48]
-	}
-	return fmt.Sprintf("%s%s-%s-%s", runtime.LeasePrefix, base, shortHash(source, 6), shortHash(identity, 4))
-}
-
-func shortHash(s string, n int) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:n])
-}
-
-// truncateLabel keeps a label value within containerd's 4 KiB label limit.
-func truncateLabel(v string) string {
-	if len(v) > 3072 {
-		return v[:3072]
-	}
-	return v
-}
 
 // holdfastLeases lists holdfast's leases by ID.
 func (r *Runtime) holdfastLeases(ctx context.Context) (map[string]leases.Lease, error) {
@@ -146,11 +110,11 @@ func (r *Runtime) loadState(ctx context.Context, l leases.Lease, blobs map[strin
 		}
 		r.states.put(info.Digest, data)
 	}
-	var saved runtime.SourceState
-	if err := json.Unmarshal(data, &saved); err != nil {
+	saved, err := runtime.DecodeState(data, st.Kept)
+	if err != nil {
 		return st, fmt.Errorf("reading state of lease %s: %w", l.ID, err)
 	}
-	st.Source, st.Identity, st.MtimeNs, st.Images, st.Blobs, st.Size, st.Complete = sourcePath(saved.Source, st.Kept), saved.Identity, saved.MtimeNs, saved.Images, saved.Blobs, saved.Size, true
+	st.Source, st.Identity, st.MtimeNs, st.Images, st.Blobs, st.Size, st.Complete = saved.Source, saved.Identity, saved.MtimeNs, saved.Images, saved.Blobs, saved.Size, true
 	return st, nil
 }
 
@@ -240,11 +204,11 @@ func (r *Runtime) Sources(ctx context.Context) ([]runtime.SourceState, error) {
 
 // writeState stores the desired state in a blob the lease holds.
 func (r *Runtime) writeState(ctx context.Context, ing *ingester, st runtime.SourceState) error {
-	data, err := json.Marshal(st)
+	data, err := runtime.EncodeState(st)
 	if err != nil {
 		return err
 	}
-	desc := ocispec.Descriptor{MediaType: stateMediaType, Digest: digest.FromBytes(data), Size: int64(len(data))}
+	desc := ocispec.Descriptor{MediaType: runtime.StateMediaType, Digest: digest.FromBytes(data), Size: int64(len(data))}
 	committed, err := ing.writeDoc(ctx, desc, data, map[string]string{runtime.LabelState: st.Lease}, nil)
 	if err != nil {
 		return fmt.Errorf("saving state of lease %s: %w", st.Lease, err)
@@ -315,7 +279,7 @@ func (r *Runtime) Release(ctx context.Context, id string) error {
 // are left out and reported; the others are leased.
 func (r *Runtime) LeaseWants(ctx context.Context, req runtime.LeaseRequest) (runtime.ImportResult, error) {
 	ctx = r.ns(ctx)
-	id := LeaseID(req.Source, req.Identity)
+	id := runtime.LeaseID(req.Source, req.Identity)
 	res := runtime.ImportResult{Lease: id}
 	prior, unchanged, err := r.openLease(ctx, id, req.Source, req.Identity, nil)
 	if err != nil || unchanged {
