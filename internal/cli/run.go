@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/holdfast-project/holdfast/internal/agent"
 	"github.com/holdfast-project/holdfast/internal/datadir"
@@ -52,15 +53,6 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 				return err
 			}
 			defer s.close()
-			if s.proc != nil {
-				go func() {
-					select {
-					case <-s.proc.Done():
-						cancel(fmt.Errorf("the embedded containerd exited: %w", s.proc.Err()))
-					case <-ctx.Done():
-					}
-				}()
-			}
 			if _, err := agent.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
 			}
@@ -69,14 +61,13 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 				o.log.Warn(off)
 				cfg.FeaturesOff = append(cfg.FeaturesOff, off)
 			}
-			go o.keepDataDir(ctx, s.lock, parallel)
 			reg := prometheus.NewRegistry()
 			// The Go runtime's and the process's own: goroutines, memory, open files.
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			m := metrics.New(reg)
-			a := agent.New(s.rt, cfg, m)
+			a := agent.New(s.rt, cfg, metrics.New(reg))
+			var srv *server.Server
 			if listen != "" {
-				srv := server.New(listen, reg, func(ctx context.Context) error {
+				srv = server.New(listen, reg, func(ctx context.Context) error {
 					_, err := s.rt.Server(ctx)
 					return err
 				}, a.Ready)
@@ -85,32 +76,36 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 					return err
 				}
 				o.log.Info("serving /metrics, /healthz, /readyz and /report", "address", srv.Addr())
-				go func() {
-					if err := srv.Run(ctx); err != nil {
-						cancel(err)
-					}
-				}()
 			}
-			// Tell systemd the first pass is still going, so a long one is not killed.
-			go func() {
-				t := time.NewTicker(10 * time.Second)
-				defer t.Stop()
-				for {
-					if ok, _ := a.Ready(); ok {
-						return
-					}
-					_ = notify.Extend(30 * time.Second)
+
+			// The daemon's parts, under one group: the first to fail stops
+			// the others, and the agent's end (SIGTERM) stops them all.
+			g, gctx := errgroup.WithContext(ctx)
+			runCtx, stop := context.WithCancelCause(gctx)
+			defer stop(nil)
+			if s.proc != nil {
+				g.Go(func() error {
 					select {
-					case <-ctx.Done():
-						return
-					case <-t.C:
+					case <-s.proc.Done():
+						return fmt.Errorf("the embedded containerd exited: %w", s.proc.Err())
+					case <-runCtx.Done():
+						return nil
 					}
-				}
-			}()
-			err = a.Run(ctx, func() {
-				o.log.Info("ready: every source of the first pass is final")
-				_ = notify.Ready()
+				})
+			}
+			g.Go(func() error { o.keepDataDir(runCtx, s.lock, parallel); return nil })
+			if srv != nil {
+				g.Go(func() error { return srv.Run(runCtx) })
+			}
+			g.Go(func() error { extendUntilReady(runCtx, a); return nil })
+			g.Go(func() error {
+				defer stop(errAgentDone)
+				return a.Run(runCtx, func() {
+					o.log.Info("ready: every source of the first pass is final")
+					_ = notify.Ready()
+				})
 			})
+			err = waitBounded(ctx, g, shutdownTimeout)
 			_ = notify.Stopping()
 			if err != nil {
 				return err
@@ -129,6 +124,50 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 	f.DurationVar(&resync, "resync", 5*time.Minute, "full pass at least this often")
 	withEnv(f, "parallel", "listen", "settle", "resync")
 	return cmd
+}
+
+// errAgentDone is why the daemon's other parts end once the agent has
+// stopped.
+var errAgentDone = errors.New("the agent stopped")
+
+// shutdownTimeout bounds how long run waits for the daemon's parts after the
+// agent has stopped or one of them failed.
+const shutdownTimeout = 20 * time.Second
+
+// waitBounded waits for g. Once ctx is done (SIGTERM) or a part of g has
+// ended, the rest get shutdownTimeout to end too; run then returns anyway.
+func waitBounded(ctx context.Context, g *errgroup.Group, limit time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- g.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		return fmt.Errorf("stopping: the agent's parts did not end within %s", limit)
+	}
+}
+
+// extendUntilReady tells systemd every 10 s that the first pass is still
+// going, so a long one is not killed, until the agent is ready.
+func extendUntilReady(ctx context.Context, a *agent.Agent) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		if ok, _ := a.Ready(); ok {
+			return
+		}
+		_ = notify.Extend(30 * time.Second)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // keepDataDir checks every second that the data dir's lock is still the one

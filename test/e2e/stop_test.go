@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -130,4 +133,68 @@ func TestStopKeepsPins(t *testing.T) {
 	if after := stopLeaseIDs(t, d); !slices.Equal(after, leasesBefore) {
 		t.Errorf("holdfast leases after the restart %v, want %v", after, leasesBefore)
 	}
+}
+
+// TestRunEndsWhenItsContainerdDies: `holdfast run` on its embedded containerd
+// (no --address) ends, with exit 1 and the cause, when that containerd is
+// killed: the daemon's parts stop together, none is left waiting.
+func TestRunEndsWhenItsContainerdDies(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	dir := tempDir(t)
+	dataDir := filepath.Join(dir, "data")
+	cmd := exec.Command(holdfastBin, "run", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--log-format", "json")
+	var stderr syncWriter
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	var child int
+	eventually(t, "the agent ready on its embedded containerd", func() bool {
+		if !strings.Contains(stderr.String(), "ready: every source") {
+			return false
+		}
+		child = childOf(t, cmd.Process.Pid)
+		return child != 0
+	})
+	if err := syscall.Kill(child, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "the embedded containerd exited") {
+			t.Errorf("run ended with %v; want exit 1 saying the embedded containerd exited\n%s", err, tail(stderr.String(), 10))
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("run still runs a minute after its containerd was killed\n%s", tail(stderr.String(), 10))
+	}
+}
+
+// childOf is the pid of a child process of pid (0 when it has none).
+func childOf(t *testing.T, pid int) int {
+	t.Helper()
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndex(s, ")")+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			c, _ := strconv.Atoi(strings.Split(p, "/")[2])
+			return c
+		}
+	}
+	return 0
 }
