@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,8 +62,10 @@ type Agent struct {
 	mu     sync.Mutex
 	wanted map[string]hfruntime.Want // what the last plan wants: heal restores these
 	failed map[string]failure        // sources whose import failed, by path
-	heals  map[string]*healState     // per-name heal history, for backoff
-	seen   map[string]sighting       // when a pass first saw each source as it is; passes only
+	// pullFailed are the pull list references whose pull failed, by reference.
+	pullFailed map[string]failure
+	heals      map[string]*healState // per-name heal history, for backoff
+	seen       map[string]sighting   // when a pass first saw each source as it is; passes only
 	// Image events a pass may not have seen: from its start (or the agent's)
 	// until it sets the wanted set, the names of image events are kept
 	// (true: created or updated), to be healed against the new wanted set;
@@ -84,7 +85,7 @@ type Agent struct {
 type failure struct {
 	identity string
 	retryAt  time.Time
-	delay    time.Duration
+	wait     backoff
 	err      error
 }
 
@@ -98,7 +99,7 @@ func New(rt hfruntime.Runtime, cfg Config, rec Recorder) *Agent {
 		log = slog.New(slog.DiscardHandler)
 	}
 	a := &Agent{rt: rt, cfg: cfg, log: log, rec: rec, clock: realClock{},
-		wanted: map[string]hfruntime.Want{}, failed: map[string]failure{}, heals: map[string]*healState{},
+		wanted: map[string]hfruntime.Want{}, failed: map[string]failure{}, pullFailed: map[string]failure{}, heals: map[string]*healState{},
 		collecting: true, touched: map[string]bool{}, pinPatterns: map[string][]pattern.Pattern{}, foreign: map[string]bool{}}
 	a.journal = journal.New(journal.DefaultSize, func() time.Time { return a.clock.Now() })
 	a.readyState.Store("the first pass has not finished")
@@ -176,12 +177,10 @@ func (a *Agent) noteFailure(path, identity string, cause error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	f := a.failed[path]
-	if f.identity != identity {
-		f = failure{identity: identity, delay: 5 * time.Second}
-	} else {
-		f.delay = min(f.delay*2, 5*time.Minute)
+	if f.identity != identity || !f.wait.started() {
+		f = failure{identity: identity, wait: backoff{first: 5 * time.Second, most: 5 * time.Minute}}
 	}
-	f.retryAt = a.clock.Now().Add(f.delay)
+	f.retryAt = a.clock.Now().Add(f.wait.next())
 	f.err = cause
 	a.failed[path] = f
 }
@@ -210,11 +209,16 @@ func (a *Agent) nextRetry(srcs []source.Source) time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var next time.Time
-	for key, f := range a.failed {
-		if !scanned[key] && !strings.HasPrefix(key, "pull:") {
-			delete(a.failed, key) // a source that is gone
+	for path, f := range a.failed {
+		if !scanned[path] {
+			delete(a.failed, path) // a source that is gone
 			continue
 		}
+		if f.retryAt.After(now) && (next.IsZero() || f.retryAt.Before(next)) {
+			next = f.retryAt
+		}
+	}
+	for _, f := range a.pullFailed {
 		if f.retryAt.After(now) && (next.IsZero() || f.retryAt.Before(next)) {
 			next = f.retryAt
 		}
@@ -276,7 +280,7 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	healTimer := a.clock.NewTimer()
 	defer healTimer.Stop()
 	initial := true
-	cri := &criWait{timer: a.clock.NewTimer()} // after the first pass, until the CRI sees its images
+	cri := &criWait{timer: a.clock.NewTimer(), wait: backoff{first: criFirstDelay, most: criMaxDelay}} // after the first pass, until the CRI sees its images
 	defer cri.timer.Stop()
 
 	for {
@@ -361,7 +365,7 @@ func (a *Agent) passLoop(ctx context.Context, trigger <-chan string, done chan<-
 
 // resubscribe waits, with backoff, until containerd answers, then subscribes again.
 func (a *Agent) resubscribe(ctx context.Context) (<-chan hfruntime.ImageEvent, <-chan error) {
-	delay := 200 * time.Millisecond
+	wait := backoff{first: 200 * time.Millisecond, most: 10 * time.Second}
 	for {
 		if ctx.Err() != nil {
 			return nil, nil
@@ -374,8 +378,7 @@ func (a *Agent) resubscribe(ctx context.Context) (<-chan hfruntime.ImageEvent, <
 		select {
 		case <-ctx.Done():
 			return nil, nil
-		case <-time.After(delay):
+		case <-time.After(wait.next()):
 		}
-		delay = min(delay*2, 10*time.Second)
 	}
 }

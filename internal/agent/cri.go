@@ -15,10 +15,10 @@ import (
 // ready: the CRI learns of records from containerd's events, a moment later.
 type criWait struct {
 	timer  Timer
-	delay  time.Duration // until the next look; doubles up to criMaxDelay
-	since  time.Time     // the first look
-	noted  bool          // "no CRI" was logged
-	waited bool          // waiting for the CRI was logged
+	wait   backoff   // until the next look: criFirstDelay, doubling up to criMaxDelay
+	since  time.Time // the first look
+	noted  bool      // "no CRI" was logged
+	waited bool      // waiting for the CRI was logged
 }
 
 const (
@@ -77,8 +77,7 @@ func (a *Agent) awaitCRI(ctx context.Context, w *criWait, onReady func()) {
 }
 
 func (w *criWait) again() {
-	w.delay = min(max(w.delay*2, criFirstDelay), criMaxDelay)
-	w.timer.Reset(w.delay)
+	w.timer.Reset(w.wait.next())
 }
 
 // criMissing lists the wanted names whose record holdfast pinned that the CRI

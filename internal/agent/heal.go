@@ -25,7 +25,7 @@ const (
 type healState struct {
 	recent  []time.Time
 	until   time.Time
-	delay   time.Duration
+	wait    backoff // healFirstWait, doubling up to healMaxDelay
 	pending bool
 	warned  bool
 }
@@ -160,7 +160,7 @@ func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer Timer) {
 	a.mu.Lock()
 	st := a.heals[want.Name]
 	if st == nil {
-		st = &healState{}
+		st = &healState{wait: backoff{first: healFirstWait, most: healMaxDelay}}
 		a.heals[want.Name] = st
 	}
 	if now.Before(st.until) {
@@ -201,14 +201,11 @@ func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer Timer) {
 	}
 	st.recent = append(kept, now)
 	if len(st.recent) >= healBurst {
-		if st.delay == 0 {
-			st.delay = healFirstWait
+		if !st.wait.started() {
 			a.journal.Record(journal.Warning, journal.ReasonHealBackoff, fmt.Sprintf(
 				"%s healed %d times within %s: something keeps removing or re-pointing it; healing it with backoff", want.Name, len(st.recent), healWindow))
-		} else {
-			st.delay = min(st.delay*2, healMaxDelay)
 		}
-		st.until = now.Add(st.delay)
+		st.until = now.Add(st.wait.next())
 		a.journal.Backoff(want.Name, st.until)
 		if !st.warned {
 			st.warned = true
@@ -216,7 +213,7 @@ func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer Timer) {
 				"name", want.Name, "heals", len(st.recent), "window", healWindow)
 		}
 	} else {
-		st.delay = 0
+		st.wait.reset()
 	}
 	a.rec.SetBackoff(a.backedOffLocked(now))
 }

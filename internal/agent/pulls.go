@@ -125,7 +125,7 @@ func (a *Agent) resolvePulls(ctx context.Context, pl source.PullListFile, have, 
 					a.notePullFailure(e.Ref, err)
 					return nil
 				}
-				a.clearFailure("pull:" + e.Ref)
+				a.clearPullFailure(e.Ref)
 				a.log.Info("pulled", "ref", e.Ref, "target", w.Target.Digest, "list", pl.Path)
 				a.rec.PullDone("pulled")
 				wants = append(wants, w)
@@ -141,7 +141,7 @@ func (a *Agent) resolvePulls(ctx context.Context, pl source.PullListFile, have, 
 
 // pull tries one reference a few times, with backoff.
 func (a *Agent) pull(ctx context.Context, ref, lease string) (hfruntime.Want, error) {
-	delay := time.Second
+	wait := backoff{first: time.Second, most: time.Minute}
 	var err error
 	for attempt := 1; attempt <= pullAttempts; attempt++ {
 		var w hfruntime.Want
@@ -156,9 +156,8 @@ func (a *Agent) pull(ctx context.Context, ref, lease string) (hfruntime.Want, er
 		select {
 		case <-ctx.Done():
 			return hfruntime.Want{}, ctx.Err()
-		case <-time.After(delay):
+		case <-time.After(wait.next()):
 		}
-		delay *= 2
 	}
 	return hfruntime.Want{}, err
 }
@@ -168,7 +167,7 @@ func (a *Agent) pull(ctx context.Context, ref, lease string) (hfruntime.Want, er
 func (a *Agent) pullBackoff(ref string) (error, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	f, ok := a.failed["pull:"+ref]
+	f, ok := a.pullFailed[ref]
 	if !ok || a.clock.Now().After(f.retryAt) {
 		return nil, false
 	}
@@ -178,11 +177,19 @@ func (a *Agent) pullBackoff(ref string) (error, bool) {
 func (a *Agent) notePullFailure(ref string, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	f := a.failed["pull:"+ref]
-	f.delay = min(max(f.delay*2, 30*time.Second), 10*time.Minute)
-	f.retryAt = a.clock.Now().Add(f.delay)
+	f, ok := a.pullFailed[ref]
+	if !ok {
+		f.wait = backoff{first: 30 * time.Second, most: 10 * time.Minute}
+	}
+	f.retryAt = a.clock.Now().Add(f.wait.next())
 	f.err = err
-	a.failed["pull:"+ref] = f
+	a.pullFailed[ref] = f
+}
+
+func (a *Agent) clearPullFailure(ref string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.pullFailed, ref)
 }
 
 // credentials answers the registry client from the configured credentials.

@@ -66,7 +66,7 @@ func (a *Agent) failing(errs []error) []journal.Failure {
 	}
 	a.mu.Lock()
 	for path, f := range a.failed {
-		if _, ok := bySource[path]; ok || strings.HasPrefix(path, "pull:") || f.err == nil {
+		if _, ok := bySource[path]; ok || f.err == nil {
 			continue
 		}
 		bySource[path] = []string{f.err.Error()}

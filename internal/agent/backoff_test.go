@@ -1,0 +1,27 @@
+package agent
+
+import (
+	"testing"
+	"time"
+)
+
+func TestBackoff(t *testing.T) {
+	b := backoff{first: time.Second, most: 5 * time.Second}
+	var got []time.Duration
+	for range 5 {
+		got = append(got, b.next())
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("delays %v, want %v", got, want)
+		}
+	}
+	if !b.started() {
+		t.Error("not started after next")
+	}
+	b.reset()
+	if b.started() || b.next() != time.Second {
+		t.Error("reset does not start over")
+	}
+}
