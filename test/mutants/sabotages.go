@@ -13,28 +13,27 @@ var sabotages = []sabotage{
 		// Blobs the store already had are not added to the source's lease:
 		// a layer above the in-memory limit, skipped rather than written,
 		// is held by no lease once its first source goes.
-		edits: []edit{{"internal/runtime/containerd/ingest.go",
-			"if err := r.addToLease(ctx, toLease); err != nil {",
-			"if err := r.addToLease(ctx, nil); err != nil {"}},
+		edits: []edit{{"internal/importer/importer.go",
+			"if err := s.AddToLease(ctx, lease, toLease); err != nil {",
+			"if err := s.AddToLease(ctx, lease, nil); err != nil {"}},
 		tests: []tests{{e2e, []string{"TestLargeSharedLayerLeasedBySecondSource"}, nil}},
 	},
 	{
 		name: "listed-images-not-leased",
 		// A pin or pull list's images are pinned but their content is not
 		// added to the list's lease.
-		edits: []edit{{"internal/runtime/containerd/leases.go",
-			"if err := r.addToLease(lctx, blobs); err != nil {",
-			"if err := r.addToLease(lctx, nil); err != nil {"}},
+		edits: []edit{{"internal/importer/importer.go",
+			"if err := s.AddToLease(ctx, id, blobs); err != nil {",
+			"if err := s.AddToLease(ctx, id, nil); err != nil {"}},
 		tests: []tests{{e2e, []string{"TestPullList"}, nil}},
 	},
 	{
 		name: "lease-emptied-after-import",
-		// The source's lease keeps its state but lets go of the image's
-		// blobs: only records keep the content.
+		// The source's lease keeps its state but not the blobs the import
+		// wrote: only records keep the content.
 		edits: []edit{{"internal/runtime/containerd/ingest.go",
-			"\tif err := r.writeState(ctx, ing, state); err != nil {",
-			"\tfor _, d := range required {\n\t\t_ = r.client.LeasesService().DeleteResource(ctx, leases.Lease{ID: leaseFromContext(ctx)}, leases.Resource{ID: d.String(), Type: \"content\"})\n\t}\n" +
-				"\tif err := r.writeState(ctx, ing, state); err != nil {"}},
+			"return leases.WithLease(ctx, s.lease)",
+			"return ctx"}},
 		tests: []tests{{e2e, []string{"TestAgentHeal"}, nil}},
 	},
 	{
@@ -200,8 +199,8 @@ var sabotages = []sabotage{
 		name: "incomplete-image-imported",
 		// A host-platform blob neither in the archive nor in the store does
 		// not stop the import.
-		edits: []edit{{"internal/runtime/containerd/ingest.go",
-			"\t\tif ref.required {\n\t\t\treturn nil, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\"",
+		edits: []edit{{"internal/importer/importer.go",
+			"\t\tif ref.Required {\n\t\t\treturn nil, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\"",
 			"\t\tif false {\n\t\t\treturn nil, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\""}},
 		tests: []tests{{e2e, []string{"TestBadInputs"}, nil}},
 	},
@@ -437,7 +436,7 @@ var sabotages = []sabotage{
 		name: "blobs-dir-unsynced-after-import",
 		// An import ends without syncing the blobs directory: on containerd
 		// 1.6 a spool file can go before the rename of its blobs is durable.
-		edits: []edit{{"internal/runtime/containerd/ingest.go", "if err := r.syncBlobsDir(ctx); err != nil {", "if err := error(nil); err != nil {"}},
+		edits: []edit{{"internal/importer/importer.go", "err = s.Sync(ctx)", "err = nil"}},
 		tests: []tests{{e2e, []string{"TestSpoolDeletedOnlyWhenDurable"}, nil}},
 	},
 	{

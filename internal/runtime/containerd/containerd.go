@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/holdfast-project/holdfast/internal/datadir"
+	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -42,7 +43,7 @@ type Runtime struct {
 	client    *containerd.Client
 	content   contentapi.ContentClient // the content service, for what its proxy does slowly
 	namespace string
-	platform  platformMatcher
+	platform  importer.Platform
 	// version is the server's version as New found it; fresh says no call of
 	// Server has used it yet (later calls ask again: containerd may have been
 	// upgraded and restarted since).
@@ -110,7 +111,7 @@ func New(ctx context.Context, address, namespace string, opts ...Option) (*Runti
 		c.Close()
 		return nil, fmt.Errorf("connecting to containerd at %s: not a gRPC connection", address)
 	}
-	r := &Runtime{client: c, content: contentapi.NewContentClient(conn), namespace: namespace, platform: hostPlatform(),
+	r := &Runtime{client: c, content: contentapi.NewContentClient(conn), namespace: namespace, platform: importer.HostPlatform(),
 		owner: randomHex(8), run: randomHex(4), space: &spaceGuard{}}
 	v, err := c.Version(r.ns(ctx))
 	if err != nil {
@@ -238,5 +239,3 @@ func (r *Runtime) stale(st content.Status, now time.Time) bool {
 	}
 	return strings.HasPrefix(st.Ref, refPrefix) && now.Sub(st.UpdatedAt) > staleIngestAge
 }
-
-func isNotFound(err error) bool { return errdefs.IsNotFound(err) }

@@ -40,12 +40,12 @@ func (r *Runtime) Images(ctx context.Context) ([]runtime.ImageDetail, error) {
 		if !ok {
 			if refs, err := r.closure(ctx, rec.Target, read); err == nil {
 				for _, ref := range refs {
-					if !ref.required {
+					if !ref.Required {
 						continue
 					}
-					d.size += ref.desc.Size
-					if images.IsConfigType(ref.desc.MediaType) {
-						d.config = ref.desc.Digest
+					d.size += ref.Desc.Size
+					if images.IsConfigType(ref.Desc.MediaType) {
+						d.config = ref.Desc.Digest
 					}
 				}
 			}

@@ -4,13 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"os"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -20,7 +18,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -28,215 +26,155 @@ import (
 // of two, which costs the kernel far less than a power of two on this kind of VM.
 const writeChunk = 1<<20 - 4<<10
 
-// maxDocSize bounds an index or manifest read back from the store (or a held
-// blob) to walk an image: registries take at most 4 MiB.
-const maxDocSize = 16 << 20
-
 // abandonTimeout bounds the clean-up of a failed or cancelled import.
 const abandonTimeout = 30 * time.Second
 
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, writeChunk); return &b }}
 
 // Import walks one archive or OCI layout directory into the store under the
-// source's lease, checks the host platform's content is complete, and saves the
-// source's desired state on the lease. On any error nothing of the source is
-// left but what its lease already held from an earlier complete import.
+// source's lease (importer.Import, over this Runtime's store and sinks).
 func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
-	ctx = r.ns(ctx)
-	id := runtime.LeaseID(req.Source, req.Identity)
-	if req.Kept {
-		id = runtime.KeptLeaseID(req.Source, req.Identity)
-		if err := r.createKept(ctx, id, req); err != nil {
-			return runtime.ImportResult{Lease: id}, err
-		}
-	}
-	res := runtime.ImportResult{Lease: id}
-	if err := r.forgetLost(ctx); err != nil {
-		return res, fmt.Errorf("removing the records of blobs whose files are gone: %w", err)
-	}
-
-	prior, unchanged, err := r.openLease(ctx, id, req.Source, req.Identity, req.Prior)
-	if err != nil || unchanged {
-		res.Images, res.Unchanged = prior.Images, unchanged
-		return res, err
-	}
-	lctx := leases.WithLease(ctx, id)
-	ing := r.newIngester()
-	defer ing.dropPending()
-	defer ing.closeLinks(ctx)
-
-	wants, err := r.importLeased(lctx, req, ing, &res)
-	if err != nil {
-		// A lease that held a complete import keeps what it held; one made
-		// for this import, or left by an unfinished one, goes.
-		r.abandon(ctx, id, !prior.Complete, ing)
-		return res, noSpace(err)
-	}
-	if err := r.syncBlobsDir(ctx); err != nil {
-		r.abandon(ctx, id, !prior.Complete, ing)
-		return res, err
-	}
-	res.Images = wants
-	if ing.direct > 0 && r.direct != nil && r.direct.opts.Log != nil {
-		r.direct.opts.Log.Debug("blobs written directly into the content store", "source", req.Source, "blobs", ing.direct)
-	}
-	return res, nil
+	res, err := importer.Import(r.ns(ctx), importStore{r}, req)
+	return res, noSpace(err)
 }
 
-func (r *Runtime) importLeased(ctx context.Context, req runtime.ImportRequest, ing *ingester, res *runtime.ImportResult) ([]runtime.Want, error) {
-	var (
-		walked *archive.Result
-		err    error
-	)
-	if req.Dir {
-		walked, err = archive.WalkDir(ctx, req.Source, ing)
-	} else {
-		var rc io.ReadCloser
-		if rc, err = req.Open(); err != nil {
-			return nil, err
-		}
-		walked, err = archive.Walk(ctx, rc, ing)
-		if cerr := rc.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}
-	if walked != nil {
-		res.BytesRead = walked.BytesRead
-		res.Format = string(walked.Format)
-	}
-	if err != nil {
-		return nil, err
-	}
+// importStore is containerd's content store and leases as an import needs them.
+type importStore struct{ r *Runtime }
 
-	wants := withDigestNames(walked.Images)
-	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
-		if b, ok := walked.Docs[desc.Digest]; ok {
-			return b, nil
-		}
-		if desc.Size > maxDocSize {
-			return nil, fmt.Errorf("%s %s: %d bytes is too large for an image document (at most %d)", kind(desc.MediaType), desc.Digest, desc.Size, maxDocSize)
-		}
-		if b, ok, err := ing.readPending(desc.Digest); ok || err != nil {
-			return b, err
-		}
-		return content.ReadBlob(ctx, r.client.ContentStore(), desc)
+func (s importStore) Prepare(ctx context.Context) error {
+	if err := s.r.forgetLost(ctx); err != nil {
+		return fmt.Errorf("removing the records of blobs whose files are gone: %w", err)
 	}
-	// Everything the images need, parents before children.
-	var need []blobRef
-	index := map[digest.Digest]int{}
-	sources := sourceLabels{}
-	for _, img := range walked.Images {
-		refs, err := r.closure(ctx, img.Target, read)
-		if err != nil {
-			return nil, fmt.Errorf("image %s: %w", img.Name, err)
-		}
-		sources.add(img.Name, digestsOf(refs))
-		for _, ref := range refs {
-			if i, ok := index[ref.desc.Digest]; ok {
-				need[i].required = need[i].required || ref.required
-				continue
-			}
-			index[ref.desc.Digest] = len(need)
-			need = append(need, ref)
-		}
-	}
-	// Blobs placed directly are made durable together and recorded now that
-	// their images, so their labels, are known.
-	labelled, err := ing.commitPending(ctx, sources)
-	if err != nil {
-		return nil, err
-	}
-	res.Written = ing.written
-	// Check completeness before writing anything that points at other blobs.
-	cs := r.client.ContentStore()
-	var toLease []digest.Digest
-	for _, ref := range need {
-		d := ref.desc.Digest
-		if _, ok := walked.Docs[d]; ok {
-			continue
-		}
-		if _, ok := walked.Blobs[d]; ok {
-			if !ing.committed[d] {
-				toLease = append(toLease, d)
-			}
-			continue
-		}
-		if _, err := cs.Info(ctx, d); err == nil {
-			res.Present++
-			toLease = append(toLease, d)
-			continue
-		} else if !errdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("checking blob %s: %w", d, err)
-		}
-		if ref.required {
-			return nil, fmt.Errorf("%s %s %s is neither in the archive nor in the store", r.platform, kind(ref.desc.MediaType), d)
-		}
-	}
-	res.Present += ing.present
-	// Documents, children first, with the labels that let GC follow them.
-	for i := len(need) - 1; i >= 0; i-- {
-		desc := need[i].desc
-		data, ok := walked.Docs[desc.Digest]
-		if !ok {
-			continue
-		}
-		var labels map[string]string
-		if isDocType(desc.MediaType) {
-			if labels, err = gcLabels(desc, data); err != nil {
-				return nil, err
-			}
-		}
-		committed, err := ing.writeDoc(ctx, desc, data, labels, sources.labelsOf(desc.Digest))
-		if err != nil {
-			return nil, err
-		}
-		if committed {
-			res.Written++
-			labelled[desc.Digest] = true
-		} else {
-			toLease = append(toLease, desc.Digest)
-		}
-	}
-	if err := r.addToLease(ctx, toLease); err != nil {
-		return nil, err
-	}
-	// Every blob is in the store now, written or found there: label each
-	// with where its images come from, for K3s's embedded registry mirror.
-	// Blobs this import committed carry their labels already.
-	for d := range labelled {
-		delete(sources, d)
-	}
-	if err := r.labelSources(ctx, sources); err != nil {
-		return nil, err
-	}
-	var required []digest.Digest
-	var size int64
-	for _, ref := range need {
-		if ref.required {
-			required = append(required, ref.desc.Digest)
-			size += ref.desc.Size
-		}
-	}
-	state := runtime.SourceState{Lease: leaseFromContext(ctx), Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required, Size: size}
-	if err := r.writeState(ctx, ing, state); err != nil {
-		return nil, err
-	}
-	return wants, nil
+	return nil
 }
 
-// abandon removes what a failed import left: its ingests and, when the lease
-// was made by this import, the lease and so every blob only it held.
-func (r *Runtime) abandon(ctx context.Context, id string, dropLease bool, ing *ingester) {
-	// The import may have ended because ctx was cancelled (a shutdown): clean
-	// up all the same, for a bounded time.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
-	defer cancel()
-	cs := r.client.ContentStore()
-	for ref := range ing.open {
+func (s importStore) CreateLease(ctx context.Context, id string, labels map[string]string) error {
+	_, err := s.r.client.LeasesService().Create(ctx, leases.WithID(id), leases.WithLabels(labels))
+	if err != nil && !errdefs.IsAlreadyExists(err) {
+		return fmt.Errorf("creating lease %s: %w", id, err)
+	}
+	return nil
+}
+
+func (s importStore) DeleteLease(ctx context.Context, id string) error {
+	return s.r.client.LeasesService().Delete(ctx, leases.Lease{ID: id}, leases.SynchronousDelete)
+}
+
+func (s importStore) ReadState(ctx context.Context, id string) (runtime.SourceState, error) {
+	return s.r.readState(ctx, id)
+}
+
+func (s importStore) Intact(ctx context.Context, st runtime.SourceState) (bool, error) {
+	return s.r.intact(ctx, st)
+}
+
+func (s importStore) Has(ctx context.Context, d digest.Digest) (bool, error) {
+	_, err := s.r.client.ContentStore().Info(ctx, d)
+	if errdefs.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (s importStore) ReadBlob(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
+	return content.ReadBlob(ctx, s.r.client.ContentStore(), desc)
+}
+
+func (importStore) IsNotFound(err error) bool { return errdefs.IsNotFound(err) }
+
+func (s importStore) AddToLease(ctx context.Context, id string, ds []digest.Digest) error {
+	return s.r.addToLease(leases.WithLease(ctx, id), ds)
+}
+
+func (s importStore) LabelSources(ctx context.Context, names importer.Names) error {
+	return s.r.labelSources(ctx, sourceLabelsOf(names))
+}
+
+func (s importStore) Sync(ctx context.Context) error { return s.r.syncBlobsDir(ctx) }
+
+func (s importStore) NewSink(lease, source string) importer.Sink {
+	return &leasedSink{ing: s.r.newIngester(), lease: lease, source: source}
+}
+
+func (s importStore) Platform() importer.Platform { return s.r.platform }
+
+// leasedSink is one import's ingester, each write under the import's lease.
+type leasedSink struct {
+	ing    *ingester
+	lease  string
+	source string // for the log
+}
+
+func (s *leasedSink) leased(ctx context.Context) context.Context {
+	return leases.WithLease(ctx, s.lease)
+}
+
+func (s *leasedSink) Has(ctx context.Context, d digest.Digest) (bool, error) {
+	return s.ing.Has(s.leased(ctx), d)
+}
+
+func (s *leasedSink) Put(ctx context.Context, expected digest.Digest, size int64, r io.Reader) (digest.Digest, error) {
+	return s.ing.Put(s.leased(ctx), expected, size, r)
+}
+
+func (s *leasedSink) Reserve(ctx context.Context, blobs int, bytes int64) error {
+	return s.ing.Reserve(s.leased(ctx), blobs, bytes)
+}
+
+func (s *leasedSink) ReadPending(d digest.Digest) ([]byte, bool, error) { return s.ing.readPending(d) }
+
+func (s *leasedSink) CommitPending(ctx context.Context, names importer.Names) (map[digest.Digest]bool, error) {
+	return s.ing.commitPending(s.leased(ctx), sourceLabelsOf(names))
+}
+
+func (s *leasedSink) Committed(d digest.Digest) bool {
+	s.ing.mu.Lock()
+	defer s.ing.mu.Unlock()
+	return s.ing.committed[d]
+}
+
+// WriteDoc writes a document with the labels that let containerd's GC
+// follow it to its children, and, when this call commits it, the
+// distribution source labels of its images.
+func (s *leasedSink) WriteDoc(ctx context.Context, desc ocispec.Descriptor, data []byte, names []string) (bool, error) {
+	var labels map[string]string
+	if importer.IsDoc(desc.MediaType) {
+		var err error
+		if labels, err = gcLabels(desc, data); err != nil {
+			return false, err
+		}
+	}
+	return s.ing.writeDoc(s.leased(ctx), desc, data, labels, sourceLabelsOf(importer.Names{desc.Digest: names}).labelsOf(desc.Digest))
+}
+
+func (s *leasedSink) WriteState(ctx context.Context, st runtime.SourceState) error {
+	return s.ing.r.writeState(s.leased(ctx), s.ing, st)
+}
+
+func (s *leasedSink) Stats() importer.Stats {
+	s.ing.mu.Lock()
+	defer s.ing.mu.Unlock()
+	return importer.Stats{Written: s.ing.written, Present: s.ing.present, Direct: s.ing.direct}
+}
+
+// Abandon aborts the import's ingests still open.
+func (s *leasedSink) Abandon(ctx context.Context) {
+	cs := s.ing.r.client.ContentStore()
+	s.ing.mu.Lock()
+	open := slices.Collect(maps.Keys(s.ing.open))
+	s.ing.mu.Unlock()
+	for _, ref := range open {
 		_ = cs.Abort(ctx, ref)
 	}
-	if dropLease {
-		_ = r.client.LeasesService().Delete(ctx, leases.Lease{ID: id}, leases.SynchronousDelete)
+}
+
+// Close removes what the import linked and did not get recorded, and the
+// temp files of blobs it held back and never committed.
+func (s *leasedSink) Close(ctx context.Context) {
+	s.ing.closeLinks(ctx)
+	s.ing.dropPending()
+	if d := s.ing.r.direct; s.ing.direct > 0 && d != nil && d.opts.Log != nil {
+		d.opts.Log.Debug("blobs written directly into the content store", "source", s.source, "blobs", s.ing.direct)
 	}
 }
 
@@ -255,57 +193,6 @@ func (r *Runtime) addToLease(ctx context.Context, ds []digest.Digest) error {
 func leaseFromContext(ctx context.Context) string {
 	id, _ := leases.FromContext(ctx)
 	return id
-}
-
-// withDigestNames adds a repo@digest name for every repo:tag name, so that
-// digest references resolve too.
-func withDigestNames(imgs []archive.Image) []runtime.Want {
-	seen := map[string]bool{}
-	var out []runtime.Want
-	add := func(name string, target ocispec.Descriptor) {
-		if !seen[name] {
-			seen[name] = true
-			out = append(out, runtime.Want{Name: name, Target: target})
-		}
-	}
-	for _, img := range imgs {
-		add(img.Name, img.Target)
-		if dn, ok := digestName(img.Name, img.Target.Digest); ok {
-			add(dn, img.Target)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
-
-// openLease reads a source's lease at this identity. When it holds a complete
-// import whose content is intact, the source is unchanged and nothing more is
-// to be done; otherwise the lease is made (or kept) for a new import.
-// known is the state the caller read already, if any.
-func (r *Runtime) openLease(ctx context.Context, id, source, identity string, known *runtime.SourceState) (runtime.SourceState, bool, error) {
-	var prior runtime.SourceState
-	if known != nil && known.Lease == id && known.Complete {
-		if prior = *known; prior.Intact {
-			return prior, true, nil
-		}
-	} else {
-		var err error
-		if prior, err = r.readState(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			return prior, false, err
-		}
-	}
-	if prior.Complete {
-		if ok, err := r.intact(ctx, prior); err != nil || ok {
-			return prior, ok, err
-		}
-	}
-	if _, err := r.client.LeasesService().Create(ctx, leases.WithID(id), leases.WithLabels(map[string]string{
-		runtime.LabelSource:   runtime.TruncateLabel(source),
-		runtime.LabelIdentity: runtime.TruncateLabel(identity),
-	})); err != nil && !errdefs.IsAlreadyExists(err) {
-		return prior, false, fmt.Errorf("creating lease %s: %w", id, err)
-	}
-	return prior, false, nil
 }
 
 func (r *Runtime) newIngester() *ingester {

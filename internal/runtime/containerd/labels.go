@@ -6,13 +6,17 @@ import (
 	"net"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/labels"
 	"github.com/containerd/containerd/v2/pkg/reference"
 	"github.com/containerd/errdefs"
+	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
 // distributionSource is where an image name says its content comes from: the
@@ -127,10 +131,39 @@ func (r *Runtime) labelSources(ctx context.Context, want sourceLabels) error {
 	return nil
 }
 
-func digestsOf(refs []blobRef) []digest.Digest {
-	out := make([]digest.Digest, len(refs))
-	for i, ref := range refs {
-		out[i] = ref.desc.Digest
+// sourceLabelsOf is the distribution source labels the blobs need, from the
+// names of the images that hold each.
+func sourceLabelsOf(names importer.Names) sourceLabels {
+	s := sourceLabels{}
+	for d, ns := range names {
+		for _, n := range ns {
+			s.add(n, []digest.Digest{d})
+		}
 	}
-	return out
+	return s
+}
+
+// closure lists every blob reachable from target (importer.Closure for the
+// host platform).
+func (r *Runtime) closure(ctx context.Context, target ocispec.Descriptor, read importer.DocFunc) ([]importer.BlobRef, error) {
+	return importer.Closure(ctx, target, read, r.platform, errdefs.IsNotFound)
+}
+
+// gcLabels are the labels a document needs so that containerd's GC keeps its
+// children while anything holds the document.
+func gcLabels(desc ocispec.Descriptor, data []byte) (map[string]string, error) {
+	children, err := importer.Children(desc, data)
+	if err != nil || len(children) == 0 {
+		return nil, err
+	}
+	labels := map[string]string{}
+	for i, c := range children {
+		for _, key := range images.ChildGCLabels(c) {
+			if strings.HasSuffix(key, ".") {
+				key += strconv.Itoa(i)
+			}
+			labels[key] = c.Digest.String()
+		}
+	}
+	return labels, nil
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -246,10 +246,10 @@ func (r *Runtime) intact(ctx context.Context, st runtime.SourceState) (bool, err
 			return false, nil
 		}
 		for _, ref := range refs {
-			if !ref.required || isDocType(ref.desc.MediaType) {
+			if !ref.Required || importer.IsDoc(ref.Desc.MediaType) {
 				continue // documents were read by closure
 			}
-			if _, err := cs.Info(ctx, ref.desc.Digest); err != nil {
+			if _, err := cs.Info(ctx, ref.Desc.Digest); err != nil {
 				if errdefs.IsNotFound(err) {
 					return false, nil
 				}
@@ -273,66 +273,8 @@ func (r *Runtime) Release(ctx context.Context, id string) error {
 	return nil
 }
 
-// LeaseWants leases the content of images already in the store for a source
-// that names images rather than holding them (a pin list), and saves the
-// source's desired state. Wants whose host-platform content is not complete
-// are left out and reported; the others are leased.
+// LeaseWants leases the content of images already in the store for a list
+// that names them (importer.LeaseWants).
 func (r *Runtime) LeaseWants(ctx context.Context, req runtime.LeaseRequest) (runtime.ImportResult, error) {
-	ctx = r.ns(ctx)
-	id := runtime.LeaseID(req.Source, req.Identity)
-	res := runtime.ImportResult{Lease: id}
-	prior, unchanged, err := r.openLease(ctx, id, req.Source, req.Identity, nil)
-	if err != nil || unchanged {
-		res.Images, res.Unchanged = prior.Images, unchanged
-		return res, err
-	}
-	lctx := leases.WithLease(ctx, id)
-	cs := r.client.ContentStore()
-	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
-		return content.ReadBlob(ctx, cs, desc)
-	}
-	var (
-		blobs    []digest.Digest
-		required []digest.Digest
-		kept     []runtime.Want
-		errs     []error
-	)
-	for _, w := range req.Wants {
-		refs, err := r.closure(ctx, w.Target, read)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", w.Name, err))
-			continue
-		}
-		var have, need []digest.Digest
-		complete := true
-		for _, ref := range refs {
-			if ref.required {
-				need = append(need, ref.desc.Digest)
-			}
-			if _, err := cs.Info(ctx, ref.desc.Digest); err == nil {
-				have = append(have, ref.desc.Digest)
-			} else if ref.required {
-				errs = append(errs, fmt.Errorf("%s: %s %s is not in the store", w.Name, kind(ref.desc.MediaType), ref.desc.Digest))
-				complete = false
-				break
-			}
-		}
-		if complete {
-			blobs = append(blobs, have...)
-			required = append(required, need...)
-			kept = append(kept, w)
-		}
-	}
-	if err := r.addToLease(lctx, blobs); err != nil {
-		return res, err
-	}
-	ing := r.newIngester()
-	slices.Sort(required)
-	st := runtime.SourceState{Lease: id, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: kept, Blobs: slices.Compact(required)}
-	if err := r.writeState(lctx, ing, st); err != nil {
-		r.abandon(ctx, id, !prior.Complete, ing)
-		return res, err
-	}
-	res.Images = kept
-	return res, errors.Join(errs...)
+	return importer.LeaseWants(r.ns(ctx), importStore{r}, req)
 }

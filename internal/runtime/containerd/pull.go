@@ -44,7 +44,7 @@ func (r *Runtime) Pull(ctx context.Context, ref string, opts runtime.PullOptions
 	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: config.ConfigureHosts(ctx, hosts)})
 	img, err := r.client.Fetch(ctx, ref,
 		containerd.WithResolver(resolver),
-		containerd.WithPlatformMatcher(r.platform.matcher),
+		containerd.WithPlatformMatcher(r.platform.Matcher()),
 		containerd.WithMaxConcurrentDownloads(4))
 	if err != nil {
 		return runtime.Want{}, err

@@ -3,12 +3,9 @@ package containerd
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/errdefs"
-	"github.com/distribution/reference"
-	"github.com/opencontainers/go-digest"
 
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
@@ -123,20 +120,4 @@ func (r *Runtime) Records(ctx context.Context) ([]runtime.Image, error) {
 		out = append(out, runtime.Image{Name: rec.Name, Target: rec.Target, Labels: rec.Labels})
 	}
 	return out, nil
-}
-
-// digestName turns repo:tag into repo@digest; a name that has a digest already gives false.
-func digestName(name string, d digest.Digest) (string, bool) {
-	ref, err := reference.ParseNormalizedNamed(name)
-	if err != nil {
-		return "", false
-	}
-	if _, ok := ref.(reference.Digested); ok {
-		return "", false
-	}
-	dn, err := reference.WithDigest(reference.TrimNamed(ref), d)
-	if err != nil {
-		return "", false
-	}
-	return dn.String(), !strings.EqualFold(dn.String(), name)
 }

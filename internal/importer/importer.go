@@ -1,0 +1,398 @@
+// Package importer is the import of one source (an archive or an OCI layout
+// dir) into a content store, whatever the store: walk it, work out what its
+// images need, check that the host platform's content is complete, write the
+// documents, lease everything, and record the source's desired state on its
+// lease. It owns the lease's ID and labels and the state it records
+// (internal/runtime's lease.go); a backend gives it a Store and, per import,
+// a Sink that writes blobs (containerd's adapter has two: through the content
+// API, or into the store's directory).
+package importer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/runtime"
+)
+
+// MaxDocSize bounds an index or manifest read back from the store (or a held
+// blob) to walk an image: registries take at most 4 MiB.
+const MaxDocSize = 16 << 20
+
+// abandonTimeout bounds the clean-up of a failed or cancelled import.
+const abandonTimeout = 30 * time.Second
+
+// Names are, for each blob, the names of the images that hold it.
+type Names map[digest.Digest][]string
+
+func (n Names) add(name string, ds []digest.Digest) {
+	for _, d := range ds {
+		if !slices.Contains(n[d], name) {
+			n[d] = append(n[d], name)
+		}
+	}
+}
+
+// Store is what an import needs of a content store and its leases.
+type Store interface {
+	// Prepare runs before an import reads its lease (containerd's adapter
+	// forgets the records of blobs whose files are gone, so they are
+	// written again).
+	Prepare(ctx context.Context) error
+	// CreateLease makes a lease that never expires, with labels; one that
+	// exists is left as it is.
+	CreateLease(ctx context.Context, id string, labels map[string]string) error
+	// DeleteLease removes a lease, and so what only it held.
+	DeleteLease(ctx context.Context, id string) error
+	// ReadState reads a lease's state: Complete is false for a lease without
+	// one; an error wrapping runtime.ErrNotFound for no lease.
+	ReadState(ctx context.Context, id string) (runtime.SourceState, error)
+	// Intact says whether every blob a complete state needs is in the store.
+	Intact(ctx context.Context, st runtime.SourceState) (bool, error)
+	// Has says whether the store holds a blob.
+	Has(ctx context.Context, d digest.Digest) (bool, error)
+	// ReadBlob reads a small blob; its error says when it is not there
+	// (IsNotFound).
+	ReadBlob(ctx context.Context, desc ocispec.Descriptor) ([]byte, error)
+	// IsNotFound says whether an error of ReadBlob means the blob is not there.
+	IsNotFound(err error) bool
+	// AddToLease puts blobs on a lease.
+	AddToLease(ctx context.Context, id string, ds []digest.Digest) error
+	// LabelSources labels blobs already in the store with where the images
+	// that hold them come from (containerd: distribution source labels).
+	LabelSources(ctx context.Context, names Names) error
+	// Sync makes what the import wrote durable, where the store does not.
+	Sync(ctx context.Context) error
+	// NewSink starts the writes of one import of source under lease.
+	NewSink(lease, source string) Sink
+	// Platform is the platform whose content an import requires.
+	Platform() Platform
+}
+
+// Sink writes the blobs of one import under its lease.
+type Sink interface {
+	// Has and Put take the blobs the walk meets (archive.Store); Reserve
+	// is told what a walk is about to write (archive.Reserver).
+	archive.Store
+	archive.Reserver
+	// ReadPending reads a blob Put holds back to commit later, if it does.
+	ReadPending(d digest.Digest) ([]byte, bool, error)
+	// CommitPending commits the blobs held back, with the names of the
+	// images that hold each, and returns the blobs it committed labelled.
+	CommitPending(ctx context.Context, names Names) (map[digest.Digest]bool, error)
+	// Committed says whether this import committed a blob (so it is on the
+	// lease already).
+	Committed(d digest.Digest) bool
+	// WriteDoc writes an index, a manifest or another small blob the walk
+	// read whole, with the names of the images that hold it; it reports
+	// whether this call committed it (else it was there).
+	WriteDoc(ctx context.Context, desc ocispec.Descriptor, data []byte, names []string) (bool, error)
+	// WriteState records a lease's state (runtime.EncodeState), held by the
+	// lease.
+	WriteState(ctx context.Context, st runtime.SourceState) error
+	// Stats are what the import wrote and found.
+	Stats() Stats
+	// Abandon undoes what a failed import left in flight.
+	Abandon(ctx context.Context)
+	// Close ends the import's writes, failed or not.
+	Close(ctx context.Context)
+}
+
+// Stats count the blobs of one import.
+type Stats struct {
+	Written int // committed by this import
+	Present int // found in the store already
+	Direct  int // of those written, placed in the store's directory by holdfast
+}
+
+// Import imports one source under its lease (runtime.LeaseID, or
+// runtime.KeptLeaseID for a kept source). A source whose lease holds a
+// complete, intact import at the same identity is unchanged: nothing is
+// read. On any error nothing of the source is left but what its lease
+// already held from an earlier complete import.
+func Import(ctx context.Context, s Store, req runtime.ImportRequest) (runtime.ImportResult, error) {
+	id := runtime.LeaseID(req.Source, req.Identity)
+	if req.Kept {
+		id = runtime.KeptLeaseID(req.Source, req.Identity)
+		// The labels that make it kept live with the lease, so a lost data
+		// dir forgets nothing; the import then fills it as any source's.
+		if err := s.CreateLease(ctx, id, map[string]string{
+			runtime.LabelSource:     runtime.TruncateLabel(runtime.StoredSource(req.Source, true)),
+			runtime.LabelIdentity:   runtime.TruncateLabel(req.Identity),
+			runtime.LabelKept:       "true",
+			runtime.LabelImportedAt: time.Now().UTC().Format(time.RFC3339),
+		}); err != nil {
+			return runtime.ImportResult{Lease: id}, err
+		}
+	}
+	res := runtime.ImportResult{Lease: id}
+	if err := s.Prepare(ctx); err != nil {
+		return res, err
+	}
+	prior, unchanged, err := openLease(ctx, s, id, req)
+	if err != nil || unchanged {
+		res.Images, res.Unchanged = prior.Images, unchanged
+		return res, err
+	}
+	sink := s.NewSink(id, req.Source)
+	defer sink.Close(ctx)
+	wants, err := importLeased(ctx, s, sink, id, req, &res)
+	if err == nil {
+		err = s.Sync(ctx)
+	}
+	if err != nil {
+		// A lease that held a complete import keeps what it held; one made
+		// for this import, or left by an unfinished one, goes.
+		abandon(ctx, s, sink, id, !prior.Complete)
+		return res, err
+	}
+	res.Images = wants
+	return res, nil
+}
+
+// openLease reads a source's lease at this identity. When it holds a complete
+// import whose content is intact, the source is unchanged and nothing more is
+// to be done; otherwise the lease is made (or kept) for a new import.
+// req.Prior is the state the caller read already, if any.
+func openLease(ctx context.Context, s Store, id string, req runtime.ImportRequest) (runtime.SourceState, bool, error) {
+	var prior runtime.SourceState
+	if known := req.Prior; known != nil && known.Lease == id && known.Complete {
+		if prior = *known; prior.Intact {
+			return prior, true, nil
+		}
+	} else {
+		var err error
+		if prior, err = s.ReadState(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			return prior, false, err
+		}
+	}
+	if prior.Complete {
+		if ok, err := s.Intact(ctx, prior); err != nil || ok {
+			return prior, ok, err
+		}
+	}
+	err := s.CreateLease(ctx, id, map[string]string{
+		runtime.LabelSource:   runtime.TruncateLabel(req.Source),
+		runtime.LabelIdentity: runtime.TruncateLabel(req.Identity),
+	})
+	return prior, false, err
+}
+
+// abandon removes what a failed import left: its writes in flight and, when
+// the lease was made by this import, the lease and so every blob only it held.
+func abandon(ctx context.Context, s Store, sink Sink, id string, dropLease bool) {
+	// The import may have ended because ctx was cancelled (a shutdown): clean
+	// up all the same, for a bounded time.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+	defer cancel()
+	sink.Abandon(ctx)
+	if dropLease {
+		_ = s.DeleteLease(ctx, id)
+	}
+}
+
+func importLeased(ctx context.Context, s Store, sink Sink, lease string, req runtime.ImportRequest, res *runtime.ImportResult) ([]runtime.Want, error) {
+	var (
+		walked *archive.Result
+		err    error
+	)
+	if req.Dir {
+		walked, err = archive.WalkDir(ctx, req.Source, sink)
+	} else {
+		var rc io.ReadCloser
+		if rc, err = req.Open(); err != nil {
+			return nil, err
+		}
+		walked, err = archive.Walk(ctx, rc, sink)
+		if cerr := rc.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}
+	if walked != nil {
+		res.BytesRead = walked.BytesRead
+		res.Format = string(walked.Format)
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	wants := Wants(walked.Images)
+	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
+		if b, ok := walked.Docs[desc.Digest]; ok {
+			return b, nil
+		}
+		if desc.Size > MaxDocSize {
+			return nil, fmt.Errorf("%s %s: %d bytes is too large for an image document (at most %d)", Kind(desc.MediaType), desc.Digest, desc.Size, MaxDocSize)
+		}
+		if b, ok, err := sink.ReadPending(desc.Digest); ok || err != nil {
+			return b, err
+		}
+		return s.ReadBlob(ctx, desc)
+	}
+	platform := s.Platform()
+	// Everything the images need, parents before children.
+	var need []BlobRef
+	index := map[digest.Digest]int{}
+	names := Names{}
+	for _, img := range walked.Images {
+		refs, err := Closure(ctx, img.Target, read, platform, s.IsNotFound)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", img.Name, err)
+		}
+		names.add(img.Name, Digests(refs))
+		for _, ref := range refs {
+			if i, ok := index[ref.Desc.Digest]; ok {
+				need[i].Required = need[i].Required || ref.Required
+				continue
+			}
+			index[ref.Desc.Digest] = len(need)
+			need = append(need, ref)
+		}
+	}
+	// Blobs held back are made durable together and committed now that
+	// their images, so their labels, are known.
+	labelled, err := sink.CommitPending(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	res.Written = sink.Stats().Written
+	// Check completeness before writing anything that points at other blobs.
+	var toLease []digest.Digest
+	for _, ref := range need {
+		d := ref.Desc.Digest
+		if _, ok := walked.Docs[d]; ok {
+			continue
+		}
+		if _, ok := walked.Blobs[d]; ok {
+			if !sink.Committed(d) {
+				toLease = append(toLease, d)
+			}
+			continue
+		}
+		has, err := s.Has(ctx, d)
+		if err != nil {
+			return nil, fmt.Errorf("checking blob %s: %w", d, err)
+		}
+		if has {
+			res.Present++
+			toLease = append(toLease, d)
+			continue
+		}
+		if ref.Required {
+			return nil, fmt.Errorf("%s %s %s is neither in the archive nor in the store", platform, Kind(ref.Desc.MediaType), d)
+		}
+	}
+	res.Present += sink.Stats().Present
+	// Documents, children first: a document commits only once what it
+	// names is there.
+	for i := len(need) - 1; i >= 0; i-- {
+		desc := need[i].Desc
+		data, ok := walked.Docs[desc.Digest]
+		if !ok {
+			continue
+		}
+		committed, err := sink.WriteDoc(ctx, desc, data, names[desc.Digest])
+		if err != nil {
+			return nil, err
+		}
+		if committed {
+			res.Written++
+			labelled[desc.Digest] = true
+		} else {
+			toLease = append(toLease, desc.Digest)
+		}
+	}
+	if err := s.AddToLease(ctx, lease, toLease); err != nil {
+		return nil, err
+	}
+	// Every blob is in the store now, written or found there: label each
+	// with where its images come from. Blobs this import committed carry
+	// their labels already.
+	for d := range labelled {
+		delete(names, d)
+	}
+	if err := s.LabelSources(ctx, names); err != nil {
+		return nil, err
+	}
+	var required []digest.Digest
+	var size int64
+	for _, ref := range need {
+		if ref.Required {
+			required = append(required, ref.Desc.Digest)
+			size += ref.Desc.Size
+		}
+	}
+	state := runtime.SourceState{Lease: lease, Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required, Size: size}
+	if err := sink.WriteState(ctx, state); err != nil {
+		return nil, err
+	}
+	return wants, nil
+}
+
+// LeaseWants leases the content of images already in the store for a source
+// that names images rather than holding them (a pin list), and records the
+// source's desired state. Wants whose host-platform content is not complete
+// are left out and reported; the others are leased.
+func LeaseWants(ctx context.Context, s Store, req runtime.LeaseRequest) (runtime.ImportResult, error) {
+	id := runtime.LeaseID(req.Source, req.Identity)
+	res := runtime.ImportResult{Lease: id}
+	prior, unchanged, err := openLease(ctx, s, id, runtime.ImportRequest{Source: req.Source, Identity: req.Identity})
+	if err != nil || unchanged {
+		res.Images, res.Unchanged = prior.Images, unchanged
+		return res, err
+	}
+	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) { return s.ReadBlob(ctx, desc) }
+	var (
+		blobs    []digest.Digest
+		required []digest.Digest
+		kept     []runtime.Want
+		errs     []error
+	)
+	for _, w := range req.Wants {
+		refs, err := Closure(ctx, w.Target, read, s.Platform(), s.IsNotFound)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", w.Name, err))
+			continue
+		}
+		var have, need []digest.Digest
+		complete := true
+		for _, ref := range refs {
+			if ref.Required {
+				need = append(need, ref.Desc.Digest)
+			}
+			if ok, _ := s.Has(ctx, ref.Desc.Digest); ok {
+				have = append(have, ref.Desc.Digest)
+			} else if ref.Required {
+				errs = append(errs, fmt.Errorf("%s: %s %s is not in the store", w.Name, Kind(ref.Desc.MediaType), ref.Desc.Digest))
+				complete = false
+				break
+			}
+		}
+		if complete {
+			blobs = append(blobs, have...)
+			required = append(required, need...)
+			kept = append(kept, w)
+		}
+	}
+	if err := s.AddToLease(ctx, id, blobs); err != nil {
+		return res, err
+	}
+	sink := s.NewSink(id, req.Source)
+	defer sink.Close(ctx)
+	slices.Sort(required)
+	st := runtime.SourceState{Lease: id, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: kept, Blobs: slices.Compact(required)}
+	if err := sink.WriteState(ctx, st); err != nil {
+		abandon(ctx, s, sink, id, !prior.Complete)
+		return res, err
+	}
+	res.Images = kept
+	return res, errors.Join(errs...)
+}
