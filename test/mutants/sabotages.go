@@ -446,4 +446,23 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/agent/sync.go", "if len(waitingLists) > 0 {", "if false {"}},
 		tests: []tests{{e2e, []string{"TestReleaseUnderRunKeepsAFreshPin"}, nil}},
 	},
+	{
+		name: "sink-always-streams",
+		// The sink never takes the direct path, whatever --write-path says.
+		edits: []edit{{"internal/runtime/containerd/ingest.go",
+			"root, err := w.r.direct.rootFor(ctx, w.r)",
+			"root, err := \"\", error(nil)"}},
+		tests: []tests{{e2e, []string{"TestRestarts"}, nil}},
+	},
+	{
+		name: "unchanged-source-read-again",
+		// A source whose lease holds a complete, intact import at its
+		// identity is read and written again at every pass.
+		edits: []edit{{"internal/importer/importer.go",
+			"if prior = *known; prior.Intact {",
+			"if prior = *known; false {"}, {"internal/importer/importer.go",
+			"if ok, err := s.Intact(ctx, prior); err != nil || ok {",
+			"if ok, err := s.Intact(ctx, prior); err != nil || (ok && false) {"}},
+		tests: []tests{{"./internal/importer", []string{"TestImportLeasesAndRecords"}, nil}},
+	},
 }
