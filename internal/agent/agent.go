@@ -61,7 +61,9 @@ type Agent struct {
 
 	mu     sync.Mutex
 	wanted map[string]hfruntime.Want // what the last plan wants: heal restores these
-	failed map[string]failure        // sources whose import failed, by path
+	// actions, in a dry run only (DryRun), records what the pass would do.
+	actions *actionLog
+	failed  map[string]failure // sources whose import failed, by path
 	// pullFailed are the pull list references whose pull failed, by reference.
 	pullFailed map[string]failure
 	heals      map[string]*healState // per-name heal history, for backoff

@@ -31,7 +31,7 @@ func (a *Agent) checkMarkers(scan source.Result, leases []hfruntime.SourceState,
 		}
 	}
 	for _, dir := range scan.Unmarked {
-		if !holdsSource(scan, dir) {
+		if !holdsSource(scan, dir) || a.actions != nil { // a dry run writes nothing
 			continue
 		}
 		if err := writeMarker(dir); err != nil {

@@ -104,6 +104,10 @@ func (a *Agent) resolvePulls(ctx context.Context, pl source.PullListFile, have, 
 			errs = append(errs, source.LineError{Path: pl.Path, Line: e.Line, Err: fmt.Errorf("pulling %s: %w%s", e.Ref, err, waitingNote)})
 			continue
 		}
+		if a.actions != nil {
+			a.actions.add(Action{Action: "pull", Name: e.Ref, Source: pl.Path, Reason: "not in the store"})
+			continue
+		}
 		toPull = append(toPull, e)
 	}
 	if len(toPull) > 0 {

@@ -41,7 +41,7 @@ func (a *Agent) scanSpool() source.Result {
 // importSpool imports the spool files that are completely written, each as a
 // kept source. One still being written, or waiting to retry a failed import,
 // is left for a later pass; a failed one stays in place and is reported.
-func (a *Agent) importSpool(ctx context.Context, scan source.Result, opts passOptions, now time.Time, sum *Summary, pr *passResult) []spooled {
+func (a *Agent) importSpool(ctx context.Context, scan source.Result, opts passOptions, now time.Time, leases []hfruntime.SourceState, sum *Summary, pr *passResult) []spooled {
 	sum.Failures = append(sum.Failures, scan.Errors...)
 	var out []spooled
 	for _, src := range scan.Sources {
@@ -50,6 +50,7 @@ func (a *Agent) importSpool(ctx context.Context, scan source.Result, opts passOp
 		}
 		began := time.Now()
 		res, err := a.rt.Import(ctx, importRequest(src, true, a.cfg.Progress))
+		a.recordImport(src, leases, true, res, err)
 		sum.BytesRead += res.BytesRead
 		if err != nil {
 			sum.Failures = append(sum.Failures, sourceFailed(src.Path, err, fmt.Errorf("import %s (left in the spool dir): %w", src.Path, err)))
@@ -79,6 +80,13 @@ func (a *Agent) importSpool(ctx context.Context, scan source.Result, opts passOp
 // file for a later pass, and is reported.
 func (a *Agent) removeSpooled(ctx context.Context, done []spooled, sum *Summary) {
 	if len(done) == 0 {
+		return
+	}
+	if a.actions != nil {
+		// A dry run pinned nothing: each file its pass imports would go.
+		for _, s := range done {
+			a.actions.add(Action{Action: "remove", Source: s.src.Path, Lease: s.lease, Reason: "imported, kept and pinned"})
+		}
 		return
 	}
 	states, records, err := readStore(ctx, a.rt)

@@ -221,8 +221,8 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 			}
 		}
 	}
-	imported := a.importAll(ctx, todo, known, &sum)
-	spooled := a.importSpool(ctx, spool, opts, now, &sum, &pr)
+	imported := a.importAll(ctx, todo, known, states, &sum)
+	spooled := a.importSpool(ctx, spool, opts, now, states, &sum, &pr)
 	for _, s := range spooled {
 		if s.fresh {
 			imported[s.lease] = true
@@ -258,6 +258,7 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 				return standing.Err != nil || standing.Wants(u.Name)
 			})
 		}
+		a.recordPlan(plan)
 		a.apply(ctx, plan, &sum)
 		a.removeSpooled(ctx, spooled, &sum)
 	}
@@ -362,7 +363,7 @@ func dirOf(dirs []string, path string) string {
 
 // importAll imports the sources, a few at a time, and returns the leases
 // imported (not unchanged) in this pass.
-func (a *Agent) importAll(ctx context.Context, srcs []source.Source, known map[string]*hfruntime.SourceState, sum *Summary) map[string]bool {
+func (a *Agent) importAll(ctx context.Context, srcs []source.Source, known map[string]*hfruntime.SourceState, leases []hfruntime.SourceState, sum *Summary) map[string]bool {
 	parallel := a.cfg.Parallel
 	if parallel <= 0 {
 		parallel = min(4, max(2, runtime.NumCPU()))
@@ -377,6 +378,7 @@ func (a *Agent) importAll(ctx context.Context, srcs []source.Source, known map[s
 			res, err := importSource(gctx, a.rt, src, known[src.Path+"\x00"+src.Identity], a.cfg.Progress)
 			mu.Lock()
 			defer mu.Unlock()
+			a.recordImport(src, leases, false, res, err)
 			sum.BytesRead += res.BytesRead
 			if err != nil {
 				sum.Failures = append(sum.Failures, err)

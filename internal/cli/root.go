@@ -158,17 +158,9 @@ func (o *options) complete(cmd *cobra.Command) error {
 // agentConfig is the agent configuration the common flags give: images dirs,
 // registry settings (K3s's registries.yaml applied) and the logger.
 func (o *options) agentConfig(parallel int) (agent.Config, error) {
-	dirs, err := o.imageDirs()
-	if err != nil {
-		return agent.Config{}, err
-	}
-	spool, err := o.spoolDirs()
-	if err != nil {
-		return agent.Config{}, err
-	}
-	cfg := agent.Config{ImageDirs: dirs, SpoolDirs: spool, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, InsecurePerms: o.insecurePerms, Log: o.log}
-	if o.registriesYAML == "" {
-		return cfg, nil
+	cfg, err := o.passConfig(parallel)
+	if err != nil || o.registriesYAML == "" {
+		return cfg, err
 	}
 	f, err := registries.Load(o.registriesYAML)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -199,6 +191,20 @@ func (o *options) agentConfig(parallel int) (agent.Config, error) {
 		return cfg, fmt.Errorf("%s: %w", o.registriesYAML, err)
 	}
 	return cfg, nil
+}
+
+// passConfig is what a pass is given of the flags, with no side effect
+// (agentConfig applies registries.yaml besides; a dry run pulls nothing).
+func (o *options) passConfig(parallel int) (agent.Config, error) {
+	dirs, err := o.imageDirs()
+	if err != nil {
+		return agent.Config{}, err
+	}
+	spool, err := o.spoolDirs()
+	if err != nil {
+		return agent.Config{}, err
+	}
+	return agent.Config{ImageDirs: dirs, SpoolDirs: spool, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, InsecurePerms: o.insecurePerms, Log: o.log}, nil
 }
 
 // imageDirs returns the images dirs (the default one created), and the data

@@ -209,6 +209,11 @@ type Runtime interface {
 	// the source's desired state; wants whose content is incomplete are left
 	// out, and reported in the error.
 	LeaseWants(ctx context.Context, req LeaseRequest) (ImportResult, error)
+	// DryImport and DryLeaseWants say what Import and LeaseWants would do
+	// now, writing nothing: the images a source's import would want (its
+	// archive is read for them) or the error it would meet.
+	DryImport(ctx context.Context, req ImportRequest) (ImportResult, error)
+	DryLeaseWants(ctx context.Context, req LeaseRequest) (ImportResult, error)
 	// Pull fetches an image's host-platform content from its registry under
 	// opts.Lease and returns its target. It never pins.
 	Pull(ctx context.Context, ref string, opts PullOptions) (Want, error)

@@ -465,4 +465,30 @@ var sabotages = []sabotage{
 			"if ok, err := s.Intact(ctx, prior); err != nil || (ok && false) {"}},
 		tests: []tests{{"./internal/importer", []string{"TestImportLeasesAndRecords"}, nil}},
 	},
+	{
+		name: "dry-run-writes",
+		// holdfast plan's pass unpins for real.
+		edits: []edit{{"internal/agent/dryrun.go",
+			"func (d *dryRuntime) Unpin(context.Context, string) error   { return nil }",
+			"func (d *dryRuntime) Unpin(ctx context.Context, n string) error { return d.Runtime.Unpin(ctx, n) }"}},
+		tests: []tests{{e2e, []string{"TestPlanMatchesSync"}, nil}},
+	},
+	{
+		name: "dry-run-forgets-imports",
+		// A dry run plans without the leases its imports would make: the
+		// old lease of a replaced archive is kept, its new names unpinned.
+		edits: []edit{{"internal/agent/dryrun.go",
+			"\t\td.keep(hfruntime.SourceState{Lease: res.Lease, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: res.Images, Kept: req.Kept})",
+			"\t\t_ = hfruntime.SourceState{}"}},
+		tests: []tests{{e2e, []string{"TestPlanAgreesWithSync"}, nil}},
+	},
+	{
+		name: "pass-hands-heal-nothing",
+		// The pass hands the healer no wanted names: a record deleted after
+		// the pass is never healed from its lease.
+		edits: []edit{{"internal/agent/agent.go",
+			"\ta.wanted = w\n\ta.collecting = false",
+			"\ta.wanted = map[string]hfruntime.Want{}\n\ta.collecting = false"}},
+		tests: []tests{{"./internal/agent", []string{"TestHealBackoff", "TestHealDuringFirstPass"}, nil}},
+	},
 }

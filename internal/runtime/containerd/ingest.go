@@ -38,6 +38,18 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 	return res, noSpace(err)
 }
 
+// DryImport is Import over the store with every write left undone
+// (importer.DryRun).
+func (r *Runtime) DryImport(ctx context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
+	res, err := importer.Import(r.ns(ctx), importer.DryRun(importStore{r}), req)
+	return res, noSpace(err)
+}
+
+// DryLeaseWants is LeaseWants with every write left undone.
+func (r *Runtime) DryLeaseWants(ctx context.Context, req runtime.LeaseRequest) (runtime.ImportResult, error) {
+	return importer.LeaseWants(r.ns(ctx), importer.DryRun(importStore{r}), req)
+}
+
 // importStore is containerd's content store and leases as an import needs them.
 type importStore struct{ r *Runtime }
 

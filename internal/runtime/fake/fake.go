@@ -141,23 +141,27 @@ func (r *Runtime) Server(context.Context) (runtime.ServerInfo, error) {
 
 // Import answers from ImportFunc, but for a source whose intact state at this
 // identity is given as Prior: that one is unchanged, as with containerd.
-func (r *Runtime) Import(_ context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
-	if p := req.Prior; p != nil && p.Complete && p.Intact && p.Identity == req.Identity {
-		return runtime.ImportResult{Lease: p.Lease, Images: p.Images, Unchanged: true}, nil
-	}
-	if r.ImportFunc == nil {
-		return runtime.ImportResult{}, errors.New("fake: no ImportFunc")
-	}
-	res, err := r.ImportFunc(req)
+func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
+	res, err := r.DryImport(ctx, req)
 	if err == nil && !res.Unchanged {
 		r.PutState(runtime.SourceState{Lease: res.Lease, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: res.Images, Kept: req.Kept})
 	}
 	return res, err
 }
 
-// LeaseWants leases what a list wants; a lease that exists for the same
-// source and identity is unchanged, as with containerd.
-func (r *Runtime) LeaseWants(_ context.Context, req runtime.LeaseRequest) (runtime.ImportResult, error) {
+// DryImport is what Import would answer, storing nothing.
+func (r *Runtime) DryImport(_ context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
+	if p := req.Prior; p != nil && p.Complete && p.Intact && p.Identity == req.Identity {
+		return runtime.ImportResult{Lease: p.Lease, Images: p.Images, Unchanged: true}, nil
+	}
+	if r.ImportFunc == nil {
+		return runtime.ImportResult{}, errors.New("fake: no ImportFunc")
+	}
+	return r.ImportFunc(req)
+}
+
+// DryLeaseWants is what LeaseWants would answer, storing nothing.
+func (r *Runtime) DryLeaseWants(_ context.Context, req runtime.LeaseRequest) (runtime.ImportResult, error) {
 	id := runtime.LeasePrefix + req.Source + "@" + req.Identity
 	r.mu.Lock()
 	st, ok := r.states[id]
@@ -165,8 +169,17 @@ func (r *Runtime) LeaseWants(_ context.Context, req runtime.LeaseRequest) (runti
 	if ok {
 		return runtime.ImportResult{Lease: id, Images: st.Images, Unchanged: true}, nil
 	}
-	r.PutState(runtime.SourceState{Lease: id, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: req.Wants})
 	return runtime.ImportResult{Lease: id, Images: req.Wants}, nil
+}
+
+// LeaseWants leases what a list wants; a lease that exists for the same
+// source and identity is unchanged, as with containerd.
+func (r *Runtime) LeaseWants(ctx context.Context, req runtime.LeaseRequest) (runtime.ImportResult, error) {
+	res, err := r.DryLeaseWants(ctx, req)
+	if err == nil && !res.Unchanged {
+		r.PutState(runtime.SourceState{Lease: res.Lease, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: req.Wants})
+	}
+	return res, err
 }
 
 func (r *Runtime) Pull(_ context.Context, ref string, _ runtime.PullOptions) (runtime.Want, error) {

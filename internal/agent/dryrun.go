@@ -1,0 +1,180 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/holdfast-project/holdfast/internal/reconcile"
+	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/source"
+)
+
+// Action is one thing a pass does, as a dry run reports it (holdfast plan):
+// import, remove (a spool file, once imported), pull, pin, heal, unpin or
+// release, with its reason and source.
+type Action struct {
+	Action string `json:"action"`
+	Name   string `json:"name,omitempty"`
+	Target string `json:"target,omitempty"`
+	Lease  string `json:"lease,omitempty"`
+	Source string `json:"source,omitempty"`
+	Reason string `json:"reason"`
+	// Error is what the action would meet (an archive that cannot be read):
+	// a pass would try it and report that.
+	Error string `json:"error,omitempty"`
+}
+
+// DryRun runs one pass as Sync does, over rt with every write left undone,
+// and returns what the pass would do. It is the same pass: the same scan,
+// spool dirs, markers, retries and plan. Sources to import are read (so the
+// names they would pin are known) but nothing is written; a pull list
+// reference not in the store is reported as a pull, its pin follows it.
+func DryRun(ctx context.Context, rt hfruntime.Runtime, cfg Config) ([]Action, Summary) {
+	a := New(&dryRuntime{Runtime: rt, states: map[string]hfruntime.SourceState{}}, cfg, nil)
+	a.actions = &actionLog{}
+	sum, _ := a.pass(ctx, passOptions{})
+	return a.actions.list, sum
+}
+
+// actionLog is what a dry run records.
+type actionLog struct {
+	mu   sync.Mutex
+	list []Action
+}
+
+func (l *actionLog) add(a Action) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.list = append(l.list, a)
+}
+
+// errDryRun is what a dry run meets where a pass would reach a registry.
+var errDryRun = errors.New("a dry run does not pull")
+
+// dryRuntime is a Runtime whose writes are left undone. Imports and list
+// leases are worked out without writing (DryImport, DryLeaseWants) and kept
+// in memory, so that the rest of the pass plans with them as a real pass
+// plans with what it wrote.
+type dryRuntime struct {
+	hfruntime.Runtime
+	mu     sync.Mutex
+	states map[string]hfruntime.SourceState // the leases the pass would make or fill, by ID
+}
+
+func (d *dryRuntime) keep(st hfruntime.SourceState) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st.Complete, st.Intact = true, true
+	d.states[st.Lease] = st
+}
+
+func (d *dryRuntime) Import(ctx context.Context, req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
+	res, err := d.Runtime.DryImport(ctx, req)
+	if err == nil && !res.Unchanged {
+		d.keep(hfruntime.SourceState{Lease: res.Lease, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: res.Images, Kept: req.Kept})
+	}
+	return res, err
+}
+
+func (d *dryRuntime) LeaseWants(ctx context.Context, req hfruntime.LeaseRequest) (hfruntime.ImportResult, error) {
+	res, err := d.Runtime.DryLeaseWants(ctx, req)
+	if !res.Unchanged && res.Lease != "" {
+		d.keep(hfruntime.SourceState{Lease: res.Lease, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: res.Images})
+	}
+	return res, err
+}
+
+// Sources are the store's, with the leases the pass would make or fill in
+// their place.
+func (d *dryRuntime) Sources(ctx context.Context) ([]hfruntime.SourceState, error) {
+	states, err := d.Runtime.Sources(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	seen := map[string]bool{}
+	for i, st := range states {
+		if w, ok := d.states[st.Lease]; ok {
+			states[i] = w
+			seen[st.Lease] = true
+		}
+	}
+	for id, st := range d.states {
+		if !seen[id] {
+			states = append(states, st)
+		}
+	}
+	return states, nil
+}
+
+func (d *dryRuntime) Pull(context.Context, string, hfruntime.PullOptions) (hfruntime.Want, error) {
+	return hfruntime.Want{}, errDryRun
+}
+
+func (d *dryRuntime) TempLease(context.Context) (string, error) {
+	return hfruntime.LeasePrefix + "dry-run", nil
+}
+
+func (d *dryRuntime) Pin(context.Context, hfruntime.Want, ...hfruntime.PinOption) (hfruntime.PinResult, error) {
+	return hfruntime.PinResult{}, nil
+}
+
+func (d *dryRuntime) Unpin(context.Context, string) error   { return nil }
+func (d *dryRuntime) Release(context.Context, string) error { return nil }
+func (d *dryRuntime) Cleanup(context.Context) error         { return nil }
+
+// importReason says why a pass imports src: no lease of its path ("new"),
+// one of another identity ("changed"), or one whose content is gone.
+func importReason(src source.Source, leases []hfruntime.SourceState, kept bool) string {
+	known := false
+	for _, st := range leases {
+		if st.Source != src.Path || st.Kept != kept {
+			continue // an images-dir lease and a kept one of the same file are sources of their own
+		}
+		known = true
+		if st.Identity == src.Identity && st.Complete && !st.Intact {
+			return "leased content is gone"
+		}
+	}
+	if known {
+		return "changed"
+	}
+	return "new"
+}
+
+// recordImport notes, in a dry run, the import of src and how it would end.
+func (a *Agent) recordImport(src source.Source, leases []hfruntime.SourceState, kept bool, res hfruntime.ImportResult, err error) {
+	if a.actions == nil || (err == nil && res.Unchanged) {
+		return
+	}
+	act := Action{Action: "import", Source: src.Path, Lease: res.Lease, Reason: importReason(src, leases, kept)}
+	if err != nil {
+		act.Error = causeOf(err).Error()
+	}
+	a.actions.add(act)
+}
+
+// recordPlan notes, in a dry run, what apply does with plan.
+func (a *Agent) recordPlan(plan reconcile.Plan) {
+	if a.actions == nil {
+		return
+	}
+	for _, p := range plan.Pins {
+		action := "heal"
+		if p.Reason == reconcile.ReasonNew {
+			action = "pin"
+		}
+		a.actions.add(Action{Action: action, Name: p.Want.Name, Target: p.Want.Target.Digest.String(), Lease: p.Lease, Source: p.Source, Reason: string(p.Reason)})
+	}
+	for _, u := range plan.Unpins {
+		a.actions.add(Action{Action: "unpin", Name: u.Name, Reason: string(u.Reason)})
+	}
+	for _, r := range plan.Releases {
+		a.actions.add(Action{Action: "release", Lease: r.Lease, Source: r.Source, Reason: string(r.Reason)})
+	}
+}

@@ -1,0 +1,77 @@
+package importer
+
+import (
+	"context"
+	"crypto/sha256"
+	"io"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/runtime"
+)
+
+// DryRun is s with every write left undone: an import over it reads the
+// source and the store as a real one does and returns what it would, the
+// names its images get or the error it would meet, and changes nothing. Its
+// blobs are hashed and dropped.
+func DryRun(s Store) Store { return dryStore{s} }
+
+type dryStore struct{ Store }
+
+func (dryStore) Prepare(context.Context) error                                { return nil }
+func (dryStore) CreateLease(context.Context, string, map[string]string) error { return nil }
+func (dryStore) DeleteLease(context.Context, string) error                    { return nil }
+func (dryStore) AddToLease(context.Context, string, []digest.Digest) error    { return nil }
+func (dryStore) LabelSources(context.Context, Names) error                    { return nil }
+func (dryStore) Sync(context.Context) error                                   { return nil }
+
+func (s dryStore) NewSink(string, string) Sink {
+	return &drySink{s: s.Store, put: map[digest.Digest]bool{}}
+}
+
+// drySink hashes what it is given and keeps only the digests.
+type drySink struct {
+	s     Store
+	put   map[digest.Digest]bool
+	stats Stats
+}
+
+func (k *drySink) Has(ctx context.Context, d digest.Digest) (bool, error) {
+	ok, err := k.s.Has(ctx, d)
+	if ok {
+		k.stats.Present++
+	}
+	return ok, err
+}
+
+func (k *drySink) Put(_ context.Context, _ digest.Digest, _ int64, r io.Reader) (digest.Digest, error) {
+	h := sha256.New()
+	if _, err := io.Copy(h, r); err != nil {
+		return "", err
+	}
+	d := digest.NewDigest(digest.SHA256, h)
+	k.put[d] = true
+	k.stats.Written++
+	return d, nil
+}
+
+func (k *drySink) Reserve(context.Context, int, int64) error { return nil }
+
+func (k *drySink) ReadPending(digest.Digest) ([]byte, bool, error) { return nil, false, nil }
+
+func (k *drySink) CommitPending(context.Context, Names) (map[digest.Digest]bool, error) {
+	return map[digest.Digest]bool{}, nil
+}
+
+func (k *drySink) Committed(d digest.Digest) bool { return k.put[d] }
+
+func (k *drySink) WriteDoc(ctx context.Context, desc ocispec.Descriptor, _ []byte, _ []string) (bool, error) {
+	ok, err := k.s.Has(ctx, desc.Digest)
+	return err == nil && !ok, err
+}
+
+func (k *drySink) WriteState(context.Context, runtime.SourceState) error { return nil }
+func (k *drySink) Stats() Stats                                          { return k.stats }
+func (k *drySink) Abandon(context.Context)                               {}
+func (k *drySink) Close(context.Context)                                 {}
