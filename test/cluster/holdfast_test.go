@@ -184,7 +184,6 @@ func (s *scenario) install(t *testing.T) {
 // writes blobs directly again.
 func (s *scenario) missingNodePaths(t *testing.T) {
 	c := s.c
-	ctx := context.Background()
 	elsewhere := filepath.Join(c.dir, "elsewhere", "io.containerd.content.v1.content")
 	regYAML := filepath.Join(c.dir, "no-rancher-etc", "registries.yaml")
 	for _, p := range []string{filepath.Dir(elsewhere), filepath.Dir(regYAML)} {
@@ -199,27 +198,8 @@ func (s *scenario) missingNodePaths(t *testing.T) {
 		t.Fatalf("helm upgrade: %v\n%s", err, out)
 	}
 	pod := s.waitAgentReady(t, before.UID)
-	node, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, path := range []string{elsewhere, regYAML} {
-		if err := waitFor("a FeatureOff Event on the Node naming "+path, time.Minute, func() (bool, error) {
-			evs, err := c.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
-				FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + nodeName + ",reason=FeatureOff",
-			})
-			if err != nil {
-				return false, err
-			}
-			var seen []string
-			for _, e := range evs.Items {
-				if strings.Contains(e.Message, path) && e.InvolvedObject.UID == node.UID && e.Type == corev1.EventTypeWarning {
-					return true, nil
-				}
-				seen = append(seen, e.Message)
-			}
-			return false, fmt.Errorf("FeatureOff events: %q", seen)
-		}); err != nil {
+		if err := c.waitNodeWarning("FeatureOff", path); err != nil {
 			t.Errorf("%v\n%s", err, s.agentLogs())
 		}
 	}
@@ -288,7 +268,6 @@ func (s *scenario) upgradePins(t *testing.T) {
 // (SourcesFailing, naming it) and records a SourceFailed Event on the Node; removing it turns it True again.
 func (s *scenario) conditionAndEvents(t *testing.T) {
 	c := s.c
-	ctx := context.Background()
 	if err := waitFor("condition "+condition+" True/AllPinned", 2*time.Minute, func() (bool, error) {
 		return c.nodeCondition(condition, corev1.ConditionTrue, "AllPinned", "")
 	}); err != nil {
@@ -311,26 +290,7 @@ func (s *scenario) conditionAndEvents(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	node, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := waitFor("a SourceFailed Event on the Node naming "+brokenName, time.Minute, func() (bool, error) {
-		evs, err := c.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
-			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + nodeName + ",reason=SourceFailed",
-		})
-		if err != nil {
-			return false, err
-		}
-		var seen []string
-		for _, e := range evs.Items {
-			if strings.Contains(e.Message, brokenName) && e.InvolvedObject.UID == node.UID && e.Type == corev1.EventTypeWarning {
-				return true, nil
-			}
-			seen = append(seen, e.Type+" "+e.Message)
-		}
-		return false, fmt.Errorf("events so far: %q", seen)
-	}); err != nil {
+	if err := c.waitNodeWarning("SourceFailed", brokenName); err != nil {
 		t.Error(err)
 	}
 	if err := os.Remove(broken); err != nil {
@@ -790,4 +750,30 @@ func writeFileAtomic(path string, b []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// waitNodeWarning waits (a minute at most) for a Warning Event with reason on
+// the test's Node whose message names what.
+func (c *cluster) waitNodeWarning(reason, what string) error {
+	ctx := context.Background()
+	node, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	return waitFor("a "+reason+" Event on the Node naming "+what, time.Minute, func() (bool, error) {
+		evs, err := c.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + nodeName + ",reason=" + reason,
+		})
+		if err != nil {
+			return false, err
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, what) && e.InvolvedObject.UID == node.UID && e.Type == corev1.EventTypeWarning {
+				return true, nil
+			}
+			seen = append(seen, e.Type+" "+e.Message)
+		}
+		return false, fmt.Errorf("%s events so far: %q", reason, seen)
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
+	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
 // stopReport is the part of GET /report this test reads.
@@ -144,7 +145,7 @@ func TestRunEndsWhenItsContainerdDies(t *testing.T) {
 	dir := tempDir(t)
 	dataDir := filepath.Join(dir, "data")
 	cmd := exec.Command(holdfastBin, "run", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--log-format", "json")
-	var stderr syncWriter
+	var stderr testenv.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -9,12 +9,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
+	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
 // TestDirectSyncsBeforeCommit traces `holdfast import` on the direct path
@@ -227,7 +227,7 @@ func TestSpoolDeletedOnlyWhenDurable(t *testing.T) {
 				metaDB := filepath.Join(filepath.Dir(root), "io.containerd.metadata.v1.bolt", "meta.db")
 
 				ctrTrace, hfTrace := filepath.Join(dir, "containerd.trace"), filepath.Join(dir, "holdfast.trace")
-				attached := &syncWriter{}
+				attached := &testenv.Buffer{}
 				tracer := exec.Command(strace, "-f", "-ttt", "-T", "-y", "-o", ctrTrace, "-e", "trace=fsync,fdatasync,rename,renameat,renameat2",
 					"-p", strconv.Itoa(socketPID(t, d.Address)))
 				tracer.Stderr = attached
@@ -313,22 +313,4 @@ func TestSpoolDeletedOnlyWhenDurable(t *testing.T) {
 			})
 		}
 	})
-}
-
-// syncWriter is a strings.Builder one goroutine writes to while another reads.
-type syncWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
