@@ -1,0 +1,150 @@
+// Package runtimetest is the behaviour every runtime.Runtime must have where
+// holdfast's promises rest on it: pins that touch nothing else, a user's own
+// pin outliving holdfast's, retargeting, and leases that are holdfast's only.
+// The fake passes it in unit tests; containerd's adapter passes it in the
+// end-to-end suite, on every containerd the suite runs. A backend that passes
+// it can be trusted with the agent's logic that the fake's unit tests check.
+package runtimetest
+
+import (
+	"context"
+	"testing"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/runtime"
+)
+
+// Backend is one store under test.
+type Backend struct {
+	Runtime runtime.Runtime
+	// CreateRecord makes an image record as a user, a pull or the CRI would,
+	// with exactly these labels.
+	CreateRecord func(t *testing.T, img runtime.Image)
+	// Targets are two image targets whose content the store holds.
+	Targets [2]ocispec.Descriptor
+}
+
+// Run runs the suite; newBackend makes a fresh store for each test. Record
+// names start with prefix, which no other record of the store has.
+func Run(t *testing.T, prefix string, newBackend func(t *testing.T) Backend) {
+	for _, c := range []struct {
+		name string
+		f    func(*testing.T, Backend, string)
+	}{
+		{"PinCreates", pinCreates},
+		{"PinTwiceChangesNothing", pinTwice},
+		{"PinRetargets", pinRetargets},
+		{"PinKeepsOtherLabels", pinKeepsOtherLabels},
+		{"UserPinOutlivesHoldfasts", userPinOutlives},
+		{"UnpinLeavesForeignPins", unpinLeavesForeign},
+		{"ReleaseOnlyHoldfasts", releaseOnlyHoldfasts},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.f(t, newBackend(t), prefix+c.name+":1") })
+	}
+}
+
+func record(t *testing.T, b Backend, name string) (runtime.Image, bool) {
+	t.Helper()
+	recs, err := b.Runtime.Records(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return runtime.Image{}, false
+}
+
+func pinned(img runtime.Image) bool { return img.Pinned() && img.Owned() }
+
+func pin(t *testing.T, b Backend, w runtime.Want, first bool) runtime.PinResult {
+	t.Helper()
+	res, err := b.Runtime.Pin(context.Background(), w, runtime.FirstPin(first))
+	if err != nil {
+		t.Fatalf("pin %s: %v", w.Name, err)
+	}
+	return res
+}
+
+func unpin(t *testing.T, b Backend, name string) {
+	t.Helper()
+	if err := b.Runtime.Unpin(context.Background(), name); err != nil {
+		t.Fatalf("unpin %s: %v", name, err)
+	}
+}
+
+// pinCreates: pinning a name that has no record makes one, at the target,
+// with both pin labels.
+func pinCreates(t *testing.T, b Backend, name string) {
+	res := pin(t, b, runtime.Want{Name: name, Target: b.Targets[0]}, true)
+	img, ok := record(t, b, name)
+	if !ok || !pinned(img) || img.Target.Digest != b.Targets[0].Digest || !res.Created {
+		t.Errorf("after a pin of a missing record: %+v (found %v), result %+v", img, ok, res)
+	}
+}
+
+// pinTwice: a second pin of a pinned record changes nothing.
+func pinTwice(t *testing.T, b Backend, name string) {
+	w := runtime.Want{Name: name, Target: b.Targets[0]}
+	pin(t, b, w, true)
+	if res := pin(t, b, w, false); res.Changed() {
+		t.Errorf("a second pin changed the record: %+v", res)
+	}
+}
+
+// pinRetargets: a record someone pointed elsewhere is pointed back and pinned.
+func pinRetargets(t *testing.T, b Backend, name string) {
+	b.CreateRecord(t, runtime.Image{Name: name, Target: b.Targets[1]})
+	res := pin(t, b, runtime.Want{Name: name, Target: b.Targets[0]}, true)
+	img, _ := record(t, b, name)
+	if !res.Retargeted || img.Target.Digest != b.Targets[0].Digest || !pinned(img) {
+		t.Errorf("pin over a re-pointed record: %+v, result %+v", img, res)
+	}
+}
+
+// pinKeepsOtherLabels: pin and unpin touch no label but the pin labels.
+func pinKeepsOtherLabels(t *testing.T, b Backend, name string) {
+	b.CreateRecord(t, runtime.Image{Name: name, Target: b.Targets[0], Labels: map[string]string{"example.com/owner": "team-a"}})
+	pin(t, b, runtime.Want{Name: name, Target: b.Targets[0]}, true)
+	unpin(t, b, name)
+	img, _ := record(t, b, name)
+	if img.Labels["example.com/owner"] != "team-a" || img.Pinned() || img.Owned() {
+		t.Errorf("after pin and unpin: labels %v; want the owner label alone", img.Labels)
+	}
+}
+
+// userPinOutlives: a CRI pin a user set before holdfast's first pin stays
+// when holdfast unpins.
+func userPinOutlives(t *testing.T, b Backend, name string) {
+	b.CreateRecord(t, runtime.Image{Name: name, Target: b.Targets[0], Labels: map[string]string{runtime.LabelCRIPinned: runtime.PinnedValue}})
+	pin(t, b, runtime.Want{Name: name, Target: b.Targets[0]}, true)
+	img, _ := record(t, b, name)
+	if !pinned(img) || img.Labels[runtime.LabelPriorPin] != "true" {
+		t.Fatalf("pin over a user's pin: labels %v; want both pins and the prior pin", img.Labels)
+	}
+	unpin(t, b, name)
+	img, _ = record(t, b, name)
+	if !img.Pinned() || img.Owned() || img.Labels[runtime.LabelPriorPin] != "" {
+		t.Errorf("after unpin: labels %v; want the user's CRI pin alone", img.Labels)
+	}
+}
+
+// unpinLeavesForeign: unpin leaves a record holdfast does not own as it is.
+func unpinLeavesForeign(t *testing.T, b Backend, name string) {
+	b.CreateRecord(t, runtime.Image{Name: name, Target: b.Targets[0], Labels: map[string]string{runtime.LabelCRIPinned: runtime.PinnedValue}})
+	unpin(t, b, name)
+	img, ok := record(t, b, name)
+	if !ok || !img.Pinned() {
+		t.Errorf("unpin of a record holdfast does not own: %+v (found %v); want it untouched", img, ok)
+	}
+}
+
+// releaseOnlyHoldfasts: a lease that is not holdfast's is never released.
+func releaseOnlyHoldfasts(t *testing.T, b Backend, _ string) {
+	if err := b.Runtime.Release(context.Background(), "someone-else/lease"); err == nil {
+		t.Error("a lease outside holdfast/ was released")
+	}
+}

@@ -1,0 +1,44 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	"github.com/containerd/containerd/v2/core/images"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/fixture"
+	"github.com/holdfast-project/holdfast/internal/runtime"
+	hfcontainerd "github.com/holdfast-project/holdfast/internal/runtime/containerd"
+	"github.com/holdfast-project/holdfast/internal/runtime/runtimetest"
+)
+
+// TestRuntimeConformance: containerd's adapter behaves as the suite says
+// every runtime must (the fake passes the same suite in its unit tests), on
+// the embedded containerd and on Debian's 1.6.
+func TestRuntimeConformance(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		var targets [2]ocispec.Descriptor
+		for i, name := range []string{"e2e.local/conformance/a:1", "e2e.local/conformance/b:1"} {
+			img := build(t, fixture.ImageSpec{Names: []string{name}})
+			keepCtrImport(t, d, img)
+			targets[i] = img.Target
+		}
+		rt, err := hfcontainerd.New(context.Background(), d.Address, namespace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rt.Close() })
+		runtimetest.Run(t, "e2e.local/conformance/"+d.Name+"/", func(t *testing.T) runtimetest.Backend {
+			return runtimetest.Backend{
+				Runtime: rt,
+				CreateRecord: func(t *testing.T, img runtime.Image) {
+					if _, err := d.Client.ImageService().Create(d.ctx(), images.Image{Name: img.Name, Target: img.Target, Labels: img.Labels}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Targets: targets,
+			}
+		})
+	})
+}
