@@ -1,7 +1,6 @@
 package containerd
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,10 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
-	"github.com/containerd/containerd/v2/core/content"
-	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -103,156 +99,6 @@ func (d *directWriter) rootFor(ctx context.Context, r *Runtime) (string, error) 
 		return "", fmt.Errorf("--write-path=direct: %w", d.err)
 	}
 	return d.root, nil
-}
-
-// ContentRootOff checks, now, the content store's directory as holdfast
-// sees it, and returns why what needs it runs off: with --write-path=auto,
-// direct writes (imports stream blobs instead); with stream and a
-// --content-root given, the checks that read it. nil when all is well, when
-// nothing asks for the directory, and with --write-path=direct (its imports
-// fail, saying why).
-func (r *Runtime) ContentRootOff(ctx context.Context) error {
-	d := r.direct
-	if d == nil {
-		return nil
-	}
-	switch d.opts.Path {
-	case WriteAuto:
-		if _, err := d.rootFor(ctx, r); err != nil {
-			return err
-		}
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if d.err != nil {
-			return fmt.Errorf("%w: imports stream blobs through containerd", d.err)
-		}
-		return nil
-	case WriteDirect:
-		return nil
-	}
-	root := d.opts.ContentRoot
-	if root == "" {
-		return nil
-	}
-	off := func(err error) error {
-		return fmt.Errorf("%w: the free-space and blob-file checks do not see containerd's store", err)
-	}
-	if _, err := os.Stat(root); err != nil {
-		return off(err)
-	}
-	if err := r.probeRoot(ctx, root); err != nil {
-		return off(err)
-	}
-	return nil
-}
-
-// resolve finds the content root and checks holdfast can write blobs there
-// that containerd will take as its own.
-func (d *directWriter) resolve(ctx context.Context, r *Runtime) (string, error) {
-	root := d.opts.ContentRoot
-	if root == "" {
-		var err error
-		if root, err = r.contentRoot(ctx); err != nil {
-			return "", fmt.Errorf("asking containerd for its content store's directory: %w", err)
-		}
-	}
-	policy, err := r.contentPolicy(ctx)
-	if err != nil {
-		return "", fmt.Errorf("asking containerd for its content sharing policy: %w", err)
-	}
-	// Only a shared store commits a blob whose file exists by metadata alone;
-	// containerd 1.6 does not export the policy, and shared is its default.
-	if policy != "" && policy != "shared" {
-		return "", fmt.Errorf("containerd's content sharing policy is %q, not shared", policy)
-	}
-	if fi, err := os.Stat(root); err != nil {
-		return "", err
-	} else if !fi.IsDir() {
-		return "", fmt.Errorf("%s is not a directory", root)
-	}
-	if err := r.probeRoot(ctx, root); err != nil {
-		return "", err
-	}
-	blobs := filepath.Join(root, "blobs", "sha256")
-	if err := os.MkdirAll(blobs, 0o755); err != nil {
-		return "", fmt.Errorf("creating %s: %w", blobs, err)
-	}
-	tmp := filepath.Join(root, tempDirName)
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return "", fmt.Errorf("creating %s: %w", tmp, err)
-	}
-	if err := sameFS(blobs, tmp); err != nil {
-		return "", err
-	}
-	if err := sweepTemp(tmp, func(p string) bool { return r.reapJournal(ctx, root, p) }); err != nil {
-		return "", err
-	}
-	return root, nil
-}
-
-// probeRoot proves root is the directory containerd keeps its blobs in:
-// a small blob of its own, written through containerd's content API under a
-// lease, must appear there with its bytes. Blobs being there is no proof: a
-// directory holdfast (or anyone) once filled with copies has them too. The
-// probe stays until the Runtime is closed (see dropProbe): removing it now
-// would set containerd's GC off in the middle of the first import, and a GC
-// removes the files of blobs linked and not yet committed.
-func (r *Runtime) probeRoot(ctx context.Context, root string) error {
-	data := []byte("holdfast: a probe of the content store's directory " + randomHex(16) + "\n")
-	desc := ocispec.Descriptor{MediaType: "application/octet-stream", Digest: digest.FromBytes(data), Size: int64(len(data))}
-	file := filepath.Join(root, "blobs", desc.Digest.Algorithm().String(), desc.Digest.Encoded())
-	ls := r.client.LeasesService()
-	l, err := ls.Create(ctx, leases.WithRandomID(), leases.WithExpiration(24*time.Hour))
-	if err != nil {
-		return fmt.Errorf("probing %s: creating a lease: %w", root, err)
-	}
-	cs := r.client.ContentStore()
-	r.direct.probe = func(ctx context.Context) {
-		// Its bytes are unique: nothing else can want its file.
-		if cs.Delete(ctx, desc.Digest) == nil {
-			_ = os.Remove(file)
-		}
-		_ = ls.Delete(ctx, l)
-	}
-	if err := content.WriteBlob(leases.WithLease(ctx, l.ID), cs, refPrefix+"probe-"+randomHex(8), bytes.NewReader(data), desc); err != nil {
-		return fmt.Errorf("probing %s: writing a blob through containerd: %w", root, err)
-	}
-	got, err := os.ReadFile(file)
-	if err != nil || !bytes.Equal(got, data) {
-		return fmt.Errorf("%s is not containerd's content store: a blob written through containerd (%s) is not there", root, desc.Digest)
-	}
-	return nil
-}
-
-// dropProbe removes the probe blob, if one was written.
-func (d *directWriter) dropProbe(ctx context.Context) {
-	if d == nil {
-		return
-	}
-	d.mu.Lock()
-	probe := d.probe
-	d.probe = nil
-	d.mu.Unlock()
-	if probe != nil {
-		ctx, cancel := context.WithTimeout(ctx, abandonTimeout)
-		defer cancel()
-		probe(ctx)
-	}
-}
-
-// contentPolicy is the metadata plugin's content sharing policy; "" when it
-// does not say.
-func (r *Runtime) contentPolicy(ctx context.Context) (string, error) {
-	resp, err := r.client.IntrospectionService().Plugins(ctx, metadataPlugin)
-	if err != nil {
-		return "", err
-	}
-	for _, p := range resp.Plugins {
-		if policy := p.Exports["policy"]; policy != "" {
-			return policy, nil
-		}
-	}
-	return "", nil
 }
 
 // sameFS refuses two directories on different filesystems: a link between
