@@ -509,14 +509,10 @@ func importRequest(src source.Source, kept bool, progress Progress) hfruntime.Im
 	}
 }
 
-// Plan reads the store and returns what reconciling it with scan would do.
-// Sources that are not archives (pin lists) are present as given in lists.
-func Plan(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present) (reconcile.Plan, error) {
-	return planWith(ctx, rt, scan, imported, lists, nil, nil, nil)
-}
-
-// planWith is Plan with the leases given when the caller has read them
-// already, and hold saying which gone sources keep their leases this pass.
+// planWith reads the store (unless the caller has read the leases and
+// records already) and returns what reconciling it with scan would do.
+// Sources that are not archives (lists) are present as given in lists; hold
+// says which gone sources keep their leases this pass.
 func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present,
 	leases []hfruntime.SourceState, records []hfruntime.Image, hold func(string) bool) (reconcile.Plan, error) {
 	var err error
