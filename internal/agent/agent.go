@@ -15,6 +15,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/source"
+	"github.com/holdfast-project/holdfast/internal/watch"
 )
 
 // Recorder receives what the agent does, for metrics. *metrics.Metrics is one.
@@ -248,7 +249,7 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	events, streamErr := a.rt.WatchImages(ctx)
 	a.rec.SetConnected(true)
 
-	w, err := newWatcher(append(append([]string{}, a.cfg.ImageDirs...), a.cfg.SpoolDirs...), a.cfg.Settle, a.log)
+	w, err := watch.New(append(append([]string{}, a.cfg.ImageDirs...), a.cfg.SpoolDirs...), a.cfg.Settle, a.log)
 	if err != nil {
 		return err
 	}

@@ -345,7 +345,7 @@ var sabotages = []sabotage{
 		// Every event on a dotfile is ignored, ..data and renames too: the
 		// kubelet's atomic swap of a ConfigMap volume goes unseen, and a
 		// cluster pin set changed with helm upgrade waits for the next resync.
-		edits: []edit{{"internal/agent/watch.go",
+		edits: []edit{{"internal/watch/watch.go",
 			"strings.HasPrefix(base, \".\") && base != kubeletData &&\n\t\t\t\t!ev.Has(fsnotify.Rename) && !ev.Has(fsnotify.Remove) {",
 			"strings.HasPrefix(base, \".\") {"}},
 		tests: []tests{{"./internal/agent", []string{"TestAgentConfigMapPins"}, nil}},

@@ -1,4 +1,4 @@
-package agent
+package watch
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ func names(ev []string) []string { return ev }
 // then names one of ignored. Events arrive in the order of the changes, so a
 // change that must be ignored, made before the change to path, is a barrier:
 // had it been reported, it would be reported first.
-func expectNamed(t *testing.T, w *watcher, path string, ignored ...string) {
+func expectNamed(t *testing.T, w *Watcher, path string, ignored ...string) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -44,7 +44,7 @@ func expectNamed(t *testing.T, w *watcher, path string, ignored ...string) {
 
 // expectProbeReported writes probe files into dir until an event names one:
 // the dir is watched again (it was deleted, mounted over, or did not exist).
-func expectProbeReported(t *testing.T, w *watcher, dir string) {
+func expectProbeReported(t *testing.T, w *Watcher, dir string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for i := 0; time.Now().Before(deadline); i++ {
@@ -69,9 +69,9 @@ func expectProbeReported(t *testing.T, w *watcher, dir string) {
 	t.Fatalf("no write in %s was reported: the dir is not watched", dir)
 }
 
-func startInotify(t *testing.T, dirs ...string) *watcher {
+func startInotify(t *testing.T, dirs ...string) *Watcher {
 	t.Helper()
-	w, err := newWatcher(dirs, time.Second, slog.New(slog.DiscardHandler))
+	w, err := New(dirs, time.Second, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,22 +230,4 @@ func mountTmpfs(t *testing.T, dir string) {
 		t.Fatalf("mounting a tmpfs on %s: %v", dir, err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-}
-
-// mkLayout makes an empty OCI layout dir (a source the scan finds).
-func mkLayout(t *testing.T, dir string) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "index.json"), []byte(`{"schemaVersion":2,"manifests":[]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	past := time.Now().Add(-time.Hour)
-	if err := os.Chtimes(filepath.Join(dir, "index.json"), past, past); err != nil {
-		t.Fatal(err)
-	}
 }

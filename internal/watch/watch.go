@@ -1,4 +1,6 @@
-package agent
+// Package watch says when something in the images dirs and spool dirs may
+// have changed: inotify where it can, polling where it cannot.
+package watch
 
 import (
 	"errors"
@@ -18,7 +20,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/source"
 )
 
-// watcher says when something in the images dirs may have changed. It uses
+// Watcher says when something in the images dirs may have changed. It uses
 // inotify on every dir and subdir (never a sibling), and falls back to polling
 // the dirs when inotify cannot be used.
 //
@@ -28,7 +30,7 @@ import (
 // (device and inode of the directory it resolves to) every recheck interval,
 // and at once when inotify says a watched dir went, and watches it again
 // whenever it changed, reporting the change.
-type watcher struct {
+type Watcher struct {
 	fs      *fsnotify.Watcher
 	dirs    []string
 	roots   []*watchRoot // used by loop only
@@ -56,13 +58,15 @@ const kubeletData = "..data"
 // maxNames caps the paths one event reports (they are only logged).
 const maxNames = 16
 
-func newWatcher(dirs []string, settle time.Duration, log *slog.Logger) (*watcher, error) {
+// New watches dirs; a file counts as written once it has stayed unchanged
+// for settle.
+func New(dirs []string, settle time.Duration, log *slog.Logger) (*Watcher, error) {
 	return startWatcher(dirs, settle, log, false)
 }
 
 // startWatcher starts a watcher; forcePoll skips inotify (tests).
-func startWatcher(dirs []string, settle time.Duration, log *slog.Logger, forcePoll bool) (*watcher, error) {
-	w := &watcher{dirs: dirs, out: make(chan []string, 1), refresh: make(chan struct{}, 1), done: make(chan struct{}), log: log,
+func startWatcher(dirs []string, settle time.Duration, log *slog.Logger, forcePoll bool) (*Watcher, error) {
+	w := &Watcher{dirs: dirs, out: make(chan []string, 1), refresh: make(chan struct{}, 1), done: make(chan struct{}), log: log,
 		poll: max(settle/2, time.Second), quiet: 200 * time.Millisecond, recheck: time.Second}
 	var fw *fsnotify.Watcher
 	err := errors.New("polling was asked for")
@@ -96,18 +100,18 @@ func startWatcher(dirs []string, settle time.Duration, log *slog.Logger, forcePo
 }
 
 // Events delivers the paths of one burst of changes (up to maxNames).
-func (w *watcher) Events() <-chan []string { return w.out }
+func (w *Watcher) Events() <-chan []string { return w.out }
 
 // Refresh walks every images dir again and watches what is not watched (a
 // subdirectory mounted over, say). The agent calls it at each resync.
-func (w *watcher) Refresh() {
+func (w *Watcher) Refresh() {
 	select {
 	case w.refresh <- struct{}{}:
 	default:
 	}
 }
 
-func (w *watcher) Close() {
+func (w *Watcher) Close() {
 	close(w.done)
 	if w.fs != nil {
 		w.fs.Close()
@@ -117,7 +121,7 @@ func (w *watcher) Close() {
 // checkRoot resolves an images dir and watches it again if it is not the
 // directory last watched (or, with force, in any case). It says what changed
 // ("" for nothing); the error is one that inotify cannot go on with.
-func (w *watcher) checkRoot(r *watchRoot, force bool) (string, error) {
+func (w *Watcher) checkRoot(r *watchRoot, force bool) (string, error) {
 	real, err := filepath.EvalSymlinks(r.path)
 	var st syscall.Stat_t
 	if err == nil {
@@ -159,7 +163,7 @@ func (w *watcher) checkRoot(r *watchRoot, force bool) (string, error) {
 
 // checkRoots checks every images dir (see checkRoot) and returns the paths
 // of those that changed.
-func (w *watcher) checkRoots(force bool) []string {
+func (w *Watcher) checkRoots(force bool) []string {
 	var changed []string
 	for _, r := range w.roots {
 		what, err := w.checkRoot(r, force)
@@ -177,13 +181,13 @@ func (w *watcher) checkRoots(force bool) []string {
 }
 
 // watched reports whether inotify watches dir.
-func (w *watcher) watched(dir string) bool {
+func (w *Watcher) watched(dir string) bool {
 	return slices.Contains(w.fs.WatchList(), dir)
 }
 
 // unwatch drops the watches on dir and below (a directory that went, or the
 // one a path no longer leads to).
-func (w *watcher) unwatch(dir string) {
+func (w *Watcher) unwatch(dir string) {
 	for _, p := range w.fs.WatchList() {
 		if p == dir || strings.HasPrefix(p, dir+string(filepath.Separator)) {
 			_ = w.fs.Remove(p)
@@ -192,7 +196,7 @@ func (w *watcher) unwatch(dir string) {
 }
 
 // addTree watches dir and every subdirectory that can hold sources.
-func (w *watcher) addTree(dir string) error {
+func (w *Watcher) addTree(dir string) error {
 	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
@@ -215,9 +219,9 @@ func (w *watcher) addTree(dir string) error {
 
 // given names a path under the directory an images dir resolved to under
 // the images dir as given, as sources are named.
-func (w *watcher) given(path string) string {
+func (w *Watcher) given(path string) string {
 	for _, r := range w.roots {
-		if r.real != "" && r.real != r.path && under([]string{r.real}, path) {
+		if r.real != "" && r.real != r.path && (path == r.real || strings.HasPrefix(path, r.real+string(filepath.Separator))) {
 			return filepath.Join(r.path, strings.TrimPrefix(path, r.real))
 		}
 	}
@@ -225,7 +229,7 @@ func (w *watcher) given(path string) string {
 }
 
 // isRoot reports whether path is a directory an images dir resolved to.
-func (w *watcher) isRoot(path string) bool {
+func (w *Watcher) isRoot(path string) bool {
 	for _, r := range w.roots {
 		if r.real != "" && r.real == path {
 			return true
@@ -234,7 +238,7 @@ func (w *watcher) isRoot(path string) bool {
 	return false
 }
 
-func (w *watcher) loop() {
+func (w *Watcher) loop() {
 	var pending []string
 	note := func(paths ...string) {
 		for _, p := range paths {
@@ -308,7 +312,7 @@ func (w *watcher) loop() {
 
 // pollLoop compares the dirs' sources every poll interval and reports the
 // paths of those that were added, removed or changed.
-func (w *watcher) pollLoop(last map[string]string) {
+func (w *Watcher) pollLoop(last map[string]string) {
 	t := time.NewTicker(w.poll)
 	defer t.Stop()
 	for {
