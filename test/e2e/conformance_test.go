@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/images"
@@ -24,6 +27,9 @@ func TestRuntimeConformance(t *testing.T) {
 			keepCtrImport(t, d, img)
 			targets[i] = img.Target
 		}
+		imported := build(t, fixture.ImageSpec{Names: []string{"e2e.local/conformance/imported:1"}})
+		archive := filepath.Join(tempDir(t), "imported.tar")
+		writeDockerSave(t, archive, imported)
 		rt, err := hfcontainerd.New(context.Background(), d.Address, namespace)
 		if err != nil {
 			t.Fatal(err)
@@ -38,6 +44,8 @@ func TestRuntimeConformance(t *testing.T) {
 					}
 				},
 				Targets: targets,
+				Archive: func() (io.ReadCloser, error) { return os.Open(archive) },
+				Name:    "e2e.local/conformance/imported:1",
 			}
 		})
 	})

@@ -1,6 +1,8 @@
 // Package fake is an in-memory runtime.Runtime for unit tests of pure logic:
-// records with labels, source states and a content set. It imports nothing
-// and pulls nothing unless a test says how.
+// records with labels, source states, and a content store with leases. Its
+// Import runs the real import (importer.Import) over that store, unless a
+// test answers imports itself (ImportFunc); it pulls nothing unless a test
+// says how.
 package fake
 
 import (
@@ -13,6 +15,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -20,11 +23,17 @@ import (
 type Runtime struct {
 	ImportFunc func(runtime.ImportRequest) (runtime.ImportResult, error)
 	PullFunc   func(ref string) (runtime.Want, error)
+	// WriteDocErr, when set, fails every document the real import writes:
+	// an import that breaks half-way.
+	WriteDocErr error
 
 	mu      sync.Mutex
 	records map[string]runtime.Image
 	states  map[string]runtime.SourceState
-	content map[digest.Digest]bool
+	blobs   map[digest.Digest][]byte
+	leases  map[string]*fakeLease
+	docs    []digest.Digest // documents the imports wrote, in order
+	syncs   int             // Sync calls of the imports
 	events  chan runtime.ImageEvent
 	pins    map[string]int // Pin calls by name, whether they changed anything or not
 	lists   int            // Records calls
@@ -39,7 +48,7 @@ var _ runtime.Runtime = &Runtime{}
 // New makes an empty fake.
 func New() *Runtime {
 	return &Runtime{records: map[string]runtime.Image{}, states: map[string]runtime.SourceState{},
-		content: map[digest.Digest]bool{}, events: make(chan runtime.ImageEvent, 64), pins: map[string]int{}}
+		blobs: map[digest.Digest][]byte{}, leases: map[string]*fakeLease{}, events: make(chan runtime.ImageEvent, 64), pins: map[string]int{}}
 }
 
 // Emit sends an image event to the watcher.
@@ -139,9 +148,13 @@ func (r *Runtime) Server(context.Context) (runtime.ServerInfo, error) {
 	return runtime.ServerInfo{Version: "fake"}, nil
 }
 
-// Import answers from ImportFunc, but for a source whose intact state at this
+// Import runs the real import over the fake's store; with an ImportFunc, it
+// answers from that instead, but for a source whose intact state at this
 // identity is given as Prior: that one is unchanged, as with containerd.
 func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
+	if r.ImportFunc == nil {
+		return importer.Import(ctx, store{r}, req)
+	}
 	res, err := r.DryImport(ctx, req)
 	if err == nil && !res.Unchanged {
 		r.PutState(runtime.SourceState{Lease: res.Lease, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: res.Images, Kept: req.Kept})
@@ -150,12 +163,12 @@ func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtim
 }
 
 // DryImport is what Import would answer, storing nothing.
-func (r *Runtime) DryImport(_ context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
+func (r *Runtime) DryImport(ctx context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
 	if p := req.Prior; p != nil && p.Complete && p.Intact && p.Identity == req.Identity {
 		return runtime.ImportResult{Lease: p.Lease, Images: p.Images, Unchanged: true}, nil
 	}
 	if r.ImportFunc == nil {
-		return runtime.ImportResult{}, errors.New("fake: no ImportFunc")
+		return importer.Import(ctx, importer.DryRun(store{r}), req)
 	}
 	return r.ImportFunc(req)
 }
@@ -278,6 +291,7 @@ func (r *Runtime) Release(_ context.Context, lease string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.states, lease)
+	delete(r.leases, lease)
 	return nil
 }
 

@@ -8,6 +8,9 @@ package runtimetest
 
 import (
 	"context"
+	"io"
+	"slices"
+	"strings"
 	"testing"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -23,6 +26,9 @@ type Backend struct {
 	CreateRecord func(t *testing.T, img runtime.Image)
 	// Targets are two image targets whose content the store holds.
 	Targets [2]ocispec.Descriptor
+	// Archive opens an archive of one image, named Name.
+	Archive func() (io.ReadCloser, error)
+	Name    string
 }
 
 // Run runs the suite; newBackend makes a fresh store for each test. Record
@@ -39,6 +45,7 @@ func Run(t *testing.T, prefix string, newBackend func(t *testing.T) Backend) {
 		{"UserPinOutlivesHoldfasts", userPinOutlives},
 		{"UnpinLeavesForeignPins", unpinLeavesForeign},
 		{"ReleaseOnlyHoldfasts", releaseOnlyHoldfasts},
+		{"ImportLeasesThenUnchanged", importLeases},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, newBackend(t), prefix+c.name+":1") })
 	}
@@ -146,5 +153,48 @@ func unpinLeavesForeign(t *testing.T, b Backend, name string) {
 func releaseOnlyHoldfasts(t *testing.T, b Backend, _ string) {
 	if err := b.Runtime.Release(context.Background(), "someone-else/lease"); err == nil {
 		t.Error("a lease outside holdfast/ was released")
+	}
+}
+
+// importLeases: an import leases the archive's images under the source's
+// lease, Sources reports it complete and intact, the same identity again is
+// unchanged, and a release ends it.
+func importLeases(t *testing.T, b Backend, name string) {
+	ctx := context.Background()
+	source := "/conformance/" + strings.NewReplacer("/", "_", ":", "_").Replace(name) + ".tar"
+	req := runtime.ImportRequest{Source: source, Identity: "id-1", Open: b.Archive}
+	res, err := b.Runtime.Import(ctx, req)
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if res.Lease != runtime.LeaseID(source, "id-1") || res.Unchanged || !slices.ContainsFunc(res.Images, func(w runtime.Want) bool { return w.Name == b.Name }) {
+		t.Fatalf("import: %+v; want lease %s with %s", res, runtime.LeaseID(source, "id-1"), b.Name)
+	}
+	var st runtime.SourceState
+	states, err := b.Runtime.Sources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range states {
+		if s.Lease == res.Lease {
+			st = s
+		}
+	}
+	if st.Source != source || st.Identity != "id-1" || !st.Complete || !st.Intact || len(st.Images) != len(res.Images) || len(st.Blobs) == 0 {
+		t.Fatalf("Sources reports %+v", st)
+	}
+	req.Prior = &st
+	req.Open = func() (io.ReadCloser, error) { t.Error("an unchanged source was opened"); return b.Archive() }
+	if again, err := b.Runtime.Import(ctx, req); err != nil || !again.Unchanged {
+		t.Errorf("the same identity again: %+v, %v; want unchanged", again, err)
+	}
+	if err := b.Runtime.Release(ctx, res.Lease); err != nil {
+		t.Fatal(err)
+	}
+	states, _ = b.Runtime.Sources(ctx)
+	for _, s := range states {
+		if s.Lease == res.Lease {
+			t.Errorf("released lease %s still reported", res.Lease)
+		}
 	}
 }
