@@ -105,7 +105,7 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 					_ = notify.Ready()
 				})
 			})
-			err = waitBounded(ctx, g, shutdownTimeout)
+			err = waitBounded(runCtx, g, shutdownTimeout)
 			_ = notify.Stopping()
 			if err != nil {
 				return err
@@ -134,8 +134,8 @@ var errAgentDone = errors.New("the agent stopped")
 // agent has stopped or one of them failed.
 const shutdownTimeout = 20 * time.Second
 
-// waitBounded waits for g. Once ctx is done (SIGTERM) or a part of g has
-// ended, the rest get shutdownTimeout to end too; run then returns anyway.
+// waitBounded waits for g. Once ctx is done (SIGTERM, a part of g failed, or
+// the agent ended), the rest get limit to end too; run then returns anyway.
 func waitBounded(ctx context.Context, g *errgroup.Group, limit time.Duration) error {
 	done := make(chan error, 1)
 	go func() { done <- g.Wait() }()
