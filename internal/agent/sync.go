@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -245,19 +244,18 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	if serr == nil && rerr == nil && len(imported) == 0 && !a.eventsSince(seen) {
 		unchanged, current = states, records
 	}
-	plan, err := planWith(ctx, a.rt, scan, imported, lists, unchanged, current, func(path string) bool { return under(writing, path) })
+	// A list just written (`holdfast pin`, say) that the pass leaves to
+	// settle has no lease yet: as its file stands, it may want what the plan
+	// would unpin.
+	var named func(string) bool
+	if len(waitingLists) > 0 {
+		standing := standingOf(waitingLists, nil)
+		named = func(name string) bool { return standing.Err != nil || standing.Wants(name) }
+	}
+	plan, err := planWith(ctx, a.rt, scan, imported, lists, unchanged, current, func(path string) bool { return under(writing, path) }, named)
 	if err != nil {
 		sum.Failures = append(sum.Failures, err)
 	} else {
-		if len(waitingLists) > 0 {
-			// A list just written (`holdfast pin`, say) that the pass leaves
-			// to settle has no lease yet: as its file stands, it may want
-			// what the plan would unpin.
-			standing := standingOf(waitingLists, nil)
-			plan.Unpins = slices.DeleteFunc(plan.Unpins, func(u reconcile.Unpin) bool {
-				return standing.Err != nil || standing.Wants(u.Name)
-			})
-		}
 		a.recordPlan(plan)
 		a.apply(ctx, plan, &sum)
 		a.removeSpooled(ctx, spooled, &sum)
@@ -512,9 +510,10 @@ func importRequest(src source.Source, kept bool, progress Progress) hfruntime.Im
 // planWith reads the store (unless the caller has read the leases and
 // records already) and returns what reconciling it with scan would do.
 // Sources that are not archives (lists) are present as given in lists; hold
-// says which gone sources keep their leases this pass.
+// says which gone sources keep their leases this pass, named which names are
+// not unpinned (reconcile.Input).
 func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present,
-	leases []hfruntime.SourceState, records []hfruntime.Image, hold func(string) bool) (reconcile.Plan, error) {
+	leases []hfruntime.SourceState, records []hfruntime.Image, hold, named func(string) bool) (reconcile.Plan, error) {
 	var err error
 	if leases == nil {
 		if leases, err = rt.Sources(ctx); err != nil {
@@ -540,6 +539,7 @@ func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imp
 		Present:  present,
 		Unknown:  unknown(scan, leases),
 		Hold:     hold,
+		Named:    named,
 		Imported: imported,
 		Records:  records,
 		// An unfinished kept import may be in flight in another process.

@@ -100,6 +100,9 @@ type Input struct {
 	// copies the new archive in, then deletes the old one). Their leases are
 	// kept as they are, and they are listed in Plan.Held.
 	Hold func(path string) bool
+	// Named holds names that are never unpinned this pass: a list still being
+	// written names them as its file stands, though no lease says so yet.
+	Named func(name string) bool
 	// Imported holds the leases this pass imported: their pins are "new", not heals.
 	Imported map[string]bool
 	// Records is every image record in the namespace.
@@ -181,7 +184,7 @@ func Diff(in Input) Plan {
 		plan.Pins = append(plan.Pins, Pin{Want: c.want, Reason: reason, Source: c.state.Source, Lease: c.state.Lease})
 	}
 	for name, rec := range records {
-		if _, ok := wanted[name]; ok || !rec.Owned() {
+		if _, ok := wanted[name]; ok || !rec.Owned() || (in.Named != nil && in.Named(name)) {
 			continue
 		}
 		plan.Unpins = append(plan.Unpins, Unpin{Name: name, Reason: ReasonUnwanted})

@@ -66,8 +66,8 @@ var sabotages = []sabotage{
 		name: "diff-unpins-unowned",
 		// The plan unpins records holdfast does not own.
 		edits: []edit{{"internal/reconcile/reconcile.go",
-			"if _, ok := wanted[name]; ok || !rec.Owned() {",
-			"if _, ok := wanted[name]; ok || rec.Name == \"\" {"}},
+			"if _, ok := wanted[name]; ok || !rec.Owned() || (in.Named != nil && in.Named(name)) {",
+			"if _, ok := wanted[name]; ok || rec.Name == \"\" || (in.Named != nil && in.Named(name)) {"}},
 		tests: []tests{{"./internal/reconcile", []string{"TestDiff"}, nil}},
 	},
 	{
@@ -76,8 +76,8 @@ var sabotages = []sabotage{
 		// pin off a record holdfast never pinned.
 		edits: []edit{
 			{"internal/reconcile/reconcile.go",
-				"if _, ok := wanted[name]; ok || !rec.Owned() {",
-				"if _, ok := wanted[name]; ok || rec.Name == \"\" {"},
+				"if _, ok := wanted[name]; ok || !rec.Owned() || (in.Named != nil && in.Named(name)) {",
+				"if _, ok := wanted[name]; ok || rec.Name == \"\" || (in.Named != nil && in.Named(name)) {"},
 			{"internal/runtime/containerd/records.go",
 				"\tif img.Labels[runtime.LabelPinned] != runtime.PinnedValue {\n\t\treturn nil\n\t}\n",
 				""},
@@ -96,8 +96,8 @@ var sabotages = []sabotage{
 		name: "diff-unpins-wanted",
 		// The plan unpins names a kept source still wants.
 		edits: []edit{{"internal/reconcile/reconcile.go",
-			"if _, ok := wanted[name]; ok || !rec.Owned() {",
-			"if !rec.Owned() {"}},
+			"if _, ok := wanted[name]; ok || !rec.Owned() || (in.Named != nil && in.Named(name)) {",
+			"if !rec.Owned() || (in.Named != nil && in.Named(name)) {"}},
 		tests: []tests{{"./internal/reconcile", []string{"TestDiffNeverUnpinsWanted"}, nil}},
 	},
 	{
