@@ -2,7 +2,6 @@ package importer
 
 import (
 	"context"
-	"crypto/sha256"
 	"io"
 
 	"github.com/opencontainers/go-digest"
@@ -46,11 +45,10 @@ func (k *drySink) Has(ctx context.Context, d digest.Digest) (bool, error) {
 }
 
 func (k *drySink) Put(_ context.Context, _ digest.Digest, _ int64, r io.Reader) (digest.Digest, error) {
-	h := sha256.New()
-	if _, err := io.Copy(h, r); err != nil {
+	d, err := digest.Canonical.FromReader(r)
+	if err != nil {
 		return "", err
 	}
-	d := digest.NewDigest(digest.SHA256, h)
 	k.put[d] = true
 	k.stats.Written++
 	return d, nil

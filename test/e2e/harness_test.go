@@ -40,6 +40,7 @@ type daemon struct {
 	Address string
 	Old     bool // Debian's containerd 1.6: its CRI never reports pins
 	Client  *containerd.Client
+	PID     int // the containerd process
 }
 
 func requireRoot(t *testing.T) {
@@ -81,7 +82,9 @@ func startEmbedded(t *testing.T) *daemon {
 			t.Errorf("stopping embedded containerd: %v", err)
 		}
 	})
-	return connect(t, "embedded", p.Address(), false)
+	d := connect(t, "embedded", p.Address(), false)
+	d.PID = p.PID()
+	return d
 }
 
 // embeddedScene is the set-up of a test on its own embedded containerd: the
@@ -174,7 +177,9 @@ func (p *debian) start() *daemon {
 		_, err := os.Stat(p.sock)
 		return err == nil
 	})
-	return connect(t, p.name, p.sock, true)
+	d := connect(t, p.name, p.sock, true)
+	d.PID = cmd.Process.Pid
+	return d
 }
 
 // stop stops containerd, if it runs.

@@ -34,47 +34,38 @@ func TestDirectSyncsBeforeCommit(t *testing.T) {
 			return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameContainerd}, img)
 		})
 		trace := filepath.Join(dir, "trace")
-		out, err := exec.Command(strace, "-f", "-y", "-o", trace, "-e", "trace=fsync,fdatasync,linkat,link",
+		out, err := exec.Command(strace, "-f", "-ttt", "-T", "-y", "-o", trace, "-e", "trace=fsync,fdatasync,linkat,link",
 			holdfastBin, "import", "--address", d.Address, "--data-dir", filepath.Join(dir, "data"), "--write-path=direct", path).CombinedOutput()
 		if err != nil {
 			t.Fatalf("import under strace: %v\n%s", err, out)
 		}
-		b, err := os.ReadFile(trace)
-		if err != nil {
-			t.Fatal(err)
-		}
 		blobs := filepath.Join(directContentRoot(t, d), "blobs", "sha256")
 		synced := map[string]bool{}
 		links, dirSyncs, unsyncedLinks := 0, 0, 0
-		for _, line := range strings.Split(string(b), "\n") {
+		calls := readStrace(t, trace)
+		sort.Slice(calls, func(i, j int) bool { return calls[i].start < calls[j].start })
+		for _, c := range calls {
 			switch {
-			case strings.Contains(line, "fsync(") || strings.Contains(line, "fdatasync("):
-				if i, j := strings.Index(line, "<"), strings.Index(line, ">"); i >= 0 && j > i {
-					p := line[i+1 : j]
-					synced[p] = true
-					if p == blobs {
-						dirSyncs++
-						unsyncedLinks = 0
-					}
+			case c.name == "fsync" || c.name == "fdatasync":
+				p := fdPath(c)
+				synced[p] = true
+				if p == blobs {
+					dirSyncs++
+					unsyncedLinks = 0
 				}
-			case strings.Contains(line, "link") && strings.Contains(line, blobs+"/"):
-				if strings.Contains(line, "EEXIST") {
+			case strings.HasPrefix(c.name, "link") && filepath.Dir(quoted(c, 1)) == blobs:
+				if strings.Contains(c.line, "EEXIST") {
 					continue
 				}
 				links++
 				unsyncedLinks++
-				q := strings.Index(line, "\"")
-				r := strings.Index(line[q+1:], "\"")
-				if q < 0 || r < 0 {
-					t.Fatalf("cannot read %q", line)
-				}
-				if src := line[q+1 : q+1+r]; !synced[src] {
+				if src := quoted(c, 0); !synced[src] {
 					t.Errorf("%s was linked before it was synced", src)
 				}
 			}
 		}
 		if links == 0 {
-			t.Fatalf("no blob was linked into %s:\n%s", blobs, b)
+			t.Fatalf("no blob was linked into %s (%d calls traced)", blobs, len(calls))
 		}
 		if dirSyncs == 0 || unsyncedLinks != 0 {
 			t.Errorf("%d links into %s, %d syncs of it, %d links after the last sync", links, blobs, dirSyncs, unsyncedLinks)
@@ -168,33 +159,6 @@ func quoted(c straceCall, n int) string {
 	return parts[2*n+1]
 }
 
-// socketPID is the pid of the process that listens on the unix socket at path.
-func socketPID(t *testing.T, path string) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/net/unix")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inodes := map[string]bool{}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 8 && f[len(f)-1] == path {
-			inodes["socket:["+f[6]+"]"] = true
-		}
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/fd/*")
-	for _, fd := range procs {
-		if l, err := os.Readlink(fd); err == nil && inodes[l] {
-			pid, _ := strconv.Atoi(strings.Split(fd, "/")[2])
-			if pid != os.Getpid() {
-				return pid
-			}
-		}
-	}
-	t.Fatalf("no process listens on %s", path)
-	return 0
-}
-
 // TestSpoolDeletedOnlyWhenDurable traces containerd and `holdfast sync
 // --spool` with strace, on both write paths: a spool file is deleted only
 // once every blob of its image was synced before it was put in place
@@ -229,7 +193,7 @@ func TestSpoolDeletedOnlyWhenDurable(t *testing.T) {
 				ctrTrace, hfTrace := filepath.Join(dir, "containerd.trace"), filepath.Join(dir, "holdfast.trace")
 				attached := &testenv.Buffer{}
 				tracer := exec.Command(strace, "-f", "-ttt", "-T", "-y", "-o", ctrTrace, "-e", "trace=fsync,fdatasync,rename,renameat,renameat2",
-					"-p", strconv.Itoa(socketPID(t, d.Address)))
+					"-p", strconv.Itoa(d.PID))
 				tracer.Stderr = attached
 				if err := tracer.Start(); err != nil {
 					t.Fatal(err)
