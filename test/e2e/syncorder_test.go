@@ -17,10 +17,11 @@ import (
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
-// TestDirectSyncsBeforeCommit traces `holdfast import` on the direct path
-// with strace: each blob file is synced before it is linked into
-// blobs/sha256, and the directory is synced after the links, before
-// containerd is asked to record them (no link follows the last sync).
+// TestDirectSyncsBeforeCommit traces `holdfast import` on the direct path,
+// and its containerd, with strace: each blob file is synced before it is
+// linked into blobs/sha256, and the directory is synced after the links,
+// before containerd is asked to record them: no link is still unsynced when
+// containerd writes the import's documents, which come after the records.
 func TestDirectSyncsBeforeCommit(t *testing.T) {
 	strace, err := exec.LookPath("strace")
 	if err != nil {
@@ -34,18 +35,27 @@ func TestDirectSyncsBeforeCommit(t *testing.T) {
 			return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameContainerd}, img)
 		})
 		trace := filepath.Join(dir, "trace")
+		detach := traceDaemon(t, strace, d, "rename,renameat,renameat2")
 		out, err := exec.Command(strace, "-f", "-ttt", "-T", "-y", "-o", trace, "-e", "trace=fsync,fdatasync,linkat,link",
 			holdfastBin, "import", "--address", d.Address, "--data-dir", filepath.Join(dir, "data"), "--write-path=direct", path).CombinedOutput()
+		ctrCalls := detach()
 		if err != nil {
 			t.Fatalf("import under strace: %v\n%s", err, out)
 		}
 		blobs := filepath.Join(directContentRoot(t, d), "blobs", "sha256")
 		synced := map[string]bool{}
 		links, dirSyncs, unsyncedLinks := 0, 0, 0
-		calls := readStrace(t, trace)
+		// containerd renames the import's documents into blobs/sha256 once
+		// every held blob is recorded: no link may still be unsynced then.
+		calls := append(readStrace(t, trace), ctrCalls...)
 		sort.Slice(calls, func(i, j int) bool { return calls[i].start < calls[j].start })
 		for _, c := range calls {
 			switch {
+			case strings.HasPrefix(c.name, "rename") && filepath.Dir(quoted(c, 1)) == blobs:
+				if unsyncedLinks != 0 {
+					t.Errorf("containerd recorded blobs (%s) while %d links into %s were not synced", c.line, unsyncedLinks, blobs)
+					unsyncedLinks = 0
+				}
 			case c.name == "fsync" || c.name == "fdatasync":
 				p := fdPath(c)
 				synced[p] = true
@@ -190,20 +200,12 @@ func TestSpoolDeletedOnlyWhenDurable(t *testing.T) {
 				blobsDir := filepath.Join(root, "blobs", "sha256")
 				metaDB := filepath.Join(filepath.Dir(root), "io.containerd.metadata.v1.bolt", "meta.db")
 
-				ctrTrace, hfTrace := filepath.Join(dir, "containerd.trace"), filepath.Join(dir, "holdfast.trace")
-				attached := &testenv.Buffer{}
-				tracer := exec.Command(strace, "-f", "-ttt", "-T", "-y", "-o", ctrTrace, "-e", "trace=fsync,fdatasync,rename,renameat,renameat2",
-					"-p", strconv.Itoa(d.PID))
-				tracer.Stderr = attached
-				if err := tracer.Start(); err != nil {
-					t.Fatal(err)
-				}
-				eventually(t, "strace attached to containerd", func() bool { return strings.Contains(attached.String(), "attached") })
+				hfTrace := filepath.Join(dir, "holdfast.trace")
+				detach := traceDaemon(t, strace, d, "fsync,fdatasync,rename,renameat,renameat2")
 				out, err := exec.Command(strace, "-f", "-ttt", "-T", "-y", "-o", hfTrace, "-e", "trace=fsync,fdatasync,linkat,link,unlink,unlinkat",
 					holdfastBin, "sync", "--address", d.Address, "--data-dir", filepath.Join(dir, "data"), "--images", imagesDir,
 					"--spool", spoolDir, "--write-path="+wp).CombinedOutput()
-				_ = tracer.Process.Signal(syscall.SIGINT)
-				_ = tracer.Wait()
+				ctrCalls := detach()
 				if err != nil {
 					t.Fatalf("sync under strace: %v\n%s", err, out)
 				}
@@ -211,7 +213,7 @@ func TestSpoolDeletedOnlyWhenDurable(t *testing.T) {
 					t.Fatalf("the spool file is still there (%v):\n%s", err, out)
 				}
 
-				calls := append(readStrace(t, ctrTrace), readStrace(t, hfTrace)...)
+				calls := append(ctrCalls, readStrace(t, hfTrace)...)
 				sort.Slice(calls, func(i, j int) bool { return calls[i].start < calls[j].start })
 				removed := -1.0
 				for _, c := range calls {
@@ -277,4 +279,23 @@ func TestSpoolDeletedOnlyWhenDurable(t *testing.T) {
 			})
 		}
 	})
+}
+
+// traceDaemon attaches strace to d's containerd, tracing the calls named, and
+// returns a func that detaches it and returns what it saw.
+func traceDaemon(t *testing.T, strace string, d *daemon, calls string) func() []straceCall {
+	t.Helper()
+	out := filepath.Join(tempDir(t), "containerd.trace")
+	attached := &testenv.Buffer{}
+	tracer := exec.Command(strace, "-f", "-ttt", "-T", "-y", "-o", out, "-e", "trace="+calls, "-p", strconv.Itoa(d.PID))
+	tracer.Stderr = attached
+	if err := tracer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "strace attached to containerd", func() bool { return strings.Contains(attached.String(), "attached") })
+	return func() []straceCall {
+		_ = tracer.Process.Signal(syscall.SIGINT)
+		_ = tracer.Wait()
+		return readStrace(t, out)
+	}
 }

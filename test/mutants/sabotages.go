@@ -392,7 +392,7 @@ var sabotages = []sabotage{
 		// before containerd records the blobs.
 		edits: []edit{{"internal/runtime/containerd/direct.go",
 			"} else if err = datadir.SyncDir(blobsDir); err == nil {",
-			"} else if err = error(nil); err == nil {"}},
+			"} else if err = error(nil); err == nil && blobsDir != \"\" && datadir.SyncDir != nil {"}},
 		tests: []tests{{e2e, []string{"TestDirectSyncsBeforeCommit"}, nil}},
 	},
 	{
