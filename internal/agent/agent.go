@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/journal"
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/pattern"
@@ -52,8 +53,9 @@ func (noRecorder) SetSources(map[metrics.SourceKey]int)    {}
 // timer and reconnects; and it heals wanted records the moment an image event
 // says they changed.
 type Agent struct {
-	rt  hfruntime.Runtime
-	cfg Config
+	rt    hfruntime.Runtime
+	store importer.Store // what imports write to
+	cfg   Config
 	log *slog.Logger
 	rec Recorder
 
@@ -93,7 +95,7 @@ type failure struct {
 }
 
 // New makes an agent. rec may be nil.
-func New(rt hfruntime.Runtime, cfg Config, rec Recorder) *Agent {
+func New(rt importer.Backend, cfg Config, rec Recorder) *Agent {
 	if rec == nil {
 		rec = noRecorder{}
 	}
@@ -101,7 +103,7 @@ func New(rt hfruntime.Runtime, cfg Config, rec Recorder) *Agent {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Agent{rt: rt, cfg: cfg, log: log, rec: rec, clock: realClock{},
+	a := &Agent{rt: rt, store: rt.ImportStore(), cfg: cfg, log: log, rec: rec, clock: realClock{},
 		wanted: map[string]hfruntime.Want{}, failed: map[string]failure{}, pullFailed: map[string]failure{}, heals: map[string]*healState{},
 		collecting: true, touched: map[string]bool{}, pinPatterns: map[string][]pattern.Pattern{}, foreign: map[string]bool{}}
 	a.journal = journal.New(journal.DefaultSize, func() time.Time { return a.clock.Now() })

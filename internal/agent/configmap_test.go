@@ -21,7 +21,7 @@ func configMapFiles(pins string) map[string][]byte {
 func TestAgentConfigMapPins(t *testing.T) {
 	t.Parallel()
 	rt := fake.New()
-	a, b := wantOf("example.com/a:1"), wantOf("example.com/b:1")
+	a, b := storedImage(t, rt, "example.com/a:1"), storedImage(t, rt, "example.com/b:1")
 	for _, w := range []hfruntime.Want{a, b} {
 		rt.Create(hfruntime.Image{Name: w.Name, Target: w.Target})
 	}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
@@ -18,14 +17,7 @@ import (
 func criAgent(t *testing.T, rt *fake.Runtime, clock *fakeClock, names ...string) (*Agent, *testenv.Buffer, <-chan struct{}) {
 	t.Helper()
 	dir := t.TempDir()
-	mkLayout(t, filepath.Join(dir, "x"))
-	var wants []hfruntime.Want
-	for _, n := range names {
-		wants = append(wants, wantOf(n))
-	}
-	rt.ImportFunc = func(hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
-		return hfruntime.ImportResult{Lease: "holdfast/x", Images: wants}, nil
-	}
+	imageDir(t, filepath.Join(dir, "x"), names...)
 	logs := &testenv.Buffer{}
 	a := New(rt, Config{ImageDirs: []string{dir}, Resync: time.Hour,
 		Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, nil)

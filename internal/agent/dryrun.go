@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -28,10 +29,12 @@ type Action struct {
 // DryRun runs one pass as Sync does, over rt with every write left undone,
 // and returns what the pass would do. It is the same pass: the same scan,
 // spool dirs, markers, retries and plan. Sources to import are read (so the
-// names they would pin are known) but nothing is written; a pull list
-// reference not in the store is reported as a pull, its pin follows it.
-func DryRun(ctx context.Context, rt hfruntime.Runtime, cfg Config) ([]Action, Summary) {
-	a := New(&dryRuntime{Runtime: rt, states: map[string]hfruntime.SourceState{}}, cfg, nil)
+// names they would pin are known) but nothing is written (importer.DryRun):
+// the pass's view of the store takes in what each import would leave, as a
+// real pass's takes in what it wrote. A pull list reference not in the store
+// is reported as a pull, its pin follows it.
+func DryRun(ctx context.Context, rt importer.Backend, cfg Config) ([]Action, Summary) {
+	a := New(dryRuntime{rt}, cfg, nil)
 	a.actions = &actionLog{}
 	sum, _ := a.pass(ctx, passOptions{})
 	return a.actions.list, sum
@@ -55,78 +58,27 @@ func (l *actionLog) add(a Action) {
 // errDryRun is what a dry run meets where a pass would reach a registry.
 var errDryRun = errors.New("a dry run does not pull")
 
-// dryRuntime is a Runtime whose writes are left undone. Imports and list
-// leases are worked out without writing (DryImport, DryLeaseWants) and kept
-// in memory, so that the rest of the pass plans with them as a real pass
-// plans with what it wrote.
-type dryRuntime struct {
-	hfruntime.Runtime
-	mu     sync.Mutex
-	states map[string]hfruntime.SourceState // the leases the pass would make or fill, by ID
-}
+// dryRuntime is a backend whose writes are left undone: imports and list
+// leases read and work out all they would, writing nothing.
+type dryRuntime struct{ importer.Backend }
 
-func (d *dryRuntime) keep(st hfruntime.SourceState) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	st.Complete, st.Intact = true, true
-	d.states[st.Lease] = st
-}
+func (d dryRuntime) ImportStore() importer.Store { return importer.DryRun(d.Backend.ImportStore()) }
 
-func (d *dryRuntime) Import(ctx context.Context, req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
-	res, err := d.Runtime.DryImport(ctx, req)
-	if err == nil && !res.Unchanged {
-		d.keep(hfruntime.SourceState{Lease: res.Lease, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: res.Images, Kept: req.Kept})
-	}
-	return res, err
-}
-
-func (d *dryRuntime) LeaseWants(ctx context.Context, req hfruntime.LeaseRequest) (hfruntime.ImportResult, error) {
-	res, err := d.Runtime.DryLeaseWants(ctx, req)
-	if !res.Unchanged && res.Lease != "" {
-		d.keep(hfruntime.SourceState{Lease: res.Lease, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: res.Images})
-	}
-	return res, err
-}
-
-// Sources are the store's, with the leases the pass would make or fill in
-// their place.
-func (d *dryRuntime) Sources(ctx context.Context) ([]hfruntime.SourceState, error) {
-	states, err := d.Runtime.Sources(ctx)
-	if err != nil {
-		return nil, err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	seen := map[string]bool{}
-	for i, st := range states {
-		if w, ok := d.states[st.Lease]; ok {
-			states[i] = w
-			seen[st.Lease] = true
-		}
-	}
-	for id, st := range d.states {
-		if !seen[id] {
-			states = append(states, st)
-		}
-	}
-	return states, nil
-}
-
-func (d *dryRuntime) Pull(context.Context, string, hfruntime.PullOptions) (hfruntime.Want, error) {
+func (dryRuntime) Pull(context.Context, string, hfruntime.PullOptions) (hfruntime.Want, error) {
 	return hfruntime.Want{}, errDryRun
 }
 
-func (d *dryRuntime) TempLease(context.Context) (string, error) {
+func (dryRuntime) TempLease(context.Context) (string, error) {
 	return hfruntime.LeasePrefix + "dry-run", nil
 }
 
-func (d *dryRuntime) Pin(context.Context, hfruntime.Want, ...hfruntime.PinOption) (hfruntime.PinResult, error) {
+func (dryRuntime) Pin(context.Context, hfruntime.Want, ...hfruntime.PinOption) (hfruntime.PinResult, error) {
 	return hfruntime.PinResult{}, nil
 }
 
-func (d *dryRuntime) Unpin(context.Context, string) error   { return nil }
-func (d *dryRuntime) Release(context.Context, string) error { return nil }
-func (d *dryRuntime) Cleanup(context.Context) error         { return nil }
+func (dryRuntime) Unpin(context.Context, string) error   { return nil }
+func (dryRuntime) Release(context.Context, string) error { return nil }
+func (dryRuntime) Cleanup(context.Context) error         { return nil }
 
 // importReason says why a pass imports src: no lease of its path ("new"),
 // one of another identity ("changed"), or one whose content is gone.

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,21 +24,12 @@ func TestImportRefusesSwappedFIFO(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt := fake.New()
-	rt.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
-		// Swapped after the scan.
+	rt.OnImport = func(req hfruntime.ImportRequest) error {
+		// Swapped after the scan, before the import opens it.
 		if err := os.Remove(req.Source); err != nil {
-			return hfruntime.ImportResult{}, err
+			return err
 		}
-		if err := syscall.Mkfifo(req.Source, 0o644); err != nil {
-			return hfruntime.ImportResult{}, err
-		}
-		rc, err := req.Open()
-		if err != nil {
-			return hfruntime.ImportResult{}, err
-		}
-		defer rc.Close()
-		_, err = io.ReadAll(rc)
-		return hfruntime.ImportResult{}, err
+		return syscall.Mkfifo(req.Source, 0o644)
 	}
 	sum := Sync(context.Background(), rt, Config{ImageDirs: []string{dir}})
 	if sum.Failed != 1 || !strings.Contains(sum.Failures[0].Error(), "not a regular file") {

@@ -35,15 +35,11 @@ func TestUsersPinSurvivesAnEarlyEvent(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	archive := filepath.Join(dir, "app")
-	mkLayout(t, archive)
-	app := wantAt("example.com/app:1", "app")
+	app := imageDir(t, archive, "example.com/app:1")[0]
 
 	base := fake.New()
 	base.Create(hfruntime.Image{Name: app.Name, Target: app.Target,
 		Labels: map[string]string{hfruntime.LabelCRIPinned: hfruntime.PinnedValue}})
-	base.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
-		return hfruntime.ImportResult{Lease: hfruntime.LeasePrefix + "app@" + req.Identity, Images: []hfruntime.Want{app}}, nil
-	}
 	rt := &eventBeforeFirstPin{Runtime: base}
 	a := New(rt, Config{ImageDirs: []string{dir}}, nil)
 	rt.a = a

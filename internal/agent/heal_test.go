@@ -62,14 +62,7 @@ func startFakeAgent(t *testing.T, names ...string) (*fake.Runtime, *fakeClock, *
 	t.Helper()
 	rt := fake.New()
 	dir := t.TempDir()
-	mkLayout(t, dir+"/x")
-	var wants []hfruntime.Want
-	for _, n := range names {
-		wants = append(wants, wantOf(n))
-	}
-	rt.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
-		return hfruntime.ImportResult{Lease: "holdfast/x", Images: wants}, nil
-	}
+	imageDir(t, dir+"/x", names...)
 	clock := newFakeClock()
 	logs := runFakeAgent(t, rt, Config{ImageDirs: []string{dir}}, clock)
 	for _, n := range names {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -38,7 +39,7 @@ type Kept struct {
 // names only it wanted are unpinned. progress, if set, follows the bytes
 // read from the archive file. A name the lists want as they stand (see
 // Standing) is not unpinned.
-func Keep(ctx context.Context, rt hfruntime.Runtime, path string, standing Standing, progress Progress) (Kept, error) {
+func Keep(ctx context.Context, rt importer.Backend, path string, standing Standing, progress Progress) (Kept, error) {
 	k := Kept{Path: path}
 	if abs, err := filepath.Abs(path); err == nil {
 		k.Path = abs
@@ -47,7 +48,7 @@ func Keep(ctx context.Context, rt hfruntime.Runtime, path string, standing Stand
 	if err != nil {
 		return k, err
 	}
-	k.Result, err = rt.Import(ctx, importRequest(src, true, progress))
+	k.Result, err = importer.Import(ctx, rt.ImportStore(), importRequest(src, true, progress))
 	if err != nil {
 		return k, fmt.Errorf("import %s: %w", k.Path, err)
 	}

@@ -23,14 +23,13 @@ func TestFailedImportRetried(t *testing.T) {
 	t.Parallel()
 	rt := fake.New()
 	dir := t.TempDir()
-	mkLayout(t, filepath.Join(dir, "x"))
-	want := wantOf("example.com/x:1")
+	want := mkLayout(t, filepath.Join(dir, "x"))
 	var calls atomic.Int32
-	rt.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
+	rt.OnImport = func(hfruntime.ImportRequest) error {
 		if calls.Add(1) <= 2 {
-			return hfruntime.ImportResult{}, errors.New("a layer is neither in the archive nor in the store")
+			return errors.New("a layer is neither in the archive nor in the store")
 		}
-		return hfruntime.ImportResult{Lease: "holdfast/x", Images: []hfruntime.Want{want}}, nil
+		return nil
 	}
 	clock := newFakeClock()
 	runFakeAgent(t, rt, Config{ImageDirs: []string{dir}}, clock)
@@ -60,17 +59,16 @@ func TestHealDuringFirstPass(t *testing.T) {
 	t.Parallel()
 	rt := fake.New()
 	dir := t.TempDir()
-	mkLayout(t, filepath.Join(dir, "a"))
-	want := wantOf("example.com/a:1")
+	want := mkLayout(t, filepath.Join(dir, "a"))
 	started, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	rt.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
+	rt.OnImport = func(req hfruntime.ImportRequest) error {
 		if filepath.Base(req.Source) == "a" {
-			return hfruntime.ImportResult{Lease: "holdfast/a", Images: []hfruntime.Want{want}}, nil
+			return nil
 		}
 		once.Do(func() { close(started) })
 		<-release
-		return hfruntime.ImportResult{}, errors.New("the store is busy")
+		return errors.New("the store is busy")
 	}
 	// A one-shot sync leases a, so the agent's first pass imports nothing.
 	if sum := Sync(context.Background(), rt, Config{ImageDirs: []string{dir}}); sum.Failed != 0 || sum.Imported != 1 {
@@ -120,7 +118,7 @@ func TestPinPatternBringsPass(t *testing.T) {
 	}
 	runFakeAgent(t, rt, Config{ImageDirs: []string{dir}}, newFakeClock())
 
-	other, app := wantOf("example.com/other:1"), wantOf("example.com/app:2")
+	other, app := storedImage(t, rt, "example.com/other:1"), storedImage(t, rt, "example.com/app:2")
 	rt.Create(hfruntime.Image{Name: other.Name, Target: other.Target})
 	rt.Create(hfruntime.Image{Name: app.Name, Target: app.Target})
 	waitFor(t, "app pinned", func() bool { rec, _ := rt.Record(app.Name); return rec.Pinned() && rec.Owned() })

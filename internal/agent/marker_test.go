@@ -7,9 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/opencontainers/go-digest"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -24,11 +21,7 @@ func TestEmptiedDirNeedsMarker(t *testing.T) {
 	ctx := context.Background()
 	rt := fake.New()
 	dir := t.TempDir()
-	want := hfruntime.Want{Name: "example.com/x:1", Target: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromString("x"), Size: 1}}
-	mkLayout(t, filepath.Join(dir, "x"))
-	rt.ImportFunc = func(hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
-		return hfruntime.ImportResult{Lease: "holdfast/x", Images: []hfruntime.Want{want}}, nil
-	}
+	want := mkLayout(t, filepath.Join(dir, "x"))
 	cfg := Config{ImageDirs: []string{dir}}
 	pinned := func() bool {
 		rec, ok := rt.Record(want.Name)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
@@ -22,11 +23,11 @@ import (
 // archive's lease is released. A wanted name whose record was deleted stays
 // wanted (and is healed) for as long as a pattern matches it. It also
 // returns the lists it could not read or lease: they keep what they had.
-func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source.Result, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
+func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source.Result, v *view, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
 	present := map[string]reconcile.Present{}
 	read := map[string][]pattern.Pattern{} // the patterns of the lists read: late images that match bring on a pass
 	defer func() { a.notePinLists(scan, read) }()
-	records, states, ok := a.storeView(ctx, len(lists), sum)
+	records, states, ok := storeView(v, len(lists), sum)
 	if !ok {
 		return present, unjudged(lists, sum)
 	}
@@ -90,7 +91,7 @@ func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source
 		}
 		sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 		// A pin list's mtime is 0: on a conflict, an archive's target wins.
-		if !a.leaseList(ctx, "pin list", src, 0, list, failuresBefore, sum, imported, present) {
+		if !a.leaseList(ctx, "pin list", src, 0, list, v, failuresBefore, sum, imported, present) {
 			unknown = append(unknown, src.Path)
 		}
 	}
@@ -108,18 +109,14 @@ func unjudged(lists []source.Source, sum *Summary) []string {
 	return paths
 }
 
-// storeView reads the records and the source states once for the list
-// sources of a pass; false when there are none or the store cannot be read.
-func (a *Agent) storeView(ctx context.Context, lists int, sum *Summary) ([]hfruntime.Image, []hfruntime.SourceState, bool) {
+// storeView is the records and the source states of the pass's view, with
+// its imports done, for the list sources of a pass; false when there are
+// none or the store could not be listed.
+func storeView(v *view, lists int, sum *Summary) ([]hfruntime.Image, []hfruntime.SourceState, bool) {
 	if lists == 0 {
 		return nil, nil, false
 	}
-	records, err := a.rt.Records(ctx)
-	if err != nil {
-		sum.Failures = append(sum.Failures, err)
-		return nil, nil, false
-	}
-	states, err := a.rt.Sources(ctx)
+	states, records, err := v.now()
 	if err != nil {
 		sum.Failures = append(sum.Failures, err)
 		return nil, nil, false
@@ -131,10 +128,11 @@ func (a *Agent) storeView(ctx context.Context, lists int, sum *Summary) ([]hfrun
 // file's and of the wants, and records the outcome: the source's state, and
 // whether it is present (and newly leased) for the plan. False means its
 // fate is unknown this pass: its old lease must stay.
-func (a *Agent) leaseList(ctx context.Context, what string, src source.Source, mtimeNs int64, wants []hfruntime.Want,
+func (a *Agent) leaseList(ctx context.Context, what string, src source.Source, mtimeNs int64, wants []hfruntime.Want, v *view,
 	failuresBefore int, sum *Summary, imported map[string]bool, present map[string]reconcile.Present) bool {
 	identity := src.Identity + ",wants=" + wantsHash(wants)
-	res, err := a.rt.LeaseWants(ctx, hfruntime.LeaseRequest{Source: src.Path, Identity: identity, MtimeNs: mtimeNs, Wants: wants})
+	res, err := importer.LeaseWants(ctx, a.store, hfruntime.LeaseRequest{Source: src.Path, Identity: identity, MtimeNs: mtimeNs, Wants: wants})
+	v.put(res.State)
 	if err != nil {
 		sum.Failures = append(sum.Failures, sourceFailed(src.Path, err, fmt.Errorf("%s %s: %w", what, src.Path, err)))
 	}

@@ -3,12 +3,10 @@ package agent
 import (
 	"context"
 	"io"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
-	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
 )
 
@@ -48,26 +46,11 @@ func TestProgressFollowsEachArchiveRead(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	archive := filepath.Join(dir, "a.tar")
-	body := make([]byte, 3000)
-	copy(body[257:], "ustar")
-	if err := os.WriteFile(archive, body, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	size := writeImageArchive(t, archive, "example.com/a:1")
 	spool := t.TempDir()
 	spooled := filepath.Join(spool, "b.tar")
-	if err := os.WriteFile(spooled, body[:2048], 0o644); err != nil {
-		t.Fatal(err)
-	}
+	spoolSize := writeImageArchive(t, spooled, "example.com/b:1")
 	rt := fake.New()
-	rt.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
-		rc, err := req.Open()
-		if err != nil {
-			return hfruntime.ImportResult{}, err
-		}
-		defer rc.Close()
-		n, err := io.Copy(io.Discard, rc)
-		return hfruntime.ImportResult{Lease: "holdfast/" + filepath.Base(req.Source), BytesRead: n}, err
-	}
 	seen := &progressSeen{paths: map[string]int64{}, read: map[string]int{}, closed: map[string]bool{}}
 	hook := func(path string, size int64, r io.ReadCloser) io.ReadCloser {
 		seen.mu.Lock()
@@ -77,16 +60,18 @@ func TestProgressFollowsEachArchiveRead(t *testing.T) {
 	}
 
 	Sync(context.Background(), rt, Config{ImageDirs: []string{dir}, SpoolDirs: []string{spool}, Progress: hook})
-	if seen.paths[archive] != 3000 || seen.read[archive] != 3000 || !seen.closed[archive] {
-		t.Errorf("a pass's hook saw sizes %v, read %v, closed %v; want %s: 3000 bytes, all read, closed", seen.paths, seen.read, seen.closed, archive)
+	if seen.paths[archive] != size || int64(seen.read[archive]) != size || !seen.closed[archive] {
+		t.Errorf("a pass's hook saw sizes %v, read %v, closed %v; want %s: %d bytes, all read, closed", seen.paths, seen.read, seen.closed, archive, size)
 	}
-	if seen.paths[spooled] != 2048 || seen.read[spooled] != 2048 || !seen.closed[spooled] {
-		t.Errorf("a pass's hook saw sizes %v, read %v, closed %v; want the spool file %s: 2048 bytes, all read, closed", seen.paths, seen.read, seen.closed, spooled)
+	if seen.paths[spooled] != spoolSize || int64(seen.read[spooled]) != spoolSize || !seen.closed[spooled] {
+		t.Errorf("a pass's hook saw sizes %v, read %v, closed %v; want the spool file %s: %d bytes, all read, closed", seen.paths, seen.read, seen.closed, spooled, spoolSize)
 	}
 
 	seen.paths, seen.read, seen.closed = map[string]int64{}, map[string]int{}, map[string]bool{}
-	_, _ = Keep(context.Background(), rt, archive, Standing{}, hook)
-	if seen.paths[archive] != 3000 || seen.read[archive] != 3000 || !seen.closed[archive] {
-		t.Errorf("Keep's hook saw sizes %v, read %v, closed %v; want %s: 3000 bytes, all read, closed", seen.paths, seen.read, seen.closed, archive)
+	if _, err := Keep(context.Background(), rt, archive, Standing{}, hook); err != nil {
+		t.Fatal(err)
+	}
+	if seen.paths[archive] != size || int64(seen.read[archive]) != size || !seen.closed[archive] {
+		t.Errorf("Keep's hook saw sizes %v, read %v, closed %v; want %s: %d bytes, all read, closed", seen.paths, seen.read, seen.closed, archive, size)
 	}
 }

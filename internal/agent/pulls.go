@@ -26,9 +26,9 @@ const pullAttempts = 3
 // reported as file:line and never stops the others, and never drops what the
 // list pulled before: an unreachable registry unpins nothing. It also returns
 // the lists it could not read or lease: they keep what they had.
-func (a *Agent) pullLists(ctx context.Context, lists []source.Source, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
+func (a *Agent) pullLists(ctx context.Context, lists []source.Source, v *view, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
 	present := map[string]reconcile.Present{}
-	records, states, ok := a.storeView(ctx, len(lists), sum)
+	records, states, ok := storeView(v, len(lists), sum)
 	if !ok {
 		return present, unjudged(lists, sum)
 	}
@@ -51,7 +51,7 @@ func (a *Agent) pullLists(ctx context.Context, lists []source.Source, sum *Summa
 		}
 		wants, errs := a.resolvePulls(ctx, pl, have, leasedBefore(states, src.Path))
 		sum.Failures = append(sum.Failures, errs...)
-		if !a.leaseList(ctx, "pull list", src, src.MtimeNs, wants, failuresBefore, sum, imported, present) {
+		if !a.leaseList(ctx, "pull list", src, src.MtimeNs, wants, v, failuresBefore, sum, imported, present) {
 			unknown = append(unknown, src.Path)
 		}
 	}

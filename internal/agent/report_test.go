@@ -92,18 +92,16 @@ func TestFailingArchiveReportedOnce(t *testing.T) {
 	dir := t.TempDir()
 	broken := filepath.Join(dir, "broken.tar.gz")
 	writeArchive(t, broken)
-	mkLayout(t, filepath.Join(dir, "x"))
-	want := wantOf("example.com/x:1")
+	want := mkLayout(t, filepath.Join(dir, "x"))
 	var brokenCalls atomic.Int32
 	var cause atomic.Value
 	cause.Store("unexpected EOF")
-	rt.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
+	rt.OnImport = func(req hfruntime.ImportRequest) error {
 		if req.Source == broken {
 			brokenCalls.Add(1)
-			return hfruntime.ImportResult{}, errors.New(cause.Load().(string))
+			return errors.New(cause.Load().(string))
 		}
-		base := filepath.Base(req.Source)
-		return hfruntime.ImportResult{Lease: "holdfast/" + base, Images: []hfruntime.Want{wantOf("example.com/" + base + ":1")}}, nil
+		return nil
 	}
 	clock := newFakeClock()
 	a := startReportingAgent(t, rt, Config{ImageDirs: []string{dir}}, clock)
@@ -155,13 +153,15 @@ func TestFailingArchiveReportedOnce(t *testing.T) {
 	}
 	waitFor(t, "x unpinned and released", func() bool {
 		r := a.Report(0)
-		return len(eventsOf(r, journal.ReasonUnpinned)) == 1 && len(eventsOf(r, journal.ReasonReleased)) == 1
+		return len(eventsOf(r, journal.ReasonUnpinned)) == 2 && len(eventsOf(r, journal.ReasonReleased)) == 1 // x:1 and its repo@digest name
 	})
 	r = a.Report(0)
-	if u := eventsOf(r, journal.ReasonUnpinned)[0]; !strings.Contains(u.Message, want.Name) || u.Type != journal.Normal {
-		t.Fatalf("Unpinned event %+v", u)
+	if u := eventsOf(r, journal.ReasonUnpinned); !slices.ContainsFunc(u, func(e journal.Event) bool {
+		return strings.HasPrefix(e.Message, "unpinned "+want.Name+":") && e.Type == journal.Normal
+	}) {
+		t.Fatalf("Unpinned events %+v, want one for %s", u, want.Name)
 	}
-	if rel := eventsOf(r, journal.ReasonReleased)[0]; !strings.Contains(rel.Message, "holdfast/x") {
+	if rel := eventsOf(r, journal.ReasonReleased)[0]; !strings.Contains(rel.Message, "of "+filepath.Join(dir, "x")+":") {
 		t.Fatalf("Released event %+v", rel)
 	}
 }
@@ -174,10 +174,7 @@ func TestHealBackoffReported(t *testing.T) {
 	const x = "example.com/x:1"
 	rt := fake.New()
 	dir := t.TempDir()
-	mkLayout(t, filepath.Join(dir, "x"))
-	rt.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
-		return hfruntime.ImportResult{Lease: "holdfast/x", Images: []hfruntime.Want{wantOf(x)}}, nil
-	}
+	imageDir(t, filepath.Join(dir, "x"), x)
 	clock := newFakeClock()
 	a := startReportingAgent(t, rt, Config{ImageDirs: []string{dir}}, clock)
 	if r := a.Report(0); len(r.HealBackoff) != 0 || len(r.Events) != 0 {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -41,7 +42,7 @@ func (a *Agent) scanSpool() source.Result {
 // importSpool imports the spool files that are completely written, each as a
 // kept source. One still being written, or waiting to retry a failed import,
 // is left for a later pass; a failed one stays in place and is reported.
-func (a *Agent) importSpool(ctx context.Context, scan source.Result, opts passOptions, now time.Time, leases []hfruntime.SourceState, sum *Summary, pr *passResult) []spooled {
+func (a *Agent) importSpool(ctx context.Context, scan source.Result, opts passOptions, now time.Time, leases []hfruntime.SourceState, v *view, sum *Summary, pr *passResult) []spooled {
 	sum.Failures = append(sum.Failures, scan.Errors...)
 	var out []spooled
 	for _, src := range scan.Sources {
@@ -49,7 +50,8 @@ func (a *Agent) importSpool(ctx context.Context, scan source.Result, opts passOp
 			continue
 		}
 		began := time.Now()
-		res, err := a.rt.Import(ctx, importRequest(src, true, a.cfg.Progress))
+		res, err := importer.Import(ctx, a.store, importRequest(src, true, a.cfg.Progress))
+		v.put(res.State)
 		a.recordImport(src, leases, true, res, err)
 		sum.BytesRead += res.BytesRead
 		if err != nil {

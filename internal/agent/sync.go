@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/journal"
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
@@ -122,7 +123,7 @@ func CheckServer(ctx context.Context, rt hfruntime.Runtime, log *slog.Logger) (h
 // lease is complete and intact; then records are pinned, healed and unpinned
 // and leases released as reconcile.Diff plans. One source failing never stops
 // the others, and never unpins what it wanted before.
-func Sync(ctx context.Context, rt hfruntime.Runtime, cfg Config) Summary {
+func Sync(ctx context.Context, rt importer.Backend, cfg Config) Summary {
 	sum, _ := New(rt, cfg, nil).pass(ctx, passOptions{})
 	return sum
 }
@@ -149,25 +150,22 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	var pr passResult
 	seen := a.beginPass()
 	// What the pass reads first, read at once: stale ingests go (before any
-	// import starts its own), the leases and the records are listed, the
-	// images dirs scanned.
+	// import starts its own), the store is listed, the images dirs scanned.
 	var (
-		states  []hfruntime.SourceState
-		records []hfruntime.Image
-		serr    error
-		rerr    error
-		reads   sync.WaitGroup
+		v     *view
+		reads sync.WaitGroup
 	)
 	reads.Go(func() {
 		if err := a.rt.Cleanup(ctx); err != nil {
 			a.log.Warn("aborting stale ingests", "error", err)
 		}
 	})
-	reads.Go(func() { states, serr = a.rt.Sources(ctx) })
-	reads.Go(func() { records, rerr = a.rt.Records(ctx) })
+	reads.Go(func() { v = list(ctx, a.rt) })
 	scan := source.ScanWith(a.cfg.ImageDirs, source.ScanOptions{InsecurePerms: a.cfg.InsecurePerms})
 	spool := a.scanSpool()
 	reads.Wait()
+	// The leases as listed, before this pass's imports.
+	states, _, serr := v.now()
 	for _, s := range scan.Skipped {
 		a.log.Debug("skipped", "path", s.Path, "reason", s.Reason)
 	}
@@ -214,21 +212,21 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	// without reading its lease again.
 	known := map[string]*hfruntime.SourceState{}
 	if serr == nil {
-		for i := range states {
-			if st := &states[i]; st.Complete && !st.Kept {
-				known[st.Source+"\x00"+st.Identity] = st
+		for _, st := range states {
+			if st.Complete && !st.Kept {
+				known[st.Source+"\x00"+st.Identity] = &st
 			}
 		}
 	}
-	imported := a.importAll(ctx, todo, known, states, &sum)
-	spooled := a.importSpool(ctx, spool, opts, now, states, &sum, &pr)
+	imported := a.importAll(ctx, todo, known, states, v, &sum)
+	spooled := a.importSpool(ctx, spool, opts, now, states, v, &sum, &pr)
 	for _, s := range spooled {
 		if s.fresh {
 			imported[s.lease] = true
 		}
 	}
-	lists, unread := a.pullLists(ctx, pullLists, &sum, imported)
-	pins, unreadPins := a.pinLists(ctx, pinLists, scan, &sum, imported)
+	lists, unread := a.pullLists(ctx, pullLists, v, &sum, imported)
+	pins, unreadPins := a.pinLists(ctx, pinLists, scan, v, &sum, imported)
 	for p, pr := range pins {
 		lists[p] = pr
 	}
@@ -236,13 +234,11 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 	// unreadable archive does.
 	scan.Unreadable = append(append(scan.Unreadable, unread...), unreadPins...)
 
-	// Nothing leased anew and no image event since the listing: the leases
-	// and records read before the imports are still the ones to plan with.
-	// Otherwise both are read again.
-	var unchanged []hfruntime.SourceState
-	var current []hfruntime.Image
-	if serr == nil && rerr == nil && len(imported) == 0 && !a.eventsSince(seen) {
-		unchanged, current = states, records
+	// The view, unless an image event since the listing may have made it
+	// stale: then planWith lists the store again.
+	var current *view
+	if !a.eventsSince(seen) {
+		current = v
 	}
 	// A list just written (`holdfast pin`, say) that the pass leaves to
 	// settle has no lease yet: as its file stands, it may want what the plan
@@ -252,7 +248,7 @@ func (a *Agent) pass(ctx context.Context, opts passOptions) (Summary, passResult
 		standing := standingOf(waitingLists, nil)
 		named = func(name string) bool { return standing.Err != nil || standing.Wants(name) }
 	}
-	plan, err := planWith(ctx, a.rt, scan, imported, lists, unchanged, current, func(path string) bool { return under(writing, path) }, named)
+	plan, err := planWith(ctx, a.rt, scan, imported, lists, current, func(path string) bool { return under(writing, path) }, named)
 	if err != nil {
 		sum.Failures = append(sum.Failures, err)
 	} else {
@@ -361,7 +357,7 @@ func dirOf(dirs []string, path string) string {
 
 // importAll imports the sources, a few at a time, and returns the leases
 // imported (not unchanged) in this pass.
-func (a *Agent) importAll(ctx context.Context, srcs []source.Source, known map[string]*hfruntime.SourceState, leases []hfruntime.SourceState, sum *Summary) map[string]bool {
+func (a *Agent) importAll(ctx context.Context, srcs []source.Source, known map[string]*hfruntime.SourceState, leases []hfruntime.SourceState, v *view, sum *Summary) map[string]bool {
 	parallel := a.cfg.Parallel
 	if parallel <= 0 {
 		parallel = min(4, max(2, runtime.NumCPU()))
@@ -373,7 +369,8 @@ func (a *Agent) importAll(ctx context.Context, srcs []source.Source, known map[s
 	for _, src := range srcs {
 		g.Go(func() error {
 			began := time.Now()
-			res, err := importSource(gctx, a.rt, src, known[src.Path+"\x00"+src.Identity], a.cfg.Progress)
+			res, err := importSource(gctx, a.store, src, known[src.Path+"\x00"+src.Identity], a.cfg.Progress)
+			v.put(res.State)
 			mu.Lock()
 			defer mu.Unlock()
 			a.recordImport(src, leases, false, res, err)
@@ -474,10 +471,10 @@ func (a *Agent) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 	a.rec.Released(sum.Released)
 }
 
-func importSource(ctx context.Context, rt hfruntime.Runtime, src source.Source, prior *hfruntime.SourceState, progress Progress) (hfruntime.ImportResult, error) {
+func importSource(ctx context.Context, store importer.Store, src source.Source, prior *hfruntime.SourceState, progress Progress) (hfruntime.ImportResult, error) {
 	req := importRequest(src, false, progress)
 	req.Prior = prior
-	res, err := rt.Import(ctx, req)
+	res, err := importer.Import(ctx, store, req)
 	if err != nil {
 		return res, sourceFailed(src.Path, err, fmt.Errorf("import %s: %w", src.Path, err))
 	}
@@ -507,23 +504,20 @@ func importRequest(src source.Source, kept bool, progress Progress) hfruntime.Im
 	}
 }
 
-// planWith reads the store (unless the caller has read the leases and
-// records already) and returns what reconciling it with scan would do.
-// Sources that are not archives (lists) are present as given in lists; hold
-// says which gone sources keep their leases this pass, named which names are
-// not unpinned (reconcile.Input).
+// planWith returns what reconciling the store, as v sees it (listed again
+// when v is nil or its listing failed), with scan would do. Sources that are
+// not archives (lists) are present as given in lists; hold says which gone
+// sources keep their leases this pass, named which names are not unpinned
+// (reconcile.Input).
 func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present,
-	leases []hfruntime.SourceState, records []hfruntime.Image, hold, named func(string) bool) (reconcile.Plan, error) {
+	v *view, hold, named func(string) bool) (reconcile.Plan, error) {
 	var err error
-	if leases == nil {
-		if leases, err = rt.Sources(ctx); err != nil {
-			return reconcile.Plan{}, err
-		}
+	if v == nil || v.err != nil {
+		v = list(ctx, rt)
 	}
-	if records == nil {
-		if records, err = rt.Records(ctx); err != nil {
-			return reconcile.Plan{}, err
-		}
+	leases, records, err := v.now()
+	if err != nil {
+		return reconcile.Plan{}, err
 	}
 	present := map[string]reconcile.Present{}
 	for _, s := range scan.Sources {

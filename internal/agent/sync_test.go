@@ -91,20 +91,11 @@ func TestPassHoldsGoneSourcesWhileOneIsWritten(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	v1, v2 := filepath.Join(dir, "v1"), filepath.Join(dir, "v2")
-	shared, oldOnly, newOnly := wantAt("example.com/shared:1", "s"), wantAt("example.com/old:1", "o"), wantAt("example.com/new:1", "n")
 	rt := fake.New()
-	rt.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
-		res := hfruntime.ImportResult{Lease: hfruntime.LeasePrefix + filepath.Base(req.Source) + "@" + req.Identity}
-		if req.Source == v1 {
-			res.Images = []hfruntime.Want{shared, oldOnly}
-		} else {
-			res.Images = []hfruntime.Want{shared, newOnly}
-		}
-		return res, nil
-	}
 	a := New(rt, Config{ImageDirs: []string{dir}, Settle: time.Hour}, nil)
 	ctx := context.Background()
-	mkLayout(t, v1)
+	old := imageDir(t, v1, "example.com/shared:1", "example.com/old:1")
+	shared, oldOnly := old[0], old[1]
 	a.pass(ctx, passOptions{settle: true})
 	if !pinnedIn(rt, shared.Name) || !pinnedIn(rt, oldOnly.Name) {
 		t.Fatal("v1's images not pinned")
@@ -112,7 +103,7 @@ func TestPassHoldsGoneSourcesWhileOneIsWritten(t *testing.T) {
 	v1Leases := leasesOf(t, rt, v1)
 
 	// v2 being written (a fresh mtime, an hour's settle time), v1 deleted.
-	mkLayout(t, v2)
+	newOnly := imageDir(t, v2, "example.com/shared:1", "example.com/new:1")[1]
 	now := time.Now()
 	if err := os.Chtimes(filepath.Join(v2, "index.json"), now, now); err != nil {
 		t.Fatal(err)
@@ -164,17 +155,16 @@ func TestPassFailedSourceHoldsNothing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	v1, broken := filepath.Join(dir, "v1"), filepath.Join(dir, "broken")
-	x := wantAt("example.com/x:1", "x")
 	rt := fake.New()
-	rt.ImportFunc = func(req hfruntime.ImportRequest) (hfruntime.ImportResult, error) {
+	rt.OnImport = func(req hfruntime.ImportRequest) error {
 		if req.Source == broken {
-			return hfruntime.ImportResult{}, os.ErrInvalid
+			return os.ErrInvalid
 		}
-		return hfruntime.ImportResult{Lease: hfruntime.LeasePrefix + "v1", Images: []hfruntime.Want{x}}, nil
+		return nil
 	}
 	a := New(rt, Config{ImageDirs: []string{dir}, Settle: time.Hour}, nil)
 	ctx := context.Background()
-	mkLayout(t, v1)
+	x := imageDir(t, v1, "example.com/x:1")[0]
 	mkLayout(t, broken)
 	a.pass(ctx, passOptions{settle: true, memo: true})
 	if !pinnedIn(rt, x.Name) {
@@ -187,8 +177,9 @@ func TestPassFailedSourceHoldsNothing(t *testing.T) {
 	if len(pr.pending) != 1 || len(pr.settling) != 0 {
 		t.Fatalf("broken is not waiting for its retry: pending %v settling %v", pr.pending, pr.settling)
 	}
-	if sum.Unpinned != 1 || sum.Released != 1 || pinnedIn(rt, x.Name) {
-		t.Errorf("v1 deleted beside a failed source: %d unpinned, %d released; want x unpinned and v1 released", sum.Unpinned, sum.Released)
+	// x:1 and its repo@digest name.
+	if sum.Unpinned != 2 || sum.Released != 1 || pinnedIn(rt, x.Name) {
+		t.Errorf("v1 deleted beside a failed source: %d unpinned, %d released; want x's two names unpinned and v1 released", sum.Unpinned, sum.Released)
 	}
 }
 
@@ -202,8 +193,8 @@ func TestPullListRestoresDrift(t *testing.T) {
 	if err := os.WriteFile(list, []byte("example.com/x:1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	x := wantAt("example.com/x:1", "x")
 	rt := fake.New()
+	x := storedImage(t, rt, "example.com/x:1")
 	pulls := 0
 	rt.PullFunc = func(ref string) (hfruntime.Want, error) { pulls++; return x, nil }
 	ctx := context.Background()
@@ -237,8 +228,8 @@ func TestUnreadableListsKeep(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	pull, pins := filepath.Join(dir, "pull.txt"), filepath.Join(dir, "keep.pins")
-	x, y := wantAt("example.com/x:1", "x"), wantAt("example.com/y:1", "y")
 	rt := fake.New()
+	x, y := storedImage(t, rt, "example.com/x:1"), storedImage(t, rt, "example.com/y:1")
 	rt.PullFunc = func(ref string) (hfruntime.Want, error) { return x, nil }
 	ctx := context.Background()
 	if _, err := rt.Pin(ctx, y); err != nil { // y is in the store, brought by something else
@@ -280,5 +271,48 @@ func TestUnreadableListsKeep(t *testing.T) {
 		if got := leasesOf(t, rt, p); len(got) != 1 || got[0] != want[0] {
 			t.Errorf("%s: leases %v, want %v", p, got, want)
 		}
+	}
+}
+
+// TestPassListsTheStoreOnce: a pass that imports an archive and leases a pin
+// list and a pull list lists the records and the leases once each, and plans
+// with what its imports and list leases said they wrote; so does a pass that
+// finds everything unchanged. What it plans is what a pass that lists
+// everything again finds: nothing left to do.
+func TestPassListsTheStoreOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rt := fake.New()
+	app := imageDir(t, filepath.Join(dir, "app"), "example.com/app:1")[0]
+	kept := storedImage(t, rt, "example.com/kept:1")
+	rt.Create(hfruntime.Image{Name: kept.Name, Target: kept.Target})
+	pulled := storedImage(t, rt, "example.com/pulled:1")
+	rt.PullFunc = func(string) (hfruntime.Want, error) { return pulled, nil }
+	if err := os.WriteFile(filepath.Join(dir, "keep.pins"), []byte("example.com/kept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pull.txt"), []byte(pulled.Name+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cfg := Config{ImageDirs: []string{dir}}
+	for _, pass := range []string{"first", "unchanged"} {
+		before := rt.Listings()
+		sum := Sync(ctx, rt, cfg)
+		if sum.Failed != 0 {
+			t.Fatalf("%s pass: %s %v", pass, sum, sum.Failures)
+		}
+		if n := rt.Listings() - before; n != 2 {
+			t.Errorf("%s pass listed records or leases %d times, want once each", pass, n)
+		}
+		for _, w := range []hfruntime.Want{app, kept, pulled} {
+			if !pinnedIn(rt, w.Name) {
+				t.Errorf("%s pass: %s not pinned", pass, w.Name)
+			}
+		}
+	}
+	actions, sum := DryRun(ctx, rt, cfg)
+	if len(actions) != 0 || sum.Failed != 0 {
+		t.Errorf("a pass after them would do %+v (%v)", actions, sum.Failures)
 	}
 }

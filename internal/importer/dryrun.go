@@ -18,7 +18,7 @@ func DryRun(s Store) Store { return dryStore{s} }
 
 type dryStore struct{ Store }
 
-func (dryStore) Prepare(context.Context) error                                { return nil }
+func (dryStore) Prepare(context.Context, runtime.ImportRequest) error         { return nil }
 func (dryStore) CreateLease(context.Context, string, map[string]string) error { return nil }
 func (dryStore) DeleteLease(context.Context, string) error                    { return nil }
 func (dryStore) AddToLease(context.Context, string, []digest.Digest) error    { return nil }

@@ -41,12 +41,18 @@ func (n Names) add(name string, ds []digest.Digest) {
 	}
 }
 
+// Backend is a runtime whose content an import writes through Store.
+type Backend interface {
+	runtime.Runtime
+	ImportStore() Store
+}
+
 // Store is what an import needs of a content store and its leases.
 type Store interface {
-	// Prepare runs before an import reads its lease (containerd's adapter
-	// forgets the records of blobs whose files are gone, so they are
-	// written again).
-	Prepare(ctx context.Context) error
+	// Prepare readies the store for the import of req, before it reads its
+	// lease (containerd's adapter forgets the records of blobs whose files
+	// are gone, so they are written again); its error fails the import.
+	Prepare(ctx context.Context, req runtime.ImportRequest) error
 	// CreateLease makes a lease that never expires, with labels; one that
 	// exists is left as it is.
 	CreateLease(ctx context.Context, id string, labels map[string]string) error
@@ -117,8 +123,14 @@ type Stats struct {
 // runtime.KeptLeaseID for a kept source). A source whose lease holds a
 // complete, intact import at the same identity is unchanged: nothing is
 // read. On any error nothing of the source is left but what its lease
-// already held from an earlier complete import.
+// already held from an earlier complete import. An error that says the disk
+// is full wraps runtime.ErrNoSpace.
 func Import(ctx context.Context, s Store, req runtime.ImportRequest) (runtime.ImportResult, error) {
+	res, err := importSource(ctx, s, req)
+	return res, runtime.NoSpace(err)
+}
+
+func importSource(ctx context.Context, s Store, req runtime.ImportRequest) (runtime.ImportResult, error) {
 	id := runtime.LeaseID(req.Source, req.Identity)
 	if req.Kept {
 		id = runtime.KeptLeaseID(req.Source, req.Identity)
@@ -134,17 +146,20 @@ func Import(ctx context.Context, s Store, req runtime.ImportRequest) (runtime.Im
 		}
 	}
 	res := runtime.ImportResult{Lease: id}
-	if err := s.Prepare(ctx); err != nil {
+	if err := s.Prepare(ctx, req); err != nil {
 		return res, err
 	}
 	prior, unchanged, err := openLease(ctx, s, id, req)
 	if err != nil || unchanged {
 		res.Images, res.Unchanged = prior.Images, unchanged
+		if unchanged {
+			res.State = prior
+		}
 		return res, err
 	}
 	sink := s.NewSink(id, req.Source)
 	defer sink.Close(ctx)
-	wants, err := importLeased(ctx, s, sink, id, req, &res)
+	state, err := importLeased(ctx, s, sink, id, req, &res)
 	if err == nil {
 		err = s.Sync(ctx)
 	}
@@ -154,7 +169,7 @@ func Import(ctx context.Context, s Store, req runtime.ImportRequest) (runtime.Im
 		abandon(ctx, s, sink, id, !prior.Complete)
 		return res, err
 	}
-	res.Images = wants
+	res.Images, res.State = state.Images, state
 	return res, nil
 }
 
@@ -199,7 +214,7 @@ func abandon(ctx context.Context, s Store, sink Sink, id string, dropLease bool)
 	}
 }
 
-func importLeased(ctx context.Context, s Store, sink Sink, lease string, req runtime.ImportRequest, res *runtime.ImportResult) ([]runtime.Want, error) {
+func importLeased(ctx context.Context, s Store, sink Sink, lease string, req runtime.ImportRequest, res *runtime.ImportResult) (runtime.SourceState, error) {
 	var (
 		walked *archive.Result
 		err    error
@@ -209,7 +224,7 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 	} else {
 		var rc io.ReadCloser
 		if rc, err = req.Open(); err != nil {
-			return nil, err
+			return runtime.SourceState{}, err
 		}
 		walked, err = archive.Walk(ctx, rc, sink)
 		if cerr := rc.Close(); err == nil && cerr != nil {
@@ -221,7 +236,7 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 		res.Format = string(walked.Format)
 	}
 	if err != nil {
-		return nil, err
+		return runtime.SourceState{}, err
 	}
 
 	wants := Wants(walked.Images)
@@ -245,7 +260,7 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 	for _, img := range walked.Images {
 		refs, err := Closure(ctx, img.Target, read, platform, s.IsNotFound)
 		if err != nil {
-			return nil, fmt.Errorf("image %s: %w", img.Name, err)
+			return runtime.SourceState{}, fmt.Errorf("image %s: %w", img.Name, err)
 		}
 		names.add(img.Name, Digests(refs))
 		for _, ref := range refs {
@@ -261,7 +276,7 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 	// their images, so their labels, are known.
 	labelled, err := sink.CommitPending(ctx, names)
 	if err != nil {
-		return nil, err
+		return runtime.SourceState{}, err
 	}
 	res.Written = sink.Stats().Written
 	// Check completeness before writing anything that points at other blobs.
@@ -279,7 +294,7 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 		}
 		has, err := s.Has(ctx, d)
 		if err != nil {
-			return nil, fmt.Errorf("checking blob %s: %w", d, err)
+			return runtime.SourceState{}, fmt.Errorf("checking blob %s: %w", d, err)
 		}
 		if has {
 			res.Present++
@@ -287,7 +302,7 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 			continue
 		}
 		if ref.Required {
-			return nil, fmt.Errorf("%s %s %s is neither in the archive nor in the store", platform, Kind(ref.Desc.MediaType), d)
+			return runtime.SourceState{}, fmt.Errorf("%s %s %s is neither in the archive nor in the store", platform, Kind(ref.Desc.MediaType), d)
 		}
 	}
 	res.Present += sink.Stats().Present
@@ -301,7 +316,7 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 		}
 		committed, err := sink.WriteDoc(ctx, desc, data, names[desc.Digest])
 		if err != nil {
-			return nil, err
+			return runtime.SourceState{}, err
 		}
 		if committed {
 			res.Written++
@@ -311,7 +326,7 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 		}
 	}
 	if err := s.AddToLease(ctx, lease, toLease); err != nil {
-		return nil, err
+		return runtime.SourceState{}, err
 	}
 	// Every blob is in the store now, written or found there: label each
 	// with where its images come from. Blobs this import committed carry
@@ -320,7 +335,7 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 		delete(names, d)
 	}
 	if err := s.LabelSources(ctx, names); err != nil {
-		return nil, err
+		return runtime.SourceState{}, err
 	}
 	var required []digest.Digest
 	var size int64
@@ -332,9 +347,16 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 	}
 	state := runtime.SourceState{Lease: lease, Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required, Size: size}
 	if err := sink.WriteState(ctx, state); err != nil {
-		return nil, err
+		return runtime.SourceState{}, err
 	}
-	return wants, nil
+	return written(state), nil
+}
+
+// written is st as Sources reads it once its blob is stored: complete, with
+// all its content.
+func written(st runtime.SourceState) runtime.SourceState {
+	st.Complete, st.Intact, st.CreatedAt = true, true, time.Now()
+	return st
 }
 
 // LeaseWants leases the content of images already in the store for a source
@@ -347,6 +369,9 @@ func LeaseWants(ctx context.Context, s Store, req runtime.LeaseRequest) (runtime
 	prior, unchanged, err := openLease(ctx, s, id, runtime.ImportRequest{Source: req.Source, Identity: req.Identity})
 	if err != nil || unchanged {
 		res.Images, res.Unchanged = prior.Images, unchanged
+		if unchanged {
+			res.State = prior
+		}
 		return res, err
 	}
 	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) { return s.ReadBlob(ctx, desc) }
@@ -393,6 +418,6 @@ func LeaseWants(ctx context.Context, s Store, req runtime.LeaseRequest) (runtime
 		abandon(ctx, s, sink, id, !prior.Complete)
 		return res, err
 	}
-	res.Images = kept
+	res.Images, res.State = kept, written(st)
 	return res, errors.Join(errs...)
 }

@@ -137,6 +137,9 @@ type ImportResult struct {
 	Written   int  // blobs written
 	Present   int  // blobs already in the store (leased, not rewritten)
 	Unchanged bool // a complete lease for this identity existed; nothing was read
+	// State is the source's state on its lease once the import is done: the
+	// one it wrote, or the one it found complete (Unchanged).
+	State SourceState `json:"-"`
 }
 
 // ImageDetail is a record with what status shows about it.
@@ -197,23 +200,11 @@ type PinResult struct {
 // Changed reports whether Pin wrote anything.
 func (p PinResult) Changed() bool { return p.Created || p.Retargeted || p.Labelled }
 
-// Runtime is an image store holdfast reconciles.
+// Runtime is an image store holdfast reconciles: its records, leases, pins
+// and events. Imports write to its content through importer.Store, which a
+// backend offers beside this interface (importer.Backend).
 type Runtime interface {
 	Server(ctx context.Context) (ServerInfo, error)
-	// Import walks one source into the store under the source's lease and
-	// records the source's desired state there. It writes no image record.
-	// A source whose complete lease exists and whose content is intact is not
-	// read again (Unchanged).
-	Import(ctx context.Context, req ImportRequest) (ImportResult, error)
-	// LeaseWants leases the content of images already in the store and saves
-	// the source's desired state; wants whose content is incomplete are left
-	// out, and reported in the error.
-	LeaseWants(ctx context.Context, req LeaseRequest) (ImportResult, error)
-	// DryImport and DryLeaseWants say what Import and LeaseWants would do
-	// now, writing nothing: the images a source's import would want (its
-	// archive is read for them) or the error it would meet.
-	DryImport(ctx context.Context, req ImportRequest) (ImportResult, error)
-	DryLeaseWants(ctx context.Context, req LeaseRequest) (ImportResult, error)
 	// Pull fetches an image's host-platform content from its registry under
 	// opts.Lease and returns its target. It never pins.
 	Pull(ctx context.Context, ref string, opts PullOptions) (Want, error)

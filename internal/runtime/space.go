@@ -6,12 +6,22 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // ErrNoSpace is wrapped by an import's error when the content store's
 // filesystem has (or would have) too little space left: the import was
 // refused before writing, or the store ran out of space while writing.
 var ErrNoSpace = errors.New("not enough disk space")
+
+// NoSpace marks err as ErrNoSpace when it says a disk ran out of space while
+// writing: containerd's errors carry the system's text, not the errno.
+func NoSpace(err error) error {
+	if err == nil || errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), syscall.ENOSPC.Error()) {
+		return err
+	}
+	return fmt.Errorf("%w: containerd's content store has no space left: %w", ErrNoSpace, err)
+}
 
 // MinFree is how much of the content store's filesystem an import must leave
 // free: a number of bytes, or a percentage of the filesystem's size. The zero

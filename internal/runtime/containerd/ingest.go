@@ -31,29 +31,14 @@ const abandonTimeout = 30 * time.Second
 
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, writeChunk); return &b }}
 
-// Import walks one archive or OCI layout directory into the store under the
-// source's lease (importer.Import, over this Runtime's store and sinks).
-func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
-	res, err := importer.Import(r.ns(ctx), importStore{r}, req)
-	return res, noSpace(err)
-}
-
-// DryImport is Import over the store with every write left undone
-// (importer.DryRun).
-func (r *Runtime) DryImport(ctx context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
-	res, err := importer.Import(r.ns(ctx), importer.DryRun(importStore{r}), req)
-	return res, noSpace(err)
-}
-
-// DryLeaseWants is LeaseWants with every write left undone.
-func (r *Runtime) DryLeaseWants(ctx context.Context, req runtime.LeaseRequest) (runtime.ImportResult, error) {
-	return importer.LeaseWants(r.ns(ctx), importer.DryRun(importStore{r}), req)
-}
+// ImportStore is containerd's content store and leases as an import writes
+// them (importer.Import, importer.LeaseWants).
+func (r *Runtime) ImportStore() importer.Store { return importStore{r} }
 
 // importStore is containerd's content store and leases as an import needs them.
 type importStore struct{ r *Runtime }
 
-func (s importStore) Prepare(ctx context.Context) error {
+func (s importStore) Prepare(ctx context.Context, _ runtime.ImportRequest) error {
 	if err := s.r.forgetLost(ctx); err != nil {
 		return fmt.Errorf("removing the records of blobs whose files are gone: %w", err)
 	}

@@ -272,9 +272,3 @@ func (r *Runtime) Release(ctx context.Context, id string) error {
 	}
 	return nil
 }
-
-// LeaseWants leases the content of images already in the store for a list
-// that names them (importer.LeaseWants).
-func (r *Runtime) LeaseWants(ctx context.Context, req runtime.LeaseRequest) (runtime.ImportResult, error) {
-	return importer.LeaseWants(r.ns(ctx), importStore{r}, req)
-}

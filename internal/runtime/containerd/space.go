@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -150,13 +149,4 @@ func (g *spaceGuard) check(ctx context.Context, r *Runtime, what string, blobs i
 // Reserve refuses an archive whose blobs would not fit, before any is written.
 func (w *ingester) Reserve(ctx context.Context, blobs int, bytes int64) error {
 	return w.r.space.check(ctx, w.r, fmt.Sprintf("the archive's %d new blobs need", blobs), blobs, bytes)
-}
-
-// noSpace says the store ran out of space while writing: containerd's
-// errors carry the system's text, not the errno.
-func noSpace(err error) error {
-	if err == nil || errors.Is(err, runtime.ErrNoSpace) || !strings.Contains(err.Error(), unix.ENOSPC.Error()) {
-		return err
-	}
-	return fmt.Errorf("%w: containerd's content store has no space left: %w", runtime.ErrNoSpace, err)
 }

@@ -1,8 +1,7 @@
 // Package fake is an in-memory runtime.Runtime for unit tests of pure logic:
-// records with labels, source states, and a content store with leases. Its
-// Import runs the real import (importer.Import) over that store, unless a
-// test answers imports itself (ImportFunc); it pulls nothing unless a test
-// says how.
+// records with labels, source states, and a content store with leases that
+// the real import (importer.Import) writes through ImportStore. It pulls
+// nothing unless a test says how.
 package fake
 
 import (
@@ -19,10 +18,13 @@ import (
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
-// Runtime is the fake. The exported funcs, when set, answer Import and Pull.
+// Runtime is the fake. The exported funcs, when set, answer pulls and hook
+// into imports.
 type Runtime struct {
-	ImportFunc func(runtime.ImportRequest) (runtime.ImportResult, error)
-	PullFunc   func(ref string) (runtime.Want, error)
+	PullFunc func(ref string) (runtime.Want, error)
+	// OnImport, when set, runs as each import starts (the store's Prepare):
+	// its error fails the import before anything is read.
+	OnImport func(runtime.ImportRequest) error
 	// WriteDocErr, when set, fails every document the real import writes:
 	// an import that breaks half-way.
 	WriteDocErr error
@@ -36,14 +38,14 @@ type Runtime struct {
 	syncs   int             // Sync calls of the imports
 	events  chan runtime.ImageEvent
 	pins    map[string]int // Pin calls by name, whether they changed anything or not
-	lists   int            // Records calls
+	lists   int            // Records and Sources calls
 	handed  int            // events the watcher's reader has received
 	cri     criState
 	down    bool         // Server fails: containerd does not answer
 	streams []chan error // the open event streams' error channels
 }
 
-var _ runtime.Runtime = &Runtime{}
+var _ importer.Backend = &Runtime{}
 
 // New makes an empty fake.
 func New() *Runtime {
@@ -113,7 +115,7 @@ func (r *Runtime) PinsOf(name string) int {
 	return r.pins[name]
 }
 
-// Listings counts the Records calls: each pass makes at least one.
+// Listings counts the Records and Sources calls.
 func (r *Runtime) Listings() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -146,53 +148,6 @@ func (r *Runtime) Server(context.Context) (runtime.ServerInfo, error) {
 		return runtime.ServerInfo{}, errors.New("fake: containerd does not answer")
 	}
 	return runtime.ServerInfo{Version: "fake"}, nil
-}
-
-// Import runs the real import over the fake's store; with an ImportFunc, it
-// answers from that instead, but for a source whose intact state at this
-// identity is given as Prior: that one is unchanged, as with containerd.
-func (r *Runtime) Import(ctx context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
-	if r.ImportFunc == nil {
-		return importer.Import(ctx, store{r}, req)
-	}
-	res, err := r.DryImport(ctx, req)
-	if err == nil && !res.Unchanged {
-		r.PutState(runtime.SourceState{Lease: res.Lease, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: res.Images, Kept: req.Kept})
-	}
-	return res, err
-}
-
-// DryImport is what Import would answer, storing nothing.
-func (r *Runtime) DryImport(ctx context.Context, req runtime.ImportRequest) (runtime.ImportResult, error) {
-	if p := req.Prior; p != nil && p.Complete && p.Intact && p.Identity == req.Identity {
-		return runtime.ImportResult{Lease: p.Lease, Images: p.Images, Unchanged: true}, nil
-	}
-	if r.ImportFunc == nil {
-		return importer.Import(ctx, importer.DryRun(store{r}), req)
-	}
-	return r.ImportFunc(req)
-}
-
-// DryLeaseWants is what LeaseWants would answer, storing nothing.
-func (r *Runtime) DryLeaseWants(_ context.Context, req runtime.LeaseRequest) (runtime.ImportResult, error) {
-	id := runtime.LeasePrefix + req.Source + "@" + req.Identity
-	r.mu.Lock()
-	st, ok := r.states[id]
-	r.mu.Unlock()
-	if ok {
-		return runtime.ImportResult{Lease: id, Images: st.Images, Unchanged: true}, nil
-	}
-	return runtime.ImportResult{Lease: id, Images: req.Wants}, nil
-}
-
-// LeaseWants leases what a list wants; a lease that exists for the same
-// source and identity is unchanged, as with containerd.
-func (r *Runtime) LeaseWants(ctx context.Context, req runtime.LeaseRequest) (runtime.ImportResult, error) {
-	res, err := r.DryLeaseWants(ctx, req)
-	if err == nil && !res.Unchanged {
-		r.PutState(runtime.SourceState{Lease: res.Lease, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: req.Wants})
-	}
-	return res, err
 }
 
 func (r *Runtime) Pull(_ context.Context, ref string, _ runtime.PullOptions) (runtime.Want, error) {
@@ -228,6 +183,7 @@ func (r *Runtime) Images(ctx context.Context) ([]runtime.ImageDetail, error) {
 func (r *Runtime) Sources(context.Context) ([]runtime.SourceState, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.lists++
 	out := make([]runtime.SourceState, 0, len(r.states))
 	for _, st := range r.states {
 		st.Intact = st.Complete // the fake never loses content

@@ -16,7 +16,7 @@ import (
 )
 
 // The fake's content store and leases, in memory: what the real import
-// (importer.Import) needs, so that Import without an ImportFunc runs it.
+// (importer.Import) needs.
 
 // ImportStore is the fake's store as the import sees it, for tests of the
 // import itself.
@@ -55,6 +55,16 @@ func (r *Runtime) State(id string) (runtime.SourceState, bool) {
 	return st, ok
 }
 
+// PutContent adds blobs to the store, held by no lease: content a pull or
+// another client brought.
+func (r *Runtime) PutContent(content map[digest.Digest][]byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for d, b := range content {
+		r.blobs[d] = b
+	}
+}
+
 // DeleteBlob removes a blob from the store, as ctr content rm would.
 func (r *Runtime) DeleteBlob(d digest.Digest) {
 	r.mu.Lock()
@@ -86,7 +96,12 @@ type fakeLease struct {
 // store is the fake as an importer.Store.
 type store struct{ r *Runtime }
 
-func (s store) Prepare(context.Context) error { return nil }
+func (s store) Prepare(_ context.Context, req runtime.ImportRequest) error {
+	if s.r.OnImport != nil {
+		return s.r.OnImport(req)
+	}
+	return nil
+}
 
 func (s store) CreateLease(_ context.Context, id string, labels map[string]string) error {
 	s.r.mu.Lock()

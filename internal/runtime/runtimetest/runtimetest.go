@@ -15,12 +15,13 @@ import (
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
 // Backend is one store under test.
 type Backend struct {
-	Runtime runtime.Runtime
+	Runtime importer.Backend
 	// CreateRecord makes an image record as a user, a pull or the CRI would,
 	// with exactly these labels.
 	CreateRecord func(t *testing.T, img runtime.Image)
@@ -157,13 +158,14 @@ func releaseOnlyHoldfasts(t *testing.T, b Backend, _ string) {
 }
 
 // importLeases: an import leases the archive's images under the source's
-// lease, Sources reports it complete and intact, the same identity again is
-// unchanged, and a release ends it.
+// lease, Sources reports it complete and intact, as the import's result said
+// it would (a pass plans with that result rather than list the leases
+// again), the same identity again is unchanged, and a release ends it.
 func importLeases(t *testing.T, b Backend, name string) {
 	ctx := context.Background()
 	source := "/conformance/" + strings.NewReplacer("/", "_", ":", "_").Replace(name) + ".tar"
 	req := runtime.ImportRequest{Source: source, Identity: "id-1", Open: b.Archive}
-	res, err := b.Runtime.Import(ctx, req)
+	res, err := importer.Import(ctx, b.Runtime.ImportStore(), req)
 	if err != nil {
 		t.Fatalf("import: %v", err)
 	}
@@ -185,7 +187,11 @@ func importLeases(t *testing.T, b Backend, name string) {
 	}
 	req.Prior = &st
 	req.Open = func() (io.ReadCloser, error) { t.Error("an unchanged source was opened"); return b.Archive() }
-	if again, err := b.Runtime.Import(ctx, req); err != nil || !again.Unchanged {
+	if got := res.State; got.Lease != st.Lease || got.Source != st.Source || got.Identity != st.Identity || !got.Complete || !got.Intact ||
+		!slices.Equal(got.Blobs, st.Blobs) || !slices.EqualFunc(got.Images, st.Images, func(a, b runtime.Want) bool { return a.Name == b.Name && a.Target.Digest == b.Target.Digest }) {
+		t.Errorf("the import said its state is %+v; Sources reports %+v", got, st)
+	}
+	if again, err := importer.Import(ctx, b.Runtime.ImportStore(), req); err != nil || !again.Unchanged {
 		t.Errorf("the same identity again: %+v, %v; want unchanged", again, err)
 	}
 	if err := b.Runtime.Release(ctx, res.Lease); err != nil {
