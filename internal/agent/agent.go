@@ -56,8 +56,8 @@ type Agent struct {
 	rt    hfruntime.Runtime
 	store importer.Store // what imports write to
 	cfg   Config
-	log *slog.Logger
-	rec Recorder
+	log   *slog.Logger
+	rec   Recorder
 
 	clock   Clock
 	journal *journal.Journal // what GET /report tells
