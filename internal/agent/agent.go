@@ -1,76 +1,68 @@
+// Package agent is holdfast's daemon (holdfast run): it runs passes (package
+// pass) on start-up, on changes to the images and spool dirs, on a timer, on
+// retries and on reconnects, one at a time; between them it heals, from its
+// lease, every wanted record an image event says was deleted or re-pointed,
+// against the wanted set the last pass handed over; and it says when the node
+// is ready.
 package agent
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/backoff"
 	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/journal"
-	"github.com/holdfast-project/holdfast/internal/metrics"
+	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/pattern"
-	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
-	"github.com/holdfast-project/holdfast/internal/source"
 	"github.com/holdfast-project/holdfast/internal/watch"
 )
 
-// Recorder receives what the agent does, for metrics. *metrics.Metrics is one.
-type Recorder interface {
-	ImportDone(result string, bytes int64, d time.Duration)
-	PullDone(result string)
-	Healed(cause string)
-	Drift()
-	Unpinned(n int)
-	Released(n int)
-	SetPinned(n int)
-	ReconcileDone(d time.Duration, ok bool)
-	SetConnected(bool)
-	SetBackoff(n int)
-	SetSources(counts map[metrics.SourceKey]int)
+// Config is the daemon's configuration: what its passes need, and how often
+// it runs a full pass on its own.
+type Config struct {
+	pass.Config
+	Resync time.Duration // a full pass at least this often
+	// FeaturesOff say, each, which feature runs off because a path it needs
+	// is missing: Run records each as a Warning event (FeatureOff).
+	FeaturesOff []string
 }
 
-type noRecorder struct{}
+// Recorder receives what the daemon and its passes do, for metrics.
+// *metrics.Metrics is one.
+type Recorder interface {
+	pass.Recorder
+	SetConnected(bool)
+	SetBackoff(n int)
+}
 
-func (noRecorder) ImportDone(string, int64, time.Duration) {}
-func (noRecorder) PullDone(string)                         {}
-func (noRecorder) Healed(string)                           {}
-func (noRecorder) Drift()                                  {}
-func (noRecorder) Unpinned(int)                            {}
-func (noRecorder) Released(int)                            {}
-func (noRecorder) SetPinned(int)                           {}
-func (noRecorder) ReconcileDone(time.Duration, bool)       {}
-func (noRecorder) SetConnected(bool)                       {}
-func (noRecorder) SetBackoff(int)                          {}
-func (noRecorder) SetSources(map[metrics.SourceKey]int)    {}
+type noRecorder struct{ pass.NoRecorder }
+
+func (noRecorder) SetConnected(bool) {}
+func (noRecorder) SetBackoff(int)    {}
 
 // Agent is holdfast's daemon: it keeps containerd's records and leases in line
 // with the images dirs, passes triggered by start-up, directory changes, a
 // timer and reconnects; and it heals wanted records the moment an image event
 // says they changed.
 type Agent struct {
-	rt    hfruntime.Runtime
-	store importer.Store // what imports write to
-	cfg   Config
-	log   *slog.Logger
-	rec   Recorder
+	rt     hfruntime.Runtime
+	passes *pass.Runner // runs the passes, and hands each one's outcome over (Handoff)
+	cfg    Config
+	log    *slog.Logger
+	rec    Recorder
 
 	clock   Clock
 	journal *journal.Journal // what GET /report tells
 
 	mu     sync.Mutex
 	wanted map[string]hfruntime.Want // what the last plan wants: heal restores these
-	// actions, in a dry run only (DryRun), records what the pass would do.
-	actions *actionLog
-	failed  map[string]failure // sources whose import failed, by path
-	// pullFailed are the pull list references whose pull failed, by reference.
-	pullFailed map[string]failure
-	heals      map[string]*healState // per-name heal history, for backoff
-	seen       map[string]sighting   // when a pass first saw each source as it is; passes only
+	heals  map[string]*healState     // per-name heal history, for backoff
 	// Image events a pass may not have seen: from its start (or the agent's)
 	// until it sets the wanted set, the names of image events are kept
 	// (true: created or updated), to be healed against the new wanted set;
@@ -87,13 +79,6 @@ type Agent struct {
 	lost       atomic.Bool  // containerd's event stream is lost: reconnecting
 }
 
-type failure struct {
-	identity string
-	retryAt  time.Time
-	wait     backoff
-	err      error
-}
-
 // New makes an agent. rec may be nil.
 func New(rt importer.Backend, cfg Config, rec Recorder) *Agent {
 	if rec == nil {
@@ -103,10 +88,12 @@ func New(rt importer.Backend, cfg Config, rec Recorder) *Agent {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Agent{rt: rt, store: rt.ImportStore(), cfg: cfg, log: log, rec: rec, clock: realClock{},
-		wanted: map[string]hfruntime.Want{}, failed: map[string]failure{}, pullFailed: map[string]failure{}, heals: map[string]*healState{},
+	a := &Agent{rt: rt, cfg: cfg, log: log, rec: rec, clock: realClock{},
+		wanted: map[string]hfruntime.Want{}, heals: map[string]*healState{},
 		collecting: true, touched: map[string]bool{}, pinPatterns: map[string][]pattern.Pattern{}, foreign: map[string]bool{}}
-	a.journal = journal.New(journal.DefaultSize, func() time.Time { return a.clock.Now() })
+	now := func() time.Time { return a.clock.Now() }
+	a.journal = journal.New(journal.DefaultSize, now)
+	a.passes = pass.New(rt, cfg.Config, pass.WithRecorder(rec), pass.WithClock(now), pass.WithJournal(a.journal), pass.WithHandoff(a))
 	a.readyState.Store("the first pass has not finished")
 	return a
 }
@@ -122,119 +109,6 @@ func (a *Agent) Ready() (bool, string) {
 		return true, "ready"
 	}
 	return false, a.readyState.Load().(string)
-}
-
-// setWanted makes w the wanted set: from now on image events are healed
-// against it, and no longer kept for the pass.
-func (a *Agent) setWanted(w map[string]hfruntime.Want) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.wanted = w
-	a.collecting = false
-}
-
-// wantDuringPins sets the wanted set while a plan's pins are applied: every
-// name the plan wants but those it pins for the first time. An event heal
-// must not pin such a name before the pass does, as only the first pin
-// notices a user's own pin that was there before. Image events keep being
-// collected until setWanted, and are healed after the pass.
-func (a *Agent) wantDuringPins(plan reconcile.Plan) {
-	w := maps.Clone(plan.WantedNames)
-	for _, p := range plan.Pins {
-		if p.Reason == reconcile.ReasonNew {
-			delete(w, p.Want.Name)
-		}
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.wanted = w
-}
-
-// beginPass starts keeping the names of image events for a pass, and returns
-// the event count for eventsSince.
-func (a *Agent) beginPass() uint64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.collecting = true
-	return a.imageEvents
-}
-
-// eventsSince reports whether image events came after beginPass returned n:
-// records listed before then may be stale.
-func (a *Agent) eventsSince(n uint64) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.imageEvents != n
-}
-
-// takeTouched returns the names of the image events kept so far, and forgets them.
-func (a *Agent) takeTouched() map[string]bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	t := a.touched
-	a.touched = map[string]bool{}
-	return t
-}
-
-// noteFailure remembers a failed source, and why, so that the loop retries it
-// with backoff, or at once when it changes.
-func (a *Agent) noteFailure(path, identity string, cause error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	f := a.failed[path]
-	if f.identity != identity || !f.wait.started() {
-		f = failure{identity: identity, wait: backoff{first: 5 * time.Second, most: 5 * time.Minute}}
-	}
-	f.retryAt = a.clock.Now().Add(f.wait.next())
-	f.err = cause
-	a.failed[path] = f
-}
-
-// failedUntil says until when a source that failed at this identity waits
-// before its next try.
-func (a *Agent) failedUntil(path, identity string) (time.Time, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	f, ok := a.failed[path]
-	if !ok || f.identity != identity || !f.retryAt.After(a.clock.Now()) {
-		return time.Time{}, false
-	}
-	return f.retryAt, true
-}
-
-// nextRetry is the earliest time a failure still waits for: of a scanned
-// source whose import failed, or of a pull list reference. Zero if none.
-// The failures of sources that are gone are forgotten.
-func (a *Agent) nextRetry(srcs []source.Source) time.Time {
-	scanned := map[string]bool{}
-	for _, s := range srcs {
-		scanned[s.Path] = true
-	}
-	now := a.clock.Now()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var next time.Time
-	for path, f := range a.failed {
-		if !scanned[path] {
-			delete(a.failed, path) // a source that is gone
-			continue
-		}
-		if f.retryAt.After(now) && (next.IsZero() || f.retryAt.Before(next)) {
-			next = f.retryAt
-		}
-	}
-	for _, f := range a.pullFailed {
-		if f.retryAt.After(now) && (next.IsZero() || f.retryAt.Before(next)) {
-			next = f.retryAt
-		}
-	}
-	return next
-}
-
-func (a *Agent) clearFailure(path string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.failed, path)
 }
 
 // Run runs the agent until ctx ends. It subscribes to image events before the
@@ -264,7 +138,7 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 		default:
 		}
 	}
-	passDone := make(chan passResult, 1)
+	passDone := make(chan passDone, 1)
 	var passWG sync.WaitGroup
 	passWG.Add(1)
 	go func() {
@@ -285,7 +159,7 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	healTimer := a.clock.NewTimer()
 	defer healTimer.Stop()
 	initial := true
-	cri := &criWait{timer: a.clock.NewTimer(), wait: backoff{first: criFirstDelay, most: criMaxDelay}} // after the first pass, until the CRI sees its images
+	cri := &criWait{timer: a.clock.NewTimer(), wait: backoff.New(criFirstDelay, criMaxDelay)} // after the first pass, until the CRI sees its images
 	defer cri.timer.Stop()
 
 	for {
@@ -303,20 +177,20 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 		case pr := <-passDone:
 			// Sources still being written, and failed imports and pulls, are
 			// looked at again when due.
-			if pr.nextCheck.IsZero() {
+			if pr.NextCheck.IsZero() {
 				retry.Stop()
 			} else {
-				retry.Reset(max(pr.nextCheck.Sub(a.clock.Now())+100*time.Millisecond, 100*time.Millisecond))
+				retry.Reset(max(pr.NextCheck.Sub(a.clock.Now())+100*time.Millisecond, 100*time.Millisecond))
 			}
 			if a.afterPass(ctx, pr.touched, healTimer) {
 				kick("pin pattern")
 			}
 			if initial {
-				if len(pr.settling) == 0 {
+				if len(pr.Settling) == 0 {
 					initial = false
 					a.awaitCRI(ctx, cri, onReady)
 				} else {
-					a.readyState.Store(fmt.Sprintf("waiting for %d source(s) of the first pass still being written: %v", len(pr.settling), pr.settling))
+					a.readyState.Store(fmt.Sprintf("waiting for %d source(s) of the first pass still being written: %v", len(pr.Settling), pr.Settling))
 				}
 			}
 		case ev, ok := <-events:
@@ -347,20 +221,28 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	}
 }
 
+// passDone is what the loop learns of a pass: its result, and the names of
+// the image events that came while it ran, which heal takes up once the
+// pass has handed over its wanted set.
+type passDone struct {
+	pass.Result
+	touched map[string]bool
+}
+
 // passLoop runs passes one at a time as triggers arrive.
-func (a *Agent) passLoop(ctx context.Context, trigger <-chan string, done chan<- passResult) {
+func (a *Agent) passLoop(ctx context.Context, trigger <-chan string, done chan<- passDone) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case why := <-trigger:
-			sum, pr := a.pass(ctx, passOptions{settle: true, memo: why != "resync"})
+			sum, res := a.passes.Run(ctx, pass.Options{Settle: true, Memo: why != "resync"})
 			for _, f := range sum.Failures {
 				a.log.Error("pass", "error", f)
 			}
-			a.log.Info("pass: "+sum.String(), "trigger", why, "pending", len(pr.pending))
+			a.log.Info("pass: "+sum.String(), "trigger", why, "pending", len(res.Pending))
 			select {
-			case done <- pr:
+			case done <- passDone{Result: res, touched: a.takeTouched()}:
 			case <-ctx.Done():
 				return
 			}
@@ -370,7 +252,7 @@ func (a *Agent) passLoop(ctx context.Context, trigger <-chan string, done chan<-
 
 // resubscribe waits, with backoff, until containerd answers, then subscribes again.
 func (a *Agent) resubscribe(ctx context.Context) (<-chan hfruntime.ImageEvent, <-chan error) {
-	wait := backoff{first: 200 * time.Millisecond, most: 10 * time.Second}
+	wait := backoff.New(200*time.Millisecond, 10*time.Second)
 	for {
 		if ctx.Err() != nil {
 			return nil, nil
@@ -383,7 +265,7 @@ func (a *Agent) resubscribe(ctx context.Context) (<-chan hfruntime.ImageEvent, <
 		select {
 		case <-ctx.Done():
 			return nil, nil
-		case <-time.After(wait.next()):
+		case <-time.After(wait.Next()):
 		}
 	}
 }

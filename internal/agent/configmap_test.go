@@ -8,6 +8,7 @@ import (
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
 	"github.com/holdfast-project/holdfast/internal/source"
+	"github.com/holdfast-project/holdfast/internal/testenv/testimage"
 )
 
 // configMapFiles are the keys of a ConfigMap as the chart writes it.
@@ -21,7 +22,7 @@ func configMapFiles(pins string) map[string][]byte {
 func TestAgentConfigMapPins(t *testing.T) {
 	t.Parallel()
 	rt := fake.New()
-	a, b := storedImage(t, rt, "example.com/a:1"), storedImage(t, rt, "example.com/b:1")
+	a, b := testimage.Stored(t, rt, "example.com/a:1"), testimage.Stored(t, rt, "example.com/b:1")
 	for _, w := range []hfruntime.Want{a, b} {
 		rt.Create(hfruntime.Image{Name: w.Name, Target: w.Target})
 	}
@@ -30,7 +31,7 @@ func TestAgentConfigMapPins(t *testing.T) {
 		t.Fatal(err)
 	}
 	pinned := func(name string) bool { rec, ok := rt.Record(name); return ok && rec.Pinned() && rec.Owned() }
-	logs := runFakeAgent(t, rt, Config{ImageDirs: []string{dir}}, newFakeClock())
+	logs := runFakeAgent(t, rt, dirsConfig(dir), newFakeClock())
 	if !pinned(a.Name) || pinned(b.Name) {
 		t.Fatalf("first pass: a pinned %v, b pinned %v; want a alone\n%s", pinned(a.Name), pinned(b.Name), logs)
 	}

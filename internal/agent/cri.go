@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/backoff"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -15,10 +16,10 @@ import (
 // ready: the CRI learns of records from containerd's events, a moment later.
 type criWait struct {
 	timer  Timer
-	wait   backoff   // until the next look: criFirstDelay, doubling up to criMaxDelay
-	since  time.Time // the first look
-	noted  bool      // "no CRI" was logged
-	waited bool      // waiting for the CRI was logged
+	wait   backoff.Backoff // until the next look: criFirstDelay, doubling up to criMaxDelay
+	since  time.Time       // the first look
+	noted  bool            // "no CRI" was logged
+	waited bool            // waiting for the CRI was logged
 }
 
 const (
@@ -77,7 +78,7 @@ func (a *Agent) awaitCRI(ctx context.Context, w *criWait, onReady func()) {
 }
 
 func (w *criWait) again() {
-	w.timer.Reset(w.wait.next())
+	w.timer.Reset(w.wait.Next())
 }
 
 // criMissing lists the wanted names whose record holdfast pinned that the CRI

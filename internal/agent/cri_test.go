@@ -10,6 +10,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
 	"github.com/holdfast-project/holdfast/internal/testenv"
+	"github.com/holdfast-project/holdfast/internal/testenv/testimage"
 )
 
 // criAgent runs an agent whose one source wants names, on rt and clock, until
@@ -17,10 +18,11 @@ import (
 func criAgent(t *testing.T, rt *fake.Runtime, clock *fakeClock, names ...string) (*Agent, *testenv.Buffer, <-chan struct{}) {
 	t.Helper()
 	dir := t.TempDir()
-	imageDir(t, filepath.Join(dir, "x"), names...)
+	testimage.Dir(t, filepath.Join(dir, "x"), names...)
 	logs := &testenv.Buffer{}
-	a := New(rt, Config{ImageDirs: []string{dir}, Resync: time.Hour,
-		Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, nil)
+	cfg := dirsConfig(dir)
+	cfg.Resync, cfg.Log = time.Hour, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	a := New(rt, cfg, nil)
 	a.clock = clock
 	ctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan struct{}), make(chan struct{})

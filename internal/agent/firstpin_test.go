@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/holdfast-project/holdfast/internal/pass"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
+	"github.com/holdfast-project/holdfast/internal/testenv/testimage"
 )
 
 // eventBeforeFirstPin is a store in which an image event for a name reaches
@@ -35,17 +37,17 @@ func TestUsersPinSurvivesAnEarlyEvent(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	archive := filepath.Join(dir, "app")
-	app := imageDir(t, archive, "example.com/app:1")[0]
+	app := testimage.Dir(t, archive, "example.com/app:1")[0]
 
 	base := fake.New()
 	base.Create(hfruntime.Image{Name: app.Name, Target: app.Target,
 		Labels: map[string]string{hfruntime.LabelCRIPinned: hfruntime.PinnedValue}})
 	rt := &eventBeforeFirstPin{Runtime: base}
-	a := New(rt, Config{ImageDirs: []string{dir}}, nil)
+	a := New(rt, dirsConfig(dir), nil)
 	rt.a = a
 	ctx := context.Background()
 
-	a.pass(ctx, passOptions{})
+	a.passes.Run(ctx, pass.Options{})
 	if !rt.sent {
 		t.Fatal("the pass never pinned the name for the first time")
 	}
@@ -57,7 +59,7 @@ func TestUsersPinSurvivesAnEarlyEvent(t *testing.T) {
 	if err := os.RemoveAll(archive); err != nil {
 		t.Fatal(err)
 	}
-	a.pass(ctx, passOptions{})
+	a.passes.Run(ctx, pass.Options{})
 	rec, _ = base.Record(app.Name)
 	if rec.Owned() || !rec.Pinned() {
 		t.Errorf("archive gone: labels %v, want holdfast's pin gone and the user's CRI pin kept", rec.Labels)

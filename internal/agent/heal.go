@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/backoff"
 	"github.com/holdfast-project/holdfast/internal/journal"
-	"github.com/holdfast-project/holdfast/internal/pattern"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
-	"github.com/holdfast-project/holdfast/internal/source"
 )
 
 // Heal backoff: a name healed healBurst times within healWindow waits before
@@ -25,7 +24,7 @@ const (
 type healState struct {
 	recent  []time.Time
 	until   time.Time
-	wait    backoff // healFirstWait, doubling up to healMaxDelay
+	wait    backoff.Backoff // healFirstWait, doubling up to healMaxDelay
 	pending bool
 	warned  bool
 }
@@ -87,13 +86,6 @@ func (a *Agent) pinnedElsewhere(name string) bool {
 	return !wanted
 }
 
-// setKept keeps the names kept sources want, as the last plan found them.
-func (a *Agent) setKept(names map[string]bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.kept = names
-}
-
 // afterPass heals the names of image events that came while the pass ran,
 // against the wanted set it has just set: the pass may have planned before
 // they came. It reports whether a pass is needed for a name a pin list
@@ -122,27 +114,6 @@ func (a *Agent) afterPass(ctx context.Context, touched map[string]bool, timer Ti
 	return pass
 }
 
-// notePinLists keeps the patterns of the pin lists a pass read, so that an
-// image that arrives later and matches one brings on a pass at once. A list
-// the pass did not read (still being written) keeps its patterns; a list that
-// is gone loses them.
-func (a *Agent) notePinLists(scan source.Result, read map[string][]pattern.Pattern) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	old := a.pinPatterns
-	a.pinPatterns = map[string][]pattern.Pattern{}
-	for _, src := range scan.Sources {
-		if src.Kind != source.PinList {
-			continue
-		}
-		if ps, ok := read[src.Path]; ok {
-			a.pinPatterns[src.Path] = ps
-		} else if ps, ok := old[src.Path]; ok {
-			a.pinPatterns[src.Path] = ps
-		}
-	}
-}
-
 func (a *Agent) pinMatchLocked(name string) bool {
 	for _, ps := range a.pinPatterns {
 		for _, p := range ps {
@@ -160,7 +131,7 @@ func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer Timer) {
 	a.mu.Lock()
 	st := a.heals[want.Name]
 	if st == nil {
-		st = &healState{wait: backoff{first: healFirstWait, most: healMaxDelay}}
+		st = &healState{wait: backoff.New(healFirstWait, healMaxDelay)}
 		a.heals[want.Name] = st
 	}
 	if now.Before(st.until) {
@@ -201,11 +172,11 @@ func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer Timer) {
 	}
 	st.recent = append(kept, now)
 	if len(st.recent) >= healBurst {
-		if !st.wait.started() {
+		if !st.wait.Started() {
 			a.journal.Record(journal.Warning, journal.ReasonHealBackoff, fmt.Sprintf(
 				"%s healed %d times within %s: something keeps removing or re-pointing it; healing it with backoff", want.Name, len(st.recent), healWindow))
 		}
-		st.until = now.Add(st.wait.next())
+		st.until = now.Add(st.wait.Next())
 		a.journal.Backoff(want.Name, st.until)
 		if !st.warned {
 			st.warned = true
@@ -213,7 +184,7 @@ func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer Timer) {
 				"name", want.Name, "heals", len(st.recent), "window", healWindow)
 		}
 	} else {
-		st.wait.reset()
+		st.wait.Reset()
 	}
 	a.rec.SetBackoff(a.backedOffLocked(now))
 }

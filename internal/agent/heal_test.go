@@ -10,9 +10,11 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/pass"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
 	"github.com/holdfast-project/holdfast/internal/testenv"
+	"github.com/holdfast-project/holdfast/internal/testenv/testimage"
 )
 
 // wantOf is what a fake source wants for name.
@@ -62,9 +64,9 @@ func startFakeAgent(t *testing.T, names ...string) (*fake.Runtime, *fakeClock, *
 	t.Helper()
 	rt := fake.New()
 	dir := t.TempDir()
-	imageDir(t, dir+"/x", names...)
+	testimage.Dir(t, dir+"/x", names...)
 	clock := newFakeClock()
-	logs := runFakeAgent(t, rt, Config{ImageDirs: []string{dir}}, clock)
+	logs := runFakeAgent(t, rt, dirsConfig(dir), clock)
 	for _, n := range names {
 		if _, ok := rt.Record(n); !ok {
 			t.Fatalf("the first pass did not pin %s", n)
@@ -167,3 +169,6 @@ func TestHealIgnores(t *testing.T) {
 		t.Error("an unwanted name was pinned")
 	}
 }
+
+// dirsConfig is a daemon's configuration with these images dirs only.
+func dirsConfig(dirs ...string) Config { return Config{Config: pass.Config{ImageDirs: dirs}} }

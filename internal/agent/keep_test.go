@@ -14,7 +14,7 @@ func TestPinByAnotherProcessBringsOnAPass(t *testing.T) {
 	ctx := context.Background()
 	a := New(fake.New(), Config{}, nil)
 	timer := a.clock.NewTimer()
-	a.setWanted(map[string]hfruntime.Want{"mine:1": wantOf("mine:1")})
+	a.Pinned(map[string]hfruntime.Want{"mine:1": wantOf("mine:1")}, nil)
 	for _, kind := range []hfruntime.ImageEventKind{hfruntime.ImageCreated, hfruntime.ImageUpdated} {
 		if !a.onImageEvent(ctx, hfruntime.ImageEvent{Kind: kind, Name: "kept:1", Labels: bothPins}, timer) {
 			t.Errorf("%s of an unwanted name with holdfast's pin: no pass", kind)
@@ -28,30 +28,30 @@ func TestPinByAnotherProcessBringsOnAPass(t *testing.T) {
 	}
 
 	// During a pass the answer waits for the pass's wanted set.
-	a.beginPass()
+	a.Begin()
 	if a.onImageEvent(ctx, hfruntime.ImageEvent{Kind: hfruntime.ImageCreated, Name: "kept:2", Labels: bothPins}, timer) ||
 		a.onImageEvent(ctx, hfruntime.ImageEvent{Kind: hfruntime.ImageCreated, Name: "new:1", Labels: bothPins}, timer) {
 		t.Fatal("a pass during a pass")
 	}
-	a.setWanted(map[string]hfruntime.Want{"new:1": wantOf("new:1")})
+	a.Pinned(map[string]hfruntime.Want{"new:1": wantOf("new:1")}, nil)
 	if !a.afterPass(ctx, a.takeTouched(), timer) {
 		t.Error("kept:2, pinned elsewhere during the pass and not wanted after it: no pass")
 	}
-	a.beginPass()
+	a.Begin()
 	a.onImageEvent(ctx, hfruntime.ImageEvent{Kind: hfruntime.ImageCreated, Name: "new:1", Labels: bothPins}, timer)
-	a.setWanted(map[string]hfruntime.Want{"new:1": wantOf("new:1")})
+	a.Pinned(map[string]hfruntime.Want{"new:1": wantOf("new:1")}, nil)
 	if a.afterPass(ctx, a.takeTouched(), timer) {
 		t.Error("the pass's own first pin brought on another pass")
 	}
 
 	// The pass's own pin may also show as an update (labels set on a record
 	// that exists), before the pass has its wanted set: that too waits for it.
-	a.setWanted(nil)
-	a.beginPass()
+	a.Pinned(nil, nil)
+	a.Begin()
 	if a.onImageEvent(ctx, hfruntime.ImageEvent{Kind: hfruntime.ImageUpdated, Name: "new:2", Labels: bothPins}, timer) {
 		t.Error("an update with holdfast's pin during a pass brought on a pass before the pass's wanted set")
 	}
-	a.setWanted(map[string]hfruntime.Want{"new:2": wantOf("new:2")})
+	a.Pinned(map[string]hfruntime.Want{"new:2": wantOf("new:2")}, nil)
 	if a.afterPass(ctx, a.takeTouched(), timer) {
 		t.Error("the pass's own pin, seen as an update, brought on another pass")
 	}
@@ -62,8 +62,7 @@ func TestKeptNameThatLostItsPinBringsOnAPassNotAHeal(t *testing.T) {
 	rt := fake.New()
 	a := New(rt, Config{}, nil)
 	timer := a.clock.NewTimer()
-	a.setWanted(map[string]hfruntime.Want{"kept:1": wantOf("kept:1"), "dir:1": wantOf("dir:1")})
-	a.setKept(map[string]bool{"kept:1": true})
+	a.Pinned(map[string]hfruntime.Want{"kept:1": wantOf("kept:1"), "dir:1": wantOf("dir:1")}, map[string]bool{"kept:1": true})
 	if !a.onImageEvent(ctx, hfruntime.ImageEvent{Kind: hfruntime.ImageUpdated, Name: "kept:1"}, timer) {
 		t.Error("a kept name that lost holdfast's pin: no pass")
 	}

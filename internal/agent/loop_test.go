@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/pass"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
+	"github.com/holdfast-project/holdfast/internal/testenv/testimage"
 )
 
 // TestFailedImportRetried: a source whose import failed is tried again when
@@ -23,7 +25,7 @@ func TestFailedImportRetried(t *testing.T) {
 	t.Parallel()
 	rt := fake.New()
 	dir := t.TempDir()
-	want := mkLayout(t, filepath.Join(dir, "x"))
+	want := testimage.Layout(t, filepath.Join(dir, "x"))
 	var calls atomic.Int32
 	rt.OnImport = func(hfruntime.ImportRequest) error {
 		if calls.Add(1) <= 2 {
@@ -32,13 +34,13 @@ func TestFailedImportRetried(t *testing.T) {
 		return nil
 	}
 	clock := newFakeClock()
-	runFakeAgent(t, rt, Config{ImageDirs: []string{dir}}, clock)
+	runFakeAgent(t, rt, dirsConfig(dir), clock)
 
-	for i, backoff := range []time.Duration{5 * time.Second, 10 * time.Second} {
+	for i, delay := range []time.Duration{5 * time.Second, 10 * time.Second} {
 		var due time.Time
 		waitFor(t, fmt.Sprintf("a retry to be set after failure %d", i+1), func() bool { due = clock.next(); return !due.IsZero() })
-		if wait := due.Sub(clock.Now()); wait < backoff {
-			t.Fatalf("retry %d set %v ahead, want at least the %v backoff", i+1, wait, backoff)
+		if wait := due.Sub(clock.Now()); wait < delay {
+			t.Fatalf("retry %d set %v ahead, want at least the %v backoff", i+1, wait, delay)
 		}
 		if n := calls.Load(); n != int32(i+1) {
 			t.Fatalf("%d imports before retry %d, want %d", n, i+1, i+1)
@@ -59,7 +61,7 @@ func TestHealDuringFirstPass(t *testing.T) {
 	t.Parallel()
 	rt := fake.New()
 	dir := t.TempDir()
-	want := mkLayout(t, filepath.Join(dir, "a"))
+	want := testimage.Layout(t, filepath.Join(dir, "a"))
 	started, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	rt.OnImport = func(req hfruntime.ImportRequest) error {
@@ -71,13 +73,13 @@ func TestHealDuringFirstPass(t *testing.T) {
 		return errors.New("the store is busy")
 	}
 	// A one-shot sync leases a, so the agent's first pass imports nothing.
-	if sum := Sync(context.Background(), rt, Config{ImageDirs: []string{dir}}); sum.Failed != 0 || sum.Imported != 1 {
+	if sum := pass.Sync(context.Background(), rt, pass.Config{ImageDirs: []string{dir}}); sum.Failed != 0 || sum.Imported != 1 {
 		t.Fatalf("first sync: %s %v", sum, sum.Failures)
 	}
-	mkLayout(t, filepath.Join(dir, "slow"))
+	testimage.Layout(t, filepath.Join(dir, "slow"))
 
 	// The fake clock never moves: the slow source's retry never comes.
-	logs, ready := goFakeAgent(t, rt, Config{ImageDirs: []string{dir}}, newFakeClock())
+	logs, ready := goFakeAgent(t, rt, dirsConfig(dir), newFakeClock())
 	select {
 	case <-started:
 	case <-time.After(20 * time.Second):
@@ -116,9 +118,9 @@ func TestPinPatternBringsPass(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "keep.pins"), []byte("example.com/app*\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	runFakeAgent(t, rt, Config{ImageDirs: []string{dir}}, newFakeClock())
+	runFakeAgent(t, rt, dirsConfig(dir), newFakeClock())
 
-	other, app := storedImage(t, rt, "example.com/other:1"), storedImage(t, rt, "example.com/app:2")
+	other, app := testimage.Stored(t, rt, "example.com/other:1"), testimage.Stored(t, rt, "example.com/app:2")
 	rt.Create(hfruntime.Image{Name: other.Name, Target: other.Target})
 	rt.Create(hfruntime.Image{Name: app.Name, Target: app.Target})
 	waitFor(t, "app pinned", func() bool { rec, _ := rt.Record(app.Name); return rec.Pinned() && rec.Owned() })

@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/journal"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
+	"github.com/holdfast-project/holdfast/internal/testenv/testimage"
 )
 
 // writeArchive writes a small gzip OCI archive (an oci-layout file and an
@@ -92,7 +93,7 @@ func TestFailingArchiveReportedOnce(t *testing.T) {
 	dir := t.TempDir()
 	broken := filepath.Join(dir, "broken.tar.gz")
 	writeArchive(t, broken)
-	want := mkLayout(t, filepath.Join(dir, "x"))
+	want := testimage.Layout(t, filepath.Join(dir, "x"))
 	var brokenCalls atomic.Int32
 	var cause atomic.Value
 	cause.Store("unexpected EOF")
@@ -104,7 +105,7 @@ func TestFailingArchiveReportedOnce(t *testing.T) {
 		return nil
 	}
 	clock := newFakeClock()
-	a := startReportingAgent(t, rt, Config{ImageDirs: []string{dir}}, clock)
+	a := startReportingAgent(t, rt, dirsConfig(dir), clock)
 
 	// Three retries of the broken archive, each a pass.
 	for i := 1; i <= 3; i++ {
@@ -115,7 +116,7 @@ func TestFailingArchiveReportedOnce(t *testing.T) {
 	waitFor(t, "the fourth import of the broken archive", func() bool { return brokenCalls.Load() == 4 })
 	waitFor(t, "the fourth pass to end", func() bool { return clock.next().After(clock.Now()) })
 	// A pass that skips the broken archive while it waits for its retry.
-	mkLayout(t, filepath.Join(dir, "y"))
+	testimage.Layout(t, filepath.Join(dir, "y"))
 	waitFor(t, "a pass for y", func() bool { return a.Report(0).Sources == 3 })
 
 	r := a.Report(0)
@@ -174,9 +175,9 @@ func TestHealBackoffReported(t *testing.T) {
 	const x = "example.com/x:1"
 	rt := fake.New()
 	dir := t.TempDir()
-	imageDir(t, filepath.Join(dir, "x"), x)
+	testimage.Dir(t, filepath.Join(dir, "x"), x)
 	clock := newFakeClock()
-	a := startReportingAgent(t, rt, Config{ImageDirs: []string{dir}}, clock)
+	a := startReportingAgent(t, rt, dirsConfig(dir), clock)
 	if r := a.Report(0); len(r.HealBackoff) != 0 || len(r.Events) != 0 {
 		t.Fatalf("report before any heal: %+v", r)
 	}

@@ -10,7 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast-project/holdfast/internal/agent"
+	"github.com/holdfast-project/holdfast/internal/pass"
+	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
 
@@ -55,7 +56,7 @@ a failed import leaves nothing behind), 2 on bad usage.`,
 				return err
 			}
 			defer s.close()
-			if _, err := agent.CheckServer(ctx, s.rt, o.log); err != nil {
+			if _, err := runtime.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
 			}
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
@@ -67,12 +68,12 @@ a failed import leaves nothing behind), 2 on bad usage.`,
 			if err != nil {
 				return err
 			}
-			standing := agent.ReadStanding(dirs, o.insecurePerms)
+			standing := pass.ReadStanding(dirs, o.insecurePerms)
 			d := o.newProgress(cmd, progress, len(args) > 1)
 			upTo := d.announce(args)
 			for i, path := range args {
 				d.start()
-				k, err := agent.Keep(ctx, s.rt, path, standing, d.hook())
+				k, err := pass.Keep(ctx, s.rt, path, standing, d.hook())
 				d.stop()
 				d.passed(upTo[i])
 				for _, c := range k.Conflicts {

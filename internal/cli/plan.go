@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast-project/holdfast/internal/agent"
+	"github.com/holdfast-project/holdfast/internal/pass"
 )
 
 func newPlan(o *options) *cobra.Command {
@@ -39,12 +39,12 @@ not in the store is listed as a pull: its pin follows the pull.`,
 				return err
 			}
 			defer s.close()
-			actions, _ := agent.DryRun(ctx, s.rt, cfg)
+			actions, _ := pass.DryRun(ctx, s.rt, cfg)
 			if output == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
 				if actions == nil {
-					actions = []agent.Action{}
+					actions = []pass.Action{}
 				}
 				return enc.Encode(map[string]any{"actions": actions})
 			}
@@ -55,7 +55,7 @@ not in the store is listed as a pull: its pin follows the pull.`,
 	return cmd
 }
 
-func writePlan(w io.Writer, actions []agent.Action) error {
+func writePlan(w io.Writer, actions []pass.Action) error {
 	if len(actions) == 0 {
 		_, err := fmt.Fprintln(w, "nothing to do")
 		return err

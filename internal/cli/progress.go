@@ -14,7 +14,7 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/term"
 
-	"github.com/holdfast-project/holdfast/internal/agent"
+	"github.com/holdfast-project/holdfast/internal/pass"
 )
 
 // progressFlag is --progress: whether sync and import draw the archives they
@@ -98,7 +98,7 @@ func (d *progress) passed(n int64) {
 }
 
 // hook is the agent's progress hook: nil when nothing is drawn.
-func (d *progress) hook() agent.Progress {
+func (d *progress) hook() pass.Progress {
 	if d == nil {
 		return nil
 	}
@@ -139,7 +139,7 @@ func (d *progress) stop() {
 	p.Wait()
 }
 
-// reader is an agent.Progress: it draws the file's line while it is read.
+// reader is an pass.Progress: it draws the file's line while it is read.
 func (d *progress) reader(path string, size int64, r io.ReadCloser) io.ReadCloser {
 	d.mu.Lock()
 	defer d.mu.Unlock()

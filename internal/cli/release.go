@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast-project/holdfast/internal/agent"
+	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
@@ -58,7 +58,7 @@ pattern (nothing is changed then).`,
 				return err
 			}
 			defer s.close()
-			kept, err := agent.KeptSources(ctx, s.rt)
+			kept, err := pass.KeptSources(ctx, s.rt)
 			if err != nil {
 				return err
 			}
@@ -71,7 +71,7 @@ pattern (nothing is changed then).`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			rel, err := agent.ReleaseKept(ctx, s.rt, chosen, agent.ReadStanding(dirs, o.insecurePerms), dryRun)
+			rel, err := pass.ReleaseKept(ctx, s.rt, chosen, pass.ReadStanding(dirs, o.insecurePerms), dryRun)
 			verb, unpin := "released", "unpinned"
 			if dryRun {
 				verb, unpin = "would release", "would unpin"

@@ -17,6 +17,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/agent"
 	"github.com/holdfast-project/holdfast/internal/datadir"
+	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/registries"
 )
 
@@ -158,7 +159,8 @@ func (o *options) complete(cmd *cobra.Command) error {
 // agentConfig is the agent configuration the common flags give: images dirs,
 // registry settings (K3s's registries.yaml applied) and the logger.
 func (o *options) agentConfig(parallel int) (agent.Config, error) {
-	cfg, err := o.passConfig(parallel)
+	pc, err := o.passConfig(parallel)
+	cfg := agent.Config{Config: pc}
 	if err != nil || o.registriesYAML == "" {
 		return cfg, err
 	}
@@ -195,16 +197,16 @@ func (o *options) agentConfig(parallel int) (agent.Config, error) {
 
 // passConfig is what a pass is given of the flags, with no side effect
 // (agentConfig applies registries.yaml besides; a dry run pulls nothing).
-func (o *options) passConfig(parallel int) (agent.Config, error) {
+func (o *options) passConfig(parallel int) (pass.Config, error) {
 	dirs, err := o.imageDirs()
 	if err != nil {
-		return agent.Config{}, err
+		return pass.Config{}, err
 	}
 	spool, err := o.spoolDirs()
 	if err != nil {
-		return agent.Config{}, err
+		return pass.Config{}, err
 	}
-	return agent.Config{ImageDirs: dirs, SpoolDirs: spool, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, InsecurePerms: o.insecurePerms, Log: o.log}, nil
+	return pass.Config{ImageDirs: dirs, SpoolDirs: spool, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, InsecurePerms: o.insecurePerms, Log: o.log}, nil
 }
 
 // imageDirs returns the images dirs (the default one created), and the data

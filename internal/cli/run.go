@@ -15,6 +15,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/notify"
+	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/server"
 )
 
@@ -53,7 +54,7 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 				return err
 			}
 			defer s.close()
-			if _, err := agent.CheckServer(ctx, s.rt, o.log); err != nil {
+			if _, err := runtime.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
 			}
 			if why := s.rt.ContentRootOff(ctx); why != nil {

@@ -5,7 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast-project/holdfast/internal/agent"
+	"github.com/holdfast-project/holdfast/internal/pass"
+	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
 func newSync(o *options) *cobra.Command {
@@ -35,13 +36,13 @@ bad usage. It ends with a one-line summary:
 				return err
 			}
 			defer s.close()
-			if _, err := agent.CheckServer(ctx, s.rt, o.log); err != nil {
+			if _, err := runtime.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
 			}
 			d := o.newProgress(cmd, progress, true)
 			cfg.Progress = d.hook()
 			d.start()
-			sum := agent.Sync(ctx, s.rt, cfg)
+			sum := pass.Sync(ctx, s.rt, cfg.Config)
 			d.stop()
 			for _, c := range sum.Conflicts {
 				fmt.Fprintf(cmd.OutOrStdout(), "conflict: %s\n", c)

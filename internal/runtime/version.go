@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"context"
+	"log/slog"
 	"strconv"
 	"strings"
 )
@@ -50,4 +52,19 @@ func parseVersion(v string) (major, minor, patch int, ok bool) {
 		nums[i] = n
 	}
 	return nums[0], nums[1], nums[2], true
+}
+
+// CheckServer logs the server's version and warns when its CRI will not report
+// pins to the kubelet.
+func CheckServer(ctx context.Context, rt Runtime, log *slog.Logger) (ServerInfo, error) {
+	info, err := rt.Server(ctx)
+	if err != nil {
+		return info, err
+	}
+	log.Debug("containerd", "version", info.Version)
+	if !CRIHonoursPins(info.Version) {
+		log.Warn("this containerd's CRI does not report pinned images to the kubelet (needs containerd >= 1.7.10 or 1.6.25): the kubelet's image GC may delete images holdfast pinned; holdfast's leases still keep their content and its heal restores deleted images",
+			"version", info.Version)
+	}
+	return info, nil
 }

@@ -48,7 +48,7 @@ var sabotages = []sabotage{
 		name: "sibling-dir-judged",
 		// A dir whose name extends an images dir's (images-old beside
 		// images) counts as inside it: its sources look gone.
-		edits: []edit{{"internal/agent/sync.go",
+		edits: []edit{{"internal/pass/plan.go",
 			"strings.HasPrefix(path, d+string(filepath.Separator))",
 			"strings.HasPrefix(path, d)"}},
 		tests: []tests{{e2e, []string{"TestSiblingDirWithLongerName"}, nil}},
@@ -57,9 +57,9 @@ var sabotages = []sabotage{
 		name: "unpins-before-pins",
 		// A pass unpins before it pins: an image whose name changed has no
 		// pinned name in between.
-		edits: []edit{{"internal/agent/sync.go",
+		edits: []edit{{"internal/pass/apply.go",
 			"\tpinFailed := false\n",
-			"\tfor _, u := range plan.Unpins {\n\t\t_ = a.rt.Unpin(ctx, u.Name)\n\t}\n\tpinFailed := false\n"}},
+			"\tfor _, u := range plan.Unpins {\n\t\t_ = p.rt.Unpin(ctx, u.Name)\n\t}\n\tpinFailed := false\n"}},
 		tests: []tests{{e2e, []string{"TestRenamedImageNeverLosesItsPin"}, nil}},
 	},
 	{
@@ -157,19 +157,19 @@ var sabotages = []sabotage{
 		name: "unmounted-volume-judged",
 		// An images dir without its marker and with no source (a volume not
 		// mounted) is taken for emptied: everything it brought is unpinned.
-		edits: []edit{{"internal/agent/sync.go",
+		edits: []edit{{"internal/pass/plan.go",
 			"return under(scan.Unreadable, path) || under(unmarked, path) || !under(scan.Dirs, path)",
 			"return under(scan.Unreadable, path) || len(unmarked) < 0 || !under(scan.Dirs, path)"}},
-		tests: []tests{{"./internal/agent", []string{"TestEmptiedDirNeedsMarker"}, nil}},
+		tests: []tests{{"./internal/pass", []string{"TestEmptiedDirNeedsMarker"}, nil}},
 	},
 	{
 		name: "unreadable-judged",
 		// Sources the pass could not read (a list it cannot open, a dir it
 		// cannot list) are judged: what they brought is unpinned.
-		edits: []edit{{"internal/agent/sync.go",
+		edits: []edit{{"internal/pass/plan.go",
 			"return under(scan.Unreadable, path) || under(unmarked, path) || !under(scan.Dirs, path)",
 			"return under(unmarked, path) || !under(scan.Dirs, path)"}},
-		tests: []tests{{"./internal/agent", []string{"TestUnreadableListsKeep"}, nil}},
+		tests: []tests{{"./internal/pass", []string{"TestUnreadableListsKeep"}, nil}},
 	},
 	{
 		name: "document-digest-unchecked",
@@ -200,8 +200,8 @@ var sabotages = []sabotage{
 		// A host-platform blob neither in the archive nor in the store does
 		// not stop the import.
 		edits: []edit{{"internal/importer/importer.go",
-			"\t\tif ref.Required {\n\t\t\treturn nil, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\"",
-			"\t\tif false {\n\t\t\treturn nil, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\""}},
+			"\t\tif ref.Required {\n\t\t\treturn runtime.SourceState{}, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\"",
+			"\t\tif false {\n\t\t\treturn runtime.SourceState{}, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\""}},
 		tests: []tests{{e2e, []string{"TestBadInputs"}, nil}},
 	},
 	{
@@ -238,9 +238,9 @@ var sabotages = []sabotage{
 		name: "file-imported-while-written",
 		// The agent does not wait for a file to settle: a file still being
 		// written is imported.
-		edits: []edit{{"internal/agent/sync.go",
-			"if settled := a.settledAt(src, now); settled.After(now) {",
-			"if settled := a.settledAt(src, now); settled.After(now) && false {"}},
+		edits: []edit{{"internal/pass/settle.go",
+			"if settled := p.settledAt(src, now); settled.After(now) {",
+			"if settled := p.settledAt(src, now); settled.After(now) && false {"}},
 		tests: []tests{{e2e, []string{"TestAgentWatch"}, nil}},
 	},
 	{
@@ -248,7 +248,7 @@ var sabotages = []sabotage{
 		// /readyz turns 200 although a source of the first pass is still
 		// being written.
 		edits: []edit{{"internal/agent/agent.go",
-			"if len(pr.settling) == 0 {",
+			"if len(pr.Settling) == 0 {",
 			"if true {"}},
 		tests: []tests{{e2e, []string{"TestAgentReadiness"}, nil}},
 	},
@@ -270,40 +270,40 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/reconcile/reconcile.go",
 			"case !present && in.Hold != nil && in.Hold(st.Source):",
 			"case false && !present && in.Hold != nil && in.Hold(st.Source):"}},
-		tests: []tests{{"./internal/agent", []string{"TestPassHoldsGoneSourcesWhileOneIsWritten"}, nil}},
+		tests: []tests{{"./internal/pass", []string{"TestPassHoldsGoneSourcesWhileOneIsWritten"}, nil}},
 	},
 	{
 		name: "pull-list-adopts-drift",
 		// A pull list takes a re-pointed record as what it wants.
-		edits: []edit{{"internal/agent/pulls.go",
+		edits: []edit{{"internal/pass/pulls.go",
 			"if w, ok := before[e.Ref]; ok {",
 			"if w, ok := have[e.Ref]; ok {"}},
-		tests: []tests{{"./internal/agent", []string{"TestPullListRestoresDrift"}, nil}},
+		tests: []tests{{"./internal/pass", []string{"TestPullListRestoresDrift"}, nil}},
 	},
 	{
 		name: "future-mtime-waits",
 		// Settling trusts the mtime alone: a file from a machine whose clock
 		// is ahead waits until this clock catches up.
-		edits: []edit{{"internal/agent/sync.go",
-			"if byClock := s.at.Add(a.cfg.Settle); byClock.Before(byMtime) {",
-			"if byClock := s.at.Add(a.cfg.Settle); false && byClock.Before(byMtime) {"}},
-		tests: []tests{{"./internal/agent", []string{"TestSettledAt"}, nil}},
+		edits: []edit{{"internal/pass/settle.go",
+			"if byClock := s.at.Add(p.cfg.Settle); byClock.Before(byMtime) {",
+			"if byClock := s.at.Add(p.cfg.Settle); false && byClock.Before(byMtime) {"}},
+		tests: []tests{{"./internal/pass", []string{"TestSettledAt"}, nil}},
 	},
 	{
 		name: "heal-pins-before-first-pin",
 		// The wanted set includes names the pass has yet to pin for the first
 		// time: an event heal pins one first and misses a user's pin.
-		edits: []edit{{"internal/agent/sync.go",
-			"a.wantDuringPins(plan)",
-			"a.setWanted(plan.WantedNames)"}},
+		edits: []edit{{"internal/pass/apply.go",
+			"p.hand.Pinning(pinning(plan))",
+			"p.hand.Pinning(plan.WantedNames)"}},
 		tests: []tests{{"./internal/agent", []string{"TestUsersPinSurvivesAnEarlyEvent"}, nil}},
 	},
 	{
 		name: "failed-import-not-retried",
 		// A failed import waits for an unrelated change or the resync.
-		edits: []edit{{"internal/agent/sync.go",
-			"if next := a.nextRetry(all); !next.IsZero()",
-			"if next := a.nextRetry(all); false && !next.IsZero()"}},
+		edits: []edit{{"internal/pass/pass.go",
+			"if next := p.nextRetry(all); !next.IsZero()",
+			"if next := p.nextRetry(all); false && !next.IsZero()"}},
 		tests: []tests{{"./internal/agent", []string{"TestFailedImportRetried"}, nil}},
 	},
 	{
@@ -406,13 +406,13 @@ var sabotages = []sabotage{
 		name: "release-ignores-fresh-pins",
 		// release judges the leases only: a pattern pinned since the last
 		// pass does not keep its images pinned.
-		edits: []edit{{"internal/agent/keep.go", "&& !standing.Wants(w.Name)", ""}},
+		edits: []edit{{"internal/pass/keep.go", "&& !standing.Wants(w.Name)", ""}},
 		tests: []tests{{e2e, []string{"TestReleaseKeepsWhatAFreshPinWants"}, nil}},
 	},
 	{
 		name: "lost-kept-content-quiet",
 		// A kept source whose content left the store passes as fine.
-		edits: []edit{{"internal/agent/sync.go",
+		edits: []edit{{"internal/pass/pass.go",
 			"sum.Failures = append(sum.Failures, lostKept(states)...)",
 			"_ = lostKept(states)"}},
 		tests: []tests{{e2e, []string{"TestKeptSourceLostContentFails"}, nil}},
@@ -443,7 +443,7 @@ var sabotages = []sabotage{
 		name: "waiting-list-wants-unpinned",
 		// A pin list left to settle has no lease yet: a pass unpins what it
 		// was just given.
-		edits: []edit{{"internal/agent/sync.go", "if len(waitingLists) > 0 {", "if false {"}},
+		edits: []edit{{"internal/pass/pass.go", "if len(waitingLists) > 0 {", "if false {"}},
 		tests: []tests{{e2e, []string{"TestReleaseUnderRunKeepsAFreshPin"}, nil}},
 	},
 	{
@@ -468,27 +468,43 @@ var sabotages = []sabotage{
 	{
 		name: "dry-run-writes",
 		// holdfast plan's pass unpins for real.
-		edits: []edit{{"internal/agent/dryrun.go",
-			"func (d *dryRuntime) Unpin(context.Context, string) error   { return nil }",
-			"func (d *dryRuntime) Unpin(ctx context.Context, n string) error { return d.Runtime.Unpin(ctx, n) }"}},
+		edits: []edit{{"internal/pass/dryrun.go",
+			"func (dryRuntime) Unpin(context.Context, string) error   { return nil }",
+			"func (d dryRuntime) Unpin(ctx context.Context, n string) error { return d.Backend.Unpin(ctx, n) }"}},
 		tests: []tests{{e2e, []string{"TestPlanMatchesSync"}, nil}},
 	},
 	{
-		name: "dry-run-forgets-imports",
-		// A dry run plans without the leases its imports would make: the
-		// old lease of a replaced archive is kept, its new names unpinned.
-		edits: []edit{{"internal/agent/dryrun.go",
-			"\t\td.keep(hfruntime.SourceState{Lease: res.Lease, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: res.Images, Kept: req.Kept})",
-			"\t\t_ = hfruntime.SourceState{}"}},
-		tests: []tests{{e2e, []string{"TestPlanAgreesWithSync"}, nil}},
+		name: "view-forgets-imports",
+		// The pass's view of the store does not take in what its imports
+		// wrote: it plans without their leases (a dry run shows the old
+		// lease of a replaced archive kept, its new names unpinned).
+		edits: []edit{{"internal/pass/imports.go",
+			"\t\t\tv.put(res.State)\n",
+			""}},
+		tests: []tests{{"./internal/pass", []string{"TestPassListsTheStoreOnce"}, nil}, {e2e, []string{"TestPlanAgreesWithSync"}, nil}},
 	},
 	{
 		name: "pass-hands-heal-nothing",
 		// The pass hands the healer no wanted names: a record deleted after
 		// the pass is never healed from its lease.
-		edits: []edit{{"internal/agent/agent.go",
-			"\ta.wanted = w\n\ta.collecting = false",
-			"\ta.wanted = map[string]hfruntime.Want{}\n\ta.collecting = false"}},
+		edits: []edit{{"internal/agent/handoff.go",
+			"\ta.wanted = wanted\n\ta.kept = kept\n\ta.collecting = false",
+			"\ta.wanted = map[string]hfruntime.Want{}\n\ta.kept = kept\n\ta.collecting = false"}},
 		tests: []tests{{"./internal/agent", []string{"TestHealBackoff", "TestHealDuringFirstPass"}, nil}},
+	},
+	{
+		name: "view-never-relisted",
+		// A pass plans with the store as listed at its start even when an
+		// image event came since: a record deleted meanwhile is not healed
+		// by that pass.
+		edits: []edit{{"internal/pass/pass.go", "if !p.hand.Changed(mark) {", "if _ = mark; true {"}},
+		tests: []tests{{"./internal/agent", []string{"TestHealDuringFirstPass"}, nil}},
+	},
+	{
+		name: "pull-backoff-ignored",
+		// A reference whose pull failed is pulled again by every pass: an
+		// unreachable registry slows each pass by its timeouts.
+		edits: []edit{{"internal/pass/pulls.go", "if err, wait := p.pullBackoff(e.Ref); wait {", "if err, wait := p.pullBackoff(e.Ref); wait && false {"}},
+		tests: []tests{{"./internal/pass", []string{"TestPullRetriesWithBackoff"}, nil}},
 	},
 }

@@ -1,4 +1,4 @@
-package agent
+package pass
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
 	"github.com/holdfast-project/holdfast/internal/source"
+	"github.com/holdfast-project/holdfast/internal/testenv/testimage"
 )
 
 // TestEmptiedDirNeedsMarker: a pass marks an images dir that holds sources;
@@ -21,7 +22,7 @@ func TestEmptiedDirNeedsMarker(t *testing.T) {
 	ctx := context.Background()
 	rt := fake.New()
 	dir := t.TempDir()
-	want := mkLayout(t, filepath.Join(dir, "x"))
+	want := testimage.Layout(t, filepath.Join(dir, "x"))
 	cfg := Config{ImageDirs: []string{dir}}
 	pinned := func() bool {
 		rec, ok := rt.Record(want.Name)

@@ -1,4 +1,4 @@
-package agent
+package pass
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
 	"github.com/holdfast-project/holdfast/internal/source"
+	"github.com/holdfast-project/holdfast/internal/testenv/testimage"
 )
 
 func wantAt(name, content string) hfruntime.Want {
@@ -40,44 +41,44 @@ func leasesOf(t *testing.T, rt *fake.Runtime, path string) []string {
 }
 
 // TestSettledAt: a file is complete once its mtime is the settle time old,
-// or once it has stayed the same for the settle time by the agent's clock,
+// or once it has stayed the same for the settle time by the daemon's clock,
 // however far ahead of the clock its mtime is.
 func TestSettledAt(t *testing.T) {
 	t.Parallel()
-	a := New(fake.New(), Config{Settle: 2 * time.Second}, nil)
-	opts := passOptions{settle: true}
+	p := New(fake.New(), Config{Settle: 2 * time.Second})
+	opts := Options{Settle: true}
 	t0 := time.Now()
-	future := source.Source{Path: "/i/a.tar", Identity: "size=1,mtime=future", MtimeNs: t0.AddDate(1, 0, 0).UnixNano()}
-	if due, wait, settling := a.deferred(future, opts, t0); !wait || !settling || !due.Equal(t0.Add(2*time.Second)) {
+	future := source.Source{Path: "/i/p.tar", Identity: "size=1,mtime=future", MtimeNs: t0.AddDate(1, 0, 0).UnixNano()}
+	if due, wait, settling := p.deferred(future, opts, t0); !wait || !settling || !due.Equal(t0.Add(2*time.Second)) {
 		t.Errorf("future mtime, first seen: due %v wait %v settling %v; want settling until %v", due, wait, settling, t0.Add(2*time.Second))
 	}
-	if _, wait, _ := a.deferred(future, opts, t0.Add(time.Second)); !wait {
+	if _, wait, _ := p.deferred(future, opts, t0.Add(time.Second)); !wait {
 		t.Error("future mtime: complete before the settle time passed")
 	}
-	if _, wait, _ := a.deferred(future, opts, t0.Add(2*time.Second)); wait {
+	if _, wait, _ := p.deferred(future, opts, t0.Add(2*time.Second)); wait {
 		t.Error("future mtime, unchanged for the settle time: still waiting")
 	}
 
 	// It changes: the settle time starts again from when that was seen.
 	grown := future
 	grown.Identity = "size=2,mtime=future"
-	if due, wait, _ := a.deferred(grown, opts, t0.Add(3*time.Second)); !wait || !due.Equal(t0.Add(5*time.Second)) {
+	if due, wait, _ := p.deferred(grown, opts, t0.Add(3*time.Second)); !wait || !due.Equal(t0.Add(5*time.Second)) {
 		t.Errorf("changed: due %v wait %v; want waiting until %v", due, wait, t0.Add(5*time.Second))
 	}
 
 	// An mtime in the past: the mtime rule, as before.
 	old := source.Source{Path: "/i/b.tar", Identity: "size=1,mtime=old", MtimeNs: t0.Add(-time.Hour).UnixNano()}
-	if _, wait, _ := a.deferred(old, opts, t0); wait {
+	if _, wait, _ := p.deferred(old, opts, t0); wait {
 		t.Error("a file renamed into place with an old mtime waits")
 	}
 	fresh := source.Source{Path: "/i/c.tar", Identity: "size=1,mtime=fresh", MtimeNs: t0.Add(-500 * time.Millisecond).UnixNano()}
-	if due, wait, _ := a.deferred(fresh, opts, t0); !wait || !due.Equal(t0.Add(1500*time.Millisecond)) {
+	if due, wait, _ := p.deferred(fresh, opts, t0); !wait || !due.Equal(t0.Add(1500*time.Millisecond)) {
 		t.Errorf("fresh mtime: due %v wait %v; want waiting until %v", due, wait, t0.Add(1500*time.Millisecond))
 	}
 
 	// Gone from the scan: forgotten.
-	a.forgetUnseen([]source.Source{old})
-	if _, ok := a.seen[future.Path]; ok {
+	p.forgetUnseen([]source.Source{old})
+	if _, ok := p.seen[future.Path]; ok {
 		t.Error("a source no longer scanned is remembered")
 	}
 }
@@ -92,18 +93,19 @@ func TestPassHoldsGoneSourcesWhileOneIsWritten(t *testing.T) {
 	dir := t.TempDir()
 	v1, v2 := filepath.Join(dir, "v1"), filepath.Join(dir, "v2")
 	rt := fake.New()
-	a := New(rt, Config{ImageDirs: []string{dir}, Settle: time.Hour}, nil)
+	h := &handed{}
+	p := New(rt, Config{ImageDirs: []string{dir}, Settle: time.Hour}, WithHandoff(h))
 	ctx := context.Background()
-	old := imageDir(t, v1, "example.com/shared:1", "example.com/old:1")
+	old := testimage.Dir(t, v1, "example.com/shared:1", "example.com/old:1")
 	shared, oldOnly := old[0], old[1]
-	a.pass(ctx, passOptions{settle: true})
+	p.Run(ctx, Options{Settle: true})
 	if !pinnedIn(rt, shared.Name) || !pinnedIn(rt, oldOnly.Name) {
 		t.Fatal("v1's images not pinned")
 	}
 	v1Leases := leasesOf(t, rt, v1)
 
 	// v2 being written (a fresh mtime, an hour's settle time), v1 deleted.
-	newOnly := imageDir(t, v2, "example.com/shared:1", "example.com/new:1")[1]
+	newOnly := testimage.Dir(t, v2, "example.com/shared:1", "example.com/new:1")[1]
 	now := time.Now()
 	if err := os.Chtimes(filepath.Join(v2, "index.json"), now, now); err != nil {
 		t.Fatal(err)
@@ -111,19 +113,16 @@ func TestPassHoldsGoneSourcesWhileOneIsWritten(t *testing.T) {
 	if err := os.RemoveAll(v1); err != nil {
 		t.Fatal(err)
 	}
-	sum, pr := a.pass(ctx, passOptions{settle: true})
-	if len(pr.settling) != 1 || sum.Unpinned != 0 || sum.Released != 0 {
+	sum, pr := p.Run(ctx, Options{Settle: true})
+	if len(pr.Settling) != 1 || sum.Unpinned != 0 || sum.Released != 0 {
 		t.Errorf("pass while v2 is written: settling %v, %d unpinned, %d released; want v2 settling, nothing unpinned or released",
-			pr.settling, sum.Unpinned, sum.Released)
+			pr.Settling, sum.Unpinned, sum.Released)
 	}
 	for _, w := range []hfruntime.Want{shared, oldOnly} {
 		if !pinnedIn(rt, w.Name) {
 			t.Errorf("%s unpinned while v2 is written", w.Name)
 		}
-		a.mu.Lock()
-		_, ok := a.wanted[w.Name]
-		a.mu.Unlock()
-		if !ok {
+		if _, ok := h.wanted[w.Name]; !ok {
 			t.Errorf("%s no longer healed while v2 is written", w.Name)
 		}
 	}
@@ -136,9 +135,9 @@ func TestPassHoldsGoneSourcesWhileOneIsWritten(t *testing.T) {
 	if err := os.Chtimes(filepath.Join(v2, "index.json"), past, past); err != nil {
 		t.Fatal(err)
 	}
-	sum, pr = a.pass(ctx, passOptions{settle: true})
-	if len(pr.pending) != 0 || sum.Imported != 1 || sum.Released != 1 {
-		t.Errorf("pass after v2 settled: pending %v, %d imported, %d released; want v2 imported, v1 released", pr.pending, sum.Imported, sum.Released)
+	sum, pr = p.Run(ctx, Options{Settle: true})
+	if len(pr.Pending) != 0 || sum.Imported != 1 || sum.Released != 1 {
+		t.Errorf("pass after v2 settled: pending %v, %d imported, %d released; want v2 imported, v1 released", pr.Pending, sum.Imported, sum.Released)
 	}
 	if !pinnedIn(rt, shared.Name) || !pinnedIn(rt, newOnly.Name) || pinnedIn(rt, oldOnly.Name) {
 		t.Errorf("after the upgrade: shared %v, new %v, old %v; want shared and new pinned, old not",
@@ -162,20 +161,20 @@ func TestPassFailedSourceHoldsNothing(t *testing.T) {
 		}
 		return nil
 	}
-	a := New(rt, Config{ImageDirs: []string{dir}, Settle: time.Hour}, nil)
+	p := New(rt, Config{ImageDirs: []string{dir}, Settle: time.Hour})
 	ctx := context.Background()
-	x := imageDir(t, v1, "example.com/x:1")[0]
-	mkLayout(t, broken)
-	a.pass(ctx, passOptions{settle: true, memo: true})
+	x := testimage.Dir(t, v1, "example.com/x:1")[0]
+	testimage.Layout(t, broken)
+	p.Run(ctx, Options{Settle: true, Memo: true})
 	if !pinnedIn(rt, x.Name) {
 		t.Fatal("x not pinned")
 	}
 	if err := os.RemoveAll(v1); err != nil {
 		t.Fatal(err)
 	}
-	sum, pr := a.pass(ctx, passOptions{settle: true, memo: true})
-	if len(pr.pending) != 1 || len(pr.settling) != 0 {
-		t.Fatalf("broken is not waiting for its retry: pending %v settling %v", pr.pending, pr.settling)
+	sum, pr := p.Run(ctx, Options{Settle: true, Memo: true})
+	if len(pr.Pending) != 1 || len(pr.Settling) != 0 {
+		t.Fatalf("broken is not waiting for its retry: pending %v settling %v", pr.Pending, pr.Settling)
 	}
 	// x:1 and its repo@digest name.
 	if sum.Unpinned != 2 || sum.Released != 1 || pinnedIn(rt, x.Name) {
@@ -194,7 +193,7 @@ func TestPullListRestoresDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt := fake.New()
-	x := storedImage(t, rt, "example.com/x:1")
+	x := testimage.Stored(t, rt, "example.com/x:1")
 	pulls := 0
 	rt.PullFunc = func(ref string) (hfruntime.Want, error) { pulls++; return x, nil }
 	ctx := context.Background()
@@ -229,7 +228,7 @@ func TestUnreadableListsKeep(t *testing.T) {
 	dir := t.TempDir()
 	pull, pins := filepath.Join(dir, "pull.txt"), filepath.Join(dir, "keep.pins")
 	rt := fake.New()
-	x, y := storedImage(t, rt, "example.com/x:1"), storedImage(t, rt, "example.com/y:1")
+	x, y := testimage.Stored(t, rt, "example.com/x:1"), testimage.Stored(t, rt, "example.com/y:1")
 	rt.PullFunc = func(ref string) (hfruntime.Want, error) { return x, nil }
 	ctx := context.Background()
 	if _, err := rt.Pin(ctx, y); err != nil { // y is in the store, brought by something else
@@ -283,10 +282,10 @@ func TestPassListsTheStoreOnce(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	rt := fake.New()
-	app := imageDir(t, filepath.Join(dir, "app"), "example.com/app:1")[0]
-	kept := storedImage(t, rt, "example.com/kept:1")
+	app := testimage.Dir(t, filepath.Join(dir, "app"), "example.com/app:1")[0]
+	kept := testimage.Stored(t, rt, "example.com/kept:1")
 	rt.Create(hfruntime.Image{Name: kept.Name, Target: kept.Target})
-	pulled := storedImage(t, rt, "example.com/pulled:1")
+	pulled := testimage.Stored(t, rt, "example.com/pulled:1")
 	rt.PullFunc = func(string) (hfruntime.Want, error) { return pulled, nil }
 	if err := os.WriteFile(filepath.Join(dir, "keep.pins"), []byte("example.com/kept\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -316,3 +315,11 @@ func TestPassListsTheStoreOnce(t *testing.T) {
 		t.Errorf("a pass after them would do %+v (%v)", actions, sum.Failures)
 	}
 }
+
+// handed is a Handoff that keeps the wanted set a pass hands over.
+type handed struct {
+	noHandoff
+	wanted map[string]hfruntime.Want
+}
+
+func (h *handed) Pinned(wanted map[string]hfruntime.Want, _ map[string]bool) { h.wanted = wanted }

@@ -1,4 +1,4 @@
-package agent
+package pass
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/holdfast-project/holdfast/internal/backoff"
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
@@ -26,7 +27,7 @@ const pullAttempts = 3
 // reported as file:line and never stops the others, and never drops what the
 // list pulled before: an unreachable registry unpins nothing. It also returns
 // the lists it could not read or lease: they keep what they had.
-func (a *Agent) pullLists(ctx context.Context, lists []source.Source, v *view, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
+func (p *Runner) pullLists(ctx context.Context, lists []source.Source, v *view, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
 	present := map[string]reconcile.Present{}
 	records, states, ok := storeView(v, len(lists), sum)
 	if !ok {
@@ -49,9 +50,9 @@ func (a *Agent) pullLists(ctx context.Context, lists []source.Source, v *view, s
 		for _, le := range pl.Errors {
 			sum.Failures = append(sum.Failures, le)
 		}
-		wants, errs := a.resolvePulls(ctx, pl, have, leasedBefore(states, src.Path))
+		wants, errs := p.resolvePulls(ctx, pl, have, leasedBefore(states, src.Path))
 		sum.Failures = append(sum.Failures, errs...)
-		if !a.leaseList(ctx, "pull list", src, src.MtimeNs, wants, v, failuresBefore, sum, imported, present) {
+		if !p.leaseList(ctx, "pull list", src, src.MtimeNs, wants, v, failuresBefore, sum, imported, present) {
 			unknown = append(unknown, src.Path)
 		}
 	}
@@ -82,7 +83,7 @@ func leasedBefore(states []hfruntime.SourceState, path string) map[string]hfrunt
 // in the store, or from its registry. What the list leased comes first: a
 // record re-pointed while no agent healed it (ctr tag --force, a pull) is
 // drift to restore, never what the list wants from then on.
-func (a *Agent) resolvePulls(ctx context.Context, pl source.PullListFile, have, before map[string]hfruntime.Want) ([]hfruntime.Want, []error) {
+func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, have, before map[string]hfruntime.Want) ([]hfruntime.Want, []error) {
 	var (
 		mu    sync.Mutex
 		wants []hfruntime.Want
@@ -92,46 +93,46 @@ func (a *Agent) resolvePulls(ctx context.Context, pl source.PullListFile, have, 
 	for _, e := range pl.Entries {
 		if w, ok := before[e.Ref]; ok {
 			wants = append(wants, w) // leased before: the pass heals its record
-			a.rec.PullDone("present")
+			p.rec.PullDone("present")
 			continue
 		}
 		if w, ok := have[e.Ref]; ok {
 			wants = append(wants, w)
-			a.rec.PullDone("present")
+			p.rec.PullDone("present")
 			continue
 		}
-		if err, wait := a.pullBackoff(e.Ref); wait {
+		if err, wait := p.pullBackoff(e.Ref); wait {
 			errs = append(errs, source.LineError{Path: pl.Path, Line: e.Line, Err: fmt.Errorf("pulling %s: %w%s", e.Ref, err, waitingNote)})
 			continue
 		}
-		if a.actions != nil {
-			a.actions.add(Action{Action: "pull", Name: e.Ref, Source: pl.Path, Reason: "not in the store"})
+		if p.actions != nil {
+			p.actions.add(Action{Action: "pull", Name: e.Ref, Source: pl.Path, Reason: "not in the store"})
 			continue
 		}
 		toPull = append(toPull, e)
 	}
 	if len(toPull) > 0 {
-		lease, err := a.rt.TempLease(ctx)
+		lease, err := p.rt.TempLease(ctx)
 		if err != nil {
 			return wants, []error{fmt.Errorf("pull list %s: %w", pl.Path, err)}
 		}
-		defer func() { _ = a.rt.Release(context.WithoutCancel(ctx), lease) }()
+		defer func() { _ = p.rt.Release(context.WithoutCancel(ctx), lease) }()
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(4)
 		for _, e := range toPull {
 			g.Go(func() error {
-				w, err := a.pull(gctx, e.Ref, lease)
+				w, err := p.pull(gctx, e.Ref, lease)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
 					errs = append(errs, source.LineError{Path: pl.Path, Line: e.Line, Err: fmt.Errorf("pulling %s: %w", e.Ref, err)})
-					a.rec.PullDone("failed")
-					a.notePullFailure(e.Ref, err)
+					p.rec.PullDone("failed")
+					p.notePullFailure(e.Ref, err)
 					return nil
 				}
-				a.clearPullFailure(e.Ref)
-				a.log.Info("pulled", "ref", e.Ref, "target", w.Target.Digest, "list", pl.Path)
-				a.rec.PullDone("pulled")
+				p.clearPullFailure(e.Ref)
+				p.log.Info("pulled", "ref", e.Ref, "target", w.Target.Digest, "list", pl.Path)
+				p.rec.PullDone("pulled")
 				wants = append(wants, w)
 				return nil
 			})
@@ -144,23 +145,23 @@ func (a *Agent) resolvePulls(ctx context.Context, pl source.PullListFile, have, 
 }
 
 // pull tries one reference a few times, with backoff.
-func (a *Agent) pull(ctx context.Context, ref, lease string) (hfruntime.Want, error) {
-	wait := backoff{first: time.Second, most: time.Minute}
+func (p *Runner) pull(ctx context.Context, ref, lease string) (hfruntime.Want, error) {
+	wait := backoff.New(time.Second, time.Minute)
 	var err error
 	for attempt := 1; attempt <= pullAttempts; attempt++ {
 		var w hfruntime.Want
-		w, err = a.rt.Pull(ctx, ref, hfruntime.PullOptions{HostsDir: a.cfg.RegistryConfig, Lease: lease, Timeout: a.cfg.PullTimeout, Credentials: a.credentials})
+		w, err = p.rt.Pull(ctx, ref, hfruntime.PullOptions{HostsDir: p.cfg.RegistryConfig, Lease: lease, Timeout: p.cfg.PullTimeout, Credentials: p.credentials})
 		if err == nil {
 			return w, nil
 		}
 		if attempt == pullAttempts || ctx.Err() != nil {
 			break
 		}
-		a.log.Debug("pull failed; retrying", "ref", ref, "attempt", attempt, "error", err)
+		p.log.Debug("pull failed; retrying", "ref", ref, "attempt", attempt, "error", err)
 		select {
 		case <-ctx.Done():
 			return hfruntime.Want{}, ctx.Err()
-		case <-time.After(wait.next()):
+		case <-time.After(wait.Next()):
 		}
 	}
 	return hfruntime.Want{}, err
@@ -168,36 +169,36 @@ func (a *Agent) pull(ctx context.Context, ref, lease string) (hfruntime.Want, er
 
 // pullBackoff reports whether ref failed recently and waits before its next
 // try, so that an unreachable registry does not slow every pass down.
-func (a *Agent) pullBackoff(ref string) (error, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	f, ok := a.pullFailed[ref]
-	if !ok || a.clock.Now().After(f.retryAt) {
+func (p *Runner) pullBackoff(ref string) (error, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f, ok := p.pullFailed[ref]
+	if !ok || p.now().After(f.retryAt) {
 		return nil, false
 	}
 	return f.err, true
 }
 
-func (a *Agent) notePullFailure(ref string, err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	f, ok := a.pullFailed[ref]
+func (p *Runner) notePullFailure(ref string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f, ok := p.pullFailed[ref]
 	if !ok {
-		f.wait = backoff{first: 30 * time.Second, most: 10 * time.Minute}
+		f.wait = backoff.New(30*time.Second, 10*time.Minute)
 	}
-	f.retryAt = a.clock.Now().Add(f.wait.next())
+	f.retryAt = p.now().Add(f.wait.Next())
 	f.err = err
-	a.pullFailed[ref] = f
+	p.pullFailed[ref] = f
 }
 
-func (a *Agent) clearPullFailure(ref string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.pullFailed, ref)
+func (p *Runner) clearPullFailure(ref string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.pullFailed, ref)
 }
 
 // credentials answers the registry client from the configured credentials.
-func (a *Agent) credentials(host string) (string, string, error) {
-	c := a.cfg.Credentials[host]
+func (p *Runner) credentials(host string) (string, string, error) {
+	c := p.cfg.Credentials[host]
 	return c.Username, c.Password, nil
 }

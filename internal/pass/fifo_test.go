@@ -1,4 +1,4 @@
-package agent
+package pass
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 func TestImportRefusesSwappedFIFO(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	archive := filepath.Join(dir, "a.tar")
+	archive := filepath.Join(dir, "p.tar")
 	tarHeader := make([]byte, 512)
 	copy(tarHeader[257:], "ustar")
 	if err := os.WriteFile(archive, tarHeader, 0o644); err != nil {

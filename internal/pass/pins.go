@@ -1,4 +1,4 @@
-package agent
+package pass
 
 import (
 	"context"
@@ -23,10 +23,10 @@ import (
 // archive's lease is released. A wanted name whose record was deleted stays
 // wanted (and is healed) for as long as a pattern matches it. It also
 // returns the lists it could not read or lease: they keep what they had.
-func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source.Result, v *view, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
+func (p *Runner) pinLists(ctx context.Context, lists []source.Source, scan source.Result, v *view, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
 	present := map[string]reconcile.Present{}
 	read := map[string][]pattern.Pattern{} // the patterns of the lists read: late images that match bring on a pass
-	defer func() { a.notePinLists(scan, read) }()
+	defer func() { p.hand.PinLists(pinListPaths(scan), read) }()
 	records, states, ok := storeView(v, len(lists), sum)
 	if !ok {
 		return present, unjudged(lists, sum)
@@ -91,7 +91,7 @@ func (a *Agent) pinLists(ctx context.Context, lists []source.Source, scan source
 		}
 		sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 		// A pin list's mtime is 0: on a conflict, an archive's target wins.
-		if !a.leaseList(ctx, "pin list", src, 0, list, v, failuresBefore, sum, imported, present) {
+		if !p.leaseList(ctx, "pin list", src, 0, list, v, failuresBefore, sum, imported, present) {
 			unknown = append(unknown, src.Path)
 		}
 	}
@@ -128,10 +128,10 @@ func storeView(v *view, lists int, sum *Summary) ([]hfruntime.Image, []hfruntime
 // file's and of the wants, and records the outcome: the source's state, and
 // whether it is present (and newly leased) for the plan. False means its
 // fate is unknown this pass: its old lease must stay.
-func (a *Agent) leaseList(ctx context.Context, what string, src source.Source, mtimeNs int64, wants []hfruntime.Want, v *view,
+func (p *Runner) leaseList(ctx context.Context, what string, src source.Source, mtimeNs int64, wants []hfruntime.Want, v *view,
 	failuresBefore int, sum *Summary, imported map[string]bool, present map[string]reconcile.Present) bool {
 	identity := src.Identity + ",wants=" + wantsHash(wants)
-	res, err := importer.LeaseWants(ctx, a.store, hfruntime.LeaseRequest{Source: src.Path, Identity: identity, MtimeNs: mtimeNs, Wants: wants})
+	res, err := importer.LeaseWants(ctx, p.store, hfruntime.LeaseRequest{Source: src.Path, Identity: identity, MtimeNs: mtimeNs, Wants: wants})
 	v.put(res.State)
 	if err != nil {
 		sum.Failures = append(sum.Failures, sourceFailed(src.Path, err, fmt.Errorf("%s %s: %w", what, src.Path, err)))

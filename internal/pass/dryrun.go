@@ -1,4 +1,4 @@
-package agent
+package pass
 
 import (
 	"context"
@@ -34,10 +34,10 @@ type Action struct {
 // real pass's takes in what it wrote. A pull list reference not in the store
 // is reported as a pull, its pin follows it.
 func DryRun(ctx context.Context, rt importer.Backend, cfg Config) ([]Action, Summary) {
-	a := New(dryRuntime{rt}, cfg, nil)
-	a.actions = &actionLog{}
-	sum, _ := a.pass(ctx, passOptions{})
-	return a.actions.list, sum
+	r := New(dryRuntime{rt}, cfg)
+	r.actions = &actionLog{}
+	sum, _ := r.Run(ctx, Options{})
+	return r.actions.list, sum
 }
 
 // actionLog is what a dry run records.
@@ -100,33 +100,33 @@ func importReason(src source.Source, leases []hfruntime.SourceState, kept bool) 
 }
 
 // recordImport notes, in a dry run, the import of src and how it would end.
-func (a *Agent) recordImport(src source.Source, leases []hfruntime.SourceState, kept bool, res hfruntime.ImportResult, err error) {
-	if a.actions == nil || (err == nil && res.Unchanged) {
+func (p *Runner) recordImport(src source.Source, leases []hfruntime.SourceState, kept bool, res hfruntime.ImportResult, err error) {
+	if p.actions == nil || (err == nil && res.Unchanged) {
 		return
 	}
 	act := Action{Action: "import", Source: src.Path, Lease: res.Lease, Reason: importReason(src, leases, kept)}
 	if err != nil {
 		act.Error = causeOf(err).Error()
 	}
-	a.actions.add(act)
+	p.actions.add(act)
 }
 
 // recordPlan notes, in a dry run, what apply does with plan.
-func (a *Agent) recordPlan(plan reconcile.Plan) {
-	if a.actions == nil {
+func (p *Runner) recordPlan(plan reconcile.Plan) {
+	if p.actions == nil {
 		return
 	}
-	for _, p := range plan.Pins {
+	for _, pin := range plan.Pins {
 		action := "heal"
-		if p.Reason == reconcile.ReasonNew {
+		if pin.Reason == reconcile.ReasonNew {
 			action = "pin"
 		}
-		a.actions.add(Action{Action: action, Name: p.Want.Name, Target: p.Want.Target.Digest.String(), Lease: p.Lease, Source: p.Source, Reason: string(p.Reason)})
+		p.actions.add(Action{Action: action, Name: pin.Want.Name, Target: pin.Want.Target.Digest.String(), Lease: pin.Lease, Source: pin.Source, Reason: string(pin.Reason)})
 	}
 	for _, u := range plan.Unpins {
-		a.actions.add(Action{Action: "unpin", Name: u.Name, Reason: string(u.Reason)})
+		p.actions.add(Action{Action: "unpin", Name: u.Name, Reason: string(u.Reason)})
 	}
 	for _, r := range plan.Releases {
-		a.actions.add(Action{Action: "release", Lease: r.Lease, Source: r.Source, Reason: string(r.Reason)})
+		p.actions.add(Action{Action: "release", Lease: r.Lease, Source: r.Source, Reason: string(r.Reason)})
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package pass
 
 import (
 	"context"
@@ -22,11 +22,11 @@ type spooled struct {
 
 // scanSpool scans the spool dirs. Lists have no place there: they are
 // reported and left alone.
-func (a *Agent) scanSpool() source.Result {
-	if len(a.cfg.SpoolDirs) == 0 {
+func (p *Runner) scanSpool() source.Result {
+	if len(p.cfg.SpoolDirs) == 0 {
 		return source.Result{}
 	}
-	scan := source.ScanWith(a.cfg.SpoolDirs, source.ScanOptions{InsecurePerms: a.cfg.InsecurePerms, What: "spool dir"})
+	scan := source.ScanWith(p.cfg.SpoolDirs, source.ScanOptions{InsecurePerms: p.cfg.InsecurePerms, What: "spool dir"})
 	kept := scan.Sources[:0]
 	for _, src := range scan.Sources {
 		if src.Kind == source.PinList || src.Kind == source.PullList {
@@ -42,34 +42,34 @@ func (a *Agent) scanSpool() source.Result {
 // importSpool imports the spool files that are completely written, each as a
 // kept source. One still being written, or waiting to retry a failed import,
 // is left for a later pass; a failed one stays in place and is reported.
-func (a *Agent) importSpool(ctx context.Context, scan source.Result, opts passOptions, now time.Time, leases []hfruntime.SourceState, v *view, sum *Summary, pr *passResult) []spooled {
+func (p *Runner) importSpool(ctx context.Context, scan source.Result, opts Options, now time.Time, leases []hfruntime.SourceState, v *view, sum *Summary, pr *Result) []spooled {
 	sum.Failures = append(sum.Failures, scan.Errors...)
 	var out []spooled
 	for _, src := range scan.Sources {
-		if wait, _ := a.waits(src, opts, now, sum, pr); wait {
+		if wait, _ := p.waits(src, opts, now, sum, pr); wait {
 			continue
 		}
 		began := time.Now()
-		res, err := importer.Import(ctx, a.store, importRequest(src, true, a.cfg.Progress))
+		res, err := importer.Import(ctx, p.store, importRequest(src, true, p.cfg.Progress))
 		v.put(res.State)
-		a.recordImport(src, leases, true, res, err)
+		p.recordImport(src, leases, true, res, err)
 		sum.BytesRead += res.BytesRead
 		if err != nil {
 			sum.Failures = append(sum.Failures, sourceFailed(src.Path, err, fmt.Errorf("import %s (left in the spool dir): %w", src.Path, err)))
 			sum.set(src, metrics.StateFailed)
-			a.rec.ImportDone("failed", res.BytesRead, time.Since(began))
-			a.noteFailure(src.Path, src.Identity, err)
+			p.rec.ImportDone("failed", res.BytesRead, time.Since(began))
+			p.noteFailure(src.Path, src.Identity, err)
 			continue
 		}
-		a.clearFailure(src.Path)
+		p.clearFailure(src.Path)
 		sum.set(src, metrics.StateApplied)
 		if res.Unchanged {
 			sum.Unchanged++
-			a.rec.ImportDone("unchanged", 0, time.Since(began))
+			p.rec.ImportDone("unchanged", 0, time.Since(began))
 		} else {
 			sum.Imported++
-			a.rec.ImportDone("imported", res.BytesRead, time.Since(began))
-			a.log.Info("imported from spool", "path", src.Path, "images", len(res.Images), "written", res.Written,
+			p.rec.ImportDone("imported", res.BytesRead, time.Since(began))
+			p.log.Info("imported from spool", "path", src.Path, "images", len(res.Images), "written", res.Written,
 				"present", res.Present, "bytes", res.BytesRead, "lease", res.Lease)
 		}
 		out = append(out, spooled{src: src, lease: res.Lease, fresh: !res.Unchanged})
@@ -80,18 +80,18 @@ func (a *Agent) importSpool(ctx context.Context, scan source.Result, opts passOp
 // removeSpooled deletes the spool files whose kept source is complete, intact
 // and pinned, and whose file is still the one imported. Any doubt leaves the
 // file for a later pass, and is reported.
-func (a *Agent) removeSpooled(ctx context.Context, done []spooled, sum *Summary) {
+func (p *Runner) removeSpooled(ctx context.Context, done []spooled, sum *Summary) {
 	if len(done) == 0 {
 		return
 	}
-	if a.actions != nil {
+	if p.actions != nil {
 		// A dry run pinned nothing: each file its pass imports would go.
 		for _, s := range done {
-			a.actions.add(Action{Action: "remove", Source: s.src.Path, Lease: s.lease, Reason: "imported, kept and pinned"})
+			p.actions.add(Action{Action: "remove", Source: s.src.Path, Lease: s.lease, Reason: "imported, kept and pinned"})
 		}
 		return
 	}
-	states, records, err := readStore(ctx, a.rt)
+	states, records, err := readStore(ctx, p.rt)
 	if err != nil {
 		sum.Failures = append(sum.Failures, fmt.Errorf("checking spool imports: %w", err))
 		return
@@ -114,7 +114,7 @@ func (a *Agent) removeSpooled(ctx context.Context, done []spooled, sum *Summary)
 			continue
 		}
 		sum.Spooled = append(sum.Spooled, s.src.Path)
-		a.log.Info("removed from spool: imported, kept, pinned", "path", s.src.Path, "lease", s.lease)
+		p.log.Info("removed from spool: imported, kept, pinned", "path", s.src.Path, "lease", s.lease)
 	}
 }
 

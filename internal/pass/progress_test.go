@@ -1,4 +1,4 @@
-package agent
+package pass
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
+	"github.com/holdfast-project/holdfast/internal/testenv/testimage"
 )
 
 // progressSeen records what a progress hook was told.
@@ -45,11 +46,11 @@ func (c *progressCounter) Close() error {
 func TestProgressFollowsEachArchiveRead(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	archive := filepath.Join(dir, "a.tar")
-	size := writeImageArchive(t, archive, "example.com/a:1")
+	archive := filepath.Join(dir, "p.tar")
+	size := testimage.Archive(t, archive, "example.com/a:1")
 	spool := t.TempDir()
 	spooled := filepath.Join(spool, "b.tar")
-	spoolSize := writeImageArchive(t, spooled, "example.com/b:1")
+	spoolSize := testimage.Archive(t, spooled, "example.com/b:1")
 	rt := fake.New()
 	seen := &progressSeen{paths: map[string]int64{}, read: map[string]int{}, closed: map[string]bool{}}
 	hook := func(path string, size int64, r io.ReadCloser) io.ReadCloser {

@@ -1,4 +1,4 @@
-package agent
+package backoff
 
 import (
 	"testing"
@@ -6,10 +6,10 @@ import (
 )
 
 func TestBackoff(t *testing.T) {
-	b := backoff{first: time.Second, most: 5 * time.Second}
+	b := New(time.Second, 5*time.Second)
 	var got []time.Duration
 	for range 5 {
-		got = append(got, b.next())
+		got = append(got, b.Next())
 	}
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
 	for i := range want {
@@ -17,11 +17,11 @@ func TestBackoff(t *testing.T) {
 			t.Fatalf("delays %v, want %v", got, want)
 		}
 	}
-	if !b.started() {
+	if !b.Started() {
 		t.Error("not started after next")
 	}
-	b.reset()
-	if b.started() || b.next() != time.Second {
+	b.Reset()
+	if b.Started() || b.Next() != time.Second {
 		t.Error("reset does not start over")
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package pass
 
 import (
 	"errors"
@@ -21,9 +21,9 @@ import (
 // their marker (leases are the sources' leases, unless lerr says they could
 // not be read), and writes the marker into every dir that holds a source and lacks
 // it, so that existing dirs get one without a manual step.
-func (a *Agent) checkMarkers(scan source.Result, leases []hfruntime.SourceState, lerr error, sum *Summary) {
+func (p *Runner) checkMarkers(scan source.Result, leases []hfruntime.SourceState, lerr error, sum *Summary) {
 	for dir, target := range scan.Links {
-		a.log.Debug("images dir is a symlink", "path", dir, "target", target)
+		p.log.Debug("images dir is a symlink", "path", dir, "target", target)
 	}
 	if lerr == nil {
 		for _, dir := range unconfirmed(scan, leases) {
@@ -31,13 +31,13 @@ func (a *Agent) checkMarkers(scan source.Result, leases []hfruntime.SourceState,
 		}
 	}
 	for _, dir := range scan.Unmarked {
-		if !holdsSource(scan, dir) || a.actions != nil { // a dry run writes nothing
+		if !holdsSource(scan, dir) || p.actions != nil { // a dry run writes nothing
 			continue
 		}
 		if err := writeMarker(dir); err != nil {
 			// Without it the dir is still judged while it holds sources; once
 			// emptied it is kept until someone creates the marker.
-			a.log.Debug("cannot mark an images dir", "path", dir, "error", err)
+			p.log.Debug("cannot mark an images dir", "path", dir, "error", err)
 		}
 	}
 }

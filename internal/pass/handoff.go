@@ -1,0 +1,63 @@
+package pass
+
+import (
+	"maps"
+
+	"github.com/holdfast-project/holdfast/internal/pattern"
+	"github.com/holdfast-project/holdfast/internal/reconcile"
+	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/source"
+)
+
+// Handoff is how a pass hands what it decided to the healer that keeps the
+// records in line between passes (the daemon's), and learns whether image
+// events came while it ran. A one-shot pass has none: nothing heals after it.
+type Handoff interface {
+	// Begin says a pass starts: the names of image events from now on are
+	// kept for it until Pinned. The mark is for Changed.
+	Begin() (mark uint64)
+	// Changed says whether image events came since Begin gave mark: the
+	// records the pass listed may be stale.
+	Changed(mark uint64) bool
+	// Pinning gives the names heal may restore while the pass applies its
+	// pins: every name the plan wants but those it pins for the first time,
+	// as only a first pin notices a user's own pin that was there before.
+	Pinning(wanted map[string]hfruntime.Want)
+	// Pinned gives the plan's whole wanted set, and the names kept sources
+	// want, once its pins are applied and before anything is unpinned.
+	Pinned(wanted map[string]hfruntime.Want, kept map[string]bool)
+	// PinLists gives the paths of the pin lists the pass found, and the
+	// patterns of those it read, by path: an image that arrives later and
+	// matches one brings on a pass.
+	PinLists(found []string, read map[string][]pattern.Pattern)
+}
+
+type noHandoff struct{}
+
+func (noHandoff) Begin() uint64                                     { return 0 }
+func (noHandoff) Changed(uint64) bool                               { return false }
+func (noHandoff) Pinning(map[string]hfruntime.Want)                 {}
+func (noHandoff) Pinned(map[string]hfruntime.Want, map[string]bool) {}
+func (noHandoff) PinLists([]string, map[string][]pattern.Pattern)   {}
+
+// pinning is what a plan hands heal while its pins are applied (Handoff.Pinning).
+func pinning(plan reconcile.Plan) map[string]hfruntime.Want {
+	w := maps.Clone(plan.WantedNames)
+	for _, p := range plan.Pins {
+		if p.Reason == reconcile.ReasonNew {
+			delete(w, p.Want.Name)
+		}
+	}
+	return w
+}
+
+// pinListPaths are the paths of the pin lists scan found.
+func pinListPaths(scan source.Result) []string {
+	var out []string
+	for _, src := range scan.Sources {
+		if src.Kind == source.PinList {
+			out = append(out, src.Path)
+		}
+	}
+	return out
+}

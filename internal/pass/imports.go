@@ -1,0 +1,96 @@
+package pass
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/holdfast-project/holdfast/internal/importer"
+	"github.com/holdfast-project/holdfast/internal/metrics"
+	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/source"
+)
+
+// importAll imports the sources, a few at a time, and returns the leases
+// imported (not unchanged) in this pass.
+func (p *Runner) importAll(ctx context.Context, srcs []source.Source, known map[string]*hfruntime.SourceState, leases []hfruntime.SourceState, v *view, sum *Summary) map[string]bool {
+	parallel := p.cfg.Parallel
+	if parallel <= 0 {
+		parallel = min(4, max(2, runtime.NumCPU()))
+	}
+	imported := map[string]bool{}
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(parallel)
+	for _, src := range srcs {
+		g.Go(func() error {
+			began := time.Now()
+			res, err := importSource(gctx, p.store, src, known[src.Path+"\x00"+src.Identity], p.cfg.Progress)
+			v.put(res.State)
+			mu.Lock()
+			defer mu.Unlock()
+			p.recordImport(src, leases, false, res, err)
+			sum.BytesRead += res.BytesRead
+			if err != nil {
+				sum.Failures = append(sum.Failures, err)
+				sum.set(src, metrics.StateFailed)
+				p.rec.ImportDone("failed", res.BytesRead, time.Since(began))
+				p.noteFailure(src.Path, src.Identity, causeOf(err))
+				return nil
+			}
+			p.clearFailure(src.Path)
+			sum.set(src, metrics.StateApplied)
+			if res.Unchanged {
+				sum.Unchanged++
+				p.rec.ImportDone("unchanged", 0, time.Since(began))
+				return nil
+			}
+			sum.Imported++
+			imported[res.Lease] = true
+			p.rec.ImportDone("imported", res.BytesRead, time.Since(began))
+			p.log.Info("imported", "path", src.Path, "images", len(res.Images), "written", res.Written,
+				"present", res.Present, "bytes", res.BytesRead, "lease", res.Lease)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return imported
+}
+
+func importSource(ctx context.Context, store importer.Store, src source.Source, prior *hfruntime.SourceState, progress Progress) (hfruntime.ImportResult, error) {
+	req := importRequest(src, false, progress)
+	req.Prior = prior
+	res, err := importer.Import(ctx, store, req)
+	if err != nil {
+		return res, sourceFailed(src.Path, err, fmt.Errorf("import %s: %w", src.Path, err))
+	}
+	return res, nil
+}
+
+// importRequest asks to import the archive or OCI layout dir src; kept marks
+// a source kept until released, whatever becomes of its file. progress, if
+// set, wraps the archive file as it is opened.
+func importRequest(src source.Source, kept bool, progress Progress) hfruntime.ImportRequest {
+	return hfruntime.ImportRequest{
+		Source:   src.Path,
+		Identity: src.Identity,
+		MtimeNs:  src.MtimeNs,
+		Dir:      src.Kind == source.OCIDir,
+		Kept:     kept,
+		Open: func() (io.ReadCloser, error) {
+			f, err := source.Open(src.Path)
+			if err != nil {
+				return nil, err
+			}
+			if progress == nil {
+				return f, nil
+			}
+			return progress(src.Path, src.Size, f), nil
+		},
+	}
+}
