@@ -6,13 +6,13 @@ import (
 	"io"
 	"testing"
 
-	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
 	"github.com/holdfast-project/holdfast/internal/runtime/runtimetest"
+	"github.com/holdfast-project/holdfast/internal/testenv/testimage"
 )
 
 // TestConformance: the fake behaves as the suite says every runtime must, so
@@ -29,13 +29,11 @@ func TestConformance(t *testing.T) {
 	archive := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil }
 	runtimetest.Run(t, "fake.example/conformance/", func(t *testing.T) runtimetest.Backend {
 		rt := fake.New()
-		target := func(s string) ocispec.Descriptor {
-			return ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromString(s), Size: 1}
-		}
+		a, b := testimage.Stored(t, rt, "fake.example/conformance/a:1"), testimage.Stored(t, rt, "fake.example/conformance/b:1")
 		return runtimetest.Backend{
 			Runtime:      rt,
 			CreateRecord: func(_ *testing.T, img runtime.Image) { rt.Create(img) },
-			Targets:      [2]ocispec.Descriptor{target("a"), target("b")},
+			Targets:      [2]ocispec.Descriptor{a.Target, b.Target},
 			Archive:      archive,
 			Name:         "fake.example/conformance/imported:1",
 		}

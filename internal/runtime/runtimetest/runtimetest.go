@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/importer"
@@ -25,7 +26,8 @@ type Backend struct {
 	// CreateRecord makes an image record as a user, a pull or the CRI would,
 	// with exactly these labels.
 	CreateRecord func(t *testing.T, img runtime.Image)
-	// Targets are two image targets whose content the store holds.
+	// Targets are two image targets whose content the store holds (each a
+	// single-platform image of the host's platform).
 	Targets [2]ocispec.Descriptor
 	// Archive opens an archive of one image, named Name.
 	Archive func() (io.ReadCloser, error)
@@ -47,6 +49,8 @@ func Run(t *testing.T, prefix string, newBackend func(t *testing.T) Backend) {
 		{"UnpinLeavesForeignPins", unpinLeavesForeign},
 		{"ReleaseOnlyHoldfasts", releaseOnlyHoldfasts},
 		{"ImportLeasesThenUnchanged", importLeases},
+		{"ImportWritesNoRecord", importWritesNoRecord},
+		{"LeaseWantsLeasesWhatIsThere", leaseWants},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, newBackend(t), prefix+c.name+":1") })
 	}
@@ -172,35 +176,99 @@ func importLeases(t *testing.T, b Backend, name string) {
 	if res.Lease != runtime.LeaseID(source, "id-1") || res.Unchanged || !slices.ContainsFunc(res.Images, func(w runtime.Want) bool { return w.Name == b.Name }) {
 		t.Fatalf("import: %+v; want lease %s with %s", res, runtime.LeaseID(source, "id-1"), b.Name)
 	}
-	var st runtime.SourceState
-	states, err := b.Runtime.Sources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range states {
-		if s.Lease == res.Lease {
-			st = s
-		}
-	}
+	st := stateAsListed(t, b, res)
 	if st.Source != source || st.Identity != "id-1" || !st.Complete || !st.Intact || len(st.Images) != len(res.Images) || len(st.Blobs) == 0 {
 		t.Fatalf("Sources reports %+v", st)
 	}
 	req.Prior = &st
 	req.Open = func() (io.ReadCloser, error) { t.Error("an unchanged source was opened"); return b.Archive() }
-	if got := res.State; got.Lease != st.Lease || got.Source != st.Source || got.Identity != st.Identity || !got.Complete || !got.Intact ||
-		!slices.Equal(got.Blobs, st.Blobs) || !slices.EqualFunc(got.Images, st.Images, func(a, b runtime.Want) bool { return a.Name == b.Name && a.Target.Digest == b.Target.Digest }) {
-		t.Errorf("the import said its state is %+v; Sources reports %+v", got, st)
-	}
 	if again, err := importer.Import(ctx, b.Runtime.ImportStore(), req); err != nil || !again.Unchanged {
 		t.Errorf("the same identity again: %+v, %v; want unchanged", again, err)
 	}
 	if err := b.Runtime.Release(ctx, res.Lease); err != nil {
 		t.Fatal(err)
 	}
-	states, _ = b.Runtime.Sources(ctx)
+	states, _ := b.Runtime.Sources(ctx)
 	for _, s := range states {
 		if s.Lease == res.Lease {
 			t.Errorf("released lease %s still reported", res.Lease)
 		}
+	}
+}
+
+// stateAsListed is the state Sources reports on res's lease, which must be
+// the state res says the import or lease left there: a pass plans with that
+// result rather than list the leases again.
+func stateAsListed(t *testing.T, b Backend, res runtime.ImportResult) runtime.SourceState {
+	t.Helper()
+	states, err := b.Runtime.Sources(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st runtime.SourceState
+	for _, s := range states {
+		if s.Lease == res.Lease {
+			st = s
+		}
+	}
+	sameWant := func(a, b runtime.Want) bool { return a.Name == b.Name && a.Target.Digest == b.Target.Digest }
+	if got := res.State; got.Lease != st.Lease || got.Source != st.Source || got.Identity != st.Identity || got.Complete != st.Complete ||
+		got.Intact != st.Intact || !slices.Equal(got.Blobs, st.Blobs) || !slices.EqualFunc(got.Images, st.Images, sameWant) {
+		t.Errorf("the result says the state is %+v; Sources reports %+v", got, st)
+	}
+	return st
+}
+
+// importWritesNoRecord: an import leases content and writes no image record
+// (a pass pins what it imported); the record a pin then makes points at the
+// imported target.
+func importWritesNoRecord(t *testing.T, b Backend, _ string) {
+	ctx := context.Background()
+	res, err := importer.Import(ctx, b.Runtime.ImportStore(), runtime.ImportRequest{Source: "/conformance/records.tar", Identity: "id-1", Open: b.Archive})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Runtime.Release(ctx, res.Lease) })
+	for _, w := range res.Images {
+		if _, ok := record(t, b, w.Name); ok {
+			t.Errorf("the import wrote a record for %s", w.Name)
+		}
+	}
+	i := slices.IndexFunc(res.Images, func(w runtime.Want) bool { return w.Name == b.Name })
+	if i < 0 {
+		t.Fatalf("the import wants %+v, not %s", res.Images, b.Name)
+	}
+	pin(t, b, res.Images[i], true)
+	t.Cleanup(func() { unpin(t, b, b.Name) })
+	if rec, ok := record(t, b, b.Name); !ok || rec.Target.Digest != res.Images[i].Target.Digest || !pinned(rec) {
+		t.Errorf("after the pin: %+v (found %v); want it pinned at %s", rec, ok, res.Images[i].Target.Digest)
+	}
+}
+
+// leaseWants: a list's lease holds the content of the images it names that
+// the store has whole, its state names just those, the others are left out
+// with an error naming them, and the same identity again is unchanged.
+func leaseWants(t *testing.T, b Backend, name string) {
+	ctx := context.Background()
+	source := "/conformance/" + strings.NewReplacer("/", "_", ":", "_").Replace(name) + ".pins"
+	there := runtime.Want{Name: name, Target: b.Targets[0]}
+	missing := runtime.Want{Name: name + "-missing", Target: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest,
+		Digest: digest.FromString("not in the store " + name), Size: 123}}
+	req := runtime.LeaseRequest{Source: source, Identity: "id-1", Wants: []runtime.Want{there, missing}}
+	res, err := importer.LeaseWants(ctx, b.Runtime.ImportStore(), req)
+	if err == nil || !strings.Contains(err.Error(), missing.Name) {
+		t.Errorf("leasing a want whose content is not there: error %v, want one naming %s", err, missing.Name)
+	}
+	t.Cleanup(func() { _ = b.Runtime.Release(ctx, res.Lease) })
+	if res.Lease != runtime.LeaseID(source, "id-1") || len(res.Images) != 1 || res.Images[0].Name != there.Name {
+		t.Fatalf("lease wants: %+v; want lease %s with %s alone", res, runtime.LeaseID(source, "id-1"), there.Name)
+	}
+	st := stateAsListed(t, b, res)
+	if !st.Complete || !st.Intact || len(st.Images) != 1 || len(st.Blobs) < 2 || !slices.Contains(st.Blobs, b.Targets[0].Digest) {
+		t.Errorf("Sources reports %+v; want it complete, wanting %s, its manifest among at least 2 blobs", st, there.Name)
+	}
+	again, err := importer.LeaseWants(ctx, b.Runtime.ImportStore(), runtime.LeaseRequest{Source: source, Identity: "id-1", Wants: req.Wants})
+	if err != nil || !again.Unchanged || len(again.Images) != 1 {
+		t.Errorf("the same identity again: %+v, %v; want unchanged", again, err)
 	}
 }
