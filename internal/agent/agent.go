@@ -64,7 +64,7 @@ type Agent struct {
 	wanted map[string]hfruntime.Want // what the last plan wants: heal restores these
 	heals  map[string]*healState     // per-name heal history, for backoff
 	// Image events a pass may not have seen: from its start (or the agent's)
-	// until it sets the wanted set, the names of image events are kept
+	// until it hands over its wanted set (Pinned), the names of image events are kept
 	// (true: created or updated), to be healed against the new wanted set;
 	// imageEvents counts every event, so a pass knows its listing is stale.
 	collecting  bool

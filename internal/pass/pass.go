@@ -32,8 +32,7 @@ type Config struct {
 	// once its content is leased and its images pinned.
 	SpoolDirs []string
 	Parallel  int           // archives imported at once; 0 = a default from the CPU count
-	Settle    time.Duration // run: a file is complete when unmodified this long
-	Resync    time.Duration // run: full pass at least this often
+	Settle    time.Duration // with Options.Settle: a file is complete when unmodified this long
 	// RegistryConfig is a hosts.toml directory (containerd's certs.d layout) for pulls.
 	RegistryConfig string
 	PullTimeout    time.Duration // for one pull of a pull list entry
@@ -45,9 +44,6 @@ type Config struct {
 	Log           *slog.Logger
 	// Progress, when set, follows the bytes imports read from archive files.
 	Progress Progress
-	// FeaturesOff say, each, which feature runs off because a path it needs
-	// is missing: run records each as a Warning event (FeatureOff).
-	FeaturesOff []string
 }
 
 // Progress wraps r, the archive file at path (size bytes) as an import opens
@@ -129,7 +125,8 @@ type Result struct {
 // Runner runs passes over one backend, one at a time, and remembers between
 // them what passes must: the sources whose import failed and the pull list
 // references whose pull failed (each retried with backoff), and when each
-// source was first seen as it is (the settle rule).
+// source was first seen as it is (the settle rule). Its passes run one at a
+// time: Run must not be called again before it returns.
 type Runner struct {
 	rt      hfruntime.Runtime
 	store   importer.Store // what imports write to
