@@ -10,11 +10,11 @@ import (
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
 )
 
-// TestSyncRunsTheRealImport: over the fake without an ImportFunc, a pass
-// runs the real import of an archive (importer.Import over the fake's
-// store): its images are pinned, its lease holds them, and a second pass
-// finds the source unchanged; once the file is gone, the next pass unpins
-// them and releases the lease.
+// TestSyncRunsTheRealImport: over the fake, a pass runs the real import of
+// an archive (importer.Import over the fake's store): its images are pinned,
+// its lease holds them, and a second pass finds the source unchanged; one
+// after a layer is deleted from the store reads it again; once the file is
+// gone, the next pass unpins them and releases the lease.
 func TestSyncRunsTheRealImport(t *testing.T) {
 	dir := t.TempDir()
 	img, err := fixture.Build(context.Background(), fixture.ImageSpec{Names: []string{"example.com/real/app:1"}, Layers: fixture.UniformLayers(2, 16<<10, false, 3)})
@@ -42,6 +42,13 @@ func TestSyncRunsTheRealImport(t *testing.T) {
 	}
 	if sum := Sync(context.Background(), rt, cfg); sum.Unchanged != 1 || sum.Imported != 0 {
 		t.Errorf("second pass: %s; want the source unchanged", sum)
+	}
+	// A layer deleted from the store (ctr content rm): the source is read
+	// again, and the layer is back.
+	layer := img.Manifests[0].Layers[0].Digest()
+	rt.DeleteBlob(layer)
+	if sum := Sync(context.Background(), rt, cfg); sum.Imported != 1 || sum.Unchanged != 0 || !rt.LeaseHolds(leasesOf(t, rt, path)[0], layer) {
+		t.Errorf("pass after a layer was deleted: %s; want the source imported again and the layer leased", sum)
 	}
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)

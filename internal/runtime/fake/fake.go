@@ -186,7 +186,15 @@ func (r *Runtime) Sources(context.Context) ([]runtime.SourceState, error) {
 	r.lists++
 	out := make([]runtime.SourceState, 0, len(r.states))
 	for _, st := range r.states {
-		st.Intact = st.Complete // the fake never loses content
+		// Intact while every blob it needs is in the store, as containerd's
+		// adapter reports it; Missing lists those gone.
+		st.Intact, st.Missing = st.Complete, nil
+		for _, d := range st.Blobs {
+			if _, ok := r.blobs[d]; !ok && st.Complete {
+				st.Intact = false
+				st.Missing = append(st.Missing, d)
+			}
+		}
 		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Lease < out[j].Lease })

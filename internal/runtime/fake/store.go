@@ -18,8 +18,8 @@ import (
 // The fake's content store and leases, in memory: what the real import
 // (importer.Import) needs.
 
-// ImportStore is the fake's store as the import sees it, for tests of the
-// import itself.
+// ImportStore is the fake's store as the import sees it: what every pass over
+// the fake imports through.
 func (r *Runtime) ImportStore() importer.Store { return store{r} }
 
 // LeaseHolds says whether the lease id holds blob d.
