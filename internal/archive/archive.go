@@ -19,6 +19,9 @@ const (
 	FormatDockerSave Format = "docker-save"   // manifest.json + <id>/layer.tar or <hash>.tar.gz (v1.1, v1.2, go-containerregistry)
 	FormatOCI        Format = "oci"           // oci-layout + index.json + blobs/<alg>/<hex>
 	FormatHybrid     Format = "docker-hybrid" // Docker ≥ 25: OCI layout plus manifest.json
+	FormatHaul       Format = "hauler-haul"   // hauler store save: an OCI layout whose entries carry a kind
+	FormatZarf       Format = "zarf-package"  // zarf package create: zarf.yaml, checksums.txt, an OCI layout under images/
+	FormatCosign     Format = "cosign-layout" // cosign save: an OCI layout whose entries carry a kind and no name
 )
 
 // Compression is the outer compression of an archive stream or of a layer blob.
@@ -62,6 +65,9 @@ type Reserver interface {
 type Image struct {
 	Name   string             // full, normalised reference: docker.io/library/busybox:1.36
 	Target ocispec.Descriptor // an index or a manifest (synthesised for docker save)
+	// Recorded is the name as the archive spells it, when that is not Name
+	// (a haul's index.docker.io/library/busybox:1.36, a familiar name).
+	Recorded string
 }
 
 // Result is what one walk found.
@@ -72,6 +78,9 @@ type Result struct {
 	Docs        map[digest.Digest][]byte // JSON documents (indexes, manifests, configs), not given to Store.Put
 	Blobs       map[digest.Digest]int64  // other blobs the archive holds, written or already present, with sizes
 	BytesRead   int64                    // size of the archive as stored (compressed); bytes of skipped blobs that were seeked over count too
+	// Skipped are the index entries that are not images to import: the
+	// signatures, attestations, SBOMs, charts and files bundles carry.
+	Skipped []Skipped
 }
 
 // DefaultConcurrency is the number of blobs a walk writes at once unless
@@ -87,6 +96,9 @@ type WalkOptions struct {
 	// afterwards, the largest first. 0 means DefaultConcurrency; 1 writes each
 	// blob as the single pass meets it, as with any other input.
 	Concurrency int
+	// Name names the image of a layout whose index entries carry no name (a
+	// cosign save layout): holdfast import --name.
+	Name string
 }
 
 func (o WalkOptions) concurrency() int {

@@ -23,13 +23,14 @@ func walkDir(ctx context.Context, dir string, st Store, opts WalkOptions, lim li
 	}
 	defer root.Close()
 	w := newWalker(st, lim, opts.concurrency())
+	w.name = opts.Name
 	w.deferred = w.concurrency > 1
 	var n int64
 	for _, name := range []string{nameOCILayout, nameIndexJSON, nameManifestJSON} {
 		b, err := readFileLimit(root, name, lim.docSize)
 		if errors.Is(err, fs.ErrNotExist) {
-			if name == nameManifestJSON {
-				continue
+			if name == nameManifestJSON || name == nameOCILayout && hasBlobsDir(root) {
+				continue // a store saved for containerd (hauler --containerd) has no oci-layout
 			}
 			return nil, fmt.Errorf("%w: no %s in the directory", ErrNotImage, name)
 		}
@@ -45,6 +46,9 @@ func walkDir(ctx context.Context, dir string, st Store, opts WalkOptions, lim li
 		return nil, fmt.Errorf("index.json: %w", err)
 	}
 	for _, d := range idx.Manifests {
+		if skipKind(entryKind(d)) != "" {
+			continue // a signature, attestation, SBOM or referrer: not read
+		}
 		if err := dw.fetch(ctx, d.Digest, 0); err != nil {
 			return nil, err
 		}
@@ -77,6 +81,12 @@ func walkDir(ctx context.Context, dir string, st Store, opts WalkOptions, lim li
 	res.Compression = None
 	res.BytesRead = n + dw.n + w.jobRead
 	return res, nil
+}
+
+// hasBlobsDir says whether root holds a blobs directory.
+func hasBlobsDir(root *os.Root) bool {
+	fi, err := root.Stat("blobs")
+	return err == nil && fi.IsDir()
 }
 
 // readFileLimit reads the file called name under root, of at most limit

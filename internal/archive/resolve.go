@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -50,8 +51,11 @@ type target struct {
 	desc    ocispec.Descriptor
 	configs map[digest.Digest]bool // config digests reachable from desc
 	names   []string
-	bareTag string // a bare org.opencontainers.image.ref.name, for the error
-	noName  string // why there is no name, for the error
+	// recorded are the names as the archive spells them, where that is not
+	// the normalised name (index.docker.io/…, a familiar name), by name.
+	recorded map[string]string
+	bareTag  string // a bare org.opencontainers.image.ref.name, for the error
+	noName   string // why there is no name, for the error
 }
 
 // finish resolves what the stream held into images.
@@ -62,22 +66,23 @@ func (w *walker) finish(ctx context.Context) (*Result, error) {
 	var targets []*target
 	var err error
 	switch {
+	case w.zarf.yaml != nil || w.zarf.checksums != nil:
+		res.Format = FormatZarf
+		targets, err = w.resolveZarf()
 	case hasIndex:
-		res.Format = FormatOCI
-		if hasManifest {
-			res.Format = FormatHybrid
-		}
 		if b, ok := w.meta[nameOCILayout]; ok {
 			var layout ocispec.ImageLayout
 			if err := json.Unmarshal(b, &layout); err != nil {
 				return nil, fmt.Errorf("oci-layout: %w", err)
 			}
 		}
-		targets, err = w.resolveIndex()
-		if err != nil {
+		var idx ocispec.Index
+		if idx, err = w.readIndex(); err != nil {
 			return nil, err
 		}
-		if hasManifest {
+		res.Format = indexFormat(idx, hasManifest)
+		targets, err = w.resolveIndex(idx, nil)
+		if err == nil && res.Format == FormatHybrid {
 			targets, err = w.attachRepoTags(ctx, targets)
 		}
 	case hasManifest:
@@ -95,7 +100,76 @@ func (w *walker) finish(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	res.Skipped = w.skipped
 	return res, nil
+}
+
+// indexFormat tells the layouts with an index.json apart: a Hauler haul or a
+// cosign layout by the kinds of its entries (a haul's name their images, a
+// cosign layout's do not), Docker's hybrid by its manifest.json (a haul has
+// one too, which flattens multi-platform images: it is not read).
+func indexFormat(idx ocispec.Index, hasManifest bool) Format {
+	kinds, named := false, false
+	for _, d := range idx.Manifests {
+		if entryKind(d) != "" {
+			kinds = true
+		}
+		if d.Annotations[annotationContainerdName] != "" {
+			named = true
+		}
+	}
+	switch {
+	case kinds && named:
+		return FormatHaul
+	case kinds:
+		return FormatCosign
+	case hasManifest:
+		return FormatHybrid
+	}
+	return FormatOCI
+}
+
+// resolveZarf checks a Zarf package's checksums, then takes the images its
+// zarf.yaml names from its layout; a name zarf.yaml lists that the layout
+// lacks is an error.
+func (w *walker) resolveZarf() ([]*target, error) {
+	switch {
+	case w.zarf.yaml == nil:
+		return nil, errors.New("a Zarf package without zarf.yaml (checksums.txt but no zarf.yaml)")
+	case !w.inZarf:
+		return nil, errors.New("a Zarf package whose first entry is neither checksums.txt nor zarf.yaml: zarf writes them sorted, checksums.txt first")
+	}
+	if _, ok := w.meta[nameIndexJSON]; !ok {
+		return nil, fmt.Errorf("%w: a Zarf package without %s%s", ErrNotImage, zarfImages, nameIndexJSON)
+	}
+	pkg, err := w.zarf.verify(w)
+	if err != nil {
+		return nil, err
+	}
+	wanted, err := pkg.wanted()
+	if err != nil {
+		return nil, err
+	}
+	idx, err := w.readIndex()
+	if err != nil {
+		return nil, err
+	}
+	targets, err := w.resolveIndex(idx, wanted)
+	if err != nil {
+		return nil, err
+	}
+	found := map[string]bool{}
+	for _, t := range targets {
+		for _, n := range t.names {
+			found[n] = true
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(wanted)) {
+		if _, sig := isSignatureTag(n); !sig && !found[n] {
+			return nil, fmt.Errorf("zarf.yaml names %s, which %s%s does not hold", n, zarfImages, nameIndexJSON)
+		}
+	}
+	return targets, nil
 }
 
 // images turns targets into sorted, de-duplicated images; a target without a
@@ -120,7 +194,7 @@ func images(targets []*target) ([]Image, error) {
 				continue
 			}
 			byName[n] = t.desc.Digest
-			out = append(out, Image{Name: n, Target: t.desc})
+			out = append(out, Image{Name: n, Target: t.desc, Recorded: t.recorded[n]})
 		}
 	}
 	slices.SortFunc(out, func(a, b Image) int {
@@ -149,22 +223,42 @@ func addName(names []string, n string) []string {
 	return append(names, n)
 }
 
-// resolveIndex reads index.json: one target per entry.
-func (w *walker) resolveIndex() ([]*target, error) {
+// readIndex parses index.json.
+func (w *walker) readIndex() (ocispec.Index, error) {
 	var idx ocispec.Index
 	if err := json.Unmarshal(w.meta[nameIndexJSON], &idx); err != nil {
-		return nil, fmt.Errorf("index.json: %w", err)
+		return idx, fmt.Errorf("index.json: %w", err)
 	}
 	if len(idx.Manifests) == 0 {
-		return nil, errors.New("index.json lists no images")
+		return idx, errors.New("index.json lists no images")
 	}
 	if len(idx.Manifests) > w.lim.indexItems {
-		return nil, fmt.Errorf("index.json lists more than %d images", w.lim.indexItems)
+		return idx, fmt.Errorf("index.json lists more than %d images", w.lim.indexItems)
 	}
-	var targets []*target
+	return idx, nil
+}
+
+// resolveIndex makes one target of each index.json entry that is an image:
+// entries whose kind or content says they are signatures, attestations,
+// SBOMs, referrers, charts or files are skipped (w.skipped). With wanted (a
+// Zarf package), only the names it holds are taken, and never a signature's.
+func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*target, error) {
+	var targets, unnamed []*target
+	skip := func(d ocispec.Descriptor, reason string) {
+		name := d.Annotations[annotationContainerdName]
+		if name == "" {
+			name = d.Annotations[annotationRefName]
+		}
+		w.skipped = append(w.skipped, Skipped{Digest: d.Digest, Name: name, Reason: reason})
+	}
 	for i, d := range idx.Manifests {
 		if err := d.Digest.Validate(); err != nil {
 			return nil, fmt.Errorf("index.json entry %d: digest %q: %w", i, d.Digest, err)
+		}
+		kind := entryKind(d)
+		if why := skipKind(kind); why != "" {
+			skip(d, why)
+			continue
 		}
 		t := &target{
 			what:    "index.json entry " + string(d.Digest),
@@ -177,31 +271,113 @@ func (w *walker) resolveIndex() ([]*target, error) {
 		if !isDoc && !isBlob {
 			return nil, fmt.Errorf("%s is not in the archive", t.what)
 		}
+		if why := w.artifactReason(d.Digest); why != "" {
+			skip(d, why)
+			continue
+		}
 		mt, err := w.inspect(t.desc, 0, t.configs, make(map[digest.Digest]bool))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", t.what, err)
 		}
 		t.desc.MediaType = mt
-		if n, ok := d.Annotations[annotationContainerdName]; ok {
-			name, err := normalizeName(n)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %s %q: %w", t.what, annotationContainerdName, n, err)
-			}
-			t.names = append(t.names, name)
-		} else if ref, ok := d.Annotations[annotationRefName]; ok {
-			if !strings.ContainsAny(ref, "/:@") {
-				t.bareTag = ref
-			} else {
-				name, err := normalizeName(ref)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %s %q is not a full reference: %w", t.what, annotationRefName, ref, err)
+		if err := t.name(d, wanted != nil); err != nil {
+			return nil, err
+		}
+		if wanted != nil {
+			t.names = slices.DeleteFunc(t.names, func(n string) bool { _, sig := isSignatureTag(n); return sig || !wanted[n] })
+			if len(t.names) == 0 {
+				reason := "not in zarf.yaml"
+				if n := d.Annotations[annotationRefName]; n != "" {
+					if what, sig := isSignatureTag(n); sig {
+						reason = what
+					}
 				}
-				t.names = append(t.names, name)
+				skip(d, reason)
+				continue
 			}
+		}
+		if len(t.names) == 0 && kind != "" {
+			unnamed = append(unnamed, t)
 		}
 		targets = append(targets, t)
 	}
+	if len(targets) == 0 && len(w.skipped) > 0 {
+		return nil, fmt.Errorf("%w: index.json lists no image, only %s", ErrNotImage, skippedSummary(w.skipped))
+	}
+	if len(unnamed) > 0 {
+		// A cosign layout: its entries name nothing.
+		if w.name == "" {
+			return nil, fmt.Errorf("%s has kind %s and no name: a cosign layout (cosign save) does not name its image; import it with holdfast import --name REF", unnamed[0].what, entryKind(idx.Manifests[0]))
+		}
+		if len(unnamed) > 1 {
+			return nil, fmt.Errorf("the layout holds %d images without a name; --name names one", len(unnamed))
+		}
+		name, err := normalizeName(w.name)
+		if err != nil {
+			return nil, fmt.Errorf("--name %q: %w", w.name, err)
+		}
+		unnamed[0].names = []string{name}
+	}
 	return targets, nil
+}
+
+// name takes t's names from its index entry d: io.containerd.image.name, else
+// a full org.opencontainers.image.ref.name; in a Zarf package also
+// org.opencontainers.image.base.name, which older packages give alone
+// (sometimes without docker.io/).
+func (t *target) name(d ocispec.Descriptor, zarf bool) error {
+	if n, ok := d.Annotations[annotationContainerdName]; ok {
+		name, err := normalizeName(n)
+		if err != nil {
+			return fmt.Errorf("%s: %s %q: %w", t.what, annotationContainerdName, n, err)
+		}
+		t.addName(name, n)
+		return nil
+	}
+	refs := []string{d.Annotations[annotationRefName]}
+	if zarf {
+		refs = append(refs, d.Annotations[ocispec.AnnotationBaseImageName])
+	}
+	for _, ref := range refs {
+		switch {
+		case ref == "":
+		case !strings.ContainsAny(ref, "/:@"):
+			t.bareTag = ref
+		default:
+			name, err := normalizeName(ref)
+			if err != nil {
+				return fmt.Errorf("%s: %s %q is not a full reference: %w", t.what, annotationRefName, ref, err)
+			}
+			t.addName(name, ref)
+		}
+	}
+	return nil
+}
+
+// addName gives t the name, which the archive spells as recorded.
+func (t *target) addName(name, recorded string) {
+	t.names = addName(t.names, name)
+	if recorded != name {
+		if t.recorded == nil {
+			t.recorded = map[string]string{}
+		}
+		if _, ok := t.recorded[name]; !ok {
+			t.recorded[name] = recorded
+		}
+	}
+}
+
+// skippedSummary counts skipped entries by reason: "2 signature, 1 chart".
+func skippedSummary(s []Skipped) string {
+	n := map[string]int{}
+	for _, e := range s {
+		n[e.Reason]++
+	}
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(n)) {
+		parts = append(parts, fmt.Sprintf("%d %s", n[r], r))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func isIndexType(mt string) bool {

@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +29,7 @@ func walk(ctx context.Context, r io.Reader, st Store, opts WalkOptions, lim limi
 
 	tr := tar.NewReader(in.tar)
 	w := newWalker(st, lim, opts.concurrency())
+	w.name = opts.Name
 	var ra io.ReaderAt
 	if in.seekable && w.concurrency > 1 {
 		ra, w.deferred = r.(io.ReaderAt)
@@ -168,14 +171,38 @@ func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader, again 
 	if hdr.Size < 0 {
 		return fmt.Errorf("%s: negative size %d", name, hdr.Size)
 	}
+	w.regular++
+	switch name {
+	case zarfYAML, zarfChecksums:
+		// A Zarf package, sorted as zarf writes it: checksums.txt first.
+		b, err := w.readMeta(name, hdr.Size, r)
+		if err != nil {
+			return err
+		}
+		if name == zarfYAML {
+			w.zarf.yaml = b
+		} else {
+			w.zarf.checksums = b
+		}
+		w.inZarf = w.inZarf || w.regular == 1
+		return nil
+	}
+	if w.inZarf {
+		rest, ok := strings.CutPrefix(name, zarfImages)
+		if !ok {
+			return nil // the package's charts, manifests, files, SBOMs: no images
+		}
+		name = rest
+	}
 	switch name {
 	case nameManifestJSON, nameIndexJSON, nameOCILayout, nameRepositories:
-		if hdr.Size > w.lim.docSize {
-			return fmt.Errorf("%s: %d bytes is too large (limit %d)", name, hdr.Size, w.lim.docSize)
-		}
-		b, err := readN(r, hdr.Size)
+		b, err := w.readMeta(name, hdr.Size, r)
 		if err != nil {
-			return fmt.Errorf("reading %s: %w", name, err)
+			return err
+		}
+		if w.inZarf {
+			sum := sha256.Sum256(b)
+			w.zarf.sums[zarfImages+name] = hex.EncodeToString(sum[:])
 		}
 		w.meta[name] = b
 		return nil
@@ -184,6 +211,18 @@ func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader, again 
 		return w.digestBlob(ctx, name, d, hdr.Size, r, again)
 	}
 	return w.otherFile(ctx, name, hdr.Size, r, again)
+}
+
+// readMeta reads a small file that describes the archive.
+func (w *walker) readMeta(name string, size int64, r io.Reader) ([]byte, error) {
+	if size > w.lim.docSize {
+		return nil, fmt.Errorf("%s: %d bytes is too large (limit %d)", name, size, w.lim.docSize)
+	}
+	b, err := readN(r, size)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", name, err)
+	}
+	return b, nil
 }
 
 // checkEntryName refuses names no image writer makes: absolute ones and

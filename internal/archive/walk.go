@@ -81,6 +81,18 @@ type walker struct {
 	links map[string]string    // link entry name → cleaned target name
 	meta  map[string][]byte    // manifest.json, index.json, oci-layout, repositories
 
+	// zarf holds a Zarf package's zarf.yaml and checksums.txt; inZarf says
+	// the stream began with one of them, so the walk reads the layout under
+	// images/ as the archive's own and skips the package's other files.
+	zarf    zarf
+	inZarf  bool
+	regular int // regular entries met so far
+	// skipped are the index entries that are not images (Skipped).
+	skipped []Skipped
+	// name names the images of a layout whose entries carry no name (a
+	// cosign layout): WalkOptions.Name.
+	name string
+
 	docBytes  int64
 	heldBytes int64
 	entries   int
@@ -104,6 +116,7 @@ func newWalker(st Store, lim limits, concurrency int) *walker {
 		files:       make(map[string]*fileInfo),
 		links:       make(map[string]string),
 		meta:        make(map[string][]byte),
+		zarf:        zarf{sums: make(map[string]string)},
 	}
 }
 

@@ -16,7 +16,10 @@ import (
 )
 
 func newImport(o *options) *cobra.Command {
-	var progress progressFlag
+	var (
+		progress progressFlag
+		name     string
+	)
 	cmd := &cobra.Command{
 		Use:   "import FILE|DIR...",
 		Short: "Import archives or OCI layout dirs once, and keep their images pinned until released",
@@ -29,6 +32,13 @@ leased content, until "holdfast release" ends the kept source.
 That a source is kept lives in containerd, on its lease (labels
 io.holdfast.kept, io.holdfast.source, io.holdfast.imported-at): restarts of
 holdfast or containerd, and a lost data dir, change nothing.
+
+Bundles are taken as they come: a Hauler haul (hauler store save, whole or
+split into .001, .002, ... parts), a Zarf package (zarf package create, whole or
+split into .part000, .part001, ...), a cosign layout (cosign save --dir): only
+their images are imported, under the names the bundle gives them, never a
+signature, attestation, SBOM, chart or file. A cosign layout names no image:
+give its name with --name REF.
 
 Importing the same file again reads nothing (the file's identity is its size,
 mtime, inode and ctime). Importing a changed file at the same path replaces the
@@ -46,6 +56,9 @@ a failed import leaves nothing behind), 2 on bad usage.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return &usageError{errors.New("import: give at least one archive or OCI layout directory")}
+			}
+			if name != "" && len(args) > 1 {
+				return &usageError{errors.New("import: --name names the image of one path; give one")}
 			}
 			return nil
 		},
@@ -73,7 +86,7 @@ a failed import leaves nothing behind), 2 on bad usage.`,
 			upTo := d.announce(args)
 			for i, path := range args {
 				d.start()
-				k, err := pass.Keep(ctx, s.rt, path, standing, d.hook())
+				k, err := pass.Keep(ctx, s.rt, path, standing, pass.KeepOptions{Progress: d.hook(), Name: name})
 				d.stop()
 				d.passed(upTo[i])
 				for _, c := range k.Conflicts {
@@ -108,6 +121,7 @@ a failed import leaves nothing behind), 2 on bad usage.`,
 		},
 	}
 	addProgressFlag(cmd, &progress)
+	cmd.Flags().StringVar(&name, "name", "", "name the image of a cosign layout (cosign save), whose index names none; with --name, give one path")
 	return cmd
 }
 

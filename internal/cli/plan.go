@@ -75,6 +75,9 @@ func writePlan(w io.Writer, actions []pass.Action) error {
 			src = "-"
 		}
 		reason := a.Reason
+		if len(a.Skipped) > 0 {
+			reason += " (" + a.Format + "; skipping " + skippedWord(a.Skipped) + ")"
+		}
 		if a.Error != "" {
 			reason += ": would fail: " + a.Error
 		}

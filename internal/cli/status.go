@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -27,6 +30,9 @@ type StatusImage struct {
 	UserPin bool     `json:"userPin,omitempty"`
 	Sources []string `json:"sources"`
 	Leases  []string `json:"leases"`
+	// RecordedAs are the spellings of the name in the bundles that want it,
+	// where they differ from it (a haul's index.docker.io/…).
+	RecordedAs []string `json:"recordedAs,omitempty"`
 	// Conflicts are sources that want this name with another target: the
 	// newest source won; their content stays leased while they exist.
 	Conflicts []ConflictingSource `json:"conflicts,omitempty"`
@@ -51,6 +57,11 @@ type StatusSource struct {
 	Identity string `json:"identity"`
 	Complete bool   `json:"complete"`
 	Images   int    `json:"images"`
+	// Format is the archive's layout: docker-save, oci, docker-hybrid, or a
+	// bundle (hauler-haul, zarf-package, cosign-layout). Skipped counts, by
+	// reason, a bundle's entries that are no images (signature, chart, …).
+	Format  string         `json:"format,omitempty"`
+	Skipped map[string]int `json:"skipped,omitempty"`
 	// Kept sources (holdfast import) stay until released, whatever becomes
 	// of their file; ImportedAt (RFC 3339) and Size (host-platform bytes)
 	// are set for them.
@@ -93,6 +104,13 @@ need is marked (content lost), and CONTENT says how many blobs are missing. In
 "size", a source missing blobs "missing": [digests], and its images
 "contentLost": true.
 
+Sources that are bundles (a Hauler haul, a Zarf package, a cosign layout)
+are listed under BUNDLE with their kind, their images and the entries left
+out as no images (signatures, attestations, SBOMs, referrers, charts, files);
+an image the bundle names in another spelling (index.docker.io/...) follows
+with that spelling. In -o json sources have "format" and "skipped" (counts
+by reason), images "recordedAs".
+
 Unpinning does not free disk at once: the CRI keeps its own record of an image
 until the kubelet's image GC removes it.`,
 		Args: cobra.NoArgs,
@@ -131,13 +149,14 @@ until the kubelet's image GC removes it.`,
 
 func buildStatus(imgs []runtime.ImageDetail, srcs []runtime.SourceState) Status {
 	type claim struct {
-		state  runtime.SourceState
-		target string
+		state    runtime.SourceState
+		target   string
+		recorded string
 	}
 	wantedBy := map[string][]claim{}
 	st := Status{Images: []StatusImage{}, Sources: []StatusSource{}}
 	for _, s := range srcs {
-		ss := StatusSource{Path: s.Source, Lease: s.Lease, Identity: s.Identity, Complete: s.Complete, Images: len(s.Images)}
+		ss := StatusSource{Path: s.Source, Lease: s.Lease, Identity: s.Identity, Complete: s.Complete, Images: len(s.Images), Format: s.Format, Skipped: s.Skipped}
 		if s.Kept {
 			ss.Kept, ss.ImportedAt, ss.Size = true, s.ImportedAt.UTC().Format(time.RFC3339), s.Size
 		}
@@ -149,7 +168,7 @@ func buildStatus(imgs []runtime.ImageDetail, srcs []runtime.SourceState) Status 
 		}
 		st.Sources = append(st.Sources, ss)
 		for _, w := range s.Images {
-			wantedBy[w.Name] = append(wantedBy[w.Name], claim{s, w.Target.Digest.String()})
+			wantedBy[w.Name] = append(wantedBy[w.Name], claim{s, w.Target.Digest.String(), w.Recorded})
 		}
 	}
 	for _, img := range imgs {
@@ -167,6 +186,9 @@ func buildStatus(imgs []runtime.ImageDetail, srcs []runtime.SourceState) Status 
 		for _, c := range wantedBy[img.Name] {
 			si.Sources = append(si.Sources, c.state.Source)
 			si.Leases = append(si.Leases, c.state.Lease)
+			if c.recorded != "" && !slices.Contains(si.RecordedAs, c.recorded) {
+				si.RecordedAs = append(si.RecordedAs, c.recorded)
+			}
 			if c.target != si.Digest {
 				si.Conflicts = append(si.Conflicts, ConflictingSource{Source: c.state.Source, Target: c.target})
 			} else if c.state.Complete && !c.state.Intact {
@@ -220,6 +242,9 @@ func writeTable(w io.Writer, st Status) error {
 	if err := writeKept(w, st.Sources); err != nil {
 		return err
 	}
+	if err := writeBundles(w, st); err != nil {
+		return err
+	}
 	fmt.Fprintf(w, "%d images, %d sources\n", len(st.Images), len(st.Sources))
 	if st.CRI.Note != "" {
 		fmt.Fprintf(w, "note: %s\n", st.CRI.Note)
@@ -257,4 +282,42 @@ func sourcesWord(srcs []string, kept, lost map[string]bool, targets map[string]s
 		}
 	}
 	return strings.Join(words, ",")
+}
+
+// bundleFormats are the archive layouts status lists as bundles.
+var bundleFormats = map[string]bool{"hauler-haul": true, "zarf-package": true, "cosign-layout": true}
+
+// writeBundles lists the sources that are bundles: their kind, their images
+// as the bundle named them where that differs, and what was skipped.
+func writeBundles(w io.Writer, st Status) error {
+	var bundles []StatusSource
+	for _, s := range st.Sources {
+		if bundleFormats[s.Format] {
+			bundles = append(bundles, s)
+		}
+	}
+	if len(bundles) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BUNDLE\tKIND\tIMAGES\tSKIPPED")
+	for _, s := range bundles {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", s.Path, s.Format, s.Images, cmp.Or(skippedWord(s.Skipped), "-"))
+	}
+	for _, img := range st.Images {
+		for _, r := range img.RecordedAs {
+			fmt.Fprintf(tw, "  %s\trecorded as %s\t\t\n", img.Name, r)
+		}
+	}
+	return tw.Flush()
+}
+
+// skippedWord is a bundle's skipped entries by reason: "2 signature, 1 chart".
+func skippedWord(skipped map[string]int) string {
+	var out []string
+	for _, r := range slices.Sorted(maps.Keys(skipped)) {
+		out = append(out, fmt.Sprintf("%d %s", skipped[r], r))
+	}
+	return strings.Join(out, ", ")
 }

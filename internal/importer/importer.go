@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -220,20 +221,28 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 		err    error
 	)
 	if req.Dir {
-		walked, err = archive.WalkDir(ctx, req.Source, sink)
+		walked, err = archive.WalkDirWith(ctx, req.Source, sink, archive.WalkOptions{Name: req.Name})
 	} else {
 		var rc io.ReadCloser
 		if rc, err = req.Open(); err != nil {
 			return runtime.SourceState{}, err
 		}
-		walked, err = archive.Walk(ctx, rc, sink)
+		walked, err = archive.WalkWith(ctx, rc, sink, archive.WalkOptions{Name: req.Name})
 		if cerr := rc.Close(); err == nil && cerr != nil {
 			err = cerr
 		}
 	}
+	var skipped map[string]int
 	if walked != nil {
 		res.BytesRead = walked.BytesRead
 		res.Format = string(walked.Format)
+		for _, e := range walked.Skipped {
+			if skipped == nil {
+				skipped = map[string]int{}
+			}
+			skipped[e.Reason]++
+			res.Skipped = append(res.Skipped, strings.TrimSpace(e.Name+" "+e.Digest.String())+": "+e.Reason)
+		}
 	}
 	if err != nil {
 		return runtime.SourceState{}, err
@@ -345,7 +354,8 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 			size += ref.Desc.Size
 		}
 	}
-	state := runtime.SourceState{Lease: lease, Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required, Size: size}
+	state := runtime.SourceState{Lease: lease, Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required, Size: size,
+		Format: res.Format, Skipped: skipped}
 	if err := sink.WriteState(ctx, state); err != nil {
 		return runtime.SourceState{}, err
 	}

@@ -18,16 +18,16 @@ import (
 func Wants(imgs []archive.Image) []runtime.Want {
 	seen := map[string]bool{}
 	var out []runtime.Want
-	add := func(name string, target ocispec.Descriptor) {
+	add := func(name, recorded string, target ocispec.Descriptor) {
 		if !seen[name] {
 			seen[name] = true
-			out = append(out, runtime.Want{Name: name, Target: target})
+			out = append(out, runtime.Want{Name: name, Target: target, Recorded: recorded})
 		}
 	}
 	for _, img := range imgs {
-		add(img.Name, img.Target)
+		add(img.Name, img.Recorded, img.Target)
 		if dn, ok := DigestName(img.Name, img.Target.Digest); ok {
-			add(dn, img.Target)
+			add(dn, "", img.Target)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -24,6 +24,10 @@ type Action struct {
 	// Error is what the action would meet (an archive that cannot be read):
 	// a pass would try it and report that.
 	Error string `json:"error,omitempty"`
+	// Format and Skipped, for an import, are the archive's layout and the
+	// count, by reason, of a bundle's entries that are no images.
+	Format  string         `json:"format,omitempty"`
+	Skipped map[string]int `json:"skipped,omitempty"`
 }
 
 // DryRun runs one pass as Sync does, over rt with every write left undone,
@@ -104,7 +108,7 @@ func (p *Runner) recordImport(src source.Source, leases []hfruntime.SourceState,
 	if p.actions == nil || (err == nil && res.Unchanged) {
 		return
 	}
-	act := Action{Action: "import", Source: src.Path, Lease: res.Lease, Reason: importReason(src, leases, kept)}
+	act := Action{Action: "import", Source: src.Path, Lease: res.Lease, Reason: importReason(src, leases, kept), Format: res.Format, Skipped: res.State.Skipped}
 	if err != nil {
 		act.Error = causeOf(err).Error()
 	}

@@ -53,8 +53,9 @@ func (p *Runner) importAll(ctx context.Context, srcs []source.Source, known map[
 			sum.Imported++
 			imported[res.Lease] = true
 			p.rec.ImportDone("imported", res.BytesRead, time.Since(began))
-			p.log.Info("imported", "path", src.Path, "images", len(res.Images), "written", res.Written,
-				"present", res.Present, "bytes", res.BytesRead, "lease", res.Lease)
+			p.log.Info("imported", "path", src.Path, "format", res.Format, "images", len(res.Images), "written", res.Written,
+				"present", res.Present, "bytes", res.BytesRead, "lease", res.Lease, "skipped", len(res.Skipped))
+			p.logSkipped(src, res)
 			return nil
 		})
 	}
@@ -92,5 +93,13 @@ func importRequest(src source.Source, kept bool, progress Progress) hfruntime.Im
 			}
 			return progress(src.Path, src.Size, f), nil
 		},
+	}
+}
+
+// logSkipped names, at debug level, the entries of a bundle its import left
+// out: signatures, attestations, SBOMs, charts, files.
+func (p *Runner) logSkipped(src source.Source, res hfruntime.ImportResult) {
+	for _, e := range res.Skipped {
+		p.log.Debug("not an image: skipped", "path", src.Path, "entry", e)
 	}
 }

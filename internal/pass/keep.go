@@ -20,6 +20,15 @@ import (
 // process (holdfast import beside holdfast run).
 const KeptStaleAge = time.Hour
 
+// KeepOptions tune Keep.
+type KeepOptions struct {
+	// Progress, if set, follows the bytes read from the archive file.
+	Progress Progress
+	// Name names the image of a layout whose index names none (a cosign
+	// save layout): holdfast import --name.
+	Name string
+}
+
 // Kept is what Keep did with one path.
 type Kept struct {
 	Path      string // absolute: the kept source's origin
@@ -36,10 +45,9 @@ type Kept struct {
 // taken as it is. Importing the same file again (same identity) reads
 // nothing; importing a changed file at the same path replaces the earlier
 // kept import: its lease is released once the new one is complete, and the
-// names only it wanted are unpinned. progress, if set, follows the bytes
-// read from the archive file. A name the lists want as they stand (see
-// Standing) is not unpinned.
-func Keep(ctx context.Context, rt importer.Backend, path string, standing Standing, progress Progress) (Kept, error) {
+// names only it wanted are unpinned. A name the lists want as they stand
+// (see Standing) is not unpinned.
+func Keep(ctx context.Context, rt importer.Backend, path string, standing Standing, opts KeepOptions) (Kept, error) {
 	k := Kept{Path: path}
 	if abs, err := filepath.Abs(path); err == nil {
 		k.Path = abs
@@ -48,7 +56,12 @@ func Keep(ctx context.Context, rt importer.Backend, path string, standing Standi
 	if err != nil {
 		return k, err
 	}
-	k.Result, err = importer.Import(ctx, rt.ImportStore(), importRequest(src, true, progress))
+	req := importRequest(src, true, opts.Progress)
+	if opts.Name != "" {
+		// Another name is another import of the same layout.
+		req.Name, req.Identity = opts.Name, req.Identity+",name="+opts.Name
+	}
+	k.Result, err = importer.Import(ctx, rt.ImportStore(), req)
 	if err != nil {
 		return k, fmt.Errorf("import %s: %w", k.Path, err)
 	}

@@ -69,7 +69,7 @@ func TestProgressFollowsEachArchiveRead(t *testing.T) {
 	}
 
 	seen.paths, seen.read, seen.closed = map[string]int64{}, map[string]int{}, map[string]bool{}
-	if _, err := Keep(context.Background(), rt, archive, Standing{}, hook); err != nil {
+	if _, err := Keep(context.Background(), rt, archive, Standing{}, KeepOptions{Progress: hook}); err != nil {
 		t.Fatal(err)
 	}
 	if seen.paths[archive] != size || int64(seen.read[archive]) != size || !seen.closed[archive] {

@@ -69,8 +69,9 @@ func (p *Runner) importSpool(ctx context.Context, scan source.Result, opts Optio
 		} else {
 			sum.Imported++
 			p.rec.ImportDone("imported", res.BytesRead, time.Since(began))
-			p.log.Info("imported from spool", "path", src.Path, "images", len(res.Images), "written", res.Written,
-				"present", res.Present, "bytes", res.BytesRead, "lease", res.Lease)
+			p.log.Info("imported from spool", "path", src.Path, "format", res.Format, "images", len(res.Images), "written", res.Written,
+				"present", res.Present, "bytes", res.BytesRead, "lease", res.Lease, "skipped", len(res.Skipped))
+			p.logSkipped(src, res)
 		}
 		out = append(out, spooled{src: src, lease: res.Lease, fresh: !res.Unchanged})
 	}

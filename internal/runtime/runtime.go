@@ -65,6 +65,9 @@ func IsCRIRecord(name string) bool { return strings.HasPrefix(name, "sha256:") }
 type Want struct {
 	Name   string             `json:"name"`
 	Target ocispec.Descriptor `json:"target"`
+	// Recorded is the name as the source spells it, when that is not Name
+	// (a haul's index.docker.io/…): status shows both.
+	Recorded string `json:"recorded,omitempty"`
 }
 
 // SourceState is the desired state of one source, as kept in the store on its lease.
@@ -92,6 +95,11 @@ type SourceState struct {
 	// not. ImportedAt is when.
 	Kept       bool      `json:"-"`
 	ImportedAt time.Time `json:"-"`
+	// Format is the archive's layout (docker-save, oci, hauler-haul,
+	// zarf-package, …); Skipped counts, by reason, the entries of a bundle
+	// that are no images (signature, attestation, chart, …).
+	Format  string         `json:"format,omitempty"`
+	Skipped map[string]int `json:"skipped,omitempty"`
 }
 
 // ServerInfo describes the store's server.
@@ -107,6 +115,7 @@ type ImportRequest struct {
 	Dir      bool                          // an OCI layout directory, not a file
 	Prior    *SourceState                  // the source's state at this identity if the caller read it already
 	Kept     bool                          // import as a kept source, leased until released (holdfast import)
+	Name     string                        // names the image of a layout that names none (a cosign layout): holdfast import --name
 	Open     func() (io.ReadCloser, error) // opens the archive stream (files)
 }
 
@@ -137,6 +146,9 @@ type ImportResult struct {
 	Written   int  // blobs written
 	Present   int  // blobs already in the store (leased, not rewritten)
 	Unchanged bool // a complete lease for this identity existed; nothing was read
+	// Skipped names, one line each, the entries of a bundle that are no
+	// images and were not imported: "<name> <digest>: signature".
+	Skipped []string
 	// State is the source's state on its lease once the import is done: the
 	// one it wrote, or the one it found complete (Unchanged).
 	State SourceState `json:"-"`
