@@ -158,14 +158,17 @@ func (w *walker) resolveZarf() ([]*target, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every name the layout holds, images or not (a chart zarf.yaml lists).
 	found := map[string]bool{}
-	for _, t := range targets {
-		for _, n := range t.names {
-			found[n] = true
+	for _, d := range idx.Manifests {
+		for _, ref := range []string{d.Annotations[annotationRefName], d.Annotations[ocispec.AnnotationBaseImageName]} {
+			if n, err := normalizeName(ref); err == nil {
+				found[n] = true
+			}
 		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(wanted)) {
-		if _, sig := isSignatureTag(n); !sig && !found[n] {
+		if !found[n] {
 			return nil, fmt.Errorf("zarf.yaml names %s, which %s%s does not hold", n, zarfImages, nameIndexJSON)
 		}
 	}
@@ -275,11 +278,6 @@ func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*tar
 			skip(d, why)
 			continue
 		}
-		mt, err := w.inspect(t.desc, 0, t.configs, make(map[digest.Digest]bool))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", t.what, err)
-		}
-		t.desc.MediaType = mt
 		if err := t.name(d, wanted != nil); err != nil {
 			return nil, err
 		}
@@ -296,6 +294,11 @@ func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*tar
 				continue
 			}
 		}
+		mt, err := w.inspect(t.desc, 0, t.configs, make(map[digest.Digest]bool))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", t.what, err)
+		}
+		t.desc.MediaType = mt
 		if len(t.names) == 0 && kind != "" {
 			unnamed = append(unnamed, t)
 		}
