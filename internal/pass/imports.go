@@ -64,6 +64,9 @@ func (p *Runner) importAll(ctx context.Context, srcs []source.Source, known map[
 }
 
 func importSource(ctx context.Context, store importer.Store, src source.Source, prior *hfruntime.SourceState, progress Progress) (hfruntime.ImportResult, error) {
+	if err := incomplete(src); err != nil {
+		return hfruntime.ImportResult{}, sourceFailed(src.Path, err, fmt.Errorf("import %s: %w", src.Path, err))
+	}
 	req := importRequest(src, false, progress)
 	req.Prior = prior
 	res, err := importer.Import(ctx, store, req)
@@ -73,9 +76,20 @@ func importSource(ctx context.Context, store importer.Store, src source.Source, 
 	return res, nil
 }
 
+// incomplete is the failure of a split archive whose parts do not make the
+// whole of it, nil for any other source. Such a source is not opened: it
+// waits while it is being written (see settledAt), then fails with this.
+func incomplete(src source.Source) error {
+	if src.Incomplete == "" {
+		return nil
+	}
+	return fmt.Errorf("split into %d parts, and %s", len(src.Parts), src.Incomplete)
+}
+
 // importRequest asks to import the archive or OCI layout dir src; kept marks
 // a source kept until released, whatever becomes of its file. progress, if
-// set, wraps the archive file as it is opened.
+// set, wraps the archive (a split one's parts joined) as it is opened, and
+// is given its whole size.
 func importRequest(src source.Source, kept bool, progress Progress) hfruntime.ImportRequest {
 	return hfruntime.ImportRequest{
 		Source:   src.Path,
@@ -84,7 +98,7 @@ func importRequest(src source.Source, kept bool, progress Progress) hfruntime.Im
 		Dir:      src.Kind == source.OCIDir,
 		Kept:     kept,
 		Open: func() (io.ReadCloser, error) {
-			f, err := source.Open(src.Path)
+			f, err := source.OpenSource(src)
 			if err != nil {
 				return nil, err
 			}

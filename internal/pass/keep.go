@@ -39,7 +39,8 @@ type Kept struct {
 	Conflicts []reconcile.Conflict // names another source wants at another target
 }
 
-// Keep imports one archive or OCI layout directory as a kept source: its
+// Keep imports one archive (a split one named by any part, or by its name
+// without the part suffix) or OCI layout directory as a kept source: its
 // lease is marked kept and stays until released, whatever becomes of the
 // file. Its images are pinned as a pass would pin them, every other lease
 // taken as it is. Importing the same file again (same identity) reads
@@ -55,6 +56,10 @@ func Keep(ctx context.Context, rt importer.Backend, path string, standing Standi
 	src, err := source.Identify(k.Path)
 	if err != nil {
 		return k, err
+	}
+	k.Path = src.Path // a split archive's name, when given one of its parts
+	if err := incomplete(src); err != nil {
+		return k, fmt.Errorf("import %s: %w", k.Path, err)
 	}
 	req := importRequest(src, true, opts.Progress)
 	if opts.Name != "" {

@@ -46,9 +46,10 @@ type Config struct {
 	Progress Progress
 }
 
-// Progress wraps r, the archive file at path (size bytes) as an import opens
-// it, so that a display can follow how much of it is read. The import closes
-// the returned reader when it is done with the file, read through or not.
+// Progress wraps r, the archive at path (size bytes; of a split archive, its
+// parts joined) as an import opens it, so that a display can follow how much
+// of it is read. The import closes the returned reader when it is done with
+// the file, read through or not.
 type Progress func(path string, size int64, r io.ReadCloser) io.ReadCloser
 
 // Summary is what one pass did.

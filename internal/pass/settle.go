@@ -49,6 +49,13 @@ func (p *Runner) deferred(src source.Source, opts Options, now time.Time) (due t
 // when a pass first saw it. The second rule is for an mtime ahead of the
 // clock (cp -p, rsync -a or tar -x from a machine whose clock is ahead),
 // which would otherwise not be old enough for as long as the clocks differ.
+//
+// A split archive's MtimeNs is its newest part's and its Identity covers
+// every part, so it settles once no part has changed, appeared or gone for
+// the settle time. One whose parts do not make the whole of it
+// (Incomplete) settles by the second rule only: parts copied with their
+// mtimes (cp -p, rsync -a) are old while the rest are still on their way.
+// Once settled, it fails (see incomplete).
 func (p *Runner) settledAt(src source.Source, now time.Time) time.Time {
 	byMtime := time.Unix(0, src.MtimeNs).Add(p.cfg.Settle)
 	s, ok := p.seen[src.Path]
@@ -56,7 +63,8 @@ func (p *Runner) settledAt(src source.Source, now time.Time) time.Time {
 		s = sighting{identity: src.Identity, at: now}
 		p.seen[src.Path] = s
 	}
-	if byClock := s.at.Add(p.cfg.Settle); byClock.Before(byMtime) {
+	byClock := s.at.Add(p.cfg.Settle)
+	if byClock.Before(byMtime) || src.Incomplete != "" {
 		return byClock
 	}
 	return byMtime

@@ -2,7 +2,9 @@ package pass
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"time"
 
@@ -50,7 +52,11 @@ func (p *Runner) importSpool(ctx context.Context, scan source.Result, opts Optio
 			continue
 		}
 		began := time.Now()
-		res, err := importer.Import(ctx, p.store, importRequest(src, true, p.cfg.Progress))
+		var res hfruntime.ImportResult
+		err := incomplete(src)
+		if err == nil {
+			res, err = importer.Import(ctx, p.store, importRequest(src, true, p.cfg.Progress))
+		}
 		v.put(res.State)
 		p.recordImport(src, leases, true, res, err)
 		sum.BytesRead += res.BytesRead
@@ -110,8 +116,8 @@ func (p *Runner) removeSpooled(ctx context.Context, done []spooled, sum *Summary
 			sum.Failures = append(sum.Failures, fmt.Errorf("%s: not removed from the spool dir: %w", s.src.Path, err))
 			continue
 		}
-		if err := os.RemoveAll(s.src.Path); err != nil {
-			sum.Failures = append(sum.Failures, fmt.Errorf("removing %s: %w", s.src.Path, err))
+		if err := removeSource(s.src); err != nil {
+			sum.Failures = append(sum.Failures, err)
 			continue
 		}
 		sum.Spooled = append(sum.Spooled, s.src.Path)
@@ -119,6 +125,26 @@ func (p *Runner) removeSpooled(ctx context.Context, done []spooled, sum *Summary
 	}
 }
 
+// removeSource deletes a spool source: its file or directory, or every part
+// of a split archive.
+func removeSource(src source.Source) error {
+	if len(src.Parts) == 0 {
+		if err := os.RemoveAll(src.Path); err != nil {
+			return fmt.Errorf("removing %s: %w", src.Path, err)
+		}
+		return nil
+	}
+	var errs []error
+	for _, part := range src.Parts {
+		if err := os.Remove(part); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing %s (a part of %s): %w", part, src.Path, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// verifySpooled says why a spool source may not go yet, if it may not. Its
+// file (every part of a split archive) is identified again.
 func verifySpooled(s spooled, st hfruntime.SourceState, owned map[string]bool) error {
 	switch {
 	case st.Lease == "" || !st.Complete:

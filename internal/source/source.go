@@ -1,5 +1,6 @@
 // Package source finds holdfast's sources in the images directories: archive
-// files, OCI layout directories, pull lists (*.txt) and pin lists (*.pins).
+// files (whole or split into parts), OCI layout directories, pull lists
+// (*.txt) and pin lists (*.pins).
 package source
 
 import (
@@ -22,19 +23,29 @@ import (
 type Kind string
 
 const (
-	Archive  Kind = "archive"   // a file: tar, plain or compressed
-	OCIDir   Kind = "oci-dir"   // a directory holding an oci-layout file
+	Archive  Kind = "archive"   // a file, or the parts of a split one: tar, plain or compressed
+	OCIDir   Kind = "oci-dir"   // a directory holding an oci-layout file, or index.json and blobs/
 	PullList Kind = "pull-list" // *.txt
 	PinList  Kind = "pin-list"  // *.pins
 )
 
 // Source is one thing in an images directory that yields images.
 type Source struct {
+	// Path names the source. For a split bundle it is the bundle's name
+	// without the part suffix (/images/haul.tar.zst), a path that need not
+	// exist as a file.
 	Path     string
 	Kind     Kind
-	Identity string // size, mtime, inode and ctime: changes whenever the content may have
-	Size     int64
-	MtimeNs  int64
+	Identity string // size, mtime, inode and ctime (a split bundle's: of every part, hashed): changes whenever the content may have
+	Size     int64  // bytes to read: of a split bundle, of its parts joined
+	MtimeNs  int64  // of a split bundle, its newest part's
+	// Parts are the files of a split bundle, in order (see split.go); a
+	// Zarf set's .part000 (its part list) comes first and is not part of
+	// the joined bytes. Empty for any other source.
+	Parts []string
+	// Incomplete says why Parts do not make the whole bundle (a part
+	// missing, a part list that does not match); "" when they do.
+	Incomplete string
 }
 
 // Skipped is a file that is not a source, with the reason.
@@ -72,7 +83,9 @@ type Result struct {
 
 // Scan walks each images directory recursively. An images dir that is a
 // symlink is read through it; sources are named under the path given. A
-// directory with an oci-layout file is one source and is not descended into.
+// directory with an oci-layout file, or with index.json and blobs/, is one
+// source and is not descended into. The parts of a split archive in one
+// directory are one source (see split.go).
 // Dotfiles and temporary names are skipped, and so is anything that is not a
 // regular file or a directory (a named pipe, a device, a symlink to one):
 // none of them is ever opened. A symlink to a directory is not followed (an
@@ -107,6 +120,7 @@ func ScanWith(dirs []string, opts ScanOptions) Result {
 		if _, err := os.Lstat(filepath.Join(root, Marker)); errors.Is(err, fs.ErrNotExist) && unix.Access(root, unix.W_OK) == nil {
 			res.Unmarked = append(res.Unmarked, dir)
 		}
+		groups := map[string][]part{} // split parts, by bundle path
 		err = filepath.WalkDir(root, func(real string, d fs.DirEntry, err error) error {
 			// Named under the dir as given, read where it resolved to.
 			path := filepath.Join(dir, strings.TrimPrefix(real, root))
@@ -136,7 +150,7 @@ func ScanWith(dirs []string, opts ScanOptions) Result {
 				}
 			}
 			if d.IsDir() {
-				if _, err := os.Stat(filepath.Join(real, "oci-layout")); err == nil {
+				if isLayout(real) {
 					if isRoot {
 						res.Errors = append(res.Errors, fmt.Errorf("images dir %s is itself an OCI layout; put it in a subdirectory", dir))
 						return fs.SkipDir
@@ -155,9 +169,19 @@ func ScanWith(dirs []string, opts ScanOptions) Result {
 			if reason, err := notRegular(path, d); err != nil {
 				res.Errors = append(res.Errors, err)
 				res.Unreadable = append(res.Unreadable, path)
+				if base, _, ok := parsePart(d.Name()); ok {
+					// What holdfast has from the split archive stays too.
+					res.Unreadable = append(res.Unreadable, filepath.Join(filepath.Dir(path), base))
+				}
 				return nil
 			} else if reason != "" {
 				res.Skipped = append(res.Skipped, Skipped{Path: path, Reason: reason})
+				return nil
+			}
+			if base, p, ok := parsePart(d.Name()); ok && isPart(path, p) {
+				p.path = path
+				bundle := filepath.Join(filepath.Dir(path), base)
+				groups[bundle] = append(groups[bundle], p)
 				return nil
 			}
 			kind, reason, err := classify(path)
@@ -192,6 +216,7 @@ func ScanWith(dirs []string, opts ScanOptions) Result {
 		if err != nil {
 			res.Errors = append(res.Errors, fmt.Errorf("reading %s: %w", dir, err))
 		}
+		res.addBundles(groups, seen)
 	}
 	sort.Slice(res.Sources, func(i, j int) bool { return res.Sources[i].Path < res.Sources[j].Path })
 	return res
@@ -319,6 +344,21 @@ func ArchiveName(path string) bool {
 		}
 	}
 	return false
+}
+
+// isLayout reports whether dir is an OCI image layout: it holds an
+// oci-layout file, or index.json and a blobs directory (Hauler's
+// --containerd store has no oci-layout).
+func isLayout(dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, "oci-layout")); err == nil {
+		return true
+	}
+	fi, err := os.Stat(filepath.Join(dir, "index.json"))
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	fi, err = os.Stat(filepath.Join(dir, "blobs"))
+	return err == nil && fi.IsDir()
 }
 
 // identify stats a source. An OCI layout directory is identified by its index.json.
