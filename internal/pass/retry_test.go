@@ -98,7 +98,7 @@ func TestFailedImportWaitsItsTurn(t *testing.T) {
 			if n := tries.Load(); n != int32(i+1) {
 				t.Fatalf("%d imports after pass %d, want %d", n, i+1, i+1)
 			}
-			if got := res.NextCheck.Sub(time.Now()); got != wait {
+			if got := time.Until(res.NextCheck); got != wait {
 				t.Errorf("retry %d due in %v, want %v", i+1, got, wait)
 			}
 			time.Sleep(wait - time.Second)

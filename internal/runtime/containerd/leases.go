@@ -115,6 +115,7 @@ func (r *Runtime) loadState(ctx context.Context, l leases.Lease, blobs map[strin
 		return st, fmt.Errorf("reading state of lease %s: %w", l.ID, err)
 	}
 	st.Source, st.Identity, st.MtimeNs, st.Images, st.Blobs, st.Size, st.Complete = saved.Source, saved.Identity, saved.MtimeNs, saved.Images, saved.Blobs, saved.Size, true
+	st.Format, st.Skipped = saved.Format, saved.Skipped
 	return st, nil
 }
 

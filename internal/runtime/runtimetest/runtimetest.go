@@ -9,6 +9,7 @@ package runtimetest
 import (
 	"context"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -213,7 +214,8 @@ func stateAsListed(t *testing.T, b Backend, res runtime.ImportResult) runtime.So
 	}
 	sameWant := func(a, b runtime.Want) bool { return a.Name == b.Name && a.Target.Digest == b.Target.Digest }
 	if got := res.State; got.Lease != st.Lease || got.Source != st.Source || got.Identity != st.Identity || got.Complete != st.Complete ||
-		got.Intact != st.Intact || !slices.Equal(got.Blobs, st.Blobs) || !slices.EqualFunc(got.Images, st.Images, sameWant) {
+		got.Intact != st.Intact || got.Format != st.Format || !maps.Equal(got.Skipped, st.Skipped) ||
+		!slices.Equal(got.Blobs, st.Blobs) || !slices.EqualFunc(got.Images, st.Images, sameWant) {
 		t.Errorf("the result says the state is %+v; Sources reports %+v", got, st)
 	}
 	return st
