@@ -285,8 +285,8 @@ var sabotages = []sabotage{
 		// Settling trusts the mtime alone: a file from a machine whose clock
 		// is ahead waits until this clock catches up.
 		edits: []edit{{"internal/pass/settle.go",
-			"if byClock := s.at.Add(p.cfg.Settle); byClock.Before(byMtime) {",
-			"if byClock := s.at.Add(p.cfg.Settle); false && byClock.Before(byMtime) {"}},
+			"if byClock.Before(byMtime) || src.Incomplete != \"\" {",
+			"if false && byClock.Before(byMtime) || src.Incomplete != \"\" {"}},
 		tests: []tests{{"./internal/pass", []string{"TestSettledAt"}, nil}},
 	},
 	{
@@ -506,5 +506,26 @@ var sabotages = []sabotage{
 		// unreachable registry slows each pass by its timeouts.
 		edits: []edit{{"internal/pass/pulls.go", "if err, wait := p.pullBackoff(e.Ref); wait {", "if err, wait := p.pullBackoff(e.Ref); wait && false {"}},
 		tests: []tests{{"./internal/pass", []string{"TestPullRetriesWithBackoff"}, nil}},
+	},
+	{
+		name: "bundle-signature-imported",
+		// A haul's signatures, attestations and referrers, which carry the
+		// name of the image they sign, are imported: the name may point at
+		// a signature.
+		edits: []edit{{"internal/archive/resolve.go", "if why := skipKind(kind); why != \"\" {", "if why := skipKind(kind); false && why != \"\" {"}},
+		tests: []tests{{"./internal/archive", []string{"TestHaul"}, nil}, {e2e, []string{"TestBundlesSync"}, nil}},
+	},
+	{
+		name: "zarf-checksums-unchecked",
+		// A file of a Zarf package that differs from its line in
+		// checksums.txt is taken as it is.
+		edits: []edit{{"internal/archive/bundle.go", "case want != got:", "case false && want != got:"}},
+		tests: []tests{{"./internal/archive", []string{"TestZarfRefused"}, nil}},
+	},
+	{
+		name: "split-gap-imported",
+		// A split bundle missing a part is imported as if whole.
+		edits: []edit{{"internal/pass/imports.go", "	if src.Incomplete == \"\" {\n		return nil", "	if true {\n		return nil"}},
+		tests: []tests{{"./internal/pass", []string{"TestIncompleteSplitWaitsThenFails"}, nil}},
 	},
 }
