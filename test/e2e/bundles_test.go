@@ -300,3 +300,116 @@ func TestBundlesUnderRun(t *testing.T) {
 		d.requirePinned(t, zapp)
 	})
 }
+
+// TestBundlesRefused: a Zarf package whose checksums do not hold or whose
+// zarf.yaml names an image it lacks, a haul of nothing but a chart, a split
+// haul missing a middle part and a split Zarf package whose bytes differ from
+// its part000: each fails with an error naming the bundle and the cause, and
+// leaves nothing in containerd (no lease, no record, no ingest); the good haul
+// beside them is imported.
+func TestBundlesRefused(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
+		img := func(name string) *fixture.Image {
+			return build(t, fixture.ImageSpec{Names: []string{"e2e.local/refused/" + d.Name + "-" + name + ":1"}, Labels: map[string]string{"n": name}})
+		}
+		good := img("good")
+		write := func(name string, f func(context.Context, io.Writer) error) string {
+			p := filepath.Join(imagesDir, name)
+			writeArchive(t, p, fixture.Zstd, fixture.CompressOptions{}, f)
+			return p
+		}
+		write("good-haul.tar.zst", func(ctx context.Context, w io.Writer) error {
+			return fixture.WriteHaul(ctx, w, fixture.HaulOptions{Signatures: true}, good)
+		})
+		type bad struct {
+			path, cause string
+			names       []string
+		}
+		corrupt, missing, charts, gap, sum := img("corrupt"), img("missing"), img("charts"), img("gap"), img("sum")
+		bads := []bad{
+			{write("zarf-package-corrupt-amd64.tar.zst", func(ctx context.Context, w io.Writer) error {
+				return fixture.WriteZarf(ctx, w, fixture.ZarfOptions{CorruptFile: "images/index.json"}, corrupt)
+			}), "images/index.json has sha256", corrupt.Names},
+			{write("zarf-package-missing-amd64.tar.zst", func(ctx context.Context, w io.Writer) error {
+				return fixture.WriteZarf(ctx, w, fixture.ZarfOptions{MissingImage: "e2e.local/refused/absent:1"}, missing)
+			}), "zarf.yaml names e2e.local/refused/absent:1", missing.Names},
+			{write("charts-haul.tar.zst", func(ctx context.Context, w io.Writer) error {
+				return fixture.WriteHaul(ctx, w, fixture.HaulOptions{Charts: []fixture.HaulChart{{Name: "podinfo", Version: "6.5.0"}}})
+			}), "only 1 chart", charts.Names},
+		}
+		gapHaul := write("gap-haul.tar.zst", func(ctx context.Context, w io.Writer) error {
+			return fixture.WriteHaul(ctx, w, fixture.HaulOptions{}, gap)
+		})
+		split(t, gapHaul, fixture.SplitHauler)
+		if err := os.Remove(gapHaul + ".002"); err != nil {
+			t.Fatal(err)
+		}
+		bads = append(bads, bad{gapHaul, "gap-haul.tar.zst.002", gap.Names})
+		sumZarf := write("zarf-package-sum-amd64.tar.zst", func(ctx context.Context, w io.Writer) error {
+			return fixture.WriteZarf(ctx, w, fixture.ZarfOptions{}, sum)
+		})
+		split(t, sumZarf, fixture.SplitZarf)
+		wrongSum(t, sumZarf+".part000")
+		bads = append(bads, bad{sumZarf, "its parts join to sha256", sum.Names})
+
+		res := d.sync(t, dataDir, imagesDir)
+		if res.Code != 1 {
+			t.Fatalf("sync exited %d, want 1\n%s\n%s", res.Code, res.Stdout, res.Stderr)
+		}
+		for _, b := range bads {
+			var lines []string
+			for _, l := range strings.Split(res.Stderr, "\n") {
+				if strings.Contains(l, b.path+":") {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) != 1 || !strings.Contains(lines[0], b.cause) {
+				t.Errorf("%s: error lines %q, want one saying %q\n%s", filepath.Base(b.path), lines, b.cause, res.Stderr)
+			}
+			if _, ok := d.leaseOf(t, b.path); ok {
+				t.Errorf("%s: a lease was left", b.path)
+			}
+			for _, n := range b.names {
+				if _, ok := d.record(t, n); ok {
+					t.Errorf("%s: record %s was made", b.path, n)
+				}
+			}
+		}
+		d.requirePinned(t, good.Names[0])
+		if refs := d.ingests(t); len(refs) != 0 {
+			t.Errorf("ingests left: %v", refs)
+		}
+		if n := len(d.holdfastLeases(t)); n != 1 {
+			t.Errorf("%d holdfast leases, want 1 (the good haul's)", n)
+		}
+	})
+}
+
+// wrongSum rewrites a Zarf part000 with another Sha256Sum, keeping its mtime.
+func wrongSum(t *testing.T, path string) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta fixture.ZarfSplitMetadata
+	if err := json.Unmarshal(b, &meta); err != nil {
+		t.Fatal(err)
+	}
+	meta.Sha256Sum = strings.Repeat("0", 64)
+	if b, err = json.Marshal(meta); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+}
