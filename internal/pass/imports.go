@@ -64,9 +64,6 @@ func (p *Runner) importAll(ctx context.Context, srcs []source.Source, known map[
 }
 
 func importSource(ctx context.Context, store importer.Store, src source.Source, prior *hfruntime.SourceState, progress Progress) (hfruntime.ImportResult, error) {
-	if err := incomplete(src); err != nil {
-		return hfruntime.ImportResult{}, sourceFailed(src.Path, err, fmt.Errorf("import %s: %w", src.Path, err))
-	}
 	req := importRequest(src, false, progress)
 	req.Prior = prior
 	res, err := importer.Import(ctx, store, req)
@@ -116,4 +113,17 @@ func (p *Runner) logSkipped(src source.Source, res hfruntime.ImportResult) {
 	for _, e := range res.Skipped {
 		p.log.Debug("not an image: skipped", "path", src.Path, "entry", e)
 	}
+}
+
+// incompleteSource reports a split archive of an images dir that has settled
+// with a part missing: deleting a part of a split archive is deleting the
+// archive, so its pins and lease go as a deleted archive's would, and the
+// failure names the missing part. It is not retried: its identity changes
+// when the part comes back.
+func (p *Runner) incompleteSource(src source.Source, leases []hfruntime.SourceState, sum *Summary) {
+	err := incomplete(src)
+	p.recordImport(src, leases, false, hfruntime.ImportResult{}, err)
+	sum.Failures = append(sum.Failures, sourceFailed(src.Path, err, fmt.Errorf("import %s: %w (its images are unpinned as for a deleted archive)", src.Path, err)))
+	sum.set(src, metrics.StateFailed)
+	p.clearFailure(src.Path)
 }

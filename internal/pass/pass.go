@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -222,6 +223,7 @@ func (p *Runner) Run(ctx context.Context, opts Options) (Summary, Result) {
 	var todo, pinLists, pullLists []source.Source
 	var writing []string             // images dirs holding a source still being written
 	var waitingLists []source.Source // lists left for later: what they want now is not unpinned
+	var gone []string                // split archives missing a part: no longer sources
 	for _, src := range scan.Sources {
 		if wait, settling := p.waits(src, opts, now, &sum, &pr); wait {
 			if settling {
@@ -231,6 +233,15 @@ func (p *Runner) Run(ctx context.Context, opts Options) (Summary, Result) {
 				waitingLists = append(waitingLists, src)
 			}
 			scan.Unreadable = append(scan.Unreadable, src.Path)
+			continue
+		}
+		switch {
+		case src.Incomplete != "":
+			// A split archive missing a part, settled: it is no longer a
+			// source. What it had is released as for a deleted archive;
+			// the missing part is reported.
+			p.incompleteSource(src, states, &sum)
+			gone = append(gone, src.Path)
 			continue
 		}
 		switch src.Kind {
@@ -269,6 +280,7 @@ func (p *Runner) Run(ctx context.Context, opts Options) (Summary, Result) {
 	// unreadable archive does.
 	scan.Unreadable = append(append(scan.Unreadable, unread...), unreadPins...)
 
+	scan.Sources = slices.DeleteFunc(scan.Sources, func(s source.Source) bool { return slices.Contains(gone, s.Path) })
 	// The view, unless an image event since the listing may have made it
 	// stale: then planWith lists the store again.
 	var current *view
