@@ -212,6 +212,22 @@ func TestBundlesSync(t *testing.T) {
 			t.Errorf("%s still pinned by holdfast after its haul was deleted", hub)
 		}
 		d.requirePinned(t, "e2e.local/bundles/"+d.Name+"-zarf:1", s.cosignName)
+
+		// A part of the split haul goes: the haul goes.
+		if err := os.Remove(s.haulContainerd + ".002"); err != nil {
+			t.Fatal(err)
+		}
+		res = d.sync(t, dataDir, imagesDir)
+		if res.Code != 1 || !strings.Contains(res.Stderr, "old-haul.tar.zst.002") {
+			t.Errorf("sync after a part of the split haul went: exit %d, want 1 and an error naming the part\n%s", res.Code, res.Stderr)
+		}
+		if _, hf := d.pinnedBy(t, "e2e.local/bundles/"+d.Name+"-old:1"); hf {
+			t.Error("the split haul's image is still pinned by holdfast after one of its parts went")
+		}
+		if _, ok := d.leaseOf(t, s.haulContainerd); ok {
+			t.Error("the split haul's lease is still there after one of its parts went")
+		}
+		d.requirePinned(t, "e2e.local/bundles/"+d.Name+"-zarf:1", s.cosignName)
 	})
 }
 
