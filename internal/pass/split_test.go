@@ -1,14 +1,17 @@
 package pass
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -306,5 +309,26 @@ func TestSplitPartSwappedForFIFO(t *testing.T) {
 	sum := Sync(context.Background(), rt, Config{ImageDirs: []string{dir}})
 	if sum.Failed != 1 || !strings.Contains(sum.Failures[0].Error(), "not a regular file") || !strings.Contains(sum.Failures[0].Error(), parts[2]) {
 		t.Errorf("a part swapped for a named pipe: %s %v", sum, sum.Failures)
+	}
+}
+
+// TestDryRunSaysWhatABundleSkips: the dry run's import of a haul says its
+// format and counts the entries it would leave out.
+func TestDryRunSaysWhatABundleSkips(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var tarball bytes.Buffer
+	if err := fixture.WriteHaul(context.Background(), &tarball, fixture.HaulOptions{Signatures: true,
+		Charts: []fixture.HaulChart{{Name: "podinfo", Version: "6.5.0"}}}, testimage.Build(t, "example.com/haul/app:1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "haul.tar"), tarball.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	actions, sum := DryRun(context.Background(), fake.New(), Config{ImageDirs: []string{dir}})
+	i := slices.IndexFunc(actions, func(a Action) bool { return a.Action == "import" })
+	if sum.Failed != 0 || i < 0 || actions[i].Format != "hauler-haul" ||
+		!maps.Equal(actions[i].Skipped, map[string]int{"signature": 1, "attestation": 1, "chart": 1}) {
+		t.Errorf("dry run of a haul: %+v (%v)", actions, sum.Failures)
 	}
 }
