@@ -1,0 +1,188 @@
+package signature
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sigstore/sigstore-go/pkg/root"
+	"github.com/sigstore/sigstore-go/pkg/testing/ca"
+	"github.com/sigstore/sigstore/pkg/signature/payload"
+)
+
+// blobs is a content store in memory.
+type blobs map[digest.Digest][]byte
+
+func (b blobs) Read(_ context.Context, d ocispec.Descriptor) ([]byte, error) {
+	if c, ok := b[d.Digest]; ok {
+		return c, nil
+	}
+	return nil, errors.New("not found")
+}
+
+// put stores content and returns its descriptor.
+func (b blobs) put(mediaType string, content []byte) ocispec.Descriptor {
+	d := digest.FromBytes(content)
+	b[d] = content
+	return ocispec.Descriptor{MediaType: mediaType, Digest: d, Size: int64(len(content))}
+}
+
+// putJSON stores v as JSON.
+func (b blobs) putJSON(t *testing.T, mediaType string, v any) ocispec.Descriptor {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.put(mediaType, raw)
+}
+
+// image stores a small image manifest and returns its descriptor.
+func (b blobs) image(t *testing.T, tag string) ocispec.Descriptor {
+	t.Helper()
+	cfg := b.put(ocispec.MediaTypeImageConfig, []byte(`{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]},"config":{"Labels":{"tag":"`+tag+`"}}}`))
+	return b.putJSON(t, ocispec.MediaTypeImageManifest, ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    cfg,
+		Layers:    []ocispec.Descriptor{},
+	})
+}
+
+// manifest stores a manifest of these layers, with an empty config as
+// cosign gives its signature manifests, and returns its descriptor.
+func (b blobs) manifest(t *testing.T, layers ...ocispec.Descriptor) ocispec.Descriptor {
+	t.Helper()
+	return b.putJSON(t, ocispec.MediaTypeImageManifest, ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    b.put(ocispec.MediaTypeImageConfig, []byte("{}")),
+		Layers:    layers,
+	})
+}
+
+// repo is where the test images are said to come from.
+const repo = "registry.example/team/app"
+
+// cosignPayload is the simple-signing payload cosign signs for an image.
+func cosignPayload(t *testing.T, image digest.Digest) []byte {
+	t.Helper()
+	ref, err := name.NewDigest(repo + "@" + image.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := payload.Cosign{Image: ref}.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func newKey(t *testing.T) *ecdsa.PrivateKey {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// keySign signs a payload as cosign sign --key does with an ECDSA key: an
+// ASN.1 signature over the payload's sha256, base64 in the annotation.
+func keySign(t *testing.T, k *ecdsa.PrivateKey, p []byte) string {
+	t.Helper()
+	sum := sha256.Sum256(p)
+	sig, err := ecdsa.SignASN1(rand.Reader, k, sum[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(sig)
+}
+
+// sigLayer stores a simple-signing layer of payload p with annotations.
+func (b blobs) sigLayer(p []byte, ann map[string]string) ocispec.Descriptor {
+	d := b.put(MediaTypeSimpleSigning, p)
+	d.Annotations = ann
+	return d
+}
+
+// legacy stores the .sig manifest cosign sign --key pushes for image,
+// signed by k, and returns it as an archive's index entry, unnamed.
+func (b blobs) legacy(t *testing.T, image digest.Digest, k *ecdsa.PrivateKey) ocispec.Descriptor {
+	t.Helper()
+	p := cosignPayload(t, image)
+	return b.manifest(t, b.sigLayer(p, map[string]string{AnnotationSignature: keySign(t, k, p)}))
+}
+
+// tagged names a candidate as Zarf does the .sig records it carries.
+func tagged(d ocispec.Descriptor, image digest.Digest) ocispec.Descriptor {
+	d.Annotations = map[string]string{ocispec.AnnotationRefName: repo + ":" + SigTag(image)}
+	return d
+}
+
+func find(t *testing.T, b blobs, image ocispec.Descriptor, candidates ...ocispec.Descriptor) []Signature {
+	t.Helper()
+	sigs, err := Find(context.Background(), image, candidates, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sigs
+}
+
+// trustedRoot is the trusted_root.json of a virtual sigstore: its CA and
+// timestamp authority, its Rekor log when withRekor, its CT log when withCT.
+func trustedRoot(t *testing.T, vs *ca.VirtualSigstore, withRekor, withCT bool) []byte {
+	t.Helper()
+	// The virtual sigstore keeps the hex of a log's ID as its ID; a
+	// trusted root holds the ID itself.
+	logs := func(m map[string]*root.TransparencyLog) map[string]*root.TransparencyLog {
+		out := map[string]*root.TransparencyLog{}
+		for id, l := range m {
+			c := *l
+			raw, err := hex.DecodeString(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.ID = raw
+			out[id] = &c
+		}
+		return out
+	}
+	rekor, ct := map[string]*root.TransparencyLog{}, map[string]*root.TransparencyLog{}
+	if withRekor {
+		rekor = logs(vs.RekorLogs())
+	}
+	if withCT {
+		ct = logs(vs.CTLogs())
+	}
+	tr, err := root.NewTrustedRoot(root.TrustedRootMediaType01, vs.FulcioCertificateAuthorities(), ct,
+		vs.TimestampingAuthorities(), rekor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := tr.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func virtualSigstore(t *testing.T) *ca.VirtualSigstore {
+	t.Helper()
+	vs, err := ca.NewVirtualSigstore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vs
+}
