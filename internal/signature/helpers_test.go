@@ -3,22 +3,19 @@ package signature
 import (
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/sigstore/sigstore-go/pkg/testing/ca"
-	"github.com/sigstore/sigstore/pkg/signature/payload"
+
+	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
 
 // blobs is a content store in memory.
@@ -78,36 +75,7 @@ const repo = "registry.example/team/app"
 // cosignPayload is the simple-signing payload cosign signs for an image.
 func cosignPayload(t *testing.T, image digest.Digest) []byte {
 	t.Helper()
-	ref, err := name.NewDigest(repo + "@" + image.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := payload.Cosign{Image: ref}.MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw
-}
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-// keySign signs a payload as cosign sign --key does with an ECDSA key: an
-// ASN.1 signature over the payload's sha256, base64 in the annotation.
-func keySign(t *testing.T, k *ecdsa.PrivateKey, p []byte) string {
-	t.Helper()
-	sum := sha256.Sum256(p)
-	sig, err := ecdsa.SignASN1(rand.Reader, k, sum[:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return base64.StdEncoding.EncodeToString(sig)
+	return sigtest.Payload(t, repo, image)
 }
 
 // sigLayer stores a simple-signing layer of payload p with annotations.
@@ -121,8 +89,9 @@ func (b blobs) sigLayer(p []byte, ann map[string]string) ocispec.Descriptor {
 // signed by k, and returns it as an archive's index entry, unnamed.
 func (b blobs) legacy(t *testing.T, image digest.Digest, k *ecdsa.PrivateKey) ocispec.Descriptor {
 	t.Helper()
-	p := cosignPayload(t, image)
-	return b.manifest(t, b.sigLayer(p, map[string]string{AnnotationSignature: keySign(t, k, p)}))
+	m := sigtest.Legacy(t, repo, image, k)
+	maps.Copy(b, m.Blobs)
+	return m.Descriptor
 }
 
 // tagged names a candidate as Zarf does the .sig records it carries.

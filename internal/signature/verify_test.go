@@ -8,6 +8,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
 
 func check(t *testing.T, got Result, state State, by, reason string) {
@@ -26,7 +28,7 @@ func verifyFound(t *testing.T, b blobs, image ocispec.Descriptor, trust Trust, c
 func TestKeySigned(t *testing.T) {
 	b := blobs{}
 	img := b.image(t, "1.0")
-	k := newKey(t)
+	k := sigtest.NewKey(t)
 	sig := b.legacy(t, img.Digest, k)
 	trust := Trust{Keys: []Key{{Name: "release", Public: &k.PublicKey}}}
 
@@ -34,12 +36,12 @@ func TestKeySigned(t *testing.T) {
 		check(t, verifyFound(t, b, img, trust, sig), Verified, "release", "")
 	})
 	t.Run("the right key among others", func(t *testing.T) {
-		other := newKey(t)
+		other := sigtest.NewKey(t)
 		trust := Trust{Keys: []Key{{Name: "other", Public: &other.PublicKey}, trust.Keys[0]}}
 		check(t, verifyFound(t, b, img, trust, sig), Verified, "release", "")
 	})
 	t.Run("another key", func(t *testing.T) {
-		other := newKey(t)
+		other := sigtest.NewKey(t)
 		got := verifyFound(t, b, img, Trust{Keys: []Key{{Name: "other", Public: &other.PublicKey}}}, sig)
 		check(t, got, Invalid, "", "no trusted key verifies it")
 	})
@@ -47,7 +49,7 @@ func TestKeySigned(t *testing.T) {
 		check(t, verifyFound(t, b, img, Trust{}, sig), Invalid, "", "no key is trusted")
 	})
 	t.Run("a bad signature beside a good one", func(t *testing.T) {
-		other := newKey(t)
+		other := sigtest.NewKey(t)
 		check(t, verifyFound(t, b, img, trust, b.legacy(t, img.Digest, other), sig), Verified, "release", "")
 	})
 }
@@ -55,7 +57,7 @@ func TestKeySigned(t *testing.T) {
 func TestKeySignedAnotherImage(t *testing.T) {
 	b := blobs{}
 	img, other := b.image(t, "1.0"), b.image(t, "2.0")
-	k := newKey(t)
+	k := sigtest.NewKey(t)
 	trust := Trust{Keys: []Key{{Name: "release", Public: &k.PublicKey}}}
 	sigOfOther := b.legacy(t, other.Digest, k)
 
@@ -73,7 +75,7 @@ func TestKeySignedAnotherImage(t *testing.T) {
 	check(t, got, Invalid, "", "signed by release, but for image "+other.Digest.String())
 
 	// Beside a signature by another key, it is the more telling failure.
-	stranger := b.legacy(t, img.Digest, newKey(t))
+	stranger := b.legacy(t, img.Digest, sigtest.NewKey(t))
 	got = verifyFound(t, b, img, trust, stranger, tagged(sigOfOther, img.Digest))
 	check(t, got, Invalid, "", "none of 2 signatures verifies; ")
 	check(t, got, Invalid, "", "but for image "+other.Digest.String())
@@ -86,14 +88,14 @@ func TestKeySignedAnotherImage(t *testing.T) {
 func TestKeySignedTampered(t *testing.T) {
 	b := blobs{}
 	img, other := b.image(t, "1.0"), b.image(t, "2.0")
-	k := newKey(t)
+	k := sigtest.NewKey(t)
 	trust := Trust{Keys: []Key{{Name: "release", Public: &k.PublicKey}}}
 
 	// The signature of the other image's payload, moved onto a payload
 	// naming this image: the layer digest follows the payload, the
 	// signature does not.
 	signed := cosignPayload(t, other.Digest)
-	sig := keySign(t, k, signed)
+	sig := sigtest.Sign(t, k, signed)
 	forged := []byte(strings.Replace(string(signed), other.Digest.Encoded(), img.Digest.Encoded(), 1))
 	m := b.manifest(t, b.sigLayer(forged, map[string]string{AnnotationSignature: sig}))
 	check(t, verifyFound(t, b, img, trust, m), Invalid, "", "no trusted key verifies it")
@@ -111,7 +113,7 @@ func TestKeySignedTampered(t *testing.T) {
 func TestUnsigned(t *testing.T) {
 	b := blobs{}
 	img := b.image(t, "1.0")
-	k := newKey(t)
+	k := sigtest.NewKey(t)
 	trust := Trust{Keys: []Key{{Name: "release", Public: &k.PublicKey}}}
 
 	check(t, verifyFound(t, b, img, trust), Unsigned, "", "no signature")
@@ -138,7 +140,7 @@ func TestUnsigned(t *testing.T) {
 func TestLegacyReferrer(t *testing.T) {
 	b := blobs{}
 	img, other := b.image(t, "1.0"), b.image(t, "2.0")
-	k := newKey(t)
+	k := sigtest.NewKey(t)
 	trust := Trust{Keys: []Key{{Name: "release", Public: &k.PublicKey}}}
 	asReferrer := func(sig, subject ocispec.Descriptor) ocispec.Descriptor {
 		var m ocispec.Manifest
@@ -161,13 +163,13 @@ func TestLegacyReferrer(t *testing.T) {
 func TestKeySignedBundle(t *testing.T) {
 	b := blobs{}
 	img := b.image(t, "1.0")
-	k := newKey(t)
+	k := sigtest.NewKey(t)
 	trust := Trust{Keys: []Key{{Name: "release", Public: &k.PublicKey}}}
 
 	ref := b.referrer(t, img, keyBundle(t, k, statement(t, img.Digest)))
 	check(t, verifyFound(t, b, img, trust, ref), Verified, "release", "")
 
-	other := newKey(t)
+	other := sigtest.NewKey(t)
 	got := verifyFound(t, b, img, Trust{Keys: []Key{{Name: "other", Public: &other.PublicKey}}}, ref)
 	check(t, got, Invalid, "", "no trusted key verifies it")
 
@@ -269,15 +271,15 @@ func TestKeylessBundle(t *testing.T) {
 func TestMalformed(t *testing.T) {
 	b := blobs{}
 	img := b.image(t, "1.0")
-	k := newKey(t)
+	k := sigtest.NewKey(t)
 	trust := Trust{Keys: []Key{{Name: "release", Public: &k.PublicKey}}}
 	p := cosignPayload(t, img.Digest)
 
 	for name, ann := range map[string]map[string]string{
 		"no signature":         {},
 		"signature not base64": {AnnotationSignature: "%%%"},
-		"certificate not PEM":  {AnnotationSignature: keySign(t, k, p), AnnotationCertificate: "junk"},
-		"Rekor bundle junk":    {AnnotationSignature: keySign(t, k, p), AnnotationRekorBundle: "{"},
+		"certificate not PEM":  {AnnotationSignature: sigtest.Sign(t, k, p), AnnotationCertificate: "junk"},
+		"Rekor bundle junk":    {AnnotationSignature: sigtest.Sign(t, k, p), AnnotationRekorBundle: "{"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			m := b.manifest(t, b.sigLayer(p, ann))

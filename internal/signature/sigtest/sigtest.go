@@ -1,0 +1,158 @@
+// Package sigtest makes real cosign signatures for tests: ECDSA P-256 keys,
+// the simple-signing payloads cosign signs and the .sig manifests cosign
+// sign --key pushes, signed as cosign signs them.
+package sigtest
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sigstore/sigstore/pkg/signature/payload"
+)
+
+// What cosign writes; package signature has them too, and its tests use
+// this package, so it cannot be imported here.
+const (
+	MediaTypeSimpleSigning = "application/vnd.dev.cosign.simplesigning.v1+json"
+	AnnotationSignature    = "dev.cosignproject.cosign/signature"
+)
+
+// NewKey makes an ECDSA P-256 key, the kind cosign generate-key-pair makes.
+func NewKey(t testing.TB) *ecdsa.PrivateKey {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// PublicPEM is k's public key as cosign writes cosign.pub.
+func PublicPEM(t testing.TB, k *ecdsa.PrivateKey) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+}
+
+// Payload is the simple-signing payload cosign signs for the image of repo
+// with this digest.
+func Payload(t testing.TB, repo string, image digest.Digest) []byte {
+	t.Helper()
+	ref, err := name.NewDigest(repo + "@" + image.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := payload.Cosign{Image: ref}.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// Sign signs a payload as cosign sign --key does with an ECDSA key: an
+// ASN.1 signature over the payload's sha256, base64 as the annotation
+// holds it.
+func Sign(t testing.TB, k *ecdsa.PrivateKey, p []byte) string {
+	t.Helper()
+	sum := sha256.Sum256(p)
+	sig, err := ecdsa.SignASN1(rand.Reader, k, sum[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(sig)
+}
+
+// Manifest is a signature manifest and the blobs it is made of.
+type Manifest struct {
+	Descriptor ocispec.Descriptor // the manifest's, unnamed
+	// Blobs are the manifest, its config and its layers, by digest.
+	Blobs map[digest.Digest][]byte
+}
+
+// Bytes lists Blobs' contents: the manifest's, then the others' by digest.
+func (m Manifest) Bytes() [][]byte {
+	out := [][]byte{m.Blobs[m.Descriptor.Digest]}
+	for _, d := range slices.Sorted(maps.Keys(m.Blobs)) {
+		if d != m.Descriptor.Digest {
+			out = append(out, m.Blobs[d])
+		}
+	}
+	return out
+}
+
+// manifest is cosign's empty image (its config an image config with no OS
+// or architecture) with these layers appended, as cosign pushes it at
+// <repo>:sha256-<hex>.sig.
+func manifest(t testing.TB, layers []ocispec.Descriptor, contents [][]byte) Manifest {
+	t.Helper()
+	type history struct {
+		Created string `json:"created"`
+	}
+	cfg := struct {
+		Architecture string    `json:"architecture"`
+		Created      string    `json:"created"`
+		History      []history `json:"history"`
+		OS           string    `json:"os"`
+		RootFS       struct {
+			Type    string          `json:"type"`
+			DiffIDs []digest.Digest `json:"diff_ids"`
+		} `json:"rootfs"`
+		Config struct{} `json:"config"`
+	}{Created: "0001-01-01T00:00:00Z"}
+	cfg.RootFS.Type = "layers"
+	cfg.RootFS.DiffIDs = []digest.Digest{}
+	for _, l := range layers {
+		cfg.History = append(cfg.History, history{Created: cfg.Created})
+		cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, l.Digest)
+	}
+	blobs := map[digest.Digest][]byte{}
+	rawCfg := mustJSON(t, cfg)
+	blobs[digest.FromBytes(rawCfg)] = rawCfg
+	for i, c := range contents {
+		blobs[layers[i].Digest] = c
+	}
+	raw := mustJSON(t, ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(rawCfg), Size: int64(len(rawCfg))},
+		Layers:    append([]ocispec.Descriptor{}, layers...),
+	})
+	d := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromBytes(raw), Size: int64(len(raw))}
+	blobs[d.Digest] = raw
+	return Manifest{Descriptor: d, Blobs: blobs}
+}
+
+// Legacy is the .sig manifest cosign sign --key pushes for the image of
+// repo with this digest, signed by k: one simple-signing layer.
+func Legacy(t testing.TB, repo string, image digest.Digest, k *ecdsa.PrivateKey) Manifest {
+	t.Helper()
+	p := Payload(t, repo, image)
+	layer := ocispec.Descriptor{MediaType: MediaTypeSimpleSigning, Digest: digest.FromBytes(p), Size: int64(len(p)),
+		Annotations: map[string]string{AnnotationSignature: Sign(t, k, p)}}
+	return manifest(t, []ocispec.Descriptor{layer}, [][]byte{p})
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
