@@ -99,6 +99,11 @@ type WalkOptions struct {
 	// Name names the image of a layout whose index entries carry no name (a
 	// cosign save layout): holdfast import --name.
 	Name string
+	// ReadSkipped makes a walk of a layout directory read the index entries
+	// it skips too (signatures, attestations, SBOMs, referrers), so that
+	// their documents are in Result.Docs as a tar's walk has them; their
+	// other blobs go to the Store. A tar's walk reads every blob anyway.
+	ReadSkipped bool
 }
 
 func (o WalkOptions) concurrency() int {

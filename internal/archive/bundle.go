@@ -101,9 +101,10 @@ func (w *walker) artifactReason(d digest.Digest) string {
 	return ""
 }
 
-// isSignatureTag says whether a reference's tag is one cosign gives the
-// signature, attestation or SBOM of an image: sha256-<hex>.sig, .att, .sbom.
-func isSignatureTag(name string) (string, bool) {
+// CosignTag says whether a reference's tag is one cosign gives the
+// signature, attestation or SBOM of an image (sha256-<hex>.sig, .att, .sbom),
+// and which: "signature", "attestation" or "sbom".
+func CosignTag(name string) (string, bool) {
 	i := strings.LastIndexByte(name, ':')
 	if i < 0 || strings.Contains(name[i:], "/") {
 		return "", false

@@ -46,7 +46,7 @@ func walkDir(ctx context.Context, dir string, st Store, opts WalkOptions, lim li
 		return nil, fmt.Errorf("index.json: %w", err)
 	}
 	for _, d := range idx.Manifests {
-		if skipKind(entryKind(d)) != "" {
+		if skipKind(entryKind(d)) != "" && !opts.ReadSkipped {
 			continue // a signature, attestation, SBOM or referrer: not read
 		}
 		if err := dw.fetch(ctx, d.Digest, 0); err != nil {

@@ -282,15 +282,30 @@ func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*tar
 			return nil, err
 		}
 		if wanted != nil {
-			t.names = slices.DeleteFunc(t.names, func(n string) bool { _, sig := isSignatureTag(n); return sig || !wanted[n] })
+			t.names = slices.DeleteFunc(t.names, func(n string) bool { _, sig := CosignTag(n); return sig || !wanted[n] })
 			if len(t.names) == 0 {
 				reason := "not in zarf.yaml"
 				if n := d.Annotations[annotationRefName]; n != "" {
-					if what, sig := isSignatureTag(n); sig {
+					if what, sig := CosignTag(n); sig {
 						reason = what
 					}
 				}
 				skip(d, reason)
+				continue
+			}
+		} else if len(t.names) > 0 {
+			// cosign's <repo>:sha256-<hex>.sig (.att, .sbom) tags, which an
+			// OCI archive may carry beside the image: never images.
+			var what string
+			t.names = slices.DeleteFunc(t.names, func(n string) bool {
+				kind, sig := CosignTag(n)
+				if sig {
+					what = kind
+				}
+				return sig
+			})
+			if len(t.names) == 0 {
+				skip(d, what)
 				continue
 			}
 		}
