@@ -51,6 +51,7 @@ func TestEnvNames(t *testing.T) {
 		"holdfast run --settle HOLDFAST_SETTLE",
 		"holdfast sync --parallel HOLDFAST_PARALLEL",
 		"holdfast sync --progress HOLDFAST_PROGRESS",
+		"holdfast verify --policy HOLDFAST_POLICY",
 	}
 	var got []string
 	for name, f := range allFlags(New("test")) {

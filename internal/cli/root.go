@@ -123,20 +123,14 @@ holdfast sync refuses with a message naming the running agent.`,
 	// The default depends on the user and the environment: the docs say how.
 	docDefault(pf, "data-dir", dataDirDefault)
 
-	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newImport(o), newRelease(o), newPin(o), newUnpin(o), newVersion(version), newContainerd())
+	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newImport(o), newRelease(o), newPin(o), newUnpin(o), newVerify(), newVersion(version), newContainerd())
 	return root
 }
 
 // complete applies environment variables to flags not given, then derives defaults.
 func (o *options) complete(cmd *cobra.Command) error {
-	var errs []error
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if err := setFromEnv(f, os.LookupEnv); err != nil {
-			errs = append(errs, err)
-		}
-	})
-	if len(errs) > 0 {
-		return &usageError{errors.Join(errs...)}
+	if err := applyEnv(cmd); err != nil {
+		return err
 	}
 	o.logOut = &logOut{w: cmd.ErrOrStderr()}
 	log, err := newLogger(o.logOut, o.logLevel, o.logFormat)
@@ -154,6 +148,21 @@ func (o *options) complete(cmd *cobra.Command) error {
 		o.registryConfig = filepath.Join(o.dataDir, "registry.d")
 	}
 	return o.checkSpoolDirs()
+}
+
+// applyEnv sets each flag of cmd that was not given from its environment
+// variable.
+func applyEnv(cmd *cobra.Command) error {
+	var errs []error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if err := setFromEnv(f, os.LookupEnv); err != nil {
+			errs = append(errs, err)
+		}
+	})
+	if len(errs) > 0 {
+		return &usageError{errors.Join(errs...)}
+	}
+	return nil
 }
 
 // agentConfig is the agent configuration the common flags give: images dirs,
