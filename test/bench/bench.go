@@ -24,12 +24,13 @@ const (
 	ScenarioHeal    = "P4 heal"  // heal latency under holdfast run
 	ScenarioWatch   = "P4 watch" // watch-to-pinned latency under holdfast run
 	ScenarioP5      = "P5"       // peak RSS of a cold import of the huge archive
+	ScenarioP7      = "P7"       // cold import of a Hauler haul and of a .tar.zst of the same images
 	ScenarioDisk    = "disk"     // the disk's own durable write rate (measured with P1)
 )
 
 // Groups lists the scenario groups Config.Only selects from (P6 and the disk
 // rate are part of P1; "disk" alone runs only the disk rate).
-func Groups() []string { return []string{"P1", "P1s", "P2", "P3", "P4", "P5", "disk"} }
+func Groups() []string { return []string{"P1", "P1s", "P2", "P3", "P4", "P5", "P7", "disk"} }
 
 // Write paths of holdfast sync (--write-path); every holdfast invocation of
 // the harness names one, so a row means the same whatever the default is.
@@ -44,6 +45,7 @@ const (
 	MethodHoldfastStream    = "holdfast sync (stream)"
 	MethodHoldfastZstDirect = "holdfast sync .tar.zst (direct)"
 	MethodHoldfastZstStream = "holdfast sync .tar.zst (stream)"
+	MethodHoldfastHaul      = "holdfast sync haul.tar.zst (direct)"
 	MethodHoldfastColdCache = "holdfast sync (direct, cold cache)"
 	MethodCtr               = "ctr import"
 	MethodCtrLocal          = "ctr import --local"
@@ -253,6 +255,11 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}
 	if cfg.runs("P5") {
 		if err := h.p5(ctx); err != nil {
+			return h.finish(), err
+		}
+	}
+	if cfg.runs("P7") {
+		if err := h.p7(ctx); err != nil {
 			return h.finish(), err
 		}
 	}

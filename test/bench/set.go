@@ -38,6 +38,9 @@ type Set struct {
 	Watch Shape `json:"watch"` // P4: Count archives renamed into the images dir one by one
 	// Huge is P5's one archive, generated when P5 runs and deleted after.
 	Huge Shape `json:"huge"`
+	// Bundle is P7's images, written as a Hauler haul and as an OCI
+	// .tar.zst of the same images, generated when P7 runs and deleted after.
+	Bundle Shape `json:"bundle"`
 	// DiskBytes is what the disk rate writes each time (1 stream: one
 	// file; 4 streams: 4 files of a quarter each).
 	DiskBytes int64 `json:"disk_bytes"`
@@ -61,6 +64,7 @@ func FullSet() Set {
 		Heal:   Shape{Count: 50, Layers: 1, LayerSize: 256 * kib, Formats: []fixture.Format{fixture.FormatOCI}},
 		Watch:  Shape{Count: 5, Layers: 2, LayerSize: 4 * mib, Formats: []fixture.Format{fixture.FormatOCI}},
 		Huge:   Shape{Count: 1, Layers: 32, LayerSize: 128 * mib, Formats: []fixture.Format{fixture.FormatHybrid}},
+		Bundle: Shape{Count: 2, Layers: 8, LayerSize: 128 * mib, Formats: []fixture.Format{fixture.FormatOCI}},
 		// DiskBytes: as much as P1's archive holds, about.
 		DiskBytes: 512 * mib,
 	}
@@ -78,6 +82,7 @@ func QuickSet() Set {
 		Heal:      Shape{Count: 10, Layers: 1, LayerSize: 64 * kib, Formats: []fixture.Format{fixture.FormatOCI}},
 		Watch:     Shape{Count: 3, Layers: 1, LayerSize: 256 * kib, Formats: []fixture.Format{fixture.FormatOCI}},
 		Huge:      Shape{Count: 1, Layers: 8, LayerSize: 1 * mib, Formats: []fixture.Format{fixture.FormatHybrid}},
+		Bundle:    Shape{Count: 2, Layers: 2, LayerSize: 1 * mib, Formats: []fixture.Format{fixture.FormatOCI}},
 		DiskBytes: 16 * mib,
 	}
 }
@@ -226,6 +231,8 @@ func generateOne(ctx context.Context, dir, group string, i int, s Shape, images 
 			err = fixture.WriteHybrid(ctx, cw, imgs...)
 		case fixture.FormatOCI:
 			err = fixture.WriteOCI(ctx, cw, fixture.OCIOptions{Names: fixture.NameContainerdAndTag}, imgs...)
+		case fixture.FormatHaul:
+			err = fixture.WriteHaul(ctx, cw, fixture.HaulOptions{}, imgs...)
 		default:
 			err = fmt.Errorf("format %s is not one the harness writes", format)
 		}

@@ -62,6 +62,7 @@ func TestSmoke(t *testing.T) {
 		ScenarioHeal:    {MethodAgent},
 		ScenarioWatch:   {MethodAgent},
 		ScenarioP5:      {MethodHoldfastDirect, MethodHoldfastStream},
+		ScenarioP7:      {MethodHoldfastZstDirect, MethodHoldfastHaul},
 	}
 	if why := check16(DefaultContainerd16); why == "" {
 		want[ScenarioP1] = append(want[ScenarioP1], Method16Stream, Method16Direct, Method16CtrLocal)
