@@ -25,11 +25,11 @@ package policy
 
 import (
 	"crypto"
-	"fmt"
 	"path/filepath"
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/holdfast-project/holdfast/internal/lineerr"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 )
 
@@ -124,15 +124,7 @@ func Reload(old *Policy, path string) (*Policy, error) {
 }
 
 // LineError is one mistake in a policy file.
-type LineError struct {
-	Path string
-	Line int // from 1
-	Err  error
-}
-
-func (e LineError) Error() string { return fmt.Sprintf("%s:%d: %v", e.Path, e.Line, e.Err) }
-
-func (e LineError) Unwrap() error { return e.Err }
+type LineError = lineerr.Error
 
 // resolve makes a path written in the policy file at policyPath relative to
 // that file's directory, unless it is absolute.

@@ -5,19 +5,12 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/holdfast-project/holdfast/internal/lineerr"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 )
 
 // LineError is what is wrong with one line of a list.
-type LineError struct {
-	Path string
-	Line int // from 1
-	Err  error
-}
-
-func (e LineError) Error() string { return fmt.Sprintf("%s:%d: %v", e.Path, e.Line, e.Err) }
-
-func (e LineError) Unwrap() error { return e.Err }
+type LineError = lineerr.Error
 
 // PullListFile is a parsed *.txt pull list.
 type PullListFile struct {
@@ -69,12 +62,12 @@ func parsePullList(path string, data []byte) PullListFile {
 	seen := map[string]bool{}
 	for _, ln := range lines {
 		if len(strings.Fields(ln.text)) > 1 {
-			l.Errors = append(l.Errors, LineError{path, ln.n, fmt.Errorf("invalid reference %q: one reference per line", ln.text)})
+			l.Errors = append(l.Errors, LineError{Path: path, Line: ln.n, Err: fmt.Errorf("invalid reference %q: one reference per line", ln.text)})
 			continue
 		}
 		ref, err := pattern.NormalizeRef(ln.text)
 		if err != nil {
-			l.Errors = append(l.Errors, LineError{path, ln.n, err})
+			l.Errors = append(l.Errors, LineError{Path: path, Line: ln.n, Err: err})
 			continue
 		}
 		if seen[ref] {
@@ -107,7 +100,7 @@ func parsePinList(path string, data []byte) PinListFile {
 	for _, ln := range lines {
 		p, err := pattern.Parse(ln.text)
 		if err != nil {
-			l.Errors = append(l.Errors, LineError{path, ln.n, err})
+			l.Errors = append(l.Errors, LineError{Path: path, Line: ln.n, Err: err})
 			continue
 		}
 		if seen[p] {

@@ -21,6 +21,8 @@ import (
 	"github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/sigstore/sigstore/pkg/signature/payload"
+
+	"github.com/holdfast-project/holdfast/internal/fixture"
 )
 
 // What cosign writes; package signature has them too, and its tests use
@@ -101,28 +103,15 @@ func (m Manifest) Bytes() [][]byte {
 // <repo>:sha256-<hex>.sig.
 func manifest(t testing.TB, layers []ocispec.Descriptor, contents [][]byte) Manifest {
 	t.Helper()
-	type history struct {
-		Created string `json:"created"`
-	}
-	cfg := struct {
-		Architecture string    `json:"architecture"`
-		Created      string    `json:"created"`
-		History      []history `json:"history"`
-		OS           string    `json:"os"`
-		RootFS       struct {
-			Type    string          `json:"type"`
-			DiffIDs []digest.Digest `json:"diff_ids"`
-		} `json:"rootfs"`
-		Config struct{} `json:"config"`
-	}{Created: "0001-01-01T00:00:00Z"}
-	cfg.RootFS.Type = "layers"
-	cfg.RootFS.DiffIDs = []digest.Digest{}
+	var diffIDs []digest.Digest
 	for _, l := range layers {
-		cfg.History = append(cfg.History, history{Created: cfg.Created})
-		cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, l.Digest)
+		diffIDs = append(diffIDs, l.Digest)
+	}
+	rawCfg, err := fixture.CosignConfig(diffIDs)
+	if err != nil {
+		t.Fatal(err)
 	}
 	blobs := map[digest.Digest][]byte{}
-	rawCfg := mustJSON(t, cfg)
 	blobs[digest.FromBytes(rawCfg)] = rawCfg
 	for i, c := range contents {
 		blobs[layers[i].Digest] = c
