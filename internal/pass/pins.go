@@ -49,9 +49,7 @@ func (p *Runner) pinLists(ctx context.Context, lists []source.Source, scan sourc
 	for _, src := range lists {
 		pl, err := source.ReadPinList(src.Path)
 		if err != nil {
-			sum.Failures = append(sum.Failures, sourceFailed(src.Path, err, err))
-			sum.set(src, metrics.StateFailed)
-			unknown = append(unknown, src.Path)
+			unknown = append(unknown, listUnread(src, err, sum))
 			continue
 		}
 		failuresBefore := len(sum.Failures)
@@ -96,6 +94,14 @@ func (p *Runner) pinLists(ctx context.Context, lists []source.Source, scan sourc
 		}
 	}
 	return present, unknown
+}
+
+// listUnread fails a list that cannot be read and returns its path: what it
+// had stays as it is.
+func listUnread(src source.Source, err error, sum *Summary) string {
+	sum.Failures = append(sum.Failures, sourceFailed(src.Path, err, err))
+	sum.set(src, metrics.StateFailed)
+	return src.Path
 }
 
 // unjudged marks lists failed when the store could not be read for them,

@@ -18,7 +18,6 @@ import (
 // (reconcile.Input).
 func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present,
 	v *view, hold, named func(string) bool) (reconcile.Plan, error) {
-	var err error
 	if v == nil || v.err != nil {
 		v = list(ctx, rt)
 	}

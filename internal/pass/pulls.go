@@ -10,7 +10,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/holdfast-project/holdfast/internal/backoff"
-	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -41,9 +40,7 @@ func (p *Runner) pullLists(ctx context.Context, lists []source.Source, v *view, 
 	for _, src := range lists {
 		pl, err := source.ReadPullList(src.Path)
 		if err != nil {
-			sum.Failures = append(sum.Failures, sourceFailed(src.Path, err, err))
-			sum.set(src, metrics.StateFailed)
-			unknown = append(unknown, src.Path)
+			unknown = append(unknown, listUnread(src, err, sum))
 			continue
 		}
 		failuresBefore := len(sum.Failures)
