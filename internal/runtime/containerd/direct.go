@@ -432,6 +432,9 @@ func (w *ingester) commitPlaced(ctx context.Context, desc ocispec.Descriptor, f 
 		cw.Close()
 		_ = w.r.client.ContentStore().Abort(ctx, ref)
 		w.done(ref, "", false)
+		w.mu.Lock()
+		w.restreamed++
+		w.mu.Unlock()
 		w.r.direct.fallBack("committing "+desc.Digest.String(), fmt.Errorf("the store wants its bytes (it has %d of %d)", offset, desc.Size))
 		return w.streamPlaced(ctx, desc, f, fresh)
 	}

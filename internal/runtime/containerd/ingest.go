@@ -170,8 +170,8 @@ func (s *leasedSink) Abandon(ctx context.Context) {
 func (s *leasedSink) Close(ctx context.Context) {
 	s.ing.closeLinks(ctx)
 	s.ing.dropPending()
-	if d := s.ing.r.direct; s.ing.direct > 0 && d != nil && d.opts.Log != nil {
-		d.opts.Log.Debug("blobs written directly into the content store", "source", s.source, "blobs", s.ing.direct)
+	if d := s.ing.r.direct; s.ing.direct+s.ing.restreamed > 0 && d != nil && d.opts.Log != nil {
+		d.opts.Log.Debug("blobs written directly into the content store", "source", s.source, "blobs", s.ing.direct, "restreamed", s.ing.restreamed)
 	}
 }
 
@@ -212,6 +212,9 @@ type ingester struct {
 	written   int
 	present   int
 	direct    int // blobs committed by metadata only, their files placed by holdfast
+	// restreamed counts blobs placed and linked whose commit found the store
+	// wanting their bytes (its GC swept the file first): streamed after all.
+	restreamed int
 }
 
 func (w *ingester) nextRef() string {
