@@ -115,6 +115,30 @@ func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
 	return decompress(r, zstdMaxWindow)
 }
 
+// Drain decompresses r as a walk reads it (Decompress, read a read-ahead
+// block at a time) and discards the bytes, returning how many it decoded:
+// the decoding a walk of r does and nothing else. The bench harness times it
+// as the floor of a compressed archive's import.
+func Drain(r io.Reader) (int64, Compression, error) {
+	rc, c, err := Decompress(r)
+	if err != nil {
+		return 0, c, err
+	}
+	defer rc.Close()
+	buf := make([]byte, aheadBlockSize)
+	var n int64
+	for {
+		k, err := io.ReadFull(rc, buf)
+		n += int64(k)
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return n, c, nil
+		}
+		if err != nil {
+			return n, c, err
+		}
+	}
+}
+
 // decompress is Decompress with a chosen zstd window limit (tests and fuzzing
 // use a small one: a frame header alone makes the decoder allocate its window).
 func decompress(r io.Reader, zstdWindow uint64) (io.ReadCloser, Compression, error) {

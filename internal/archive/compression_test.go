@@ -108,6 +108,30 @@ func TestDecompress(t *testing.T) {
 	}
 }
 
+// Drain decodes what Decompress decodes, and a stream cut off is an error
+// that names its compression, as it is to a walk.
+func TestDrain(t *testing.T) {
+	t.Parallel()
+	payload := compressible(3*aheadBlockSize+123, 4)
+	for _, c := range allCompressions {
+		t.Run(string(c), func(t *testing.T) {
+			t.Parallel()
+			z := compress(t, c, payload)
+			n, got, err := Drain(bytes.NewReader(z))
+			if err != nil || got != c || n != int64(len(payload)) {
+				t.Fatalf("Drain = %d, %s, %v; want %d, %s", n, got, err, len(payload), c)
+			}
+			if c == None {
+				return
+			}
+			_, _, err = Drain(bytes.NewReader(z[:len(z)*2/3]))
+			if err == nil || !strings.HasPrefix(err.Error(), string(c)+": ") {
+				t.Errorf("Drain of a truncated stream: %v, want an error naming %s", err, c)
+			}
+		})
+	}
+}
+
 // TestDecompressTruncated cuts every compressed stream at several places: each
 // cut must end in an error that names the compression, never in io.EOF.
 func TestDecompressTruncated(t *testing.T) {

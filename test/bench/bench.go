@@ -49,6 +49,7 @@ const (
 	MethodCtrLocal          = "ctr import --local"
 	MethodFloor             = "floor"
 	MethodFloorColdCache    = "floor (cold cache)"
+	MethodZstdFloor         = "zstd decode floor"
 	Method16Stream          = "holdfast sync (stream) on containerd 1.6"
 	Method16Direct          = "holdfast sync (direct) on containerd 1.6"
 	Method16CtrLocal        = "ctr import --local on containerd 1.6"

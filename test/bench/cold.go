@@ -67,6 +67,7 @@ func (h *harness) coldMethods() []coldMethod {
 			h.floor(ScenarioP1, MethodFloor, a.Large),
 			h.holdfastSync(ScenarioP1, MethodHoldfastZstDirect, WriteDirect, a.GroupDir("large-zst"), a.LargeZst),
 			h.holdfastSync(ScenarioP1, MethodHoldfastZstStream, WriteStream, a.GroupDir("large-zst"), a.LargeZst),
+			h.zstdFloor(ScenarioP1, MethodZstdFloor, a.LargeZst),
 		)
 		cc := h.holdfastSync(ScenarioP1, MethodHoldfastColdCache, WriteDirect, large, a.Large)
 		cc.coldCache = true
@@ -205,6 +206,23 @@ func (h *harness) floor(scenario, method string, a Archive) coldMethod {
 			if err == nil && res.Blobs == 0 {
 				err = fmt.Errorf("writing the floor of %s: no blobs in it", a.Path)
 			}
+			return r, err
+		},
+	}
+}
+
+// zstdFloor runs DecodeFloor on the compressed archive, in the harness
+// process.
+func (h *harness) zstdFloor(scenario, method string, a Archive) coldMethod {
+	return coldMethod{
+		scenario: scenario, method: method, bytes: a.Bytes,
+		run: func(ctx context.Context, _ coldEnv) (procRun, error) {
+			var r procRun
+			cpu0 := selfCPU()
+			start := time.Now()
+			_, err := DecodeFloor(ctx, a.Path)
+			r.Wall = time.Since(start)
+			r.CPU = selfCPU() - cpu0
 			return r, err
 		},
 	}

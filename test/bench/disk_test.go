@@ -140,7 +140,7 @@ func TestColdMethods(t *testing.T) {
 		t.Errorf("cold-cache methods %q", cold)
 	}
 	for _, want := range []string{ScenarioP1 + " / " + MethodHoldfastDirect, ScenarioP1 + " / " + MethodHoldfastStream,
-		ScenarioP1 + " / " + MethodHoldfastZstStream, ScenarioDisk + " / " + MethodDisk4} {
+		ScenarioP1 + " / " + MethodHoldfastZstStream, ScenarioP1 + " / " + MethodZstdFloor, ScenarioDisk + " / " + MethodDisk4} {
 		if !slices.Contains(methods, want) {
 			t.Errorf("no %s in %q", want, methods)
 		}

@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/holdfast-project/holdfast/internal/archive"
 )
 
 // floorChunk is the size of each read and write of the floor: 1 MiB − 4 KiB,
@@ -106,4 +108,29 @@ func writeFloorBlob(ctx context.Context, r io.Reader, dir string, i int, buf []b
 		return n, err
 	}
 	return n, os.Rename(tmp, filepath.Join(dir, hex.EncodeToString(h.Sum(nil))))
+}
+
+// DecodeFloor does the least any import of a compressed archive must do: it
+// decompresses the whole stream, with the decoder, the options and the reads
+// holdfast's walk uses (archive.Drain), and discards the bytes. For a
+// .tar.zst, one zstd frame, that is one decoder working through the frame in
+// order. It returns the decompressed size; a stream that is not compressed,
+// or that ends early or is corrupt, is an error.
+func DecodeFloor(ctx context.Context, path string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("decoding %s: %w", path, err)
+	}
+	defer f.Close()
+	n, c, err := archive.Drain(f)
+	if err != nil {
+		return n, fmt.Errorf("decoding %s: %w", path, err)
+	}
+	if c == archive.None {
+		return n, fmt.Errorf("decoding %s: not compressed", path)
+	}
+	return n, nil
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+
+	"github.com/holdfast-project/holdfast/internal/fixture"
 )
 
 func TestWriteFloor(t *testing.T) {
@@ -86,5 +88,39 @@ func TestWriteFloor(t *testing.T) {
 	}
 	if _, err := WriteFloor(t.Context(), cut, filepath.Join(dir, "cut")); err == nil {
 		t.Errorf("WriteFloor of a truncated archive: no error")
+	}
+}
+
+func TestDecodeFloor(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := bytes.Repeat([]byte("holdfast decode floor "), 200_000)
+	zst, err := fixture.CompressBytes(fixture.Zstd, fixture.CompressOptions{ZstdWindow: 1 << 20}, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join(dir, "a.tar.zst")
+	if err := os.WriteFile(name, zst, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n, err := DecodeFloor(t.Context(), name)
+	if err != nil || n != int64(len(data)) {
+		t.Fatalf("DecodeFloor = %d, %v; want %d bytes", n, err, len(data))
+	}
+
+	// Cut off, or not compressed at all: an error, never a short floor.
+	cut := filepath.Join(dir, "cut.tar.zst")
+	if err := os.WriteFile(cut, zst[:len(zst)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeFloor(t.Context(), cut); err == nil {
+		t.Errorf("DecodeFloor of a truncated stream: no error")
+	}
+	plain := filepath.Join(dir, "plain.tar")
+	if err := os.WriteFile(plain, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeFloor(t.Context(), plain); err == nil {
+		t.Errorf("DecodeFloor of an uncompressed file: no error")
 	}
 }

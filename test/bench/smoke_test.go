@@ -54,7 +54,7 @@ func TestSmoke(t *testing.T) {
 	}
 	want := map[string][]string{
 		ScenarioP1: {MethodHoldfastDirect, MethodHoldfastStream, MethodCtr, MethodCtrLocal, MethodFloor,
-			MethodHoldfastZstDirect, MethodHoldfastZstStream, MethodHoldfastColdCache, MethodFloorColdCache},
+			MethodHoldfastZstDirect, MethodHoldfastZstStream, MethodZstdFloor, MethodHoldfastColdCache, MethodFloorColdCache},
 		ScenarioDisk:    {MethodDisk1, MethodDisk4},
 		ScenarioP1Small: {MethodHoldfastDirect, MethodHoldfastStream, MethodCtr, MethodCtrLocal, MethodFloor},
 		ScenarioP2:      {MethodHoldfastDirect, MethodHoldfastStream, MethodCtr, MethodCtrLocal},

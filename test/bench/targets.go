@@ -200,5 +200,7 @@ func evaluateTargets(stats []Stat) []Outcome {
 	}
 	ratio(Target{ID: "P6 zst vs tar", What: "holdfast sync (direct) of the large .tar.zst ÷ of the same .tar", Op: AtMost, Limit: 1.3, Unit: "×"},
 		ScenarioP1, MethodHoldfastZstDirect, MethodHoldfastDirect)
+	ratio(Target{ID: "P6 zst vs decode floor", What: "holdfast sync .tar.zst (direct) ÷ zstd decode floor (the same decoder, to nothing)", Op: AtMost, Limit: 1.1, Unit: "×"},
+		ScenarioP1, MethodHoldfastZstDirect, MethodZstdFloor)
 	return out
 }

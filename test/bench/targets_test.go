@@ -57,6 +57,7 @@ func TestEvaluateTargets(t *testing.T) {
 		stat(ScenarioP1, MethodFloor, 2.5, 2.5, 0),
 		stat(ScenarioP1, MethodHoldfastZstDirect, 2.4, 2.4, 0),
 		stat(ScenarioP1, MethodHoldfastZstStream, 9, 9, 0),
+		stat(ScenarioP1, MethodZstdFloor, 1.6, 1.6, 0),
 		stat(ScenarioP1Small, MethodHoldfastDirect, 1, 1, 0),
 		stat(ScenarioP1Small, MethodHoldfastStream, 0.1, 0.1, 0),
 		stat(ScenarioP1Small, MethodCtr, 2, 2, 0),
@@ -85,6 +86,7 @@ func TestEvaluateTargets(t *testing.T) {
 		"P5 RSS (direct)":           {80, true},
 		"P5 RSS (stream)":           {120, false},
 		"P6 zst vs tar":             {1.2, true},
+		"P6 zst vs decode floor":    {1.5, false},
 	}
 	got := evaluateTargets(stats)
 	if len(got) != len(want) {
