@@ -26,6 +26,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "holdfast: %v\n", err)
 		os.Exit(1)
 	}
+	spareProc()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	stopProfile := startProfile()
 	err := cli.New(version).ExecuteContext(ctx)
