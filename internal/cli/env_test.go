@@ -39,6 +39,7 @@ func TestEnvNames(t *testing.T) {
 		"holdfast --log-level HOLDFAST_LOG_LEVEL",
 		"holdfast --min-free HOLDFAST_MIN_FREE",
 		"holdfast --namespace HOLDFAST_NAMESPACE",
+		"holdfast --policy HOLDFAST_POLICY",
 		"holdfast --pull-timeout HOLDFAST_PULL_TIMEOUT",
 		"holdfast --registries-yaml HOLDFAST_REGISTRIES_YAML",
 		"holdfast --registry-config HOLDFAST_REGISTRY_CONFIG",

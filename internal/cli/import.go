@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -86,9 +88,12 @@ a failed import leaves nothing behind), 2 on bad usage.`,
 			upTo := d.announce(args)
 			for i, path := range args {
 				d.start()
-				k, err := pass.Keep(ctx, s.rt, path, standing, pass.KeepOptions{Progress: d.hook(), Name: name})
+				k, err := pass.Keep(ctx, s.rt, path, standing, pass.KeepOptions{Progress: d.hook(), Name: name, Policy: o.policy})
 				d.stop()
 				d.passed(upTo[i])
+				for _, n := range slices.Sorted(maps.Keys(k.Verdicts)) {
+					fmt.Fprintf(out, "%s: signature: %s\n", n, k.Verdicts[n])
+				}
 				for _, c := range k.Conflicts {
 					fmt.Fprintf(out, "conflict: %s\n", c)
 				}

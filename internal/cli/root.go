@@ -18,6 +18,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/agent"
 	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/pass"
+	"github.com/holdfast-project/holdfast/internal/policy"
 	"github.com/holdfast-project/holdfast/internal/registries"
 )
 
@@ -76,6 +77,9 @@ type options struct {
 	contentRoot string
 	minFree     minFreeValue
 	writePath   writePathValue
+
+	policyFile string
+	policy     *policy.Policy // loaded from policyFile by complete
 }
 
 // dataDirDefault is --data-dir's default as the help and the docs say it; the
@@ -118,8 +122,9 @@ holdfast sync refuses with a message naming the running agent.`,
 	pf.Var(&o.writePath, "write-path", "how imports write blobs: stream (through containerd's content API), direct (into the content store's directory, recorded by metadata only; imports fail when it is not usable) or auto (direct when usable, else stream); see docs/how-it-works.md#write-path")
 	pf.BoolVar(&o.insecurePerms, "insecure-perms", false, "read images dirs, spool dirs and pull/pin lists that users other than root and holdfast's own can change (group- or world-writable, or another user's, up to /); without it each such path is a failed source naming the path and why; see docs/security.md")
 	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for one pull of a pull-list entry")
+	pf.StringVar(&o.policyFile, "policy", "", "signature policy file: which keys or keyless identities must have signed which images; under mode enforce an image that is not verified is not pinned, under warn its verdict is reported; see docs/signatures.md")
 	withEnv(pf, "address", "images", "spool", "data-dir", "namespace", "log-level", "log-format", "registry-config",
-		"registries-yaml", "content-root", "min-free", "write-path", "insecure-perms", "pull-timeout")
+		"registries-yaml", "content-root", "min-free", "write-path", "insecure-perms", "pull-timeout", "policy")
 	// The default depends on the user and the environment: the docs say how.
 	docDefault(pf, "data-dir", dataDirDefault)
 
@@ -146,6 +151,14 @@ func (o *options) complete(cmd *cobra.Command) error {
 	}
 	if o.registryConfig == "" {
 		o.registryConfig = filepath.Join(o.dataDir, "registry.d")
+	}
+	if o.policyFile != "" {
+		if abs, err := filepath.Abs(o.policyFile); err == nil {
+			o.policyFile = abs
+		}
+		if o.policy, err = policy.Load(o.policyFile); err != nil {
+			return &usageError{fmt.Errorf("signature policy:\n%w", err)}
+		}
 	}
 	return o.checkSpoolDirs()
 }
@@ -215,7 +228,8 @@ func (o *options) passConfig(parallel int) (pass.Config, error) {
 	if err != nil {
 		return pass.Config{}, err
 	}
-	return pass.Config{ImageDirs: dirs, SpoolDirs: spool, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, InsecurePerms: o.insecurePerms, Log: o.log}, nil
+	return pass.Config{ImageDirs: dirs, SpoolDirs: spool, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, InsecurePerms: o.insecurePerms, Log: o.log,
+		Policy: o.policyFile}, nil
 }
 
 // imageDirs returns the images dirs (the default one created), and the data

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,9 +14,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/spf13/cobra"
 
+	"github.com/holdfast-project/holdfast/internal/policy"
+	"github.com/holdfast-project/holdfast/internal/reconcile"
 	"github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/sigcheck"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
 
@@ -42,6 +48,9 @@ type StatusImage struct {
 	// CRI is what the CRI image service (what the kubelet asks) reports;
 	// absent when there is none.
 	CRI *runtime.CRIImage `json:"cri,omitempty"`
+	// Signature is the verdict of the signature policy (--policy) on the
+	// image, when a source wants it.
+	Signature *policy.Verdict `json:"signature,omitempty"`
 }
 
 // ConflictingSource is a source that wants a name with a target it did not get.
@@ -83,6 +92,17 @@ type Status struct {
 	Images  []StatusImage  `json:"images"`
 	Sources []StatusSource `json:"sources"`
 	CRI     StatusCRI      `json:"cri"`
+	// Refused are the images sources want that the signature policy
+	// refuses (mode enforce): holdfast does not name or pin them.
+	Refused []StatusRefused `json:"refused,omitempty"`
+}
+
+// StatusRefused is an image a source wants that the policy refuses.
+type StatusRefused struct {
+	Name      string         `json:"name"`
+	Target    string         `json:"target"`
+	Source    string         `json:"source"`
+	Signature policy.Verdict `json:"signature"`
 }
 
 func newStatus(o *options) *cobra.Command {
@@ -133,6 +153,9 @@ until the kubelet's image GC removes it.`,
 				return err
 			}
 			st := buildStatus(imgs, srcs)
+			if o.policy != nil {
+				addSignatures(ctx, o.policy, s.rt.ImportStore(), srcs, &st)
+			}
 			addTargets(&st)
 			addCRI(ctx, s.rt, o.namespace, &st)
 			if output == "json" {
@@ -245,6 +268,9 @@ func writeTable(w io.Writer, st Status) error {
 	if err := writeBundles(w, st); err != nil {
 		return err
 	}
+	if err := writeSignatures(w, st); err != nil {
+		return err
+	}
 	fmt.Fprintf(w, "%d images, %d sources\n", len(st.Images), len(st.Sources))
 	if st.CRI.Note != "" {
 		fmt.Fprintf(w, "note: %s\n", st.CRI.Note)
@@ -320,4 +346,74 @@ func skippedWord(skipped map[string]int) string {
 		out = append(out, fmt.Sprintf("%d %s", skipped[r], r))
 	}
 	return strings.Join(out, ", ")
+}
+
+// addSignatures gives each image a source wants the policy's verdict, and
+// lists the wants the policy refuses, judged by the signatures the sources
+// keep in the store.
+func addSignatures(ctx context.Context, pol *policy.Policy, store interface {
+	ReadBlob(context.Context, ocispec.Descriptor) ([]byte, error)
+}, srcs []runtime.SourceState, st *Status) {
+	var judge sigcheck.Judge
+	verdict := judge.Verdicts(ctx, pol, srcs, blobReader{store})
+	for i := range st.Images {
+		img := &st.Images[i]
+		if len(img.Sources) == 0 {
+			continue
+		}
+		v := verdict(img.Name, ocispec.Descriptor{Digest: digest.Digest(img.Digest)})
+		img.Signature = &v
+	}
+	var refused []reconcile.Refusal
+	verdicts := map[string]policy.Verdict{}
+	for _, s := range srcs {
+		for _, w := range s.Images {
+			if v := verdict(w.Name, w.Target); pol.Mode.Refuses(v) {
+				refused = append(refused, reconcile.Refusal{Name: w.Name, Target: w.Target.Digest.String(), Source: s.Source})
+				verdicts[w.Name+"\x00"+w.Target.Digest.String()] = v
+			}
+		}
+	}
+	for _, r := range reconcile.Tagged(refused) {
+		st.Refused = append(st.Refused, StatusRefused{Name: r.Name, Target: r.Target, Source: r.Source, Signature: verdicts[r.Name+"\x00"+r.Target]})
+	}
+	sort.Slice(st.Refused, func(i, j int) bool {
+		a, b := st.Refused[i], st.Refused[j]
+		return a.Name < b.Name || a.Name == b.Name && a.Source < b.Source
+	})
+}
+
+// blobReader reads signatures from a content store (signature.Blobs).
+type blobReader struct {
+	s interface {
+		ReadBlob(context.Context, ocispec.Descriptor) ([]byte, error)
+	}
+}
+
+func (b blobReader) Read(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
+	return b.s.ReadBlob(ctx, desc)
+}
+
+// writeSignatures lists, under a policy, each wanted image's verdict and
+// the images the policy refuses.
+func writeSignatures(w io.Writer, st Status) error {
+	var judged []StatusImage
+	for _, img := range st.Images {
+		if img.Signature != nil {
+			judged = append(judged, img)
+		}
+	}
+	if len(judged) == 0 && len(st.Refused) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "IMAGE\tSIGNATURE")
+	for _, img := range judged {
+		fmt.Fprintf(tw, "%s\t%s\n", img.Name, img.Signature)
+	}
+	for _, r := range st.Refused {
+		fmt.Fprintf(tw, "%s\trefused, not pinned (wanted by %s): %s\n", r.Name, r.Source, r.Signature)
+	}
+	return tw.Flush()
 }

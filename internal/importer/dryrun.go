@@ -3,6 +3,7 @@ package importer
 import (
 	"context"
 	"io"
+	"sync"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -13,10 +14,30 @@ import (
 // DryRun is s with every write left undone: an import over it reads the
 // source and the store as a real one does and returns what it would, the
 // names its images get or the error it would meet, and changes nothing. Its
-// blobs are hashed and dropped.
-func DryRun(s Store) Store { return dryStore{s} }
+// blobs are hashed and dropped; the documents it would write are kept in
+// memory and read back as the store's (a signature judged after the
+// import).
+func DryRun(s Store) Store { return dryStore{s, &docMemo{m: map[digest.Digest][]byte{}}} }
 
-type dryStore struct{ Store }
+type dryStore struct {
+	Store
+	docs *docMemo
+}
+
+type docMemo struct {
+	mu sync.Mutex
+	m  map[digest.Digest][]byte
+}
+
+func (s dryStore) ReadBlob(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
+	s.docs.mu.Lock()
+	b, ok := s.docs.m[desc.Digest]
+	s.docs.mu.Unlock()
+	if ok {
+		return b, nil
+	}
+	return s.Store.ReadBlob(ctx, desc)
+}
 
 func (dryStore) Prepare(context.Context, runtime.ImportRequest) error         { return nil }
 func (dryStore) CreateLease(context.Context, string, map[string]string) error { return nil }
@@ -26,12 +47,13 @@ func (dryStore) LabelSources(context.Context, Names) error                    { 
 func (dryStore) Sync(context.Context) error                                   { return nil }
 
 func (s dryStore) NewSink(string, string) Sink {
-	return &drySink{s: s.Store, put: map[digest.Digest]bool{}}
+	return &drySink{s: s.Store, docs: s.docs, put: map[digest.Digest]bool{}}
 }
 
 // drySink hashes what it is given and keeps only the digests.
 type drySink struct {
 	s     Store
+	docs  *docMemo
 	put   map[digest.Digest]bool
 	stats Stats
 }
@@ -64,7 +86,10 @@ func (k *drySink) CommitPending(context.Context, Names) (map[digest.Digest]bool,
 
 func (k *drySink) Committed(d digest.Digest) bool { return k.put[d] }
 
-func (k *drySink) WriteDoc(ctx context.Context, desc ocispec.Descriptor, _ []byte, _ []string) (bool, error) {
+func (k *drySink) WriteDoc(ctx context.Context, desc ocispec.Descriptor, data []byte, _ []string) (bool, error) {
+	k.docs.mu.Lock()
+	k.docs.m[desc.Digest] = data
+	k.docs.mu.Unlock()
 	ok, err := k.s.Has(ctx, desc.Digest)
 	return err == nil && !ok, err
 }

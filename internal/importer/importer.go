@@ -10,6 +10,7 @@ package importer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/archive"
 	"github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/sigcheck"
 )
 
 // MaxDocSize bounds an index or manifest read back from the store (or a held
@@ -181,7 +183,7 @@ func importSource(ctx context.Context, s Store, req runtime.ImportRequest) (runt
 func openLease(ctx context.Context, s Store, id string, req runtime.ImportRequest) (runtime.SourceState, bool, error) {
 	var prior runtime.SourceState
 	if known := req.Prior; known != nil && known.Lease == id && known.Complete {
-		if prior = *known; prior.Intact {
+		if prior = *known; prior.Intact && (prior.SignaturesRecorded || !req.Signed) {
 			return prior, true, nil
 		}
 	} else {
@@ -190,7 +192,7 @@ func openLease(ctx context.Context, s Store, id string, req runtime.ImportReques
 			return prior, false, err
 		}
 	}
-	if prior.Complete {
+	if prior.Complete && (prior.SignaturesRecorded || !req.Signed) {
 		if ok, err := s.Intact(ctx, prior); err != nil || ok {
 			return prior, ok, err
 		}
@@ -220,14 +222,16 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 		walked *archive.Result
 		err    error
 	)
+	// A layout dir's signatures are read too, as a tar's are, to be kept.
+	opts := archive.WalkOptions{Name: req.Name, ReadSkipped: true}
 	if req.Dir {
-		walked, err = archive.WalkDirWith(ctx, req.Source, sink, archive.WalkOptions{Name: req.Name})
+		walked, err = archive.WalkDirWith(ctx, req.Source, sink, opts)
 	} else {
 		var rc io.ReadCloser
 		if rc, err = req.Open(); err != nil {
 			return runtime.SourceState{}, err
 		}
-		walked, err = archive.WalkWith(ctx, rc, sink, archive.WalkOptions{Name: req.Name})
+		walked, err = archive.WalkWith(ctx, rc, sink, opts)
 		if cerr := rc.Close(); err == nil && cerr != nil {
 			err = cerr
 		}
@@ -334,6 +338,11 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 			toLease = append(toLease, desc.Digest)
 		}
 	}
+	sigs, sigLease, err := keepSignatures(ctx, sink, walked)
+	if err != nil {
+		return runtime.SourceState{}, err
+	}
+	toLease = append(toLease, sigLease...)
 	if err := s.AddToLease(ctx, lease, toLease); err != nil {
 		return runtime.SourceState{}, err
 	}
@@ -355,7 +364,7 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 		}
 	}
 	state := runtime.SourceState{Lease: lease, Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required, Size: size,
-		Format: res.Format, Skipped: skipped}
+		Format: res.Format, Skipped: skipped, Signatures: sigs, SignaturesRecorded: true}
 	if err := sink.WriteState(ctx, state); err != nil {
 		return runtime.SourceState{}, err
 	}
@@ -430,4 +439,77 @@ func LeaseWants(ctx context.Context, s Store, req runtime.LeaseRequest) (runtime
 	}
 	res.Images, res.State = kept, written(st)
 	return res, errors.Join(errs...)
+}
+
+// keepSignatures writes the signature manifests the walk found for its
+// images, and their signature layers, under the import's lease: small
+// blobs, kept whatever the policy so that a policy set later judges them
+// without the archive. It returns them by image target, and the blobs that
+// were in the store already, for the lease.
+func keepSignatures(ctx context.Context, sink Sink, walked *archive.Result) (map[digest.Digest][]ocispec.Descriptor, []digest.Digest, error) {
+	carried := sigcheck.Carried(ctx, walked)
+	if len(carried) == 0 {
+		return nil, nil, nil
+	}
+	out := map[digest.Digest][]ocispec.Descriptor{}
+	var toLease []digest.Digest
+	done := map[digest.Digest]bool{}
+	write := func(desc ocispec.Descriptor) error {
+		if done[desc.Digest] {
+			return nil
+		}
+		done[desc.Digest] = true
+		data, ok := walked.Docs[desc.Digest]
+		if !ok {
+			// Given to the sink as a blob: on the lease once committed.
+			if !sink.Committed(desc.Digest) {
+				toLease = append(toLease, desc.Digest)
+			}
+			return nil
+		}
+		desc.Size = int64(len(data))
+		committed, err := sink.WriteDoc(ctx, desc, data, nil)
+		if err != nil {
+			return fmt.Errorf("keeping signature %s: %w", desc.Digest, err)
+		}
+		if !committed {
+			toLease = append(toLease, desc.Digest)
+		}
+		return nil
+	}
+	for target, sigs := range carried {
+		for _, sig := range sigs {
+			m := sig.Manifest
+			if data, ok := walked.Docs[m.Digest]; ok {
+				m.Size = int64(len(data))
+				if m.MediaType == "" {
+					m.MediaType = mediaTypeOf(data)
+				}
+			}
+			if err := write(m); err != nil {
+				return nil, nil, err
+			}
+			if err := write(sig.Layer); err != nil {
+				return nil, nil, err
+			}
+			if !slices.ContainsFunc(out[target], func(d ocispec.Descriptor) bool {
+				return d.Digest == m.Digest && d.Annotations[ocispec.AnnotationRefName] == m.Annotations[ocispec.AnnotationRefName]
+			}) {
+				out[target] = append(out[target], m)
+			}
+		}
+	}
+	return out, toLease, nil
+}
+
+// mediaTypeOf is the media type a manifest says it has, the OCI one when it
+// says none.
+func mediaTypeOf(data []byte) string {
+	var m struct {
+		MediaType string `json:"mediaType"`
+	}
+	if json.Unmarshal(data, &m) == nil && m.MediaType != "" {
+		return m.MediaType
+	}
+	return ocispec.MediaTypeImageManifest
 }

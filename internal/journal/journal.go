@@ -28,6 +28,9 @@ const (
 	// ReasonFeatureOff: a path a feature needs is missing on the node, so the
 	// agent runs without the feature (it says which, and why).
 	ReasonFeatureOff = "FeatureOff"
+	// ReasonPolicy: the signature policy file is bad; the last good one
+	// stays in force.
+	ReasonPolicy = "SignaturePolicy"
 )
 
 // Event is one thing that happened.

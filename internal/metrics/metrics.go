@@ -71,6 +71,8 @@ type Metrics struct {
 	sources     *prometheus.GaugeVec
 	sourcesSeen map[SourceKey]bool // label sets outside the known kinds×states set by the last SetSources
 
+	signatures *prometheus.GaugeVec
+
 	reconcileDuration prometheus.Histogram
 	lastSuccess       prometheus.Gauge
 	reconciles        *prometheus.CounterVec
@@ -128,6 +130,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Sources in the images directories, by kind and state, as of the last pass.",
 		}, []string{"kind", "state"}),
 		sourcesSeen: map[SourceKey]bool{},
+		signatures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "holdfast_signature_images",
+			Help: "Images the sources want, by signature verdict under the policy in force (unchecked, verified, unsigned, invalid; refused ones included), as of the last pass; none without a policy.",
+		}, []string{"state"}),
 		reconcileDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "holdfast_reconcile_duration_seconds",
 			Help:    "Time taken by one reconcile pass, whatever the result.",
@@ -173,7 +179,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.imports, m.importBytes, m.importDuration,
 			m.pulls,
 			m.heals, m.drift, m.unpins, m.releases,
-			m.pinned, m.sources,
+			m.pinned, m.sources, m.signatures,
 			m.reconcileDuration, m.lastSuccess, m.reconciles,
 			m.connected, m.backoff,
 		)
@@ -242,6 +248,20 @@ func (m *Metrics) SetPinned(n int) {
 	}
 	m.pinned.Set(float64(n))
 }
+
+// SetSignatures sets holdfast_signature_images: every state is exported,
+// at 0 when counts lacks it.
+func (m *Metrics) SetSignatures(counts map[string]int) {
+	if m == nil {
+		return
+	}
+	for _, s := range signatureStates {
+		m.signatures.WithLabelValues(s).Set(float64(counts[s]))
+	}
+}
+
+// signatureStates are the states of policy.Verdict.
+var signatureStates = []string{"unchecked", "verified", "unsigned", "invalid"}
 
 // SetSources replaces the whole holdfast_sources vector with counts. Every
 // known kind×state series is always exported, at 0 when counts lacks it; any

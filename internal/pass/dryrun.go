@@ -12,8 +12,9 @@ import (
 )
 
 // Action is one thing a pass does, as a dry run reports it (holdfast plan):
-// import, remove (a spool file, once imported), pull, pin, heal, unpin or
-// release, with its reason and source.
+// import, remove (a spool file, once imported), pull, pin, heal, unpin,
+// release or refuse (an image the signature policy refuses: not pinned), with
+// its reason and source.
 type Action struct {
 	Action string `json:"action"`
 	Name   string `json:"name,omitempty"`
@@ -132,5 +133,8 @@ func (p *Runner) recordPlan(plan reconcile.Plan) {
 	}
 	for _, r := range plan.Releases {
 		p.actions.add(Action{Action: "release", Lease: r.Lease, Source: r.Source, Reason: string(r.Reason)})
+	}
+	for _, r := range plan.Refusals {
+		p.actions.add(Action{Action: "refuse", Name: r.Name, Target: r.Target, Lease: r.Lease, Source: r.Source, Reason: r.Reason})
 	}
 }

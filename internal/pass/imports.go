@@ -30,7 +30,7 @@ func (p *Runner) importAll(ctx context.Context, srcs []source.Source, known map[
 	for _, src := range srcs {
 		g.Go(func() error {
 			began := time.Now()
-			res, err := importSource(gctx, p.store, src, known[src.Path+"\x00"+src.Identity], p.cfg.Progress)
+			res, err := importSource(gctx, p.store, src, known[src.Path+"\x00"+src.Identity], p.cfg.Progress, p.cfg.Policy != "")
 			v.put(res.State)
 			mu.Lock()
 			defer mu.Unlock()
@@ -63,9 +63,9 @@ func (p *Runner) importAll(ctx context.Context, srcs []source.Source, known map[
 	return imported
 }
 
-func importSource(ctx context.Context, store importer.Store, src source.Source, prior *hfruntime.SourceState, progress Progress) (hfruntime.ImportResult, error) {
+func importSource(ctx context.Context, store importer.Store, src source.Source, prior *hfruntime.SourceState, progress Progress, signed bool) (hfruntime.ImportResult, error) {
 	req := importRequest(src, false, progress)
-	req.Prior = prior
+	req.Prior, req.Signed = prior, signed
 	res, err := importer.Import(ctx, store, req)
 	if err != nil {
 		return res, sourceFailed(src.Path, err, fmt.Errorf("import %s: %w", src.Path, err))

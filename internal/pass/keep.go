@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/importer"
+	"github.com/holdfast-project/holdfast/internal/policy"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/sigcheck"
 	"github.com/holdfast-project/holdfast/internal/source"
 )
 
@@ -27,6 +29,9 @@ type KeepOptions struct {
 	// Name names the image of a layout whose index names none (a cosign
 	// save layout): holdfast import --name.
 	Name string
+	// Policy, when set, judges the images: under enforce one it refuses is
+	// not pinned, and Keep fails naming it (the others are pinned).
+	Policy *policy.Policy
 }
 
 // Kept is what Keep did with one path.
@@ -37,6 +42,9 @@ type Kept struct {
 	Replaced  []string             // leases of earlier kept imports of the same path, released
 	Unpinned  []string             // names only those wanted
 	Conflicts []reconcile.Conflict // names another source wants at another target
+	// Verdicts are the policy's verdicts on the names the import gave
+	// (KeepOptions.Policy), refused ones included.
+	Verdicts map[string]policy.Verdict
 }
 
 // Keep imports one archive (a split one named by any part, or by its name
@@ -62,6 +70,7 @@ func Keep(ctx context.Context, rt importer.Backend, path string, standing Standi
 		return k, fmt.Errorf("import %s: %w", k.Path, err)
 	}
 	req := importRequest(src, true, opts.Progress)
+	req.Signed = opts.Policy != nil
 	if opts.Name != "" {
 		// Another name is another import of the same layout.
 		req.Name, req.Identity = opts.Name, req.Identity+",name="+opts.Name
@@ -86,8 +95,22 @@ func Keep(ctx context.Context, rt importer.Backend, path string, standing Standi
 	if !k.Result.Unchanged {
 		imported[k.Result.Lease] = true
 	}
-	plan := planAsIs(states, records, imported)
+	var judge sigcheck.Judge
+	blobs := storeBlobs{rt.ImportStore()}
+	plan := planAsIs(states, records, imported, refuser(ctx, opts.Policy, &judge, states, blobs))
 	var errs []error
+	if opts.Policy != nil {
+		verdict := judge.Verdicts(ctx, opts.Policy, states, blobs)
+		k.Verdicts = map[string]policy.Verdict{}
+		for _, w := range k.Result.Images {
+			k.Verdicts[w.Name] = verdict(w.Name, w.Target)
+		}
+	}
+	for _, r := range plan.Refusals {
+		if r.Lease == k.Result.Lease {
+			errs = append(errs, fmt.Errorf("image %s refused by the signature policy: %s", r.Name, r.Reason))
+		}
+	}
 	for _, p := range plan.Pins {
 		if p.Lease != k.Result.Lease {
 			continue
@@ -133,7 +156,7 @@ func ReleaseKept(ctx context.Context, rt hfruntime.Runtime, leases []hfruntime.S
 	states = slices.DeleteFunc(states, func(st hfruntime.SourceState) bool {
 		return slices.ContainsFunc(leases, func(l hfruntime.SourceState) bool { return l.Lease == st.Lease })
 	})
-	wanted := planAsIs(states, records, nil).WantedNames
+	wanted := planAsIs(states, records, nil, nil).WantedNames
 	if dryRun {
 		rel.Unpinned = unwanted(leases, wanted, standing, records)
 		if len(rel.Unpinned) > 0 && standing.Err != nil {
@@ -169,8 +192,9 @@ func readStore(ctx context.Context, rt hfruntime.Runtime) ([]hfruntime.SourceSta
 // planAsIs plans with every lease taken as it is: no file is looked at, so
 // no source counts as gone. It is the plan of a command that acts on a few
 // sources only (import, release) beside whatever else the store holds.
-func planAsIs(states []hfruntime.SourceState, records []hfruntime.Image, imported map[string]bool) reconcile.Plan {
+func planAsIs(states []hfruntime.SourceState, records []hfruntime.Image, imported map[string]bool, refused func(hfruntime.Want) (string, bool)) reconcile.Plan {
 	return reconcile.Diff(reconcile.Input{
+		Refused:  refused,
 		Leases:   states,
 		Unknown:  func(string) bool { return true },
 		Imported: imported,

@@ -45,6 +45,11 @@ type Config struct {
 	Log           *slog.Logger
 	// Progress, when set, follows the bytes imports read from archive files.
 	Progress Progress
+	// Policy is the signature policy file ("" for none), read again before
+	// each pass (a bad edit keeps the last good policy). Under enforce a
+	// wanted image the policy refuses is not pinned; under warn its verdict
+	// is reported.
+	Policy string
 }
 
 // Progress wraps r, the archive at path (size bytes; of a split archive, its
@@ -138,6 +143,7 @@ type Runner struct {
 	now     func() time.Time // for settling and retries
 	journal *journal.Journal
 	hand    Handoff
+	sigs    signatures
 
 	mu         sync.Mutex
 	failed     map[string]failure // sources whose import failed, by path
@@ -185,6 +191,7 @@ func (p *Runner) Run(ctx context.Context, opts Options) (Summary, Result) {
 	var sum Summary
 	var pr Result
 	mark := p.hand.Begin()
+	p.loadPolicy(&sum)
 	// What the pass reads first, read at once: stale ingests go (before any
 	// import starts its own), the store is listed, the images dirs scanned.
 	var (
@@ -295,10 +302,11 @@ func (p *Runner) Run(ctx context.Context, opts Options) (Summary, Result) {
 		standing := standingOf(waitingLists, nil)
 		named = func(name string) bool { return standing.Err != nil || standing.Wants(name) }
 	}
-	plan, err := planWith(ctx, p.rt, scan, imported, lists, current, func(path string) bool { return under(writing, path) }, named)
+	plan, planned, err := planWith(ctx, p.rt, scan, imported, lists, current, func(path string) bool { return under(writing, path) }, named, p.refusing(ctx))
 	if err != nil {
 		sum.Failures = append(sum.Failures, err)
 	} else {
+		p.reportSignatures(plan, p.verdicts(ctx, plan, planned), &sum)
 		p.recordPlan(plan)
 		p.apply(ctx, plan, &sum)
 		p.removeSpooled(ctx, spooled, &sum)

@@ -15,15 +15,20 @@ import (
 // when v is nil or its listing failed), with scan would do. Sources that are
 // not archives (lists) are present as given in lists; hold says which gone
 // sources keep their leases this pass, named which names are not unpinned
-// (reconcile.Input).
+// (reconcile.Input); refusing, when set, gives for the leases what the
+// signature policy refuses. It returns the leases it planned with too.
 func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present,
-	v *view, hold, named func(string) bool) (reconcile.Plan, error) {
+	v *view, hold, named func(string) bool, refusing func([]hfruntime.SourceState) func(hfruntime.Want) (string, bool)) (reconcile.Plan, []hfruntime.SourceState, error) {
 	if v == nil || v.err != nil {
 		v = list(ctx, rt)
 	}
 	leases, records, err := v.now()
 	if err != nil {
-		return reconcile.Plan{}, err
+		return reconcile.Plan{}, nil, err
+	}
+	var refused func(hfruntime.Want) (string, bool)
+	if refusing != nil {
+		refused = refusing(leases)
 	}
 	present := map[string]reconcile.Present{}
 	for _, s := range scan.Sources {
@@ -35,6 +40,7 @@ func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imp
 		present[p] = pr
 	}
 	return reconcile.Diff(reconcile.Input{
+		Refused:  refused,
 		Leases:   leases,
 		Present:  present,
 		Unknown:  unknown(scan, leases),
@@ -44,7 +50,7 @@ func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imp
 		Records:  records,
 		// An unfinished kept import may be in flight in another process.
 		KeptStaleBefore: time.Now().Add(-KeptStaleAge),
-	}), nil
+	}), leases, nil
 }
 
 // unknown reports the sources a pass cannot judge: those at or below a path

@@ -17,6 +17,8 @@ type Recorder interface {
 	SetPinned(n int)
 	ReconcileDone(d time.Duration, ok bool)
 	SetSources(counts map[metrics.SourceKey]int)
+	// SetSignatures counts the wanted images by signature verdict state.
+	SetSignatures(counts map[string]int)
 }
 
 // NoRecorder records nothing.
@@ -31,3 +33,4 @@ func (NoRecorder) Released(int)                            {}
 func (NoRecorder) SetPinned(int)                           {}
 func (NoRecorder) ReconcileDone(time.Duration, bool)       {}
 func (NoRecorder) SetSources(map[metrics.SourceKey]int)    {}
+func (NoRecorder) SetSignatures(map[string]int)            {}

@@ -7,6 +7,7 @@ package reconcile
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/runtime"
@@ -24,6 +25,7 @@ const (
 	ReasonGone     Reason = "gone"     // the source is gone
 	ReasonReplaced Reason = "replaced" // the source's content changed and the new content is leased
 	ReasonStale    Reason = "stale"    // an import that never finished
+	ReasonRefused  Reason = "refused"  // the signature policy refuses every image that would have it
 )
 
 // Pin creates or updates a record so it points at Target with both pin labels.
@@ -49,6 +51,15 @@ type Release struct {
 
 // Conflict is one name that kept sources want with different targets. The
 // source with the newest mtime wins; the others' content stays leased.
+// Refusal is a want the signature policy refuses (Input.Refused).
+type Refusal struct {
+	Name   string
+	Target string
+	Source string
+	Lease  string
+	Reason string
+}
+
 type Conflict struct {
 	Name   string
 	Winner Claim
@@ -71,6 +82,7 @@ type Plan struct {
 	// leases are kept, and their names stay wanted, this pass.
 	Held        []Release
 	Conflicts   []Conflict
+	Refusals    []Refusal               // wants the signature policy refuses: not wanted
 	Wanted      int                     // names the kept sources want
 	WantedNames map[string]runtime.Want // and their targets (the winners')
 	// KeptNames are the wanted names a kept source (holdfast import) wants.
@@ -105,6 +117,11 @@ type Input struct {
 	Named func(name string) bool
 	// Imported holds the leases this pass imported: their pins are "new", not heals.
 	Imported map[string]bool
+	// Refused says whether the signature policy refuses a want, and why. A
+	// refused want is no claim: its name is pinned for another source's
+	// want of it that is not refused, or for none (an owned pin on it is
+	// removed), and never healed. nil refuses nothing.
+	Refused func(w runtime.Want) (reason string, refused bool)
 	// Records is every image record in the namespace.
 	Records []runtime.Image
 	// KeptStaleBefore: an unfinished kept import whose lease was made before
@@ -124,8 +141,16 @@ func Diff(in Input) Plan {
 		state runtime.SourceState
 	}
 	claims := map[string][]claim{}
+	refused := map[string]bool{}
 	for _, st := range kept {
 		for _, w := range st.Images {
+			if in.Refused != nil {
+				if why, no := in.Refused(w); no {
+					plan.Refusals = append(plan.Refusals, Refusal{Name: w.Name, Target: w.Target.Digest.String(), Source: st.Source, Lease: st.Lease, Reason: why})
+					refused[w.Name] = true
+					continue
+				}
+			}
 			claims[w.Name] = append(claims[w.Name], claim{w, st})
 			if st.Kept {
 				if plan.KeptNames == nil {
@@ -187,13 +212,21 @@ func Diff(in Input) Plan {
 		if _, ok := wanted[name]; ok || !rec.Owned() || (in.Named != nil && in.Named(name)) {
 			continue
 		}
-		plan.Unpins = append(plan.Unpins, Unpin{Name: name, Reason: ReasonUnwanted})
+		reason := ReasonUnwanted
+		if refused[name] {
+			reason = ReasonRefused
+		}
+		plan.Unpins = append(plan.Unpins, Unpin{Name: name, Reason: reason})
 	}
 	sort.Slice(plan.Pins, func(i, j int) bool { return plan.Pins[i].Want.Name < plan.Pins[j].Want.Name })
 	sort.Slice(plan.Unpins, func(i, j int) bool { return plan.Unpins[i].Name < plan.Unpins[j].Name })
 	sort.Slice(plan.Releases, func(i, j int) bool { return plan.Releases[i].Lease < plan.Releases[j].Lease })
 	sort.Slice(plan.Held, func(i, j int) bool { return plan.Held[i].Lease < plan.Held[j].Lease })
 	sort.Slice(plan.Conflicts, func(i, j int) bool { return plan.Conflicts[i].Name < plan.Conflicts[j].Name })
+	sort.Slice(plan.Refusals, func(i, j int) bool {
+		a, b := plan.Refusals[i], plan.Refusals[j]
+		return a.Name < b.Name || a.Name == b.Name && a.Lease < b.Lease
+	})
 	return plan
 }
 
@@ -259,4 +292,23 @@ func short(d string) string {
 		return d[:19]
 	}
 	return d
+}
+
+// Tagged is refusals without those of a name@digest whose image the same
+// source has refused under a tag too: the refusals a person reads.
+func Tagged(refusals []Refusal) []Refusal {
+	type key struct{ source, target string }
+	tagged := map[key]bool{}
+	for _, r := range refusals {
+		if !strings.Contains(r.Name, "@") {
+			tagged[key{r.Source, r.Target}] = true
+		}
+	}
+	var out []Refusal
+	for _, r := range refusals {
+		if !strings.Contains(r.Name, "@") || !tagged[key{r.Source, r.Target}] {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -100,6 +100,14 @@ type SourceState struct {
 	// that are no images (signature, attestation, chart, …).
 	Format  string         `json:"format,omitempty"`
 	Skipped map[string]int `json:"skipped,omitempty"`
+	// Signatures are, by image target, the signature manifests the source
+	// carried for its images (cosign's .sig tags, sigstore bundle
+	// referrers), leased with their layers, so that a pass judges the
+	// images against a signature policy without the archive.
+	// SignaturesRecorded is false in a state written before holdfast kept
+	// them: with a policy in force such a source is imported again.
+	Signatures         map[digest.Digest][]ocispec.Descriptor `json:"signatures,omitempty"`
+	SignaturesRecorded bool                                   `json:"signaturesRecorded,omitempty"`
 }
 
 // ServerInfo describes the store's server.
@@ -109,14 +117,18 @@ type ServerInfo struct {
 
 // ImportRequest is one archive (or OCI layout directory) to import.
 type ImportRequest struct {
-	Source   string                        // path, as the operator named it
-	Identity string                        // changes whenever the content may have changed
-	MtimeNs  int64                         // the source mtime
-	Dir      bool                          // an OCI layout directory, not a file
-	Prior    *SourceState                  // the source's state at this identity if the caller read it already
-	Kept     bool                          // import as a kept source, leased until released (holdfast import)
-	Name     string                        // names the image of a layout that names none (a cosign layout): holdfast import --name
-	Open     func() (io.ReadCloser, error) // opens the archive stream (files)
+	Source   string       // path, as the operator named it
+	Identity string       // changes whenever the content may have changed
+	MtimeNs  int64        // the source mtime
+	Dir      bool         // an OCI layout directory, not a file
+	Prior    *SourceState // the source's state at this identity if the caller read it already
+	Kept     bool         // import as a kept source, leased until released (holdfast import)
+	Name     string       // names the image of a layout that names none (a cosign layout): holdfast import --name
+	// Signed: a signature policy is in force, so a source whose complete
+	// state did not record its signatures (SignaturesRecorded) is imported
+	// again rather than found unchanged.
+	Signed bool
+	Open   func() (io.ReadCloser, error) // opens the archive stream (files)
 }
 
 // LeaseRequest asks to lease images already in the store for a source that

@@ -9,6 +9,15 @@ const e2e = "./test/e2e"
 // sabotage rather than drop it.
 var sabotages = []sabotage{
 	{
+		name: "refused-images-pinned",
+		// The signature policy's refusals are ignored: under enforce an
+		// image signed by another key, or unsigned, is named and pinned.
+		edits: []edit{{"internal/reconcile/reconcile.go",
+			"if why, no := in.Refused(w); no {",
+			"if why, no := in.Refused(w); no && false {"}},
+		tests: []tests{{"./internal/reconcile", []string{"TestRefusedIsNoClaim"}, nil}, {e2e, []string{"TestSignaturePolicyEnforce"}, nil}},
+	},
+	{
 		name: "present-blobs-not-leased",
 		// Blobs the store already had are not added to the source's lease:
 		// a layer above the in-memory limit, skipped rather than written,
@@ -459,7 +468,7 @@ var sabotages = []sabotage{
 		// A source whose lease holds a complete, intact import at its
 		// identity is read and written again at every pass.
 		edits: []edit{{"internal/importer/importer.go",
-			"if prior = *known; prior.Intact {",
+			"if prior = *known; prior.Intact && (prior.SignaturesRecorded || !req.Signed) {",
 			"if prior = *known; false {"}, {"internal/importer/importer.go",
 			"if ok, err := s.Intact(ctx, prior); err != nil || ok {",
 			"if ok, err := s.Intact(ctx, prior); err != nil || (ok && false) {"}},

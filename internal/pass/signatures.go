@@ -1,0 +1,140 @@
+package pass
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/journal"
+	"github.com/holdfast-project/holdfast/internal/policy"
+	"github.com/holdfast-project/holdfast/internal/reconcile"
+	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/sigcheck"
+)
+
+// signatures is what a Runner keeps of the signature policy between passes.
+type signatures struct {
+	pol    *policy.Policy // the last good policy; nil: none
+	badErr string         // the last reload's error, reported once
+	judge  sigcheck.Judge
+}
+
+// loadPolicy reads the policy file again before a pass. A bad file keeps
+// the last good policy, and says so once per mistake; with no good policy
+// yet, the pass fails with the file's mistakes.
+func (p *Runner) loadPolicy(sum *Summary) {
+	if p.cfg.Policy == "" {
+		return
+	}
+	pol, err := policy.Reload(p.sigs.pol, p.cfg.Policy)
+	p.sigs.pol = pol
+	if err == nil {
+		p.sigs.badErr = ""
+		return
+	}
+	if pol == nil {
+		sum.Failures = append(sum.Failures, fmt.Errorf("signature policy: %w", err))
+		return
+	}
+	if msg := err.Error(); msg != p.sigs.badErr {
+		p.sigs.badErr = msg
+		p.log.Warn("the signature policy file is bad: keeping the last good policy", "policy", p.cfg.Policy, "error", msg)
+		p.journal.Record(journal.Warning, journal.ReasonPolicy, fmt.Sprintf("signature policy %s is bad, the last good one stays in force: %v", p.cfg.Policy, errors.Join(err)))
+	}
+}
+
+// refusing returns, for the leases a plan reads, what the policy refuses:
+// nil without a policy, or under warn (verdicts are then only reported).
+func (p *Runner) refusing(ctx context.Context) func([]hfruntime.SourceState) func(hfruntime.Want) (string, bool) {
+	pol := p.sigs.pol
+	if pol == nil || pol.Mode != policy.Enforce {
+		return nil
+	}
+	return func(states []hfruntime.SourceState) func(hfruntime.Want) (string, bool) {
+		return refuser(ctx, pol, &p.sigs.judge, states, storeBlobs{p.store})
+	}
+}
+
+// refuser says whether pol refuses a want of states, whose signatures j
+// reads with b, and why; nil when pol does not enforce.
+func refuser(ctx context.Context, pol *policy.Policy, j *sigcheck.Judge, states []hfruntime.SourceState, b storeBlobs) func(hfruntime.Want) (string, bool) {
+	if pol == nil || pol.Mode != policy.Enforce {
+		return nil
+	}
+	verdict := j.Verdicts(ctx, pol, states, b)
+	return func(w hfruntime.Want) (string, bool) {
+		v := verdict(w.Name, w.Target)
+		return v.String(), pol.Mode.Refuses(v)
+	}
+}
+
+// Verdicts are the verdicts of the policy in force on the names a plan
+// wants, and on those it refuses; nil without a policy.
+func (p *Runner) verdicts(ctx context.Context, plan reconcile.Plan, states []hfruntime.SourceState) map[string]policy.Verdict {
+	pol := p.sigs.pol
+	if pol == nil {
+		return nil
+	}
+	verdict := p.sigs.judge.Verdicts(ctx, pol, states, storeBlobs{p.store})
+	out := map[string]policy.Verdict{}
+	for name, w := range plan.WantedNames {
+		out[name] = verdict(name, w.Target)
+	}
+	for _, r := range plan.Refusals {
+		if _, ok := out[r.Name]; !ok {
+			out[r.Name] = verdict(r.Name, ocispec.Descriptor{Digest: digest.Digest(r.Target)})
+		}
+	}
+	return out
+}
+
+// reportSignatures counts the verdicts (the metric), warns of each image a
+// rule applies to that is not verified, and fails each source whose image
+// the policy refuses, naming the image and why.
+func (p *Runner) reportSignatures(plan reconcile.Plan, verdicts map[string]policy.Verdict, sum *Summary) {
+	if verdicts == nil {
+		return
+	}
+	counts := map[string]int{}
+	refused := refusedNames(plan)
+	for name, v := range verdicts {
+		if strings.Contains(name, "@") {
+			continue // its image is counted by its tag
+		}
+		counts[string(v.State)]++
+		if v.State == policy.Unsigned || v.State == policy.Invalid {
+			if !refused[name] {
+				p.log.Warn("an image the signature policy applies to is not verified (mode warn: pinned all the same)", "name", name, "signature", v.String())
+			}
+		}
+	}
+	p.rec.SetSignatures(counts)
+	for _, r := range reconcile.Tagged(plan.Refusals) {
+		cause := fmt.Errorf("image %s refused by the signature policy: %s", r.Name, r.Reason)
+		sum.Failures = append(sum.Failures, sourceFailed(r.Source, cause, fmt.Errorf("%s: %w", r.Source, cause)))
+		p.log.Error("refused", "name", r.Name, "target", r.Target, "source", r.Source, "signature", r.Reason)
+	}
+}
+
+func refusedNames(plan reconcile.Plan) map[string]bool {
+	out := map[string]bool{}
+	for _, r := range plan.Refusals {
+		out[r.Name] = true
+	}
+	return out
+}
+
+// storeBlobs reads signatures from the content store imports write to.
+type storeBlobs struct {
+	s interface {
+		ReadBlob(context.Context, ocispec.Descriptor) ([]byte, error)
+	}
+}
+
+func (b storeBlobs) Read(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
+	return b.s.ReadBlob(ctx, desc)
+}

@@ -1,0 +1,113 @@
+package sigcheck
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/policy"
+	"github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/signature"
+)
+
+// Carried returns, for each image res names (cosign's tags aside), the
+// signatures res carries that claim it, read from what the walk kept
+// (Docs). A candidate that cannot be read is passed over: an import keeps
+// what can be judged later.
+func Carried(ctx context.Context, res *archive.Result) map[digest.Digest][]signature.Signature {
+	candidates := Candidates(res)
+	if len(candidates) == 0 {
+		return nil
+	}
+	out := map[digest.Digest][]signature.Signature{}
+	for _, img := range res.Images {
+		if _, tag := archive.CosignTag(img.Name); tag {
+			continue
+		}
+		if _, ok := out[img.Target.Digest]; ok {
+			continue
+		}
+		if f := find(ctx, img.Target, candidates, Docs(res)); len(f.sigs) > 0 {
+			out[img.Target.Digest] = f.sigs
+		}
+	}
+	return out
+}
+
+// Judge judges images by the signatures a content store keeps for them:
+// those each source's state recorded (runtime.SourceState.Signatures). It
+// remembers its verdicts by policy, image target and signatures, so that a
+// pass verifies again only what changed.
+type Judge struct {
+	mu   sync.Mutex
+	pol  *policy.Policy
+	memo map[memoKey]policy.Verdict
+}
+
+type memoKey struct {
+	target digest.Digest
+	rule   *policy.Rule
+	sigs   string
+}
+
+// Verdicts returns the verdict of pol on each image the states want, by
+// name and target, reading signatures with b. An image no rule matches is
+// unchecked without a read.
+func (j *Judge) Verdicts(ctx context.Context, pol *policy.Policy, states []runtime.SourceState, b signature.Blobs) func(name string, target ocispec.Descriptor) policy.Verdict {
+	byTarget := map[digest.Digest][]ocispec.Descriptor{}
+	for _, st := range states {
+		for t, ds := range st.Signatures {
+			for _, d := range ds {
+				if !slices.ContainsFunc(byTarget[t], func(o ocispec.Descriptor) bool { return sameCandidate(o, d) }) {
+					byTarget[t] = append(byTarget[t], d)
+				}
+			}
+		}
+	}
+	return func(name string, target ocispec.Descriptor) policy.Verdict {
+		rule, ok := pol.RuleFor(name)
+		if !ok {
+			return policy.Verdict{State: policy.Unchecked, Reason: "no rule matches"}
+		}
+		candidates := byTarget[target.Digest]
+		k := memoKey{target: target.Digest, rule: rule, sigs: candidateKey(candidates)}
+		j.mu.Lock()
+		if j.pol != pol {
+			j.pol, j.memo = pol, map[memoKey]policy.Verdict{}
+		}
+		v, ok := j.memo[k]
+		j.mu.Unlock()
+		if ok {
+			return v
+		}
+		f := find(ctx, target, candidates, b)
+		v = judge(ctx, pol, rule, target, f)
+		// A signature the store could not give is tried again next time.
+		if len(f.unreadable) == 0 && ctx.Err() == nil {
+			j.mu.Lock()
+			if j.pol == pol {
+				j.memo[k] = v
+			}
+			j.mu.Unlock()
+		}
+		return v
+	}
+}
+
+func sameCandidate(a, b ocispec.Descriptor) bool {
+	return a.Digest == b.Digest && a.Annotations[ocispec.AnnotationRefName] == b.Annotations[ocispec.AnnotationRefName]
+}
+
+func candidateKey(ds []ocispec.Descriptor) string {
+	keys := make([]string, 0, len(ds))
+	for _, d := range ds {
+		keys = append(keys, d.Digest.String()+" "+d.Annotations[ocispec.AnnotationRefName])
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, "\n")
+}

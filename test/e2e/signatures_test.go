@@ -1,0 +1,249 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/fixture"
+	"github.com/holdfast-project/holdfast/internal/signature"
+	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
+)
+
+// signedScene is an archive of three images under one policy rule: one
+// signed by the policy's key, one by another key, one unsigned; the
+// signatures ride in the archive as cosign saves them (<repo>:sha256-<hex>.sig).
+type signedScene struct {
+	dir, archive, policyDir string
+	signed, foreign, bare   string
+}
+
+func writeSignedScene(t *testing.T, imagesDir string) signedScene {
+	t.Helper()
+	dir := tempDir(t)
+	s := signedScene{
+		dir:       dir,
+		archive:   filepath.Join(imagesDir, "signed.tar"),
+		policyDir: filepath.Join(dir, "policy"),
+		signed:    "e2e.local/sig/signed:1",
+		foreign:   "e2e.local/sig/foreign:1",
+		bare:      "e2e.local/sig/bare:1",
+	}
+	key, other := sigtest.NewKey(t), sigtest.NewKey(t)
+	if err := os.MkdirAll(s.policyDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.policyDir, "platform.pub"), sigtest.PublicPEM(t, key), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	signed := build(t, fixture.ImageSpec{Names: []string{s.signed}})
+	foreign := build(t, fixture.ImageSpec{Names: []string{s.foreign}})
+	bare := build(t, fixture.ImageSpec{Names: []string{s.bare}})
+	sig := func(img *fixture.Image, k *ecdsa.PrivateKey) fixture.Artifact {
+		repo, _, _ := strings.Cut(img.Names[0], ":")
+		m := sigtest.Legacy(t, repo, img.Target.Digest, k)
+		desc := m.Descriptor
+		desc.Annotations = map[string]string{ocispec.AnnotationRefName: repo + ":" + signature.SigTag(img.Target.Digest)}
+		return fixture.Artifact{Descriptor: desc, Blobs: m.Bytes()}
+	}
+	writeArchive(t, s.archive, fixture.None, fixture.CompressOptions{}, func(ctx context.Context, w io.Writer) error {
+		return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameOCIFull,
+			Artifacts: []fixture.Artifact{sig(signed, key), sig(foreign, other)}}, signed, foreign, bare)
+	})
+	return s
+}
+
+// writePolicy writes the scene's policy in mode, its rule over e2e.local/sig/*.
+func (s signedScene) writePolicy(t *testing.T, mode string) string {
+	t.Helper()
+	p := filepath.Join(s.policyDir, "policy.yaml")
+	body := "mode: " + mode + "\nrules:\n  - images: [\"e2e.local/sig/*\"]\n    keys: [platform.pub]\n"
+	if err := os.WriteFile(p+".tmp", []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(p+".tmp", p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// signatureStatus is what status -o json says of signatures.
+type signatureStatus struct {
+	Images []struct {
+		Name      string `json:"name"`
+		Pinned    bool   `json:"pinned"`
+		Signature *struct {
+			State, By, Reason string
+		} `json:"signature"`
+	} `json:"images"`
+	Refused []struct {
+		Name      string `json:"name"`
+		Source    string `json:"source"`
+		Signature struct {
+			State, By, Reason string
+		} `json:"signature"`
+	} `json:"refused"`
+}
+
+func (d *daemon) signatureStatus(t *testing.T, dataDir, imagesDir, pol string) signatureStatus {
+	t.Helper()
+	res := holdfast(t, "status", "-o", "json", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--policy", pol)
+	if res.Code != 0 {
+		t.Fatalf("status exited %d\n%s", res.Code, res.Stderr)
+	}
+	var st signatureStatus
+	if err := json.Unmarshal([]byte(res.Stdout), &st); err != nil {
+		t.Fatalf("status -o json: %v\n%s", err, res.Stdout)
+	}
+	return st
+}
+
+// TestSignaturePolicyEnforce: under enforce, of an archive holding one image
+// signed by the policy's key, one signed by another key and one unsigned,
+// only the first is named and pinned; the exit code, the errors and status
+// say why for each of the others. Under warn all three are pinned and the
+// verdicts reported. Back under enforce, holdfast unpins the two it pinned,
+// without reading the archive again.
+func TestSignaturePolicyEnforce(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
+		s := writeSignedScene(t, imagesDir)
+		pol := s.writePolicy(t, "enforce")
+
+		res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--policy", pol)
+		if res.Code != 1 {
+			t.Fatalf("sync under enforce exited %d, want 1\nstdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
+		}
+		for _, want := range []string{
+			"image " + s.foreign + " refused by the signature policy: invalid",
+			"image " + s.bare + " refused by the signature policy: unsigned",
+		} {
+			if !strings.Contains(res.Stderr, want) {
+				t.Errorf("sync's errors do not say %q:\n%s", want, res.Stderr)
+			}
+		}
+		d.requirePinned(t, s.signed)
+		for _, n := range []string{s.foreign, s.bare} {
+			if _, ok := d.record(t, n); ok {
+				t.Errorf("%s refused, but containerd has a record of that name", n)
+			}
+			if found, _ := d.criImage(t, n); found {
+				t.Errorf("%s refused, but the CRI knows it", n)
+			}
+		}
+		st := d.signatureStatus(t, dataDir, imagesDir, pol)
+		verdicts := map[string]string{}
+		for _, img := range st.Images {
+			if img.Signature != nil {
+				verdicts[img.Name] = img.Signature.State + " " + img.Signature.By
+			}
+		}
+		if v := verdicts[s.signed]; v != "verified "+filepath.Join(s.policyDir, "platform.pub") {
+			t.Errorf("status: %s signature %q, want verified by the policy's key", s.signed, v)
+		}
+		refused := map[string]string{}
+		for _, r := range st.Refused {
+			refused[r.Name] = r.Signature.State
+			if r.Source != s.archive || r.Signature.Reason == "" {
+				t.Errorf("status: refused %s from %q, reason %q", r.Name, r.Source, r.Signature.Reason)
+			}
+		}
+		if refused[s.foreign] != "invalid" || refused[s.bare] != "unsigned" || len(refused) != 2 {
+			t.Errorf("status: refused %v, want %s invalid and %s unsigned", refused, s.foreign, s.bare)
+		}
+
+		// Warn: all three pinned, the verdicts reported; nothing is read again.
+		pol = s.writePolicy(t, "warn")
+		res = holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--policy", pol)
+		if res.Code != 0 {
+			t.Fatalf("sync under warn exited %d\n%s", res.Code, res.Stderr)
+		}
+		if !strings.Contains(res.Stdout, "0 imported, 1 unchanged") {
+			t.Errorf("the archive was read again: %s", res.Stdout)
+		}
+		d.requirePinned(t, s.signed, s.foreign, s.bare)
+		st = d.signatureStatus(t, dataDir, imagesDir, pol)
+		if len(st.Refused) != 0 {
+			t.Errorf("status under warn lists refused images: %+v", st.Refused)
+		}
+		states := map[string]string{}
+		for _, img := range st.Images {
+			if img.Signature != nil {
+				states[img.Name] = img.Signature.State
+			}
+		}
+		if states[s.signed] != "verified" || states[s.foreign] != "invalid" || states[s.bare] != "unsigned" {
+			t.Errorf("status under warn: verdicts %v", states)
+		}
+
+		// Enforce again: holdfast unpins what it pinned of the two.
+		pol = s.writePolicy(t, "enforce")
+		res = holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--policy", pol)
+		if res.Code != 1 {
+			t.Fatalf("sync back under enforce exited %d\n%s", res.Code, res.Stderr)
+		}
+		d.requirePinned(t, s.signed)
+		for _, n := range []string{s.foreign, s.bare} {
+			if cri, hf := d.pinnedBy(t, n); cri || hf {
+				t.Errorf("%s refused, still pinned (cri %t, holdfast %t)", n, cri, hf)
+			}
+		}
+	})
+}
+
+// TestSignaturePolicyUnderRun: holdfast run with a policy in warn pins all
+// three; the policy edited to enforce is taken at the next pass: the two
+// refused are unpinned, an Event names each, and the metric counts the
+// verdicts. A bad edit keeps the last good policy and says so.
+func TestSignaturePolicyUnderRun(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
+		s := writeSignedScene(t, imagesDir)
+		pol := s.writePolicy(t, "warn")
+		a := startAgent(t, d, dataDir, []string{imagesDir}, "--policy", pol, "--resync", "2s")
+		eventually(t, "all three pinned under warn", func() bool {
+			return d.isPinned(t, s.signed) && d.isPinned(t, s.foreign) && d.isPinned(t, s.bare)
+		})
+		eventually(t, "the verdict metric", func() bool {
+			return a.metric(t, "holdfast_signature_images", map[string]string{"state": "verified"}) == 1 &&
+				a.metric(t, "holdfast_signature_images", map[string]string{"state": "unsigned"}) == 1 &&
+				a.metric(t, "holdfast_signature_images", map[string]string{"state": "invalid"}) == 1
+		})
+
+		s.writePolicy(t, "enforce")
+		eventually(t, "the refused images unpinned under enforce", func() bool {
+			return d.isPinned(t, s.signed) && !d.isPinned(t, s.foreign) && !d.isPinned(t, s.bare)
+		})
+		eventually(t, "an Event naming each refused image", func() bool {
+			_, body := a.get(t, "/report")
+			return strings.Contains(body, "image "+s.foreign+" refused") && strings.Contains(body, "image "+s.bare+" refused")
+		})
+
+		// A bad edit: the last good policy (enforce) stays, and it is said.
+		if err := os.WriteFile(pol, []byte("mode: enforce\nrules:\n  - images: [\"*\"]\n    keys: [missing.pub]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the bad policy reported", func() bool {
+			return a.logged("the signature policy file is bad", nil) > 0
+		})
+		if !d.isPinned(t, s.signed) || d.isPinned(t, s.foreign) {
+			t.Errorf("after a bad edit, the last good policy is not what holds")
+		}
+	})
+}
+
+// isPinned says whether name has a record holdfast pinned.
+func (d *daemon) isPinned(t *testing.T, name string) bool {
+	t.Helper()
+	cri, hf := d.pinnedBy(t, name)
+	return cri && hf
+}
