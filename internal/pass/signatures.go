@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/opencontainers/go-digest"
@@ -31,7 +32,11 @@ func (p *Runner) loadPolicy(sum *Summary) {
 		return
 	}
 	pol, err := policy.Reload(p.sigs.pol, p.cfg.Policy)
-	p.sigs.pol = pol
+	// The same policy read again stays the same value, so that the judge
+	// keeps its verdicts.
+	if pol != p.sigs.pol && !reflect.DeepEqual(pol, p.sigs.pol) {
+		p.sigs.pol = pol
+	}
 	if err == nil {
 		p.sigs.badErr = ""
 		return

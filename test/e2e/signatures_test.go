@@ -247,3 +247,33 @@ func (d *daemon) isPinned(t *testing.T, name string) bool {
 	cri, hf := d.pinnedBy(t, name)
 	return cri && hf
 }
+
+// TestSignaturePolicyImport: holdfast import under enforce pins the image
+// the policy's key signed, names neither of the others, exits 1 naming
+// each refused image, and prints every verdict.
+func TestSignaturePolicyImport(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		s := writeSignedScene(t, filepath.Join(dir, "carried"))
+		pol := s.writePolicy(t, "enforce")
+		res := holdfast(t, "import", "--address", d.Address, "--data-dir", filepath.Join(dir, "data"), "--policy", pol, s.archive)
+		if res.Code != 1 {
+			t.Fatalf("import under enforce exited %d, want 1\nstdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
+		}
+		for _, want := range []string{s.signed + ": signature: verified by " + filepath.Join(s.policyDir, "platform.pub"),
+			s.foreign + ": signature: invalid", s.bare + ": signature: unsigned"} {
+			if !strings.Contains(res.Stdout, want) {
+				t.Errorf("import's output does not say %q:\n%s", want, res.Stdout)
+			}
+		}
+		for _, n := range []string{s.foreign, s.bare} {
+			if !strings.Contains(res.Stderr, "image "+n+" refused by the signature policy") {
+				t.Errorf("import's errors do not name %s:\n%s", n, res.Stderr)
+			}
+			if _, ok := d.record(t, n); ok {
+				t.Errorf("%s refused, but containerd has a record of that name", n)
+			}
+		}
+		d.requirePinned(t, s.signed)
+	})
+}
