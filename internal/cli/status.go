@@ -351,11 +351,9 @@ func skippedWord(skipped map[string]int) string {
 // addSignatures gives each image a source wants the policy's verdict, and
 // lists the wants the policy refuses, judged by the signatures the sources
 // keep in the store.
-func addSignatures(ctx context.Context, pol *policy.Policy, store interface {
-	ReadBlob(context.Context, ocispec.Descriptor) ([]byte, error)
-}, srcs []runtime.SourceState, st *Status) {
+func addSignatures(ctx context.Context, pol *policy.Policy, store sigcheck.BlobReader, srcs []runtime.SourceState, st *Status) {
 	var judge sigcheck.Judge
-	verdict := judge.Verdicts(ctx, pol, srcs, blobReader{store})
+	verdict := judge.Verdicts(ctx, pol, srcs, sigcheck.StoreBlobs(store))
 	for i := range st.Images {
 		img := &st.Images[i]
 		if len(img.Sources) == 0 {
@@ -381,17 +379,6 @@ func addSignatures(ctx context.Context, pol *policy.Policy, store interface {
 		a, b := st.Refused[i], st.Refused[j]
 		return a.Name < b.Name || a.Name == b.Name && a.Source < b.Source
 	})
-}
-
-// blobReader reads signatures from a content store (signature.Blobs).
-type blobReader struct {
-	s interface {
-		ReadBlob(context.Context, ocispec.Descriptor) ([]byte, error)
-	}
-}
-
-func (b blobReader) Read(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
-	return b.s.ReadBlob(ctx, desc)
 }
 
 // writeSignatures lists, under a policy, each wanted image's verdict and

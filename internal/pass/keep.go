@@ -96,7 +96,7 @@ func Keep(ctx context.Context, rt importer.Backend, path string, standing Standi
 		imported[k.Result.Lease] = true
 	}
 	var judge sigcheck.Judge
-	blobs := storeBlobs{rt.ImportStore()}
+	blobs := sigcheck.StoreBlobs(rt.ImportStore())
 	plan := planAsIs(states, records, imported, refuser(ctx, opts.Policy, &judge, states, blobs))
 	var errs []error
 	if opts.Policy != nil {

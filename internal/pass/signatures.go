@@ -15,6 +15,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/sigcheck"
+	"github.com/holdfast-project/holdfast/internal/signature"
 )
 
 // signatures is what a Runner keeps of the signature policy between passes.
@@ -60,13 +61,13 @@ func (p *Runner) refusing(ctx context.Context) func([]hfruntime.SourceState) fun
 		return nil
 	}
 	return func(states []hfruntime.SourceState) func(hfruntime.Want) (string, bool) {
-		return refuser(ctx, pol, &p.sigs.judge, states, storeBlobs{p.store})
+		return refuser(ctx, pol, &p.sigs.judge, states, sigcheck.StoreBlobs(p.store))
 	}
 }
 
 // refuser says whether pol refuses a want of states, whose signatures j
 // reads with b, and why; nil when pol does not enforce.
-func refuser(ctx context.Context, pol *policy.Policy, j *sigcheck.Judge, states []hfruntime.SourceState, b storeBlobs) func(hfruntime.Want) (string, bool) {
+func refuser(ctx context.Context, pol *policy.Policy, j *sigcheck.Judge, states []hfruntime.SourceState, b signature.Blobs) func(hfruntime.Want) (string, bool) {
 	if pol == nil || pol.Mode != policy.Enforce {
 		return nil
 	}
@@ -84,7 +85,7 @@ func (p *Runner) verdicts(ctx context.Context, plan reconcile.Plan, states []hfr
 	if pol == nil {
 		return nil
 	}
-	verdict := p.sigs.judge.Verdicts(ctx, pol, states, storeBlobs{p.store})
+	verdict := p.sigs.judge.Verdicts(ctx, pol, states, sigcheck.StoreBlobs(p.store))
 	out := map[string]policy.Verdict{}
 	for name, w := range plan.WantedNames {
 		out[name] = verdict(name, w.Target)
@@ -131,15 +132,4 @@ func refusedNames(plan reconcile.Plan) map[string]bool {
 		out[r.Name] = true
 	}
 	return out
-}
-
-// storeBlobs reads signatures from the content store imports write to.
-type storeBlobs struct {
-	s interface {
-		ReadBlob(context.Context, ocispec.Descriptor) ([]byte, error)
-	}
-}
-
-func (b storeBlobs) Read(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
-	return b.s.ReadBlob(ctx, desc)
 }

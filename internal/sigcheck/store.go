@@ -111,3 +111,18 @@ func candidateKey(ds []ocispec.Descriptor) string {
 	slices.Sort(keys)
 	return strings.Join(keys, "\n")
 }
+
+// BlobReader reads small blobs from a content store, as an import's store
+// (importer.Store) does.
+type BlobReader interface {
+	ReadBlob(ctx context.Context, desc ocispec.Descriptor) ([]byte, error)
+}
+
+// StoreBlobs reads signatures from a content store.
+func StoreBlobs(s BlobReader) signature.Blobs { return storeBlobs{s} }
+
+type storeBlobs struct{ s BlobReader }
+
+func (b storeBlobs) Read(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
+	return b.s.ReadBlob(ctx, desc)
+}
