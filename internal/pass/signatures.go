@@ -78,7 +78,7 @@ func refuser(ctx context.Context, pol *policy.Policy, j *sigcheck.Judge, states 
 	}
 }
 
-// Verdicts are the verdicts of the policy in force on the names a plan
+// verdicts are the verdicts of the policy in force on the names a plan
 // wants, and on those it refuses; nil without a policy.
 func (p *Runner) verdicts(ctx context.Context, plan reconcile.Plan, states []hfruntime.SourceState) map[string]policy.Verdict {
 	pol := p.sigs.pol
