@@ -20,7 +20,7 @@ import (
 const repo = "registry.example/team/app"
 
 // loadPolicy writes a policy of these rules, and cosign.pub beside it.
-func loadPolicy(t *testing.T, pub []byte, rules string) *policy.Policy {
+func loadPolicy(t testing.TB, pub []byte, rules string) *policy.Policy {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "cosign.pub"), pub, 0o644); err != nil {

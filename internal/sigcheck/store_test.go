@@ -1,0 +1,86 @@
+package sigcheck
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/policy"
+	"github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/signature"
+	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
+)
+
+// memStore is a content store of blobs in memory, counting reads.
+type memStore struct {
+	blobs map[digest.Digest][]byte
+	reads int
+}
+
+func (m *memStore) ReadBlob(_ context.Context, d ocispec.Descriptor) ([]byte, error) {
+	m.reads++
+	if b, ok := m.blobs[d.Digest]; ok {
+		return b, nil
+	}
+	return nil, errors.New("not found")
+}
+
+// storeScene is an image signed by the policy's key whose signature a
+// source's state lists, its blobs in a store.
+func storeScene(tb testing.TB) (*policy.Policy, []runtime.SourceState, *memStore, runtime.Want) {
+	k := sigtest.NewKey(tb)
+	pol := loadPolicy(tb, sigtest.PublicPEM(tb, k), "  - images: [\"registry.example/team/*\"]\n    keys: [cosign.pub]\n")
+	img := image(repo+":1", "app")
+	sig := sigtest.Legacy(tb, repo, img.Target.Digest, k)
+	desc := sig.Descriptor
+	desc.Annotations = map[string]string{ocispec.AnnotationRefName: repo + ":" + signature.SigTag(img.Target.Digest)}
+	w := runtime.Want{Name: img.Name, Target: img.Target}
+	states := []runtime.SourceState{{Lease: "l", Images: []runtime.Want{w},
+		Signatures: map[digest.Digest][]ocispec.Descriptor{img.Target.Digest: {desc}}}}
+	return pol, states, &memStore{blobs: sig.Blobs}, w
+}
+
+// TestJudgeRemembers: the store's signature verifies the image; judged
+// again with the same policy nothing is read; with a policy loaded anew it
+// is read and verified again.
+func TestJudgeRemembers(t *testing.T) {
+	pol, states, store, w := storeScene(t)
+	var j Judge
+	if v := j.Verdicts(context.Background(), pol, states, StoreBlobs(store))(w.Name, w.Target); v.State != policy.Verified {
+		t.Fatalf("verdict %s, want verified", v)
+	}
+	reads := store.reads
+	if reads == 0 {
+		t.Fatal("nothing was read from the store")
+	}
+	if v := j.Verdicts(context.Background(), pol, states, StoreBlobs(store))(w.Name, w.Target); v.State != policy.Verified || store.reads != reads {
+		t.Errorf("judged again: %s after %d more reads, want verified after none", v, store.reads-reads)
+	}
+	again, err := policy.Load(pol.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := j.Verdicts(context.Background(), again, states, StoreBlobs(store))(w.Name, w.Target); v.State != policy.Verified || store.reads == reads {
+		t.Errorf("under a policy loaded anew: %s, %d more reads", v, store.reads-reads)
+	}
+	unsigned := runtime.Want{Name: repo + ":2", Target: image(repo+":2", "bare").Target}
+	if v := j.Verdicts(context.Background(), pol, states, StoreBlobs(store))(unsigned.Name, unsigned.Target); v.State != policy.Unsigned {
+		t.Errorf("an image no state lists a signature for: %s, want unsigned", v)
+	}
+}
+
+// BenchmarkVerdict is the cost a pass pays per image the first time it
+// judges it: read its signature manifest and payload from the store (here
+// memory) and verify an ECDSA P-256 cosign signature.
+func BenchmarkVerdict(b *testing.B) {
+	pol, states, store, w := storeScene(b)
+	for b.Loop() {
+		var j Judge
+		if v := j.Verdicts(context.Background(), pol, states, StoreBlobs(store))(w.Name, w.Target); v.State != policy.Verified {
+			b.Fatal(v)
+		}
+	}
+}
