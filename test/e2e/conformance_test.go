@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -39,7 +40,18 @@ func TestRuntimeConformance(t *testing.T) {
 			return runtimetest.Backend{
 				Runtime: rt,
 				CreateRecord: func(t *testing.T, img runtime.Image) {
-					if _, err := d.Client.ImageService().Create(d.ctx(), images.Image{Name: img.Name, Target: img.Target, Labels: img.Labels}); err != nil {
+					// Made as the CRI makes its records (managed): the CRI
+					// labels a record made without it, target included,
+					// from its own read of the record, which may land after
+					// the pin the test makes next and point it back.
+					labels := maps.Clone(img.Labels)
+					if labels == nil {
+						labels = map[string]string{}
+					}
+					if _, ok := labels["io.cri-containerd.image"]; !ok {
+						labels["io.cri-containerd.image"] = "managed"
+					}
+					if _, err := d.Client.ImageService().Create(d.ctx(), images.Image{Name: img.Name, Target: img.Target, Labels: labels}); err != nil {
 						t.Fatal(err)
 					}
 				},
