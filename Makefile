@@ -24,7 +24,7 @@ K8S_VERSION        := v1.36.3
 HOLDFAST_CLUSTER_BIN ?= $(HOME)/.cache/holdfast/cluster/$(K8S_VERSION)/bin
 export HOLDFAST_CLUSTER_BIN
 # HOLDFAST_TEST_SKIP: parts of the suite this machine may go without, comma-separated: root, containerd-1.6,
-# crictl, overlayfs, cluster. A part that is missing and not listed fails `make test` (preflight) and the tests that need it.
+# crictl, cosign, overlayfs, cluster. A part that is missing and not listed fails `make test` (preflight) and the tests that need it.
 HOLDFAST_TEST_SKIP ?=
 export HOLDFAST_TEST_SKIP
 
@@ -56,11 +56,13 @@ image:
 demo: build
 	bash scripts/demo.sh "$(BIN)" "$(DEMO_DIR)"
 
-# deps: what the end-to-end suite uses besides holdfast itself (helm: the chart tests, test/chart).
+# deps: what the end-to-end suite uses besides holdfast itself (helm: the chart tests, test/chart; cosign: the
+# signature tests).
 deps:
 	bash scripts/deps.sh "$(BIN)" "$(CRICTL_VERSION)" "$(STATICCHECK)"
 	bash scripts/cluster-deps.sh "$(BIN)" "$(HOLDFAST_CLUSTER_BIN)"
 	bash scripts/helm.sh "$(BIN)"
+	bash scripts/cosign.sh "$(BIN)"
 
 lint: deps
 	@out=$$(gofmt -l cmd internal test tools 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

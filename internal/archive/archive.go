@@ -81,6 +81,18 @@ type Result struct {
 	// Skipped are the index entries that are not images to import: the
 	// signatures, attestations, SBOMs, charts and files bundles carry.
 	Skipped []Skipped
+	// Package is a Zarf package's signature (zarf.bundle.sig) and what it
+	// signs (zarf.yaml), when the package is signed. zarf.yaml's
+	// aggregateChecksum covers checksums.txt, which covers every file of
+	// images/ the walk read (checked): a signature of zarf.yaml vouches for
+	// the package's images as the signer packaged them.
+	Package *PackageSignature
+}
+
+// PackageSignature is a Zarf package's signature and the zarf.yaml it signs.
+type PackageSignature struct {
+	Manifest []byte // zarf.yaml
+	Bundle   []byte // zarf.bundle.sig: a sigstore bundle over Manifest
 }
 
 // DefaultConcurrency is the number of blobs a walk writes at once unless

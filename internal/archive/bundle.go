@@ -44,6 +44,7 @@ const (
 const (
 	zarfYAML      = "zarf.yaml"
 	zarfChecksums = "checksums.txt"
+	zarfBundleSig = "zarf.bundle.sig" // a sigstore bundle over zarf.yaml (zarf package sign)
 	zarfImages    = "images/" // the package's OCI layout
 )
 
@@ -140,6 +141,7 @@ type zarfPackage struct {
 type zarf struct {
 	yaml      []byte
 	checksums []byte
+	bundleSig []byte
 	sums      map[string]string // file → sha256 hex of what the walk read: index.json and oci-layout under images/
 }
 

@@ -69,6 +69,9 @@ func (w *walker) finish(ctx context.Context) (*Result, error) {
 	case w.zarf.yaml != nil || w.zarf.checksums != nil:
 		res.Format = FormatZarf
 		targets, err = w.resolveZarf()
+		if err == nil && w.zarf.bundleSig != nil {
+			res.Package = &PackageSignature{Manifest: w.zarf.yaml, Bundle: w.zarf.bundleSig}
+		}
 	case hasIndex:
 		if b, ok := w.meta[nameOCILayout]; ok {
 			var layout ocispec.ImageLayout

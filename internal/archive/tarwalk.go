@@ -173,6 +173,16 @@ func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader, again 
 	}
 	w.regular++
 	switch name {
+	case zarfBundleSig:
+		if !w.inZarf {
+			break
+		}
+		b, err := w.readMeta(name, hdr.Size, r)
+		if err != nil {
+			return err
+		}
+		w.zarf.bundleSig = b
+		return nil
 	case zarfYAML, zarfChecksums:
 		// A Zarf package, sorted as zarf writes it: checksums.txt first.
 		b, err := w.readMeta(name, hdr.Size, r)

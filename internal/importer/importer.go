@@ -24,6 +24,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/archive"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/sigcheck"
+	"github.com/holdfast-project/holdfast/internal/signature"
 )
 
 // MaxDocSize bounds an index or manifest read back from the store (or a held
@@ -338,7 +339,7 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 			toLease = append(toLease, desc.Digest)
 		}
 	}
-	sigs, sigLease, err := keepSignatures(ctx, sink, walked)
+	sigs, pkg, sigLease, err := keepSignatures(ctx, sink, walked)
 	if err != nil {
 		return runtime.SourceState{}, err
 	}
@@ -364,7 +365,7 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 		}
 	}
 	state := runtime.SourceState{Lease: lease, Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required, Size: size,
-		Format: res.Format, Skipped: skipped, Signatures: sigs, SignaturesRecorded: true}
+		Format: res.Format, Skipped: skipped, Signatures: sigs, SignaturesRecorded: true, Package: pkg}
 	if err := sink.WriteState(ctx, state); err != nil {
 		return runtime.SourceState{}, err
 	}
@@ -442,17 +443,37 @@ func LeaseWants(ctx context.Context, s Store, req runtime.LeaseRequest) (runtime
 }
 
 // keepSignatures writes the signature manifests the walk found for its
-// images, and their signature layers, under the import's lease: small
-// blobs, kept whatever the policy so that a policy set later judges them
-// without the archive. It returns them by image target, and the blobs that
-// were in the store already, for the lease.
-func keepSignatures(ctx context.Context, sink Sink, walked *archive.Result) (map[digest.Digest][]ocispec.Descriptor, []digest.Digest, error) {
+// images, and their signature layers, and a Zarf package's signature and
+// zarf.yaml, under the import's lease: small blobs, kept whatever the
+// policy so that a policy set later judges them without the archive. It
+// returns the manifests by image target, the package signature, and the
+// blobs that were in the store already, for the lease.
+func keepSignatures(ctx context.Context, sink Sink, walked *archive.Result) (map[digest.Digest][]ocispec.Descriptor, *runtime.PackageSignature, []digest.Digest, error) {
 	carried := sigcheck.Carried(ctx, walked)
+	var toLease []digest.Digest
+	var pkg *runtime.PackageSignature
+	if p := walked.Package; p != nil {
+		pkg = &runtime.PackageSignature{
+			Manifest: ocispec.Descriptor{MediaType: MediaTypeZarfYAML, Digest: digest.FromBytes(p.Manifest), Size: int64(len(p.Manifest))},
+			Bundle:   ocispec.Descriptor{MediaType: signature.MediaTypeBundle, Digest: digest.FromBytes(p.Bundle), Size: int64(len(p.Bundle))},
+		}
+		for _, b := range []struct {
+			desc ocispec.Descriptor
+			data []byte
+		}{{pkg.Manifest, p.Manifest}, {pkg.Bundle, p.Bundle}} {
+			committed, err := sink.WriteDoc(ctx, b.desc, b.data, nil)
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("keeping the package signature: %w", err)
+			}
+			if !committed {
+				toLease = append(toLease, b.desc.Digest)
+			}
+		}
+	}
 	if len(carried) == 0 {
-		return nil, nil, nil
+		return nil, pkg, toLease, nil
 	}
 	out := map[digest.Digest][]ocispec.Descriptor{}
-	var toLease []digest.Digest
 	done := map[digest.Digest]bool{}
 	write := func(desc ocispec.Descriptor) error {
 		if done[desc.Digest] {
@@ -487,10 +508,10 @@ func keepSignatures(ctx context.Context, sink Sink, walked *archive.Result) (map
 				}
 			}
 			if err := write(m); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			if err := write(sig.Layer); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			if !slices.ContainsFunc(out[target], func(d ocispec.Descriptor) bool {
 				return d.Digest == m.Digest && d.Annotations[ocispec.AnnotationRefName] == m.Annotations[ocispec.AnnotationRefName]
@@ -499,8 +520,12 @@ func keepSignatures(ctx context.Context, sink Sink, walked *archive.Result) (map
 			}
 		}
 	}
-	return out, toLease, nil
+	return out, pkg, toLease, nil
 }
+
+// MediaTypeZarfYAML is the media type holdfast gives a Zarf package's
+// zarf.yaml kept in the content store.
+const MediaTypeZarfYAML = "application/vnd.zarf.package.v1+yaml"
 
 // mediaTypeOf is the media type a manifest says it has, the OCI one when it
 // says none.

@@ -108,6 +108,16 @@ type SourceState struct {
 	// them: with a policy in force such a source is imported again.
 	Signatures         map[digest.Digest][]ocispec.Descriptor `json:"signatures,omitempty"`
 	SignaturesRecorded bool                                   `json:"signaturesRecorded,omitempty"`
+	// Package is a signed Zarf package's signature and the zarf.yaml it
+	// signs, leased with the source: it vouches for the source's images.
+	Package *PackageSignature `json:"package,omitempty"`
+}
+
+// PackageSignature is where a Zarf package's zarf.yaml and its
+// zarf.bundle.sig are kept in the content store.
+type PackageSignature struct {
+	Manifest ocispec.Descriptor `json:"manifest"`
+	Bundle   ocispec.Descriptor `json:"bundle"`
 }
 
 // ServerInfo describes the store's server.

@@ -55,6 +55,9 @@ func Check(ctx context.Context, pol *policy.Policy, res *archive.Result, b signa
 			f, ok := found[img.Target.Digest]
 			if !ok {
 				f = find(ctx, img.Target, candidates, b)
+				if res.Package != nil {
+					f.packages = append(f.packages, *res.Package)
+				}
 				found[img.Target.Digest] = f
 			}
 			v = judge(ctx, pol, rule, img.Target, f)
@@ -89,10 +92,12 @@ func Candidates(res *archive.Result) []ocispec.Descriptor {
 	return out
 }
 
-// found is what was found of one image's signatures: the signatures, and
-// the candidates that could not be read.
+// found is what was found of one image's signatures: the signatures, the
+// signatures of the Zarf packages that hold it, and the candidates that
+// could not be read.
 type found struct {
 	sigs       []signature.Signature
+	packages   []archive.PackageSignature
 	unreadable []error
 }
 
@@ -128,6 +133,24 @@ func judge(ctx context.Context, pol *policy.Policy, rule *policy.Rule, target oc
 	} else if n > 1 {
 		unreadable = fmt.Sprintf("%d candidate signatures cannot be read, the first: %v", n, f.unreadable[0])
 	}
+	v := imageVerdict(ctx, rule, ruleAt, target, f, unreadable)
+	if v.State == policy.Verified {
+		return v
+	}
+	// A Zarf package's signature vouches for every image it holds: its
+	// zarf.yaml's checksums cover them (checked at import).
+	for _, p := range f.packages {
+		r := signature.VerifyBlob(ctx, p.Bundle, p.Manifest, Trust(rule))
+		if r.State == signature.Verified {
+			return policy.Verdict{State: policy.Verified, By: r.By, Reason: ruleAt + ": the Zarf package's signature (zarf.bundle.sig over zarf.yaml)"}
+		}
+		v.Reason += "; nor does the Zarf package's signature verify: " + r.Reason
+	}
+	return v
+}
+
+// imageVerdict is the verdict of rule on target by its own signatures.
+func imageVerdict(ctx context.Context, rule *policy.Rule, ruleAt string, target ocispec.Descriptor, f found, unreadable string) policy.Verdict {
 	if len(f.sigs) == 0 && unreadable != "" {
 		return policy.Verdict{State: policy.Invalid, Reason: ruleAt + ": " + unreadable}
 	}

@@ -104,3 +104,35 @@ func TestTrust(t *testing.T) {
 		t.Errorf("keyless %+v", tr)
 	}
 }
+
+// TestZarfPackageSignature: an image with no signature of its own is
+// verified by its Zarf package's signature when the rule's key signed
+// zarf.yaml; with another key, or over other bytes, it stays unsigned and
+// the reason says the package's signature does not verify either.
+func TestZarfPackageSignature(t *testing.T) {
+	k, other := sigtest.NewKey(t), sigtest.NewKey(t)
+	pol := loadPolicy(t, sigtest.PublicPEM(t, k), "  - images: [\"registry.example/team/*\"]\n    keys: [cosign.pub]\n")
+	yaml := []byte("kind: ZarfPackageConfig\nmetadata:\n  name: demo\n")
+	app := image(repo+":1", "app")
+	for _, c := range []struct {
+		name   string
+		pkg    archive.PackageSignature
+		state  policy.State
+		reason string
+	}{
+		{"signed by the rule's key", archive.PackageSignature{Manifest: yaml, Bundle: sigtest.BlobBundle(t, k, yaml)}, policy.Verified, "the Zarf package's signature"},
+		{"signed by another key", archive.PackageSignature{Manifest: yaml, Bundle: sigtest.BlobBundle(t, other, yaml)}, policy.Unsigned, "nor does the Zarf package's signature verify"},
+		{"zarf.yaml changed", archive.PackageSignature{Manifest: append([]byte("# x\n"), yaml...), Bundle: sigtest.BlobBundle(t, k, yaml)}, policy.Unsigned, "nor does the Zarf package's signature verify"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res := &archive.Result{Images: []archive.Image{app}, Package: &c.pkg}
+			got := Check(context.Background(), pol, res, Docs(res))
+			if len(got) != 1 || got[0].State != c.state || !strings.Contains(got[0].Reason, c.reason) {
+				t.Fatalf("got %+v, want %s with a reason containing %q", got, c.state, c.reason)
+			}
+			if c.state == policy.Verified && got[0].By != pol.Rules[0].Keys[0].Path {
+				t.Errorf("verified by %q, want the key's path", got[0].By)
+			}
+		})
+	}
+}

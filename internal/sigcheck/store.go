@@ -2,6 +2,8 @@ package sigcheck
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -60,7 +62,17 @@ type memoKey struct {
 // unchecked without a read.
 func (j *Judge) Verdicts(ctx context.Context, pol *policy.Policy, states []runtime.SourceState, b signature.Blobs) func(name string, target ocispec.Descriptor) policy.Verdict {
 	byTarget := map[digest.Digest][]ocispec.Descriptor{}
+	packages := map[digest.Digest][]runtime.PackageSignature{}
 	for _, st := range states {
+		if p := st.Package; p != nil {
+			for _, w := range st.Images {
+				if !slices.ContainsFunc(packages[w.Target.Digest], func(o runtime.PackageSignature) bool {
+					return o.Manifest.Digest == p.Manifest.Digest && o.Bundle.Digest == p.Bundle.Digest
+				}) {
+					packages[w.Target.Digest] = append(packages[w.Target.Digest], *p)
+				}
+			}
+		}
 		for t, ds := range st.Signatures {
 			for _, d := range ds {
 				if !slices.ContainsFunc(byTarget[t], func(o ocispec.Descriptor) bool { return sameCandidate(o, d) }) {
@@ -75,7 +87,8 @@ func (j *Judge) Verdicts(ctx context.Context, pol *policy.Policy, states []runti
 			return policy.Verdict{State: policy.Unchecked, Reason: "no rule matches"}
 		}
 		candidates := byTarget[target.Digest]
-		k := memoKey{target: target.Digest, rule: rule, sigs: candidateKey(candidates)}
+		pkgs := packages[target.Digest]
+		k := memoKey{target: target.Digest, rule: rule, sigs: candidateKey(candidates) + packageKey(pkgs)}
 		j.mu.Lock()
 		if j.pol != pol {
 			j.pol, j.memo = pol, map[memoKey]policy.Verdict{}
@@ -86,6 +99,15 @@ func (j *Judge) Verdicts(ctx context.Context, pol *policy.Policy, states []runti
 			return v
 		}
 		f := find(ctx, target, candidates, b)
+		for _, p := range pkgs {
+			m, merr := b.Read(ctx, p.Manifest)
+			bu, berr := b.Read(ctx, p.Bundle)
+			if err := errors.Join(merr, berr); err != nil {
+				f.unreadable = append(f.unreadable, fmt.Errorf("the Zarf package's signature: %w", err))
+				continue
+			}
+			f.packages = append(f.packages, archive.PackageSignature{Manifest: m, Bundle: bu})
+		}
 		v = judge(ctx, pol, rule, target, f)
 		// A signature the store could not give is tried again next time.
 		if len(f.unreadable) == 0 && ctx.Err() == nil {
@@ -101,6 +123,14 @@ func (j *Judge) Verdicts(ctx context.Context, pol *policy.Policy, states []runti
 
 func sameCandidate(a, b ocispec.Descriptor) bool {
 	return a.Digest == b.Digest && a.Annotations[ocispec.AnnotationRefName] == b.Annotations[ocispec.AnnotationRefName]
+}
+
+func packageKey(ps []runtime.PackageSignature) string {
+	var b strings.Builder
+	for _, p := range ps {
+		b.WriteString("\npackage " + p.Manifest.Digest.String() + " " + p.Bundle.Digest.String())
+	}
+	return b.String()
 }
 
 func candidateKey(ds []ocispec.Descriptor) string {

@@ -20,7 +20,7 @@ import (
 // or one made of a legacy layer.
 func (s Signature) entity() (*bundle.Bundle, error) {
 	switch s.Kind {
-	case KindBundle:
+	case KindBundle, KindBlob:
 		var b bundle.Bundle
 		if err := b.UnmarshalJSON(s.Content); err != nil {
 			return nil, fmt.Errorf("bundle: %w", err)

@@ -50,6 +50,7 @@ const maxBlob = 4 << 20
 const (
 	KindSimpleSigning = "simplesigning" // a layer of a legacy .sig manifest
 	KindBundle        = "bundle"        // the layer of a sigstore bundle referrer
+	KindBlob          = "blob"          // a sigstore bundle over a file's bytes (cosign sign-blob, zarf.bundle.sig)
 )
 
 // Blobs reads small blobs (manifests, signature layers, bundles) by
@@ -67,6 +68,8 @@ type Signature struct {
 	// signature, or the bundle layer.
 	Layer   ocispec.Descriptor
 	Content []byte // the payload, or the bundle JSON
+	// Blob is what a KindBlob bundle signs.
+	Blob []byte
 }
 
 // SigTag is the tag cosign gives the signatures of the image with this

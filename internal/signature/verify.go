@@ -99,6 +99,22 @@ func Verify(ctx context.Context, image ocispec.Descriptor, sigs []Signature, tru
 	return Result{State: Invalid, Reason: reason}
 }
 
+// VerifyBlob says whether bundleJSON, a sigstore bundle made by signing a
+// file (cosign sign-blob --new-bundle-format; Zarf's zarf.bundle.sig over
+// zarf.yaml), verifies under trust as a signature of blob, as Verify
+// verifies an image's.
+func VerifyBlob(ctx context.Context, bundleJSON, blob []byte, trust Trust) Result {
+	if err := ctx.Err(); err != nil {
+		return Result{State: Invalid, Reason: err.Error()}
+	}
+	s := Signature{Kind: KindBlob, Content: bundleJSON, Blob: blob}
+	by, f := newVerifier(trust).check("", s)
+	if f != nil {
+		return Result{State: Invalid, Reason: f.msg}
+	}
+	return Result{State: Verified, By: by}
+}
+
 // failure is why a signature does not verify; the higher its rank, the more
 // it tells.
 type failure struct {
@@ -218,6 +234,9 @@ func (v *verifier) check(image digest.Digest, s Signature) (string, *failure) {
 	if f != nil {
 		return "", f
 	}
+	if s.Kind == KindBlob {
+		return by, nil // sigstore-go checked the signature over the blob itself
+	}
 	if err := signedFor(image, s, res); err != nil {
 		return "", fail(rankOtherImage, "signed by %s, but %v", by, err)
 	}
@@ -270,8 +289,11 @@ func (v *verifier) checkKeyless(e *bundle.Bundle, s Signature) (*verify.Verifica
 // signature's payload, or a bundle's own statement, whose subject
 // signedFor checks once sigstore-go has verified it.
 func (s Signature) artifact() verify.ArtifactPolicyOption {
-	if s.Kind == KindSimpleSigning {
+	switch s.Kind {
+	case KindSimpleSigning:
 		return verify.WithArtifact(bytes.NewReader(s.Content))
+	case KindBlob:
+		return verify.WithArtifact(bytes.NewReader(s.Blob))
 	}
 	return verify.WithoutArtifactUnsafe()
 }

@@ -307,3 +307,20 @@ func TestFindReadError(t *testing.T) {
 		t.Fatal("Find hid a manifest it could not read")
 	}
 }
+
+// TestVerifyBlob: a key-signed sigstore bundle over a file (Zarf's
+// zarf.bundle.sig over zarf.yaml) verifies with its key over the same
+// bytes, and not with another key, over other bytes, or when it is no
+// bundle.
+func TestVerifyBlob(t *testing.T) {
+	k := sigtest.NewKey(t)
+	blob := []byte("kind: ZarfPackageConfig\nmetadata:\n  name: demo\n")
+	bundleJSON := sigtest.BlobBundle(t, k, blob)
+	trust := Trust{Keys: []Key{{Name: "release", Public: &k.PublicKey}}}
+	ctx := context.Background()
+	check(t, VerifyBlob(ctx, bundleJSON, blob, trust), Verified, "release", "")
+	other := sigtest.NewKey(t)
+	check(t, VerifyBlob(ctx, bundleJSON, blob, Trust{Keys: []Key{{Name: "other", Public: &other.PublicKey}}}), Invalid, "", "no trusted key verifies it")
+	check(t, VerifyBlob(ctx, bundleJSON, append([]byte("# edited\n"), blob...), trust), Invalid, "", "no trusted key verifies it")
+	check(t, VerifyBlob(ctx, []byte("{}"), blob, trust), Invalid, "", "bundle")
+}

@@ -8,6 +8,11 @@ package chart
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +37,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/holdfast-project/holdfast/internal/metrics"
+	"github.com/holdfast-project/holdfast/internal/policy"
 	"github.com/holdfast-project/holdfast/internal/source"
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
@@ -766,6 +772,7 @@ func TestBadValuesFail(t *testing.T) {
 		{"dataDir inside containerd's", map[string]any{"dataDir": "/var/lib/containerd/holdfast"}, `dataDir "/var/lib/containerd/holdfast": inside /var/lib/containerd`},
 		{"dataDir inside the kubelet's", map[string]any{"dataDir": "/var/lib/kubelet/pods/x"}, `inside /var/lib/kubelet`},
 		{"dataDir /usr", map[string]any{"dataDir": "/usr"}, `a system or container runtime directory`},
+		{"policy keys twice", map[string]any{"policyKeys": map[string]any{"secret": "a", "configMap": "b"}}, "policyKeys: give a secret or a configMap, not both"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := helm(t, "template", release, chartDir(t), "-f", valuesFile(t, tc.values))
@@ -1130,5 +1137,71 @@ func TestNotes(t *testing.T) {
 		if !strings.Contains(out, "NOTES:") || !strings.Contains(out, presets["k3s"].socket) || !strings.Contains(out, "0 pin pattern(s)") {
 			t.Errorf("helm %s: NOTES lack the socket or the pin count:\n%s", strings.Join(set, " "), out[strings.Index(out, "NOTES:")+1:])
 		}
+	}
+}
+
+// TestSignaturePolicyValues renders a policy and its keys' Secret: the policy is a ConfigMap of its own mounted
+// at /etc/holdfast/policy and given as --policy, the keys are mounted at /etc/holdfast/policy-keys, and the
+// rendered file, laid out as the kubelet lays out the two volumes, is a policy holdfast loads, its key found.
+// Without a policy there is neither flag nor volume.
+func TestSignaturePolicyValues(t *testing.T) {
+	t.Parallel()
+	r := render(t, map[string]any{
+		"policy": map[string]any{
+			"mode":  "enforce",
+			"rules": []any{map[string]any{"images": []string{"registry.example.com/platform/*"}, "keys": []string{"../policy-keys/platform.pub"}}},
+		},
+		"policyKeys": map[string]any{"secret": "holdfast-keys"},
+	})
+	cm := r.configMap(t, fullname+"-policy")
+	ds := r.daemonSet(t)
+	hf := container(t, ds, "holdfast")
+	if f := flags(hf.Args); !slices.Equal(f["policy"], []string{"/etc/holdfast/policy/policy.yaml"}) {
+		t.Errorf("--policy %q, want /etc/holdfast/policy/policy.yaml", f["policy"])
+	}
+	mounts := map[string]string{}
+	for _, m := range hf.VolumeMounts {
+		if !m.ReadOnly && (m.Name == "policy" || m.Name == "policy-keys") {
+			t.Errorf("volume %s is mounted writable", m.Name)
+		}
+		mounts[m.Name] = m.MountPath
+	}
+	if mounts["policy"] != "/etc/holdfast/policy" || mounts["policy-keys"] != "/etc/holdfast/policy-keys" {
+		t.Errorf("mounts %v", mounts)
+	}
+	if v, ok := volume(ds, "policy"); !ok || v.ConfigMap == nil || v.ConfigMap.Name != fullname+"-policy" {
+		t.Errorf("policy volume %+v", v)
+	}
+	if v, ok := volume(ds, "policy-keys"); !ok || v.Secret == nil || v.Secret.SecretName != "holdfast-keys" {
+		t.Errorf("policy-keys volume %+v", v)
+	}
+
+	root := t.TempDir()
+	kubeletWrite(t, filepath.Join(root, "policy"), "..2026_12_04_10_00_00.000000001", cm.Data)
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeletWrite(t, filepath.Join(root, "policy-keys"), "..2026_12_04_10_00_00.000000001",
+		map[string]string{"platform.pub": string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))})
+	pol, err := policy.Load(filepath.Join(root, "policy", "policy.yaml"))
+	if err != nil {
+		t.Fatalf("the rendered policy does not load: %v\n%s", err, cm.Data["policy.yaml"])
+	}
+	if pol.Mode != policy.Enforce || len(pol.Rules) != 1 || len(pol.Rules[0].Keys) != 1 {
+		t.Errorf("loaded %+v", pol)
+	}
+
+	r = render(t, nil)
+	hf = container(t, r.daemonSet(t), "holdfast")
+	if v, ok := flags(hf.Args)["policy"]; ok {
+		t.Errorf("--policy %q without a policy", v)
+	}
+	if _, ok := volume(r.daemonSet(t), "policy"); ok {
+		t.Errorf("a policy volume without a policy")
 	}
 }

@@ -277,3 +277,58 @@ func TestSignaturePolicyImport(t *testing.T) {
 		d.requirePinned(t, s.signed)
 	})
 }
+
+// TestSignaturePolicyZarfPackage: under enforce, the images of a Zarf
+// package whose zarf.yaml the policy's key signed (zarf.bundle.sig) are
+// pinned though they carry no signature of their own, and status says the
+// package's signature verified them; those of a package signed by another
+// key are refused.
+func TestSignaturePolicyZarfPackage(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
+		key, other := sigtest.NewKey(t), sigtest.NewKey(t)
+		if err := os.WriteFile(filepath.Join(dir, "platform.pub"), sigtest.PublicPEM(t, key), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		pol := filepath.Join(dir, "policy.yaml")
+		if err := os.WriteFile(pol, []byte("mode: enforce\nrules:\n  - images: [\"e2e.local/zarfsig/*\"]\n    keys: [platform.pub]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		good := build(t, fixture.ImageSpec{Names: []string{"e2e.local/zarfsig/good:1"}})
+		bad := build(t, fixture.ImageSpec{Names: []string{"e2e.local/zarfsig/bad:1"}})
+		for _, p := range []struct {
+			name string
+			k    *ecdsa.PrivateKey
+			img  *fixture.Image
+		}{{"good", key, good}, {"bad", other, bad}} {
+			writeArchive(t, filepath.Join(imagesDir, "zarf-package-"+p.name+"-amd64.tar.zst"), fixture.Zstd, fixture.CompressOptions{},
+				func(ctx context.Context, w io.Writer) error {
+					return fixture.WriteZarf(ctx, w, fixture.ZarfOptions{Name: p.name,
+						SignYAML: func(b []byte) []byte { return sigtest.BlobBundle(t, p.k, b) }}, p.img)
+				})
+		}
+		res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--policy", pol)
+		if res.Code != 1 || !strings.Contains(res.Stderr, "image "+bad.Names[0]+" refused by the signature policy: unsigned") {
+			t.Fatalf("sync exited %d, want 1 and %s refused\n%s", res.Code, bad.Names[0], res.Stderr)
+		}
+		d.requirePinned(t, good.Names[0])
+		if _, ok := d.record(t, bad.Names[0]); ok {
+			t.Errorf("%s refused, but containerd has a record of that name", bad.Names[0])
+		}
+		st := d.signatureStatus(t, dataDir, imagesDir, pol)
+		seen := false
+		for _, img := range st.Images {
+			if img.Name != good.Names[0] {
+				continue
+			}
+			seen = true
+			if img.Signature == nil || img.Signature.State != "verified" || !strings.Contains(img.Signature.Reason, "Zarf package's signature") {
+				t.Errorf("status: %s signature %+v, want verified by the package's signature", img.Name, img.Signature)
+			}
+		}
+		if !seen {
+			t.Errorf("status lists no %s", good.Names[0])
+		}
+	})
+}

@@ -20,7 +20,10 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	protobundle "github.com/sigstore/protobuf-specs/gen/pb-go/bundle/v1"
+	protocommon "github.com/sigstore/protobuf-specs/gen/pb-go/common/v1"
 	"github.com/sigstore/sigstore/pkg/signature/payload"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
 )
@@ -144,4 +147,31 @@ func mustJSON(t testing.TB, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// BlobBundle is the sigstore bundle (v0.3, JSON) cosign sign-blob
+// --new-bundle-format --key writes for blob, signed by k, with no
+// transparency log entry: what Zarf writes as zarf.bundle.sig over zarf.yaml.
+func BlobBundle(t testing.TB, k *ecdsa.PrivateKey, blob []byte) []byte {
+	t.Helper()
+	sum := sha256.Sum256(blob)
+	sig, err := ecdsa.SignASN1(rand.Reader, k, sum[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &protobundle.Bundle{
+		MediaType: "application/vnd.dev.sigstore.bundle.v0.3+json",
+		VerificationMaterial: &protobundle.VerificationMaterial{
+			Content: &protobundle.VerificationMaterial_PublicKey{PublicKey: &protocommon.PublicKeyIdentifier{}},
+		},
+		Content: &protobundle.Bundle_MessageSignature{MessageSignature: &protocommon.MessageSignature{
+			MessageDigest: &protocommon.HashOutput{Algorithm: protocommon.HashAlgorithm_SHA2_256, Digest: sum[:]},
+			Signature:     sig,
+		}},
+	}
+	raw, err := protojson.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }

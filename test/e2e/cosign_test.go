@@ -1,0 +1,133 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/holdfast-project/holdfast/internal/fixture"
+	"github.com/holdfast-project/holdfast/internal/testenv"
+)
+
+// cosignBin is the cosign make deps builds (scripts/cosign.sh).
+func cosignBin(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("cosign")
+	if err != nil {
+		testenv.Missing(t, "cosign", "cosign is not on PATH (make deps builds it into bin/): "+err.Error())
+	}
+	return bin
+}
+
+// cosign runs cosign in dir with an empty key password and no network but
+// the local registry's; it fails t unless cosign succeeds.
+func cosign(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(cosignBin(t), args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "COSIGN_PASSWORD=", "COSIGN_YES=true", "SIGSTORE_NO_CACHE=true", "TUF_ROOT="+filepath.Join(dir, "tuf"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("cosign %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestCosignSignedLayouts: images signed by cosign itself (cosign sign
+// --key, no transparency log) in a local registry, carried across with
+// cosign save, each imported with holdfast import --name under a policy:
+// under enforce the one signed by the policy's key is pinned, the one signed
+// by another key and the unsigned one are refused, named nowhere, each with
+// its reason; under warn all three are pinned and status gives each verdict.
+func TestCosignSignedLayouts(t *testing.T) {
+	cosignBin(t)
+	dir := tempDir(t)
+	_, host := startRegistry(t)
+	cosign(t, dir, "generate-key-pair", "--output-key-prefix", "platform")
+	cosign(t, dir, "generate-key-pair", "--output-key-prefix", "other")
+
+	type signedImage struct {
+		name, ref, key string
+	}
+	var imgs []signedImage
+	for _, c := range []struct{ repo, key string }{{"signed", "platform"}, {"foreign", "other"}, {"bare", ""}} {
+		im := build(t, fixture.ImageSpec{Names: []string{"e2e.local/cosign/" + c.repo + ":1"}})
+		ref := host + "/e2e/" + c.repo + "@" + push(t, host+"/e2e/"+c.repo+":1", im)
+		if c.key != "" {
+			cosign(t, dir, "sign", "--key", c.key+".key", "--tlog-upload=false", "--allow-http-registry", ref)
+		}
+		imgs = append(imgs, signedImage{name: im.Names[0], ref: ref, key: c.key})
+	}
+	layouts := map[string]string{}
+	for _, im := range imgs {
+		l := filepath.Join(dir, "saved", filepath.Base(strings.Split(im.ref, "@")[0]))
+		cosign(t, dir, "save", "--allow-http-registry", "--dir", l, im.ref)
+		layouts[im.name] = l
+	}
+	pol := filepath.Join(dir, "policy.yaml")
+	writePol := func(mode string) {
+		body := "mode: " + mode + "\nrules:\n  - images: [\"e2e.local/cosign/*\"]\n    keys: [platform.pub]\n"
+		if err := os.WriteFile(pol, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dataDir := filepath.Join(tempDir(t), "data")
+		writePol("enforce")
+		for _, im := range imgs {
+			res := holdfast(t, "import", "--address", d.Address, "--data-dir", dataDir, "--policy", pol, "--name", im.name, layouts[im.name])
+			switch im.key {
+			case "platform":
+				if res.Code != 0 {
+					t.Fatalf("import of %s, signed by the policy's key, exited %d\n%s%s", im.name, res.Code, res.Stdout, res.Stderr)
+				}
+				if want := im.name + ": signature: verified by " + filepath.Join(dir, "platform.pub"); !strings.Contains(res.Stdout, want) {
+					t.Errorf("import does not say %q:\n%s", want, res.Stdout)
+				}
+				d.requirePinned(t, im.name)
+			default:
+				want := "image " + im.name + " refused by the signature policy: invalid"
+				if im.key == "" {
+					want = "image " + im.name + " refused by the signature policy: unsigned"
+				}
+				if res.Code != 1 || !strings.Contains(res.Stderr, want) {
+					t.Errorf("import of %s exited %d, want 1 and %q:\n%s", im.name, res.Code, want, res.Stderr)
+				}
+				if _, ok := d.record(t, im.name); ok {
+					t.Errorf("%s refused, but containerd has a record of that name", im.name)
+				}
+			}
+		}
+
+		// Under warn the kept imports are judged again without their
+		// layouts, which are moved away: all three pinned.
+		writePol("warn")
+		gone := filepath.Join(tempDir(t), "gone")
+		if err := os.Rename(filepath.Join(dir, "saved"), gone); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Rename(gone, filepath.Join(dir, "saved")) })
+		res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", filepath.Join(dataDir, "no-images"), "--policy", pol)
+		if res.Code != 0 {
+			t.Fatalf("sync under warn exited %d\n%s", res.Code, res.Stderr)
+		}
+		st := d.signatureStatus(t, dataDir, filepath.Join(dataDir, "no-images"), pol)
+		states := map[string]string{}
+		for _, img := range st.Images {
+			if img.Signature != nil {
+				states[img.Name] = img.Signature.State
+			}
+		}
+		for _, im := range imgs {
+			d.requirePinned(t, im.name)
+			want := map[string]string{"platform": "verified", "other": "invalid", "": "unsigned"}[im.key]
+			if states[im.name] != want {
+				t.Errorf("status under warn: %s %q, want %s", im.name, states[im.name], want)
+			}
+		}
+		_ = os.Rename(gone, filepath.Join(dir, "saved"))
+	})
+}
