@@ -45,7 +45,7 @@ const (
 	zarfYAML      = "zarf.yaml"
 	zarfChecksums = "checksums.txt"
 	zarfBundleSig = "zarf.bundle.sig" // a sigstore bundle over zarf.yaml (zarf package sign)
-	zarfImages    = "images/" // the package's OCI layout
+	zarfImages    = "images/"         // the package's OCI layout
 )
 
 // Skipped is an index entry a walk did not import, and why.
