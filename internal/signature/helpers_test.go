@@ -3,7 +3,6 @@ package signature
 import (
 	"context"
 	"crypto/ecdsa"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -12,7 +11,6 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/sigstore/sigstore-go/pkg/testing/ca"
 
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
@@ -113,45 +111,10 @@ func find(t *testing.T, b blobs, image ocispec.Descriptor, candidates ...ocispec
 // timestamp authority, its Rekor log when withRekor, its CT log when withCT.
 func trustedRoot(t *testing.T, vs *ca.VirtualSigstore, withRekor, withCT bool) []byte {
 	t.Helper()
-	// The virtual sigstore keeps the hex of a log's ID as its ID; a
-	// trusted root holds the ID itself.
-	logs := func(m map[string]*root.TransparencyLog) map[string]*root.TransparencyLog {
-		out := map[string]*root.TransparencyLog{}
-		for id, l := range m {
-			c := *l
-			raw, err := hex.DecodeString(id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.ID = raw
-			out[id] = &c
-		}
-		return out
-	}
-	rekor, ct := map[string]*root.TransparencyLog{}, map[string]*root.TransparencyLog{}
-	if withRekor {
-		rekor = logs(vs.RekorLogs())
-	}
-	if withCT {
-		ct = logs(vs.CTLogs())
-	}
-	tr, err := root.NewTrustedRoot(root.TrustedRootMediaType01, vs.FulcioCertificateAuthorities(), ct,
-		vs.TimestampingAuthorities(), rekor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := tr.MarshalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw
+	return sigtest.TrustedRoot(t, vs, withRekor, withCT)
 }
 
 func virtualSigstore(t *testing.T) *ca.VirtualSigstore {
 	t.Helper()
-	vs, err := ca.NewVirtualSigstore()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return vs
+	return sigtest.NewVirtualSigstore(t)
 }

@@ -5,12 +5,11 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"testing"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -20,12 +19,9 @@ import (
 	protodsse "github.com/sigstore/protobuf-specs/gen/pb-go/dsse"
 	protorekor "github.com/sigstore/protobuf-specs/gen/pb-go/rekor/v1"
 	"github.com/sigstore/sigstore-go/pkg/bundle"
-	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/sigstore/sigstore-go/pkg/testing/ca"
-	"github.com/sigstore/sigstore-go/pkg/tlog"
 	sigsig "github.com/sigstore/sigstore/pkg/signature"
 	sigdsse "github.com/sigstore/sigstore/pkg/signature/dsse"
-	"google.golang.org/protobuf/proto"
 )
 
 // The signer of the keyless tests, as the virtual Fulcio certifies it.
@@ -34,70 +30,12 @@ const (
 	issuer = "https://issuer.example"
 )
 
-func pemCert(raw []byte) string {
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: raw}))
-}
-
-// withSET gives a Rekor v1 entry the log's signed entry timestamp, and
-// returns it with the Rekor payload the SET signs.
-func withSET(t *testing.T, vs *ca.VirtualSigstore, e *tlog.Entry) (*protorekor.TransparencyLogEntry, tlog.RekorPayload) {
-	t.Helper()
-	tle := proto.Clone(e.TransparencyLogEntry()).(*protorekor.TransparencyLogEntry)
-	rp := tlog.RekorPayload{
-		Body:           base64.StdEncoding.EncodeToString(tle.CanonicalizedBody),
-		IntegratedTime: tle.IntegratedTime,
-		LogIndex:       tle.LogIndex,
-		LogID:          hex.EncodeToString(tle.LogId.KeyId),
-	}
-	set, err := vs.RekorSignPayload(rp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kv struct{ Kind, APIVersion string }
-	if err := json.Unmarshal(tle.CanonicalizedBody, &kv); err != nil {
-		t.Fatal(err)
-	}
-	tle.KindVersion = &protorekor.KindVersion{Kind: kv.Kind, Version: kv.APIVersion}
-	tle.InclusionPromise = &protorekor.InclusionPromise{SignedEntryTimestamp: set}
-	return tle, rp
-}
-
 // legacyKeyless stores the .sig manifest cosign sign pushes for a keyless
 // signature of payload p by the virtual sigstore: the certificate and chain,
 // and, when times, the Rekor bundle and the RFC 3161 timestamp.
 func (b blobs) legacyKeyless(t *testing.T, vs *ca.VirtualSigstore, p []byte, subject string, times bool) ocispec.Descriptor {
 	t.Helper()
-	ent, err := vs.Sign(subject, issuer, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vc, _ := ent.VerificationContent()
-	sc, _ := ent.SignatureContent()
-	fulcio := vs.FulcioCertificateAuthorities()[0].(*root.FulcioCertificateAuthority)
-	ann := map[string]string{
-		AnnotationSignature:   base64.StdEncoding.EncodeToString(sc.Signature()),
-		AnnotationCertificate: pemCert(vc.Certificate().Raw),
-		AnnotationChain:       pemCert(fulcio.Intermediates[0].Raw) + pemCert(fulcio.Root.Raw),
-	}
-	if times {
-		entries, _ := ent.TlogEntries()
-		tle, rp := withSET(t, vs, entries[0])
-		rb, err := json.Marshal(struct {
-			SignedEntryTimestamp []byte
-			Payload              tlog.RekorPayload
-		}{tle.InclusionPromise.SignedEntryTimestamp, rp})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts, _ := ent.Timestamps()
-		tsa, err := json.Marshal(struct{ SignedRFC3161Timestamp []byte }{ts[0]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ann[AnnotationRekorBundle] = string(rb)
-		ann[AnnotationTimestamp] = string(tsa)
-	}
-	return b.manifest(t, b.sigLayer(p, ann))
+	return b.manifest(t, b.sigLayer(p, sigtest.KeylessAnnotations(t, vs, p, issuer, subject, times)))
 }
 
 // statement is the in-toto statement cosign v3 sign signs for an image.
@@ -167,7 +105,7 @@ func keylessBundle(t *testing.T, vs *ca.VirtualSigstore, stmt []byte, subject st
 	vc, _ := ent.VerificationContent()
 	sc, _ := ent.SignatureContent()
 	entries, _ := ent.TlogEntries()
-	tle, _ := withSET(t, vs, entries[0])
+	tle, _ := sigtest.WithSET(t, vs, entries[0])
 	ts, _ := ent.Timestamps()
 	return newBundle(t, &protobundle.VerificationMaterial{
 		Content:     &protobundle.VerificationMaterial_Certificate{Certificate: &protocommon.X509Certificate{RawBytes: vc.Certificate().Raw}},

@@ -368,3 +368,53 @@ func TestSignaturePolicyZarfPackage(t *testing.T) {
 		}
 	})
 }
+
+// TestSignaturePolicyKeyless: keyless signatures (a certificate from
+// sigstore-go's test Fulcio, logged in its Rekor, timestamped), carried in
+// the archive: under enforce, the image signed by the identity the policy
+// trusts is pinned, verified by that identity; the one signed by another
+// identity is refused, the reason naming who signed it.
+func TestSignaturePolicyKeyless(t *testing.T) {
+	const issuer = "https://issuer.example"
+	vs := sigtest.NewVirtualSigstore(t)
+	dir := tempDir(t)
+	if err := os.WriteFile(filepath.Join(dir, "trusted_root.json"), sigtest.TrustedRoot(t, vs, true, false), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pol := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(pol, []byte("mode: enforce\nrules:\n  - images: [\"e2e.local/keyless/*\"]\n    keyless:\n      trustedRoot: trusted_root.json\n"+
+		"      identities:\n        - issuer: \""+issuer+"\"\n          subjectRegExp: \"^release@example\\\\.com$\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ours := build(t, fixture.ImageSpec{Names: []string{"e2e.local/keyless/ours:1"}})
+	theirs := build(t, fixture.ImageSpec{Names: []string{"e2e.local/keyless/theirs:1"}})
+	sig := func(img *fixture.Image, subject string) fixture.Artifact {
+		repo, _, _ := strings.Cut(img.Names[0], ":")
+		m := sigtest.LegacyKeyless(t, vs, repo, img.Target.Digest, issuer, subject)
+		desc := m.Descriptor
+		desc.Annotations = map[string]string{ocispec.AnnotationRefName: repo + ":" + signature.SigTag(img.Target.Digest)}
+		return fixture.Artifact{Descriptor: desc, Blobs: m.Bytes()}
+	}
+	archive := filepath.Join(dir, "keyless.tar")
+	writeArchive(t, archive, fixture.None, fixture.CompressOptions{}, func(ctx context.Context, w io.Writer) error {
+		return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameOCIFull,
+			Artifacts: []fixture.Artifact{sig(ours, "release@example.com"), sig(theirs, "someone@else.example")}}, ours, theirs)
+	})
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		res := holdfast(t, "import", "--address", d.Address, "--data-dir", filepath.Join(tempDir(t), "data"), "--policy", pol, archive)
+		if res.Code != 1 {
+			t.Fatalf("import exited %d, want 1\n%s%s", res.Code, res.Stdout, res.Stderr)
+		}
+		if want := ours.Names[0] + ": signature: verified by " + issuer + " release@example.com"; !strings.Contains(res.Stdout, want) {
+			t.Errorf("import does not say %q:\n%s", want, res.Stdout)
+		}
+		if want := "image " + theirs.Names[0] + " refused by the signature policy: invalid"; !strings.Contains(res.Stderr, want) ||
+			!strings.Contains(res.Stderr, "signed by "+issuer+" someone@else.example, which is no trusted identity") {
+			t.Errorf("import's errors do not say %q and who signed:\n%s", want, res.Stderr)
+		}
+		d.requirePinned(t, ours.Names[0])
+		if _, ok := d.record(t, theirs.Names[0]); ok {
+			t.Errorf("%s refused, but containerd has a record of that name", theirs.Names[0])
+		}
+	})
+}
