@@ -400,6 +400,7 @@ func LeaseWants(ctx context.Context, s Store, req runtime.LeaseRequest) (runtime
 		required []digest.Digest
 		kept     []runtime.Want
 		errs     []error
+		sigs     map[digest.Digest][]ocispec.Descriptor
 	)
 	for _, w := range req.Wants {
 		refs, err := Closure(ctx, w.Target, read, s.Platform(), s.IsNotFound)
@@ -425,6 +426,13 @@ func LeaseWants(ctx context.Context, s Store, req runtime.LeaseRequest) (runtime
 			blobs = append(blobs, have...)
 			required = append(required, need...)
 			kept = append(kept, w)
+			blobs = append(blobs, signatureBlobs(ctx, s, w, read)...)
+			if len(w.Signatures) > 0 {
+				if sigs == nil {
+					sigs = map[digest.Digest][]ocispec.Descriptor{}
+				}
+				sigs[w.Target.Digest] = append(sigs[w.Target.Digest], w.Signatures...)
+			}
 		}
 	}
 	if err := s.AddToLease(ctx, id, blobs); err != nil {
@@ -433,13 +441,34 @@ func LeaseWants(ctx context.Context, s Store, req runtime.LeaseRequest) (runtime
 	sink := s.NewSink(id, req.Source)
 	defer sink.Close(ctx)
 	slices.Sort(required)
-	st := runtime.SourceState{Lease: id, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: kept, Blobs: slices.Compact(required)}
+	st := runtime.SourceState{Lease: id, Source: req.Source, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: kept, Blobs: slices.Compact(required),
+		Signatures: sigs, SignaturesRecorded: true}
 	if err := sink.WriteState(ctx, st); err != nil {
 		abandon(ctx, s, sink, id, !prior.Complete)
 		return res, err
 	}
 	res.Images, res.State = kept, written(st)
 	return res, errors.Join(errs...)
+}
+
+// signatureBlobs are the blobs of w's signature manifests (a pull found them
+// in the registry) that the store holds: the manifests and their layers,
+// for the list's lease. A signature that cannot be read is left out: the
+// policy then finds it missing.
+func signatureBlobs(ctx context.Context, s Store, w runtime.Want, read func(context.Context, ocispec.Descriptor) ([]byte, error)) []digest.Digest {
+	var out []digest.Digest
+	for _, sig := range w.Signatures {
+		refs, err := Closure(ctx, sig, read, s.Platform(), s.IsNotFound)
+		if err != nil {
+			continue
+		}
+		for _, ref := range refs {
+			if ok, _ := s.Has(ctx, ref.Desc.Digest); ok {
+				out = append(out, ref.Desc.Digest)
+			}
+		}
+	}
+	return out
 }
 
 // keepSignatures writes the signature manifests the walk found for its

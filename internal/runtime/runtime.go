@@ -68,6 +68,10 @@ type Want struct {
 	// Recorded is the name as the source spells it, when that is not Name
 	// (a haul's index.docker.io/…): status shows both.
 	Recorded string `json:"recorded,omitempty"`
+	// Signatures are the cosign signature manifests a pull found for the
+	// image in its registry (<repo>:sha256-<hex>.sig); a pull list's lease
+	// holds them, and its state lists them (SourceState.Signatures).
+	Signatures []ocispec.Descriptor `json:"signatures,omitempty"`
 }
 
 // SourceState is the desired state of one source, as kept in the store on its lease.
@@ -240,7 +244,9 @@ func (p PinResult) Changed() bool { return p.Created || p.Retargeted || p.Labell
 type Runtime interface {
 	Server(ctx context.Context) (ServerInfo, error)
 	// Pull fetches an image's host-platform content from its registry under
-	// opts.Lease and returns its target. It never pins.
+	// opts.Lease and returns its target, with the cosign signatures the
+	// registry holds for it (Want.Signatures). It makes no record and never
+	// pins.
 	Pull(ctx context.Context, ref string, opts PullOptions) (Want, error)
 	// TempLease makes a lease for content fetched before its source's own
 	// lease exists; Release it when done.

@@ -49,16 +49,17 @@ func TestCosignSignedLayouts(t *testing.T) {
 	cosign(t, dir, "generate-key-pair", "--output-key-prefix", "other")
 
 	type signedImage struct {
-		name, ref, key string
+		name, ref, tagRef, key string
 	}
 	var imgs []signedImage
 	for _, c := range []struct{ repo, key string }{{"signed", "platform"}, {"foreign", "other"}, {"bare", ""}} {
 		im := build(t, fixture.ImageSpec{Names: []string{"e2e.local/cosign/" + c.repo + ":1"}})
-		ref := host + "/e2e/" + c.repo + "@" + push(t, host+"/e2e/"+c.repo+":1", im)
+		tagRef := host + "/e2e/" + c.repo + ":1"
+		ref := host + "/e2e/" + c.repo + "@" + push(t, tagRef, im)
 		if c.key != "" {
 			cosign(t, dir, "sign", "--key", c.key+".key", "--tlog-upload=false", "--allow-http-registry", ref)
 		}
-		imgs = append(imgs, signedImage{name: im.Names[0], ref: ref, key: c.key})
+		imgs = append(imgs, signedImage{name: im.Names[0], ref: ref, tagRef: tagRef, key: c.key})
 	}
 	layouts := map[string]string{}
 	for _, im := range imgs {
@@ -128,6 +129,42 @@ func TestCosignSignedLayouts(t *testing.T) {
 			want := map[string]string{"platform": "verified", "other": "invalid", "": "unsigned"}[im.key]
 			if states[im.name] != want {
 				t.Errorf("status under warn: %s %q, want %s", im.name, states[im.name], want)
+			}
+		}
+
+		// A pull list of the same images: each pull brings the signature
+		// the registry holds for it (its .sig tag), and the policy judges
+		// the pulled images by them.
+		listDir, listData := filepath.Join(tempDir(t), "images"), filepath.Join(tempDir(t), "data")
+		if err := os.MkdirAll(listDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		for _, im := range imgs {
+			lines = append(lines, im.tagRef)
+		}
+		if err := os.WriteFile(filepath.Join(listDir, "pull.txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		listPol := filepath.Join(tempDir(t), "policy.yaml")
+		if err := os.WriteFile(listPol, []byte("mode: enforce\nrules:\n  - images: [\""+host+"/e2e/*\"]\n    keys: ["+filepath.Join(dir, "platform.pub")+"]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res = holdfast(t, "sync", "--address", d.Address, "--data-dir", listData, "--images", listDir, "--policy", listPol)
+		if res.Code != 1 {
+			t.Fatalf("sync of the pull list under enforce exited %d, want 1\n%s%s", res.Code, res.Stdout, res.Stderr)
+		}
+		for _, im := range imgs {
+			switch im.key {
+			case "platform":
+				d.requirePinned(t, im.tagRef)
+			default:
+				if rec, ok := d.record(t, im.tagRef); ok {
+					t.Errorf("%s refused, but containerd has a record of that name: %+v", im.tagRef, rec)
+				}
+				if !strings.Contains(res.Stderr, "image "+im.tagRef+" refused by the signature policy") {
+					t.Errorf("sync does not say %s is refused:\n%s", im.tagRef, res.Stderr)
+				}
 			}
 		}
 	})

@@ -5,10 +5,16 @@ import (
 	"fmt"
 	"time"
 
-	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/containerd/v2/core/remotes/docker/config"
+	"github.com/containerd/platforms"
+	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
@@ -25,8 +31,10 @@ func (r *Runtime) TempLease(ctx context.Context) (string, error) {
 }
 
 // Pull fetches the host platform's content of ref from its registry, through
-// the hosts.toml configuration in opts.HostsDir, under the lease opts.Lease.
-// It creates the record if none exists (without pin labels: the pass pins it).
+// the hosts.toml configuration in opts.HostsDir, under the lease opts.Lease,
+// and the cosign signature the registry holds for it, if any. It makes no
+// record: the pass names and pins what it wants, and nothing else, so that
+// an image the signature policy refuses keeps no name.
 func (r *Runtime) Pull(ctx context.Context, ref string, opts runtime.PullOptions) (runtime.Want, error) {
 	ctx = r.ns(ctx)
 	if opts.Lease != "" {
@@ -42,12 +50,58 @@ func (r *Runtime) Pull(ctx context.Context, ref string, opts runtime.PullOptions
 		hosts.HostDir = config.HostDirFromRoot(opts.HostsDir)
 	}
 	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: config.ConfigureHosts(ctx, hosts)})
-	img, err := r.client.Fetch(ctx, ref,
-		containerd.WithResolver(resolver),
-		containerd.WithPlatformMatcher(r.platform.Matcher()),
-		containerd.WithMaxConcurrentDownloads(4))
+	target, err := r.fetch(ctx, resolver, ref, r.platform.Matcher())
 	if err != nil {
 		return runtime.Want{}, err
 	}
-	return runtime.Want{Name: ref, Target: img.Target}, nil
+	w := runtime.Want{Name: ref, Target: target}
+	if sig, ok := r.fetchSignature(ctx, resolver, ref, target.Digest); ok {
+		w.Signatures = []ocispec.Descriptor{sig}
+	}
+	return w, nil
+}
+
+// fetch fetches ref's content for the platforms match takes into the
+// content store, with the labels containerd's own fetch gives it (its
+// children's, for the GC, and the registry it came from), and returns its
+// descriptor. Unlike containerd's client, it records no image.
+func (r *Runtime) fetch(ctx context.Context, resolver remotes.Resolver, ref string, match platforms.MatchComparer) (ocispec.Descriptor, error) {
+	name, desc, err := resolver.Resolve(ctx, ref)
+	if err != nil {
+		return ocispec.Descriptor{}, fmt.Errorf("resolving %s: %w", ref, err)
+	}
+	fetcher, err := resolver.Fetcher(ctx, name)
+	if err != nil {
+		return ocispec.Descriptor{}, fmt.Errorf("fetching %s: %w", ref, err)
+	}
+	cs := r.client.ContentStore()
+	children := images.FilterPlatforms(images.SetChildrenMappedLabels(cs, images.ChildrenHandler(cs), nil), match)
+	source, err := docker.AppendDistributionSourceLabel(cs, ref)
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	handler := images.Handlers(remotes.FetchHandler(cs, fetcher), children, source)
+	if err := images.Dispatch(ctx, handler, semaphore.NewWeighted(4), desc); err != nil {
+		return ocispec.Descriptor{}, fmt.Errorf("fetching %s: %w", ref, err)
+	}
+	return desc, nil
+}
+
+// fetchSignature fetches, under the lease of ctx, the cosign signature
+// manifest the registry holds for the image of ref with digest d
+// (<repo>:sha256-<hex>.sig) and its layers, for a signature policy to judge
+// the image by. An image without one is the common case: false, and nothing
+// is said.
+func (r *Runtime) fetchSignature(ctx context.Context, resolver remotes.Resolver, ref string, d digest.Digest) (ocispec.Descriptor, bool) {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return ocispec.Descriptor{}, false
+	}
+	sigRef := named.Name() + ":" + d.Algorithm().String() + "-" + d.Encoded() + ".sig"
+	desc, err := r.fetch(ctx, resolver, sigRef, platforms.All)
+	if err != nil {
+		return ocispec.Descriptor{}, false
+	}
+	desc.Annotations = map[string]string{ocispec.AnnotationRefName: sigRef}
+	return desc, true
 }
