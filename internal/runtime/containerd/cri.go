@@ -2,6 +2,7 @@ package containerd
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"google.golang.org/grpc"
@@ -50,4 +51,38 @@ func (r *Runtime) CRIImages(ctx context.Context, names []string) (map[string]run
 		}
 	}
 	return out, nil
+}
+
+// SandboxImage is the pod sandbox (pause) image containerd's CRI runs every
+// pod with, as its verbose status reports its config (containerd 1.x:
+// sandboxImage); "" when it does not say (containerd 2.x keeps it in its
+// images plugin's config, which the CRI's status leaves out).
+func (r *Runtime) SandboxImage(ctx context.Context) (string, error) {
+	if r.namespace != criNamespace {
+		return "", fmt.Errorf("namespace %s: %w (the CRI works in %s only)", r.namespace, runtime.ErrNoCRI, criNamespace)
+	}
+	conn, ok := r.client.Conn().(*grpc.ClientConn)
+	if !ok {
+		return "", fmt.Errorf("asking the CRI: not a gRPC connection")
+	}
+	resp, err := runtimeapi.NewRuntimeServiceClient(conn).Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	if status.Code(err) == codes.Unimplemented {
+		return "", fmt.Errorf("%w: %v", runtime.ErrNoCRI, err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("asking the CRI for its status: %w", err)
+	}
+	var cfg struct {
+		SandboxImage string            `json:"sandboxImage"`
+		PinnedImages map[string]string `json:"pinned_images"`
+	}
+	if raw := resp.GetInfo()["config"]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+			return "", fmt.Errorf("reading the CRI's config: %w", err)
+		}
+	}
+	if cfg.SandboxImage != "" {
+		return cfg.SandboxImage, nil
+	}
+	return cfg.PinnedImages["sandbox"], nil
 }

@@ -1,0 +1,218 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/workload"
+)
+
+// CheckReport is `holdfast check -o json`.
+type CheckReport struct {
+	Images []CheckImage `json:"images"`
+	// Sandbox is the pod sandbox image, as containerd's CRI reports it or
+	// --sandbox-image gives it; empty when neither says.
+	Sandbox string   `json:"sandbox,omitempty"`
+	Errors  []string `json:"errors,omitempty"`
+}
+
+// CheckImage is one image in `holdfast check -o json`.
+type CheckImage struct {
+	Ref    string         `json:"ref"`
+	State  workload.State `json:"state"`
+	Target string         `json:"target,omitempty"`
+	Others []string       `json:"others,omitempty"`
+	UsedBy []string       `json:"usedBy"`
+}
+
+func newCheck(o *options) *cobra.Command {
+	var (
+		files          []string
+		output         string
+		allowUnpinned  bool
+		sandboxImage   string
+		withoutSandbox bool
+	)
+	cmd := &cobra.Command{
+		Use:   "check [FILE...]",
+		Short: "Say which images the given workloads need that this node lacks, or holds unpinned",
+		Long: `check reads Kubernetes manifests (multi-document YAML or JSON, Lists, the output
+of helm template or kubectl get -o yaml) or plain lines of image references, from
+the files given (- or none: standard input), and collects every image a pod could
+run: the containers, init containers and ephemeral containers of Pods,
+Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, CronJobs,
+ReplicationControllers and PodTemplates, and the pod templates found in any other
+object (said at debug level). The node's pod sandbox (pause) image is added: as
+containerd's CRI reports it (containerd 1.x), else as --sandbox-image gives it.
+
+Each image is then looked up in this node's containerd as the kubelet would
+find it (names normalized: nginx is docker.io/library/nginx:latest; a digest
+reference by its repo@sha256:... record):
+
+  pinned    a record of that name, pinned: the kubelet's image GC keeps it
+  present   a record, not pinned: the kubelet's image GC may delete it
+  missing   no record: the kubelet would pull it, and an air-gapped node cannot
+  mismatch  a digest reference whose repository the node holds at other
+            digests only
+
+Exit status: 0 when every image is pinned (with --allow-unpinned, present is
+enough), 1 otherwise, 2 on bad usage or bad input: a document that does not
+parse is named (FILE: document N) and the others are still checked.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "table" && output != "json" {
+				return &usageError{fmt.Errorf("-o %q: want table or json", output)}
+			}
+			files = append(files, args...)
+			if len(files) == 0 {
+				files = []string{"-"}
+			}
+			var set workload.Set
+			for _, f := range files {
+				data, err := readInput(f, cmd.InOrStdin())
+				if err != nil {
+					set.Errors = append(set.Errors, err)
+					continue
+				}
+				set.Read(f, data)
+			}
+			for _, n := range set.Notes {
+				o.log.Debug("found a pod spec in an object of a kind holdfast does not know", "where", n)
+			}
+			ctx := cmd.Context()
+			s, err := o.openReader(ctx, "check")
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			report := CheckReport{Sandbox: sandboxImage}
+			if report.Sandbox == "" && !withoutSandbox {
+				report.Sandbox, err = s.rt.SandboxImage(ctx)
+				if err != nil && !errors.Is(err, runtime.ErrNoCRI) {
+					return err
+				}
+				if report.Sandbox == "" {
+					o.log.Warn("containerd's CRI does not say which sandbox (pause) image it runs pods with (containerd 2.x); give it with --sandbox-image to check it too")
+				}
+			}
+			if report.Sandbox != "" {
+				set.Add(report.Sandbox, workload.Use{File: "the pod sandbox image"})
+			}
+			records, err := s.rt.Records(ctx)
+			if err != nil {
+				return err
+			}
+			failed := false
+			for _, v := range workload.Judge(set.Images(), records) {
+				ci := CheckImage{Ref: v.Ref, State: v.State, Target: v.Target, Others: v.Others, UsedBy: []string{}}
+				for _, u := range v.Uses {
+					ci.UsedBy = append(ci.UsedBy, useWord(u))
+				}
+				report.Images = append(report.Images, ci)
+				if v.State != workload.Pinned && (!allowUnpinned || v.State != workload.Present) {
+					failed = true
+				}
+			}
+			if report.Images == nil {
+				report.Images = []CheckImage{}
+			}
+			for _, e := range set.Errors {
+				report.Errors = append(report.Errors, e.Error())
+				fmt.Fprintf(cmd.ErrOrStderr(), "error: %v\n", e)
+			}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				err = enc.Encode(report)
+			} else {
+				err = writeCheck(cmd.OutOrStdout(), report)
+			}
+			switch {
+			case err != nil:
+				return err
+			case len(set.Errors) > 0:
+				return &ExitError{Code: 2}
+			case failed:
+				return &ExitError{Code: 1}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVarP(&files, "filename", "f", nil, "a manifest file, or - for standard input; repeatable (files may also be given as arguments)")
+	f.StringVarP(&output, "output", "o", "table", "table or json")
+	f.BoolVar(&allowUnpinned, "allow-unpinned", false, "exit 0 when every image is at least present, pinned or not")
+	f.StringVar(&sandboxImage, "sandbox-image", "", "the pod sandbox (pause) image to check; default: what containerd's CRI reports (containerd 1.x)")
+	f.BoolVar(&withoutSandbox, "no-sandbox-image", false, "do not check the pod sandbox image")
+	return cmd
+}
+
+// readInput reads a file, or standard input for "-".
+func readInput(name string, stdin io.Reader) ([]byte, error) {
+	if name == "-" {
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("reading standard input: %w", err)
+		}
+		return data, nil
+	}
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", name, err)
+	}
+	return data, nil
+}
+
+// useWord names a use; the sandbox image's use is its source alone.
+func useWord(u workload.Use) string {
+	if u.Doc == 0 && u.Line == 0 {
+		return u.File
+	}
+	return u.String()
+}
+
+func writeCheck(w io.Writer, r CheckReport) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "IMAGE\tSTATE\tUSED BY")
+	counts := map[workload.State]int{}
+	for _, img := range r.Images {
+		counts[img.State]++
+		used := "-"
+		if len(img.UsedBy) > 0 {
+			used = img.UsedBy[0]
+			if n := len(img.UsedBy) - 1; n > 0 {
+				used += fmt.Sprintf(" (and %d more)", n)
+			}
+		}
+		state := string(img.State)
+		if img.State == workload.Mismatch {
+			state += " (holds " + strings.Join(shortDigests(img.Others), ", ") + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", img.Ref, state, used)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d images: %d pinned, %d present, %d missing, %d mismatch\n", len(r.Images),
+		counts[workload.Pinned], counts[workload.Present], counts[workload.Missing], counts[workload.Mismatch])
+	return err
+}
+
+func shortDigests(ds []string) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		d = strings.TrimPrefix(d, "sha256:")
+		if len(d) > 12 {
+			d = d[:12]
+		}
+		out[i] = d
+	}
+	return out
+}

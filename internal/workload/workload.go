@@ -1,0 +1,286 @@
+// Package workload reads the images Kubernetes workloads could run from
+// their manifests: multi-document YAML or JSON as kubectl, helm template or
+// kubectl get -o yaml write them, Lists included, or plain lines of image
+// references. It reads what each pod template names (containers, init
+// containers, ephemeral containers) and nothing else; it never talks to a
+// cluster.
+package workload
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/holdfast-project/holdfast/internal/pattern"
+)
+
+// Use is one place a manifest names an image.
+type Use struct {
+	File      string // as given ("-" for standard input)
+	Doc       int    // the document's index in the file, from 1; 0 for a line of references
+	Line      int    // for a line of references
+	Kind      string // the object's kind: Deployment, Pod, …
+	Namespace string
+	Name      string
+	Container string // "initContainers/setup", "containers/app"
+	// Found says how a pod template was found in an object holdfast does
+	// not know: the path to it ("spec.template.spec"); empty for known kinds.
+	Found string
+}
+
+// String names the use for a person: "app.yaml#2 Deployment web/api containers/app".
+func (u Use) String() string {
+	if u.Doc == 0 {
+		return fmt.Sprintf("%s:%d", u.File, u.Line)
+	}
+	obj := u.Name
+	if u.Namespace != "" {
+		obj = u.Namespace + "/" + u.Name
+	}
+	return strings.TrimSpace(fmt.Sprintf("%s#%d %s %s %s", u.File, u.Doc, u.Kind, obj, u.Container))
+}
+
+// Image is an image the manifests name, and where.
+type Image struct {
+	Ref  string // normalised as the kubelet asks for it: docker.io/library/nginx:latest
+	Uses []Use
+}
+
+// Set gathers the images of several manifests.
+type Set struct {
+	byRef map[string]*Image
+	// Errors are the documents and lines that could not be read, each
+	// naming the file and the document's index or the line.
+	Errors []error
+	// Notes say where a pod template was found in an object of a kind
+	// holdfast does not know (best effort).
+	Notes []string
+}
+
+// Images lists the images, sorted by reference.
+func (s *Set) Images() []Image {
+	out := make([]Image, 0, len(s.byRef))
+	for _, img := range s.byRef {
+		out = append(out, *img)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Ref < out[j].Ref })
+	return out
+}
+
+// Add records that u names ref (as written); a reference that does not
+// parse is an error naming u.
+func (s *Set) Add(ref string, u Use) {
+	full, err := pattern.NormalizeRef(strings.TrimSpace(ref))
+	if err != nil {
+		s.Errors = append(s.Errors, fmt.Errorf("%s: image %w", u, err))
+		return
+	}
+	if s.byRef == nil {
+		s.byRef = map[string]*Image{}
+	}
+	img, ok := s.byRef[full]
+	if !ok {
+		img = &Image{Ref: full}
+		s.byRef[full] = img
+	}
+	img.Uses = append(img.Uses, u)
+}
+
+// docSeparator is a YAML document separator line.
+var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
+
+// Read reads one file of manifests, or of references a line each, into s.
+// A document that does not parse is an error naming file and its index;
+// the other documents are still read.
+func (s *Set) Read(file string, data []byte) {
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a byte order mark some editors write
+	docs := split(data)
+	if refLines(docs) {
+		s.readLines(file, data)
+		return
+	}
+	for i, doc := range docs {
+		var v any
+		if err := yaml.Unmarshal(doc, &v); err != nil {
+			s.Errors = append(s.Errors, fmt.Errorf("%s: document %d: %w", file, i+1, err))
+			continue
+		}
+		if v == nil {
+			continue // an empty document, or comments only
+		}
+		obj, ok := v.(map[string]any)
+		if !ok {
+			s.Errors = append(s.Errors, fmt.Errorf("%s: document %d: not a Kubernetes object (a %T)", file, i+1, v))
+			continue
+		}
+		s.object(obj, Use{File: file, Doc: i + 1})
+	}
+}
+
+// split cuts a YAML stream into its documents (a JSON file is one).
+func split(data []byte) [][]byte {
+	var docs [][]byte
+	idx := docSeparator.FindAllIndex(data, -1)
+	start := 0
+	for _, m := range idx {
+		docs = append(docs, data[start:m[0]])
+		start = m[1]
+	}
+	return append(docs, data[start:])
+}
+
+// refLines says whether the input is lines of references: no document is a
+// mapping or a sequence.
+func refLines(docs [][]byte) bool {
+	content := false
+	for _, doc := range docs {
+		var v any
+		if err := yaml.Unmarshal(doc, &v); err != nil {
+			return false
+		}
+		switch v.(type) {
+		case nil:
+		case string:
+			content = true
+		default:
+			return false
+		}
+	}
+	return content
+}
+
+func (s *Set) readLines(file string, data []byte) {
+	for i, line := range strings.Split(string(data), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		line = strings.TrimSpace(line)
+		if line == "" || line == "---" {
+			continue
+		}
+		s.Add(line, Use{File: file, Line: i + 1})
+	}
+}
+
+// podSpecPaths are where the known kinds keep their pod spec.
+var podSpecPaths = map[string][]string{
+	"Pod":                   {"spec"},
+	"PodTemplate":           {"template", "spec"},
+	"Deployment":            {"spec", "template", "spec"},
+	"ReplicaSet":            {"spec", "template", "spec"},
+	"StatefulSet":           {"spec", "template", "spec"},
+	"DaemonSet":             {"spec", "template", "spec"},
+	"Job":                   {"spec", "template", "spec"},
+	"ReplicationController": {"spec", "template", "spec"},
+	"CronJob":               {"spec", "jobTemplate", "spec", "template", "spec"},
+}
+
+// containerLists are the lists of containers a pod spec has.
+var containerLists = []string{"initContainers", "containers", "ephemeralContainers"}
+
+// object reads one object: a List's items, a known kind's pod spec, or any
+// other object's pod templates wherever they are.
+func (s *Set) object(obj map[string]any, u Use) {
+	kind, _ := obj["kind"].(string)
+	if items, ok := obj["items"].([]any); ok && (kind == "List" || strings.HasSuffix(kind, "List")) {
+		for _, it := range items {
+			if m, ok := it.(map[string]any); ok {
+				s.object(m, u)
+			}
+		}
+		return
+	}
+	u.Kind = kind
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		u.Name, _ = md["name"].(string)
+		u.Namespace, _ = md["namespace"].(string)
+	}
+	if path, ok := podSpecPaths[kind]; ok {
+		if spec, ok := dig(obj, path); ok {
+			s.podSpec(spec, u)
+		}
+		return
+	}
+	// Another kind (an operator's resource, an Argo Rollout): any pod spec
+	// in it, best effort.
+	s.search(obj, nil, u)
+}
+
+// search finds pod specs (a map with a list of containers that name
+// images) under v; path is where v is.
+func (s *Set) search(v any, path []string, u Use) {
+	switch x := v.(type) {
+	case map[string]any:
+		if isPodSpec(x) {
+			u.Found = strings.Join(path, ".")
+			s.Notes = append(s.Notes, fmt.Sprintf("%s: a pod spec at %s", u, u.Found))
+			s.podSpec(x, u)
+			return
+		}
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			s.search(x[k], append(slices.Clone(path), k), u)
+		}
+	case []any:
+		for i, e := range x {
+			s.search(e, append(slices.Clone(path), fmt.Sprint(i)), u)
+		}
+	}
+}
+
+func isPodSpec(m map[string]any) bool {
+	cs, ok := m["containers"].([]any)
+	if !ok || len(cs) == 0 {
+		return false
+	}
+	for _, c := range cs {
+		cm, ok := c.(map[string]any)
+		if !ok {
+			return false
+		}
+		if _, ok := cm["image"].(string); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Set) podSpec(spec map[string]any, u Use) {
+	for _, list := range containerLists {
+		cs, _ := spec[list].([]any)
+		for _, c := range cs {
+			cm, ok := c.(map[string]any)
+			if !ok {
+				continue
+			}
+			img, _ := cm["image"].(string)
+			name, _ := cm["name"].(string)
+			cu := u
+			cu.Container = list + "/" + name
+			if img == "" {
+				s.Errors = append(s.Errors, fmt.Errorf("%s: no image", cu))
+				continue
+			}
+			s.Add(img, cu)
+		}
+	}
+}
+
+// dig walks path through nested maps.
+func dig(m map[string]any, path []string) (map[string]any, bool) {
+	for _, k := range path {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		m = next
+	}
+	return m, true
+}
