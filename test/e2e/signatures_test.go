@@ -162,6 +162,23 @@ func signaturePolicyEnforce(t *testing.T, d *daemon, format string) {
 			}
 		}
 		d.requirePinned(t, s.signed)
+		// plan says what a pass would refuse.
+		plan := holdfast(t, "plan", "-o", "json", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--policy", pol)
+		var actions struct {
+			Actions []struct{ Action, Name, Reason string } `json:"actions"`
+		}
+		if err := json.Unmarshal([]byte(plan.Stdout), &actions); err != nil {
+			t.Fatalf("plan -o json: %v\n%s\n%s", err, plan.Stdout, plan.Stderr)
+		}
+		refusedByPlan := map[string]string{}
+		for _, a := range actions.Actions {
+			if a.Action == "refuse" {
+				refusedByPlan[a.Name] = a.Reason
+			}
+		}
+		if !strings.HasPrefix(refusedByPlan[s.foreign], "invalid") || !strings.HasPrefix(refusedByPlan[s.bare], "unsigned") || refusedByPlan[s.signed] != "" {
+			t.Errorf("plan refuses %v, want %s invalid and %s unsigned", refusedByPlan, s.foreign, s.bare)
+		}
 		for _, n := range []string{s.foreign, s.bare} {
 			if _, ok := d.record(t, n); ok {
 				t.Errorf("%s refused, but containerd has a record of that name", n)
