@@ -49,8 +49,6 @@ type Release struct {
 	Reason Reason
 }
 
-// Conflict is one name that kept sources want with different targets. The
-// source with the newest mtime wins; the others' content stays leased.
 // Refusal is a want the signature policy refuses (Input.Refused).
 type Refusal struct {
 	Name   string
@@ -60,6 +58,8 @@ type Refusal struct {
 	Reason string
 }
 
+// Conflict is one name that kept sources want with different targets. The
+// source with the newest mtime wins; the others' content stays leased.
 type Conflict struct {
 	Name   string
 	Winner Claim
