@@ -38,13 +38,16 @@ type Config struct {
 type Recorder interface {
 	pass.Recorder
 	SetConnected(bool)
+	// SetRequired counts the required images by state.
+	SetRequired(counts map[string]int)
 	SetBackoff(n int)
 }
 
 type noRecorder struct{ pass.NoRecorder }
 
-func (noRecorder) SetConnected(bool) {}
-func (noRecorder) SetBackoff(int)    {}
+func (noRecorder) SetConnected(bool)          {}
+func (noRecorder) SetBackoff(int)             {}
+func (noRecorder) SetRequired(map[string]int) {}
 
 // Agent is holdfast's daemon: it keeps containerd's records and leases in line
 // with the images dirs, passes triggered by start-up, directory changes, a
@@ -74,6 +77,10 @@ type Agent struct {
 	kept        map[string]bool              // the wanted names kept sources want (holdfast import)
 	foreign     map[string]bool              // names pinned by another holdfast process during a pass
 
+	req      requiredState // the images the node's workloads need (mu)
+	reqKick  chan struct{} // judge the required images again
+	reqJudge sync.Mutex    // one judgment of them at a time
+
 	ready      atomic.Bool
 	readyState atomic.Value // string: why not ready
 	lost       atomic.Bool  // containerd's event stream is lost: reconnecting
@@ -90,7 +97,8 @@ func New(rt importer.Backend, cfg Config, rec Recorder) *Agent {
 	}
 	a := &Agent{rt: rt, cfg: cfg, log: log, rec: rec, clock: realClock{},
 		wanted: map[string]hfruntime.Want{}, heals: map[string]*healState{},
-		collecting: true, touched: map[string]bool{}, pinPatterns: map[string][]pattern.Pattern{}, foreign: map[string]bool{}}
+		collecting: true, touched: map[string]bool{}, pinPatterns: map[string][]pattern.Pattern{}, foreign: map[string]bool{},
+		reqKick: make(chan struct{}, 1)}
 	now := func() time.Time { return a.clock.Now() }
 	a.journal = journal.New(journal.DefaultSize, now)
 	a.passes = pass.New(rt, cfg.Config, pass.WithRecorder(rec), pass.WithClock(now), pass.WithJournal(a.journal), pass.WithHandoff(a))
@@ -185,6 +193,7 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 			if a.afterPass(ctx, pr.touched, healTimer) {
 				kick("pin pattern")
 			}
+			a.kickRequired()
 			if initial {
 				if len(pr.Settling) == 0 {
 					initial = false
@@ -201,6 +210,9 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 			if a.onImageEvent(ctx, ev, healTimer) {
 				kick("pin pattern")
 			}
+			a.kickRequired()
+		case <-a.reqKick:
+			a.judgeRequired(ctx)
 		case <-healTimer.C():
 			a.retryBackedOff(ctx, healTimer)
 		case <-cri.timer.C():

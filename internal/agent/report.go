@@ -6,5 +6,7 @@ import "github.com/holdfast-project/holdfast/internal/journal"
 // and the journal's events with a sequence number above after.
 func (a *Agent) Report(after uint64) journal.Report {
 	ready, _ := a.Ready()
-	return a.journal.Report(after, ready)
+	rep := a.journal.Report(after, ready)
+	rep.Required = a.requiredReport()
+	return rep
 }

@@ -38,7 +38,10 @@ also runs every --resync, and after containerd comes back from a restart.
 Spool dirs (--spool) are watched like images dirs.
 
 It serves /metrics, /healthz, /readyz and /report (read by holdfast-reporter)
-on --listen, and tells systemd
+on --listen, and takes PUT /required from loopback (the reporter's set of the
+images the node's workloads need, judged on every pass and image event:
+GET /report's "required", holdfast_required_images, ImageMissing,
+ImageUnpinned and ImageReady events), and tells systemd
 READY=1 (Type=notify) once every source of the first pass is final.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -73,10 +76,11 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 					return err
 				}, a.Ready)
 				srv.Report(a.Report)
+				srv.Required(a.SetRequired)
 				if err := srv.Listen(ctx); err != nil {
 					return err
 				}
-				o.log.Info("serving /metrics, /healthz, /readyz and /report", "address", srv.Addr())
+				o.log.Info("serving /metrics, /healthz, /readyz, /report and /required", "address", srv.Addr())
 			}
 
 			// The daemon's parts, under one group: the first to fail stops
@@ -120,7 +124,7 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&parallel, "parallel", 0, "archives imported at once; 0: from the CPU count")
-	f.StringVar(&listen, "listen", server.DefaultAddr, "address for /metrics, /healthz, /readyz and /report; empty disables")
+	f.StringVar(&listen, "listen", server.DefaultAddr, "address for /metrics, /healthz, /readyz, /report and /required; empty disables")
 	f.DurationVar(&settle, "settle", 2*time.Second, "a file is complete once its mtime is this old, or it stayed unchanged this long")
 	f.DurationVar(&resync, "resync", 5*time.Minute, "full pass at least this often")
 	withEnv(f, "parallel", "listen", "settle", "resync")

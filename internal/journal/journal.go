@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/holdfast-project/holdfast/internal/required"
 )
 
 // DefaultSize is how many events the agent's journal keeps.
@@ -31,6 +33,11 @@ const (
 	// ReasonPolicy: the signature policy file is bad; the last good one
 	// stays in force.
 	ReasonPolicy = "SignaturePolicy"
+	// A required image (one the node's workloads need) became missing or
+	// unpinned, or pinned again.
+	ReasonImageMissing  = "ImageMissing"
+	ReasonImageUnpinned = "ImageUnpinned"
+	ReasonImageReady    = "ImageReady"
 )
 
 // Event is one thing that happened.
@@ -58,6 +65,9 @@ type Report struct {
 	Failing     []Failure `json:"failing"`
 	HealBackoff []string  `json:"healBackoff"`
 	Events      []Event   `json:"events"`
+	// Required is where the images the node's workloads need stand (the
+	// set a reporter sent); nil from a journal's own Report.
+	Required *required.Report `json:"required,omitempty"`
 	// Next is the sequence number the next event will get: a reader that
 	// has seen every event up to now asks with after=Next-1.
 	Next uint64 `json:"next"`

@@ -72,6 +72,7 @@ type Metrics struct {
 	sourcesSeen map[SourceKey]bool // label sets outside the known kinds×states set by the last SetSources
 
 	signatures *prometheus.GaugeVec
+	required   *prometheus.GaugeVec
 
 	reconcileDuration prometheus.Histogram
 	lastSuccess       prometheus.Gauge
@@ -130,6 +131,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Sources in the images directories, by kind and state, as of the last pass.",
 		}, []string{"kind", "state"}),
 		sourcesSeen: map[SourceKey]bool{},
+		required: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "holdfast_required_images",
+			Help: "Images the node's workloads need (the set its reporter sends), by where they stand on the node: pinned, present (not pinned), missing or mismatch (held at another digest only).",
+		}, []string{"state"}),
 		signatures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "holdfast_signature_images",
 			Help: "Images the sources want, by signature verdict under the policy in force (unchecked, verified, unsigned, invalid; refused ones included), as of the last pass; none without a policy.",
@@ -179,7 +184,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.imports, m.importBytes, m.importDuration,
 			m.pulls,
 			m.heals, m.drift, m.unpins, m.releases,
-			m.pinned, m.sources, m.signatures,
+			m.pinned, m.sources, m.signatures, m.required,
 			m.reconcileDuration, m.lastSuccess, m.reconciles,
 			m.connected, m.backoff,
 		)
@@ -259,6 +264,20 @@ func (m *Metrics) SetSignatures(counts map[string]int) {
 		m.signatures.WithLabelValues(s).Set(float64(counts[s]))
 	}
 }
+
+// SetRequired sets holdfast_required_images: every state is exported, at 0
+// when counts lacks it.
+func (m *Metrics) SetRequired(counts map[string]int) {
+	if m == nil {
+		return
+	}
+	for _, s := range requiredStates {
+		m.required.WithLabelValues(s).Set(float64(counts[s]))
+	}
+}
+
+// requiredStates are the states of workload.State.
+var requiredStates = []string{"pinned", "present", "missing", "mismatch"}
 
 // signatureStates are the states of policy.Verdict.
 var signatureStates = []string{"unchecked", "verified", "unsigned", "invalid"}

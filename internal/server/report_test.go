@@ -1,12 +1,19 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/holdfast-project/holdfast/internal/journal"
+	"github.com/holdfast-project/holdfast/internal/required"
 )
 
 // TestReport: /report answers the JSON the reporter reads, with the events
@@ -54,5 +61,62 @@ func TestReport(t *testing.T) {
 	}
 	if code, body := get(t, base+"/report?after=x"); code != http.StatusBadRequest {
 		t.Fatalf("after=x: %d %s", code, body)
+	}
+}
+
+// TestRequired: PUT /required from loopback hands the decoded set over
+// (204); a body that does not decode, or that the agent refuses, is 400
+// with the cause; a peer that is not loopback is refused (403) and nothing
+// is handed over.
+func TestRequired(t *testing.T) {
+	t.Parallel()
+	var (
+		mu     sync.Mutex
+		handed []required.Set
+	)
+	got := func() []required.Set { mu.Lock(); defer mu.Unlock(); return slices.Clone(handed) }
+	s := New("127.0.0.1:0", nil, nil, nil)
+	s.Required(func(_ context.Context, set required.Set) error {
+		if len(set.Images) > 0 && set.Images[0].Ref == "bad" {
+			return errors.New(`image "bad": invalid reference`)
+		}
+		mu.Lock()
+		handed = append(handed, set)
+		mu.Unlock()
+		return nil
+	})
+	_, base, _ := start(t, s)
+	put := func(body string) (int, string) {
+		req, err := http.NewRequest(http.MethodPut, base+"/required", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := put(`{"images":[{"ref":"docker.io/library/nginx:1.27","usedBy":["Deployment a/b containers/c"]}]}`); code != http.StatusNoContent {
+		t.Fatalf("PUT: %d %s", code, body)
+	}
+	if g := got(); len(g) != 1 || g[0].Images[0].Ref != "docker.io/library/nginx:1.27" || g[0].Images[0].UsedBy[0] != "Deployment a/b containers/c" {
+		t.Errorf("handed over %+v", g)
+	}
+	if code, body := put(`{"images":[{"ref":`); code != http.StatusBadRequest || !strings.Contains(body, "decoding the required set") {
+		t.Errorf("a broken body: %d %s", code, body)
+	}
+	if code, body := put(`{"images":[{"ref":"bad"}]}`); code != http.StatusBadRequest || !strings.Contains(body, `image "bad"`) {
+		t.Errorf("a refused set: %d %s", code, body)
+	}
+	// From another host: the handler itself, with the peer's address.
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPut, "/required", strings.NewReader(`{"images":[]}`))
+	req.RemoteAddr = "10.42.0.7:51234"
+	s.mux.ServeHTTP(rec, req)
+	if rec.Code != http.StatusForbidden || len(got()) != 1 {
+		t.Errorf("from 10.42.0.7: %d, %d sets handed over", rec.Code, len(got()))
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/holdfast-project/holdfast/internal/journal"
+	"github.com/holdfast-project/holdfast/internal/required"
 )
 
 // DefaultAddr is the address the CLI listens on unless told otherwise.
@@ -96,6 +97,39 @@ func (s *Server) Report(report func(after uint64) journal.Report) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(append(body, '\n'))
+	})
+}
+
+// maxRequired bounds the body of PUT /required: 2,000 images of a few
+// hundred bytes each fit many times over.
+const maxRequired = 8 << 20
+
+// Required serves PUT /required from the node's reporter, in the same pod
+// or on the same host: the set of images the node's workloads need
+// (required.Set as JSON), handed to set. Only a loopback peer may send it:
+// the agent listens on the pod network, and a set from anyone else would
+// make the node's condition and Events say what that peer wants. A body that
+// does not decode, or that set refuses, is 400 with the cause; 204 else.
+func (s *Server) Required(set func(context.Context, required.Set) error) {
+	s.mux.HandleFunc("PUT /required", func(w http.ResponseWriter, r *http.Request) {
+		noCache(w)
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			http.Error(w, "PUT /required is taken from loopback only (the node's reporter)", http.StatusForbidden)
+			return
+		}
+		var body required.Set
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequired))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil {
+			http.Error(w, fmt.Sprintf("decoding the required set: %v", err), http.StatusBadRequest)
+			return
+		}
+		if err := set(r.Context(), body); err != nil {
+			http.Error(w, fmt.Sprintf("the required set: %v", err), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	})
 }
 

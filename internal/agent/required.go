@@ -1,0 +1,134 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/holdfast-project/holdfast/internal/journal"
+	"github.com/holdfast-project/holdfast/internal/pattern"
+	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/workload"
+)
+
+// requiredState is what the agent keeps of the images the node's workloads
+// need: the set the reporter last sent, and where each stood when last
+// judged.
+type requiredState struct {
+	set    *required.Set     // nil until a reporter sends one
+	states map[string]string // ref → state, as last judged
+	report required.Report
+}
+
+// SetRequired takes the set of images the node's workloads need (PUT
+// /required): each reference normalised; one that does not parse is an
+// error naming it, and the set is not taken. The set is judged before it
+// returns, and again after every pass and image event.
+func (a *Agent) SetRequired(ctx context.Context, set required.Set) error {
+	out := required.Set{Images: make([]required.Image, 0, len(set.Images))}
+	seen := map[string]int{}
+	for _, img := range set.Images {
+		ref, err := pattern.NormalizeRef(strings.TrimSpace(img.Ref))
+		if err != nil {
+			return fmt.Errorf("image %q: %w", img.Ref, err)
+		}
+		if i, ok := seen[ref]; ok {
+			out.Images[i].UsedBy = append(out.Images[i].UsedBy, img.UsedBy...)
+			continue
+		}
+		seen[ref] = len(out.Images)
+		out.Images = append(out.Images, required.Image{Ref: ref, UsedBy: img.UsedBy})
+	}
+	a.mu.Lock()
+	a.req.set = &out
+	a.mu.Unlock()
+	a.judgeRequired(ctx)
+	return nil
+}
+
+// kickRequired asks the loop to judge the set again.
+func (a *Agent) kickRequired() {
+	select {
+	case a.reqKick <- struct{}{}:
+	default:
+	}
+}
+
+// judgeRequired says where each required image stands on the node, keeps
+// it for the report and the metric, and records an event for each image
+// that became missing, unpinned or pinned again.
+func (a *Agent) judgeRequired(ctx context.Context) {
+	a.reqJudge.Lock() // one judgment at a time: each compares with the last
+	defer a.reqJudge.Unlock()
+	a.mu.Lock()
+	set := a.req.set
+	a.mu.Unlock()
+	if set == nil {
+		return
+	}
+	records, err := a.rt.Records(ctx)
+	if err != nil {
+		a.log.Warn("listing the records to judge the required images", "error", err)
+		return
+	}
+	imgs := make([]workload.Image, len(set.Images))
+	usedBy := map[string][]string{}
+	for i, img := range set.Images {
+		imgs[i] = workload.Image{Ref: img.Ref}
+		usedBy[img.Ref] = img.UsedBy
+	}
+	rep := required.Report{Known: true, Ready: true, Counts: map[string]int{}}
+	states := map[string]string{}
+	for _, v := range workload.Judge(imgs, records) {
+		st := string(v.State)
+		states[v.Ref] = st
+		rep.Counts[st]++
+		if v.State != workload.Pinned {
+			rep.Ready = false
+			rep.NotReady = append(rep.NotReady, required.Verdict{Image: required.Image{Ref: v.Ref, UsedBy: usedBy[v.Ref]}, State: st})
+		}
+	}
+	sort.Slice(rep.NotReady, func(i, j int) bool { return rep.NotReady[i].Ref < rep.NotReady[j].Ref })
+	a.mu.Lock()
+	prev := a.req.states
+	a.req.states, a.req.report = states, rep
+	a.mu.Unlock()
+	a.rec.SetRequired(rep.Counts)
+	for _, img := range set.Images {
+		was, now := prev[img.Ref], states[img.Ref]
+		if was == now {
+			continue
+		}
+		who := ""
+		if len(img.UsedBy) > 0 {
+			who = " (" + img.UsedBy[0]
+			if n := len(img.UsedBy) - 1; n > 0 {
+				who += fmt.Sprintf(" and %d more", n)
+			}
+			who += ")"
+		}
+		switch workload.State(now) {
+		case workload.Missing, workload.Mismatch:
+			a.journal.Record(journal.Warning, journal.ReasonImageMissing, fmt.Sprintf("required image %s%s is %s on this node: the kubelet would pull it", img.Ref, who, now))
+		case workload.Present:
+			a.journal.Record(journal.Warning, journal.ReasonImageUnpinned, fmt.Sprintf("required image %s%s is not pinned: the kubelet's image GC may delete it", img.Ref, who))
+		case workload.Pinned:
+			if was != "" {
+				a.journal.Record(journal.Normal, journal.ReasonImageReady, fmt.Sprintf("required image %s%s is pinned", img.Ref, who))
+			}
+		}
+	}
+}
+
+// requiredReport is the report's part on the required images: not Known
+// before a reporter sent a set and it was judged.
+func (a *Agent) requiredReport() *required.Report {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rep := a.req.report
+	if rep.Counts == nil {
+		rep.Counts = map[string]int{}
+	}
+	return &rep
+}

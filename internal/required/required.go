@@ -1,0 +1,31 @@
+// Package required is what a node's reporter and its agent say to each
+// other of the images the node's workloads need: the set the reporter
+// gathers from the API server (PUT /required), and where each image stands
+// on the node as the agent judges it (GET /report).
+package required
+
+// Image is an image the node's workloads need, and who uses it.
+type Image struct {
+	Ref    string   `json:"ref"`
+	UsedBy []string `json:"usedBy,omitempty"`
+}
+
+// Set is every image the node's workloads need.
+type Set struct {
+	Images []Image `json:"images"`
+}
+
+// Verdict is an image of the set and where it stands on the node: pinned,
+// present, missing or mismatch.
+type Verdict struct {
+	Image
+	State string `json:"state"`
+}
+
+// Report is what the agent's GET /report says of the set (journal.Report.Required).
+type Report struct {
+	Known    bool           `json:"known"`              // the agent has a set (a reporter sent one since the agent started)
+	Ready    bool           `json:"ready"`              // every image of the set is pinned
+	Counts   map[string]int `json:"counts"`             // by state
+	NotReady []Verdict      `json:"notReady,omitempty"` // the images not pinned, sorted by ref
+}
