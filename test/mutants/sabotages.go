@@ -9,6 +9,16 @@ const e2e = "./test/e2e"
 // sabotage rather than drop it.
 var sabotages = []sabotage{
 	{
+		name: "unpinned-image-counted-pinned",
+		// holdfast check and the required images take an image the node
+		// holds but nothing pins for a pinned one: the kubelet may collect
+		// it, and nobody is told.
+		edits: []edit{{"internal/workload/state.go",
+			"if r.Pinned() {",
+			"if r.Pinned() || true {"}},
+		tests: []tests{{"./internal/workload", []string{"TestJudge"}, nil}, {e2e, []string{"TestCheck"}, nil}},
+	},
+	{
 		name: "refused-images-pinned",
 		// The signature policy's refusals are ignored: under enforce an
 		// image signed by another key, or unsigned, is named and pinned.
