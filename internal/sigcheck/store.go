@@ -63,7 +63,9 @@ type memoKey struct {
 func (j *Judge) Verdicts(ctx context.Context, pol *policy.Policy, states []runtime.SourceState, b signature.Blobs) func(name string, target ocispec.Descriptor) policy.Verdict {
 	byTarget := map[digest.Digest][]ocispec.Descriptor{}
 	packages := map[digest.Digest][]runtime.PackageSignature{}
+	wants := 0
 	for _, st := range states {
+		wants += len(st.Images)
 		if p := st.Package; p != nil {
 			for _, w := range st.Images {
 				if !slices.ContainsFunc(packages[w.Target.Digest], func(o runtime.PackageSignature) bool {
@@ -81,6 +83,13 @@ func (j *Judge) Verdicts(ctx context.Context, pol *policy.Policy, states []runti
 			}
 		}
 	}
+	// Verdicts of images no source wants any more go: the memo stays
+	// within a few times what the sources want.
+	j.mu.Lock()
+	if len(j.memo) > 2*wants+64 {
+		j.memo = map[memoKey]policy.Verdict{}
+	}
+	j.mu.Unlock()
 	return func(name string, target ocispec.Descriptor) policy.Verdict {
 		rule, ok := pol.RuleFor(name)
 		if !ok {
