@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/holdfast-project/holdfast/internal/required"
 )
 
 // DefaultSize is how many events the agent's journal keeps.
@@ -64,6 +66,9 @@ type Report struct {
 	// Started is when this journal began (the agent process started): a
 	// reader whose cursor came from another journal starts from 0.
 	Started time.Time `json:"started"`
+	// Required says where the images the node's workloads need stand; nil
+	// from an agent that keeps no such set.
+	Required *required.Report `json:"required,omitempty"`
 }
 
 // Journal is the ring and the summary. Its zero value is not usable: use New.
