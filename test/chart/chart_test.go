@@ -1153,8 +1153,9 @@ func TestNotes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(out, "NOTES:") || !strings.Contains(out, presets["k3s"].socket) || !strings.Contains(out, "0 pin pattern(s)") {
-			t.Errorf("helm %s: NOTES lack the socket or the pin count:\n%s", strings.Join(set, " "), out[strings.Index(out, "NOTES:")+1:])
+		if !strings.Contains(out, "NOTES:") || !strings.Contains(out, presets["k3s"].socket) || !strings.Contains(out, "0 pin pattern(s)") ||
+			!strings.Contains(out, `type=="HoldfastImagesReady"`) {
+			t.Errorf("helm %s: NOTES lack the socket, the pin count or the required images' condition:\n%s", strings.Join(set, " "), out[strings.Index(out, "NOTES:")+1:])
 		}
 	}
 }
