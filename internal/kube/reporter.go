@@ -104,15 +104,17 @@ type Reporter struct {
 	now    func() time.Time
 
 	req *requiredWatcher // nil unless cfg.Required
+	// written holds each condition as last patched (or as the Node had it
+	// before the first patch).
+	written map[corev1.NodeConditionType]*corev1.NodeCondition
 
-	uid     types.UID                                          // the Node's, for the Events' involvedObject
-	written map[corev1.NodeConditionType]*corev1.NodeCondition // each condition as last patched
-	after   uint64                                             // journal events up to here are on the Node
-	journal time.Time                                          // the Started of the journal after counts in
-	primed  bool                                               // sentUpTo and sent were read from the Events on the Node
-	upTo    time.Time                                          // journal events up to this time are on the Node (see prime)
-	sent    map[string]*sentEvent                              // reason+message → the Event it went to, to aggregate
-	order   []string                                           // keys of sent, oldest first, to bound it
+	uid     types.UID             // the Node's, for the Events' involvedObject
+	after   uint64                // journal events up to here are on the Node
+	journal time.Time             // the Started of the journal after counts in
+	primed  bool                  // sentUpTo and sent were read from the Events on the Node
+	upTo    time.Time             // journal events up to this time are on the Node (see prime)
+	sent    map[string]*sentEvent // reason+message → the Event it went to, to aggregate
+	order   []string              // keys of sent, oldest first, to bound it
 }
 
 type sentEvent struct {
@@ -331,7 +333,9 @@ func ImagesCondition(req *required.Report) corev1.NodeCondition {
 		}
 		name := v.Ref + " " + v.State
 		if len(v.UsedBy) > 0 {
-			name += " (" + v.UsedBy[0] + ")"
+			// "Deployment a/b containers/x": the object, without its container.
+			user := strings.Fields(v.UsedBy[0])
+			name += " (" + strings.Join(user[:min(len(user), 2)], " ") + ")"
 		}
 		names = append(names, name)
 	}
@@ -354,7 +358,10 @@ func ImagesCondition(req *required.Report) corev1.NodeCondition {
 	if len(counts) > 0 {
 		msg += "; " + strings.Join(counts, ", ")
 	}
-	c.Message = truncate(strings.TrimPrefix(msg, "; "))
+	if msg = strings.TrimPrefix(msg, "; "); msg == "" {
+		msg = "some required images are not pinned"
+	}
+	c.Message = truncate(msg)
 	return c
 }
 

@@ -43,6 +43,7 @@ type requiredWatcher struct {
 	informers []cache.SharedIndexInformer
 	node      cache.SharedIndexInformer // this Node, for its labels; nil without ClusterWorkloads
 	sent      []byte                    // the body of the last PUT the agent took
+	failed    string                    // the last PUT's error, logged once
 }
 
 func newRequiredWatcher(client kubernetes.Interface, cfg Config, log *slog.Logger, hc *http.Client) *requiredWatcher {
@@ -159,11 +160,18 @@ func (w *requiredWatcher) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			w.log.Warn("sending the required images to the agent; trying again", "agent", w.cfg.Agent, "in", w.cfg.Interval.String(), "error", err)
+			// An agent that keeps no set answers the same each time: said once.
+			level := slog.LevelWarn
+			if err.Error() == w.failed {
+				level = slog.LevelDebug
+			}
+			w.failed = err.Error()
+			w.log.Log(ctx, level, "sending the required images to the agent; trying again", "agent", w.cfg.Agent, "in", w.cfg.Interval.String(), "error", err)
 			pending = true
 			timer.Reset(w.cfg.Interval)
 			continue
 		}
+		w.failed = ""
 		force = false
 	}
 }

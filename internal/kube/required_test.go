@@ -25,6 +25,7 @@ import (
 type requiredAgent struct {
 	mu      sync.Mutex
 	puts    []required.Set
+	refuse  int // PUTs to answer 503, and not take
 	known   bool
 	req     required.Report
 	started time.Time
@@ -41,6 +42,11 @@ func newRequiredAgent(t *testing.T) *requiredAgent {
 			var set required.Set
 			if err := json.NewDecoder(r.Body).Decode(&set); err != nil || r.Header.Get("Content-Type") != "application/json" {
 				http.Error(w, "bad set", http.StatusBadRequest)
+				return
+			}
+			if a.refuse > 0 {
+				a.refuse--
+				http.Error(w, "busy", http.StatusServiceUnavailable)
 				return
 			}
 			a.puts = append(a.puts, set)
@@ -147,6 +153,20 @@ func TestRequiredReachesAgent(t *testing.T) {
 	wantJSON, _ := json.Marshal(want)
 	if string(got) != string(wantJSON) {
 		t.Fatalf("the agent got %s, want %s (redis only runs on node-2)", got, wantJSON)
+	}
+}
+
+// TestRequiredRetried: a set the agent refuses is sent again later.
+func TestRequiredRetried(t *testing.T) {
+	agent := newRequiredAgent(t)
+	agent.refuse = 2
+	client := fake.NewClientset(labelledNode(), deployment("shop", "web", podSpec("nginx:1.27")))
+	runRequired(t, client, agent.srv.URL)
+	agent.waitPut(t, 0, "after two refusals", func(s required.Set) bool { return slices.Contains(refsOf(s), "docker.io/library/nginx:1.27") })
+	agent.mu.Lock()
+	defer agent.mu.Unlock()
+	if agent.refuse != 0 {
+		t.Fatalf("%d refusals left", agent.refuse)
 	}
 }
 
@@ -278,7 +298,7 @@ func TestImagesCondition(t *testing.T) {
 			verdict("docker.io/library/a:1", "present", "Pod x/a-1 containers/a"),
 			verdict("docker.io/library/x:1", "missing", "Deployment a/b containers/x", "Pod a/b-1 containers/x"),
 		}}, corev1.ConditionFalse, ReasonImagesMissing,
-			"docker.io/library/x:1 missing (Deployment a/b containers/x), docker.io/library/a:1 present (Pod x/a-1 containers/a); 2 pinned, 1 present, 1 missing"},
+			"docker.io/library/x:1 missing (Deployment a/b), docker.io/library/a:1 present (Pod x/a-1); 2 pinned, 1 present, 1 missing"},
 		{"mismatch", true, required.Report{Counts: map[string]int{"mismatch": 1}, NotReady: []required.Verdict{verdict("docker.io/library/m@sha256:"+strings.Repeat("0", 64), "mismatch")}},
 			corev1.ConditionFalse, ReasonImagesMissing, "docker.io/library/m@sha256:" + strings.Repeat("0", 64) + " mismatch; 1 mismatch"},
 		{"unpinned", true, required.Report{Counts: map[string]int{"pinned": 1, "present": 6}, NotReady: many}, corev1.ConditionFalse, ReasonImagesUnpinned,
