@@ -2,9 +2,10 @@
 // GET /report and keeps the node's HoldfastPinned condition and the Events on
 // the Node in line with it; it watches the workloads for the images the node
 // needs, sends that set to the agent, and keeps the HoldfastImagesReady
-// condition from what the agent says of it. It is the only package that imports client-go, and
-// it runs in its own binary (holdfast-reporter), so that the node CLI starts
-// without client-go's init cost and the agent never waits for the API server.
+// condition from what the agent says of it. It is the only package that
+// imports client-go, and it runs in its own binary (holdfast-reporter), so
+// that the node CLI starts without client-go's init cost and the agent never
+// waits for the API server.
 package kube
 
 import (
@@ -48,10 +49,10 @@ const (
 	ReasonNotReady         = "NotReady"
 	ReasonAgentUnreachable = "AgentUnreachable"
 
+	// HoldfastImagesReady's reasons, besides ReasonAllPinned.
 	ReasonImagesMissing  = "ImagesMissing"  // some image is missing, or held at another digest
 	ReasonImagesUnpinned = "ImagesUnpinned" // every image is present, some not pinned
 	ReasonNoRequiredSet  = "NoRequiredSet"  // the agent has no set yet, or cannot be read
-	// (and ReasonAllPinned when every image is pinned)
 
 	// Component is the source component of the Events on the Node.
 	Component = "holdfast"
@@ -408,10 +409,10 @@ func truncate(s string) string {
 // heartbeat is how often an unchanged condition is written again.
 func (r *Reporter) heartbeat() time.Duration { return max(r.cfg.Interval, time.Minute) }
 
-// setConditions patches, in one patch of nodes/status, each condition that
-// changed or whose heartbeat is due. lastTransitionTime moves only when the
-// status does; until a condition is first written, the Node's own copy of it
-// says what it was.
+// setConditions patches the conditions on nodes/status, all in one patch,
+// when one of them changed or its heartbeat is due. lastTransitionTime moves
+// only when the status does; until a condition is first written, the Node's
+// own copy of it says what it was.
 func (r *Reporter) setConditions(ctx context.Context, conds ...corev1.NodeCondition) error {
 	now := metav1.NewTime(r.now().Truncate(time.Second))
 	read := r.uid == ""
@@ -430,13 +431,16 @@ func (r *Reporter) setConditions(ctx context.Context, conds ...corev1.NodeCondit
 			}
 		}
 	}
+	if !slices.ContainsFunc(conds, func(c corev1.NodeCondition) bool {
+		prev := r.written[c.Type]
+		return prev == nil || !sameCondition(prev, &c) || now.Sub(prev.LastHeartbeatTime.Time) >= r.heartbeat()
+	}) {
+		return nil
+	}
 	var due []corev1.NodeCondition
 	var names []string
 	for _, c := range conds {
 		prev := r.written[c.Type]
-		if prev != nil && sameCondition(prev, &c) && now.Sub(prev.LastHeartbeatTime.Time) < r.heartbeat() {
-			continue
-		}
 		c.LastHeartbeatTime = now
 		c.LastTransitionTime = now
 		if prev != nil && prev.Status == c.Status && !prev.LastTransitionTime.IsZero() {
@@ -444,9 +448,6 @@ func (r *Reporter) setConditions(ctx context.Context, conds ...corev1.NodeCondit
 		}
 		due = append(due, c)
 		names = append(names, string(c.Type))
-	}
-	if len(due) == 0 {
-		return nil
 	}
 	what := strings.Join(names, " and ")
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": due}})
