@@ -86,7 +86,7 @@ func (w *requiredWatcher) start(ctx context.Context) []informers.SharedInformerF
 	}
 	add := func(inf cache.SharedIndexInformer) {
 		if _, err := inf.AddEventHandler(handler); err != nil {
-			w.log.Warn("watching", "error", err) // only once the informer stopped
+			w.log.Warn("adding a handler to an informer that stopped", "error", err)
 		}
 		w.informers = append(w.informers, inf)
 	}
