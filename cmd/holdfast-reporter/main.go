@@ -1,6 +1,8 @@
 // Command holdfast-reporter reports a node's holdfast agent to Kubernetes: it
 // reads the agent's GET /report and keeps the node condition HoldfastPinned
-// and Events on the Node. It is its own binary so that holdfast itself never
+// and Events on the Node; it watches the workloads for the images the node
+// needs, sends them to the agent (PUT /required) and keeps the node condition
+// HoldfastImagesReady. It is its own binary so that holdfast itself never
 // loads client-go.
 package main
 
@@ -17,6 +19,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
+	"k8s.io/klog/v2"
 
 	"github.com/holdfast-project/holdfast/internal/kube"
 )
@@ -34,15 +37,22 @@ func run(args []string, stderr io.Writer) int {
 	node := fs.String("node", os.Getenv("NODE_NAME"), "name of this node; required (env NODE_NAME, from the downward API's spec.nodeName)")
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig for running outside a pod; empty: the in-cluster config (env KUBECONFIG)")
 	interval := fs.Duration("interval", 10*time.Second, "how often the agent's report is read (env HOLDFAST_REPORT_INTERVAL)")
+	requiredImages := fs.Bool("required", true, "watch the images the node's workloads need, send them to the agent and keep the condition "+
+		string(kube.ImagesConditionType)+" (env HOLDFAST_REQUIRED)")
+	clusterWorkloads := fs.Bool("cluster-workloads", true, "with --required, also every workload of the cluster that may run on the node, "+
+		"not only the Pods bound to it (env HOLDFAST_CLUSTER_WORKLOADS)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
-		_, _ = fmt.Fprintf(stderr, "Usage: holdfast-reporter [flags]\n\nKeeps the node condition %s and Events on the Node in line with the holdfast agent's /report.\n\n%s",
-			kube.ConditionType, fs.FlagUsages())
+		_, _ = fmt.Fprintf(stderr, "Usage: holdfast-reporter [flags]\n\nKeeps the node conditions %s and %s and Events on the Node in line with the holdfast agent's /report,\n"+
+			"and sends the agent the images the node's workloads need.\n\n%s",
+			kube.ConditionType, kube.ImagesConditionType, fs.FlagUsages())
 	}
-	if v := os.Getenv("HOLDFAST_REPORT_INTERVAL"); v != "" {
-		if err := fs.Set("interval", v); err != nil {
-			_, _ = fmt.Fprintf(stderr, "holdfast-reporter: HOLDFAST_REPORT_INTERVAL=%q: %v\n", v, err)
-			return 2
+	for _, ef := range [][2]string{{"HOLDFAST_REPORT_INTERVAL", "interval"}, {"HOLDFAST_REQUIRED", "required"}, {"HOLDFAST_CLUSTER_WORKLOADS", "cluster-workloads"}} {
+		if v := os.Getenv(ef[0]); v != "" {
+			if err := fs.Set(ef[1], v); err != nil {
+				_, _ = fmt.Fprintf(stderr, "holdfast-reporter: %s=%q: %v\n", ef[0], v, err)
+				return 2
+			}
 		}
 	}
 	if err := fs.Parse(args); err != nil {
@@ -56,6 +66,7 @@ func run(args []string, stderr io.Writer) int {
 		return 0
 	}
 	log := logger(stderr)
+	klog.SetSlogLogger(log) // client-go's informers log through klog
 	if *node == "" {
 		log.Error("no node named: set --node or NODE_NAME (from the downward API's spec.nodeName)")
 		return 2
@@ -71,8 +82,10 @@ func run(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	log.Info("reporting", "node", *node, "agent", *agent, "interval", interval.String(), "version", version)
-	r := kube.New(client, kube.Config{Agent: *agent, Node: *node, Interval: *interval, Log: log})
+	log.Info("reporting", "node", *node, "agent", *agent, "interval", interval.String(), "required", *requiredImages,
+		"clusterWorkloads", *clusterWorkloads, "version", version)
+	r := kube.New(client, kube.Config{Agent: *agent, Node: *node, Interval: *interval, Log: log,
+		Required: *requiredImages, ClusterWorkloads: *clusterWorkloads})
 	if err := r.Run(ctx); err != nil {
 		log.Error("reporting", "error", err)
 		return 1

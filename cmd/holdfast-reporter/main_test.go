@@ -28,10 +28,12 @@ func buildReporter(t *testing.T) string {
 	return bin
 }
 
-// TestUsage: --help exits 0; no node is a usage error (2).
+// TestUsage: --help exits 0; no node is a usage error (2), and so is a bad
+// value of an env var.
 func TestUsage(t *testing.T) {
 	var stderr bytes.Buffer
-	if code := run([]string{"--help"}, &stderr); code != 0 || !strings.Contains(stderr.String(), "--node") {
+	if code := run([]string{"--help"}, &stderr); code != 0 || !strings.Contains(stderr.String(), "--node") ||
+		!strings.Contains(stderr.String(), "--required") || !strings.Contains(stderr.String(), "--cluster-workloads") {
 		t.Fatalf("--help: exit %d\n%s", code, stderr.String())
 	}
 	t.Setenv("NODE_NAME", "")
@@ -42,6 +44,15 @@ func TestUsage(t *testing.T) {
 	t.Setenv("HOLDFAST_REPORT_INTERVAL", "soon")
 	if code := run([]string{"--node", "n"}, &stderr); code != 2 {
 		t.Fatalf("a bad HOLDFAST_REPORT_INTERVAL: exit %d", code)
+	}
+	t.Setenv("HOLDFAST_REPORT_INTERVAL", "")
+	for _, env := range []string{"HOLDFAST_REQUIRED", "HOLDFAST_CLUSTER_WORKLOADS"} {
+		t.Setenv(env, "maybe")
+		stderr.Reset()
+		if code := run([]string{"--node", "n"}, &stderr); code != 2 || !strings.Contains(stderr.String(), env) {
+			t.Fatalf("a bad %s: exit %d\n%s", env, code, stderr.String())
+		}
+		t.Setenv(env, "")
 	}
 }
 
@@ -71,7 +82,8 @@ current-context: x
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "NODE_NAME=node-1", "KUBECONFIG="+kubeconfig, "HOLDFAST_AGENT="+agent.URL, "HOLDFAST_REPORT_INTERVAL=50ms")
+	cmd.Env = append(os.Environ(), "NODE_NAME=node-1", "KUBECONFIG="+kubeconfig, "HOLDFAST_AGENT="+agent.URL, "HOLDFAST_REPORT_INTERVAL=50ms",
+		"HOLDFAST_CLUSTER_WORKLOADS=false")
 	logs := &testenv.Buffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
@@ -105,7 +117,7 @@ current-context: x
 		t.Fatalf("no exit within 30s of SIGTERM\n%s", logs)
 	}
 	out := logs.String()
-	for _, want := range []string{`"interval":"50ms"`, `"node":"node-1"`, "trying again", `"msg":"stopping"`} {
+	for _, want := range []string{`"interval":"50ms"`, `"node":"node-1"`, `"required":true`, `"clusterWorkloads":false`, "trying again", `"msg":"stopping"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %s:\n%s", want, out)
 		}

@@ -1,22 +1,28 @@
 // Package kube is holdfast's Kubernetes reporter: it reads the agent's
 // GET /report and keeps the node's HoldfastPinned condition and the Events on
-// the Node in line with it. It is the only package that imports client-go, and
-// it runs in its own binary (holdfast-reporter), so that the node CLI starts
-// without client-go's init cost and the agent never waits for the API server.
+// the Node in line with it; it watches the workloads for the images the node
+// needs, sends that set to the agent, and keeps the HoldfastImagesReady
+// condition from what the agent says of it. It is the only package that
+// imports client-go, and it runs in its own binary (holdfast-reporter), so
+// that the node CLI starts without client-go's init cost and the agent never
+// waits for the API server.
 package kube
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -27,17 +33,26 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/holdfast-project/holdfast/internal/journal"
+	"github.com/holdfast-project/holdfast/internal/required"
 )
 
-// The node condition the reporter keeps, and its reasons.
+// The node conditions the reporter keeps, and their reasons.
 const (
 	ConditionType = corev1.NodeConditionType("HoldfastPinned")
+	// ImagesConditionType says whether the node holds, pinned, the images
+	// its workloads need.
+	ImagesConditionType = corev1.NodeConditionType("HoldfastImagesReady")
 
 	ReasonAllPinned        = "AllPinned"
 	ReasonSourcesFailing   = "SourcesFailing"
 	ReasonHealBackoff      = "HealBackoff"
 	ReasonNotReady         = "NotReady"
 	ReasonAgentUnreachable = "AgentUnreachable"
+
+	// HoldfastImagesReady's reasons, besides ReasonAllPinned.
+	ReasonImagesMissing  = "ImagesMissing"  // some image is missing, or held at another digest
+	ReasonImagesUnpinned = "ImagesUnpinned" // every image is present, some not pinned
+	ReasonNoRequiredSet  = "NoRequiredSet"  // the agent has no set yet, or cannot be read
 
 	// Component is the source component of the Events on the Node.
 	Component = "holdfast"
@@ -46,6 +61,8 @@ const (
 
 	// shownFailures is how many failing sources a condition message names.
 	shownFailures = 3
+	// shownNotReady is how many images not pinned a condition message names.
+	shownNotReady = 5
 	maxBackoff    = 5 * time.Minute
 	eventCache    = 512
 	// eventTTL is how long the API server keeps Events (kube-apiserver's
@@ -65,7 +82,17 @@ type Config struct {
 	Node     string        // the Node's name
 	Interval time.Duration // between reads of /report
 	Log      *slog.Logger
-	HTTP     *http.Client // for /report; nil: one with a 5 s timeout
+	HTTP     *http.Client // for /report and /required; nil: one with a 5 s timeout
+
+	// Required: watch the images the node's workloads need, send them to
+	// the agent and keep the HoldfastImagesReady condition.
+	Required bool
+	// ClusterWorkloads: besides the Pods bound to the node, every workload
+	// of the cluster that may run on the node (by its nodeSelector and node
+	// affinity against the Node's labels).
+	ClusterWorkloads bool
+	// Debounce is how long changes gather before the set is sent (1 s).
+	Debounce time.Duration
 }
 
 // Reporter keeps the Node's condition and Events in line with the agent's
@@ -77,8 +104,12 @@ type Reporter struct {
 	http   *http.Client
 	now    func() time.Time
 
+	req *requiredWatcher // nil unless cfg.Required
+	// written holds each condition as last patched (or as the Node had it
+	// before the first patch).
+	written map[corev1.NodeConditionType]*corev1.NodeCondition
+
 	uid     types.UID             // the Node's, for the Events' involvedObject
-	written *corev1.NodeCondition // the condition as last patched; nil before the first patch
 	after   uint64                // journal events up to here are on the Node
 	journal time.Time             // the Started of the journal after counts in
 	primed  bool                  // sentUpTo and sent were read from the Events on the Node
@@ -105,13 +136,35 @@ func New(client kubernetes.Interface, cfg Config) *Reporter {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 10 * time.Second
 	}
-	return &Reporter{client: client, cfg: cfg, log: log, http: hc, now: time.Now, sent: map[string]*sentEvent{}}
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = time.Second
+	}
+	r := &Reporter{client: client, cfg: cfg, log: log, http: hc, now: time.Now, sent: map[string]*sentEvent{},
+		written: map[corev1.NodeConditionType]*corev1.NodeCondition{}}
+	if cfg.Required {
+		r.req = newRequiredWatcher(client, cfg, log, hc)
+	}
+	return r
 }
 
 // Run reports every interval until ctx ends; then it returns nil. When the API
 // server does not answer, it tries again later, waiting twice as long each
 // time up to 5 minutes; journal events not yet on the Node are sent then.
+// With Required, it watches the workloads meanwhile and sends the agent the
+// images the node needs.
 func (r *Reporter) Run(ctx context.Context) error {
+	if r.req != nil {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		wg.Go(func() { r.req.run(ctx) })
+		return r.report(ctx)
+	}
+	return r.report(ctx)
+}
+
+func (r *Reporter) report(ctx context.Context) error {
 	wait := time.Duration(0)
 	failures := 0
 	for {
@@ -138,20 +191,30 @@ func (r *Reporter) Run(ctx context.Context) error {
 }
 
 // Once reads the agent's report once and brings the Node in line with it:
-// the condition (Unknown when the report cannot be read), then the journal
+// the conditions (Unknown when the report cannot be read), then the journal
 // events it has not sent yet, oldest first. It returns the API server's
-// error, if any: what was not written is written by a later call.
+// error, if any: what was not written is written by a later call. With
+// Required, a report that has no set asks for the set to be sent again.
 func (r *Reporter) Once(ctx context.Context) error {
 	rep, err := r.fetch(ctx)
-	var cond corev1.NodeCondition
+	var conds []corev1.NodeCondition
 	if err != nil {
 		r.log.Warn("reading the agent's report", "agent", r.cfg.Agent, "error", err)
-		cond = corev1.NodeCondition{Type: ConditionType, Status: corev1.ConditionUnknown, Reason: ReasonAgentUnreachable,
-			Message: truncate(fmt.Sprintf("reading the agent's report: %v", err))}
+		msg := truncate(fmt.Sprintf("reading the agent's report: %v", err))
+		conds = append(conds, corev1.NodeCondition{Type: ConditionType, Status: corev1.ConditionUnknown, Reason: ReasonAgentUnreachable, Message: msg})
+		if r.req != nil {
+			conds = append(conds, corev1.NodeCondition{Type: ImagesConditionType, Status: corev1.ConditionUnknown, Reason: ReasonNoRequiredSet, Message: msg})
+		}
 	} else {
-		cond = Condition(rep)
+		conds = append(conds, Condition(rep))
+		if r.req != nil {
+			conds = append(conds, ImagesCondition(rep.Required))
+			if rep.Required == nil || !rep.Required.Known {
+				r.req.askResend()
+			}
+		}
 	}
-	if err := r.setCondition(ctx, cond); err != nil {
+	if err := r.setConditions(ctx, conds...); err != nil {
 		return err
 	}
 	if rep == nil {
@@ -240,6 +303,96 @@ func Condition(rep *journal.Report) corev1.NodeCondition {
 	return c
 }
 
+// ImagesCondition is the HoldfastImagesReady condition the report's
+// required part calls for (without times): True when every image of the set
+// is pinned, False naming the images that are not, Unknown while the agent
+// has no set.
+func ImagesCondition(req *required.Report) corev1.NodeCondition {
+	c := corev1.NodeCondition{Type: ImagesConditionType}
+	if req == nil || !req.Known {
+		c.Status, c.Reason, c.Message = corev1.ConditionUnknown, ReasonNoRequiredSet, "the agent has no set of required images yet"
+		return c
+	}
+	total := 0
+	for _, n := range req.Counts {
+		total += n
+	}
+	if req.Ready {
+		c.Status, c.Reason, c.Message = corev1.ConditionTrue, ReasonAllPinned, fmt.Sprintf("%d required images pinned", total)
+		return c
+	}
+	c.Status, c.Reason = corev1.ConditionFalse, ReasonImagesUnpinned
+	nr := slices.Clone(req.NotReady)
+	slices.SortStableFunc(nr, func(a, b required.Verdict) int { return cmp.Compare(stateRank(a.State), stateRank(b.State)) })
+	var names []string
+	for _, v := range nr {
+		if v.State == stateMissing || v.State == stateMismatch {
+			c.Reason = ReasonImagesMissing
+		}
+		if len(names) == shownNotReady {
+			continue
+		}
+		name := v.Ref + " " + v.State
+		if len(v.UsedBy) > 0 {
+			// "Deployment a/b containers/x": the object, without its container.
+			user := strings.Fields(v.UsedBy[0])
+			name += " (" + strings.Join(user[:min(len(user), 2)], " ") + ")"
+		}
+		names = append(names, name)
+	}
+	if req.Counts[stateMissing]+req.Counts[stateMismatch] > 0 {
+		c.Reason = ReasonImagesMissing
+	}
+	msg := strings.Join(names, ", ")
+	notReady := max(len(nr), total-req.Counts[statePinned])
+	if more := notReady - len(names); more > 0 {
+		msg += fmt.Sprintf(" and %d more", more)
+	}
+	var counts []string
+	for _, st := range slices.SortedFunc(maps.Keys(req.Counts), func(a, b string) int {
+		return cmp.Or(cmp.Compare(countRank(a), countRank(b)), cmp.Compare(a, b))
+	}) {
+		if n := req.Counts[st]; n > 0 {
+			counts = append(counts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	if len(counts) > 0 {
+		msg += "; " + strings.Join(counts, ", ")
+	}
+	if msg = strings.TrimPrefix(msg, "; "); msg == "" {
+		msg = "some required images are not pinned"
+	}
+	c.Message = truncate(msg)
+	return c
+}
+
+// The states of an image the agent reports.
+const (
+	statePinned   = "pinned"
+	statePresent  = "present"
+	stateMissing  = "missing"
+	stateMismatch = "mismatch"
+)
+
+// stateRank puts the images the kubelet would have to pull first.
+func stateRank(s string) int {
+	switch s {
+	case stateMissing, stateMismatch:
+		return 0
+	case statePresent:
+		return 1
+	}
+	return 2
+}
+
+// countRank orders the counts: pinned, present, missing, mismatch, others.
+func countRank(s string) int {
+	if i := slices.Index([]string{statePinned, statePresent, stateMissing, stateMismatch}, s); i >= 0 {
+		return i
+	}
+	return 4
+}
+
 // truncate cuts s to maxMessage bytes, on a rune boundary, marking the cut.
 func truncate(s string) string {
 	if len(s) <= maxMessage {
@@ -256,47 +409,65 @@ func truncate(s string) string {
 // heartbeat is how often an unchanged condition is written again.
 func (r *Reporter) heartbeat() time.Duration { return max(r.cfg.Interval, time.Minute) }
 
-// setCondition patches the condition on nodes/status when it changed, or
-// when its heartbeat is due. lastTransitionTime moves only when the status
-// does; the first time, the Node's own copy of the condition says what it was.
-func (r *Reporter) setCondition(ctx context.Context, c corev1.NodeCondition) error {
+// setConditions patches the conditions on nodes/status, all in one patch,
+// when one of them changed or its heartbeat is due. lastTransitionTime moves
+// only when the status does; until a condition is first written, the Node's
+// own copy of it says what it was.
+func (r *Reporter) setConditions(ctx context.Context, conds ...corev1.NodeCondition) error {
 	now := metav1.NewTime(r.now().Truncate(time.Second))
-	if r.written == nil || r.uid == "" {
+	read := r.uid == ""
+	for _, c := range conds {
+		read = read || r.written[c.Type] == nil
+	}
+	if read {
 		node, err := r.client.CoreV1().Nodes().Get(ctx, r.cfg.Node, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("reading node %s: %w", r.cfg.Node, err)
 		}
 		r.uid = node.UID
-		if r.written == nil {
-			for _, nc := range node.Status.Conditions {
-				if nc.Type == ConditionType {
-					r.written = nc.DeepCopy()
-				}
+		for _, nc := range node.Status.Conditions {
+			if r.written[nc.Type] == nil && slices.ContainsFunc(conds, func(c corev1.NodeCondition) bool { return c.Type == nc.Type }) {
+				r.written[nc.Type] = nc.DeepCopy()
 			}
 		}
 	}
-	prev := r.written
-	if prev != nil && prev.Status == c.Status && prev.Reason == c.Reason && prev.Message == c.Message &&
-		now.Sub(prev.LastHeartbeatTime.Time) < r.heartbeat() {
+	if !slices.ContainsFunc(conds, func(c corev1.NodeCondition) bool {
+		prev := r.written[c.Type]
+		return prev == nil || !sameCondition(prev, &c) || now.Sub(prev.LastHeartbeatTime.Time) >= r.heartbeat()
+	}) {
 		return nil
 	}
-	c.LastHeartbeatTime = now
-	c.LastTransitionTime = now
-	if prev != nil && prev.Status == c.Status && !prev.LastTransitionTime.IsZero() {
-		c.LastTransitionTime = prev.LastTransitionTime
+	var due []corev1.NodeCondition
+	var names []string
+	for _, c := range conds {
+		prev := r.written[c.Type]
+		c.LastHeartbeatTime = now
+		c.LastTransitionTime = now
+		if prev != nil && prev.Status == c.Status && !prev.LastTransitionTime.IsZero() {
+			c.LastTransitionTime = prev.LastTransitionTime
+		}
+		due = append(due, c)
+		names = append(names, string(c.Type))
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{c}}})
+	what := strings.Join(names, " and ")
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": due}})
 	if err != nil {
-		return fmt.Errorf("encoding the %s condition: %w", ConditionType, err)
+		return fmt.Errorf("encoding the %s condition: %w", what, err)
 	}
 	if _, err := r.client.CoreV1().Nodes().Patch(ctx, r.cfg.Node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		return fmt.Errorf("patching the %s condition of node %s: %w", ConditionType, r.cfg.Node, err)
+		return fmt.Errorf("patching the %s condition of node %s: %w", what, r.cfg.Node, err)
 	}
-	if prev == nil || prev.Status != c.Status || prev.Reason != c.Reason || prev.Message != c.Message {
-		r.log.Info("node condition", "node", r.cfg.Node, "type", ConditionType, "status", c.Status, "reason", c.Reason, "message", c.Message)
+	for _, c := range due {
+		if prev := r.written[c.Type]; prev == nil || !sameCondition(prev, &c) {
+			r.log.Info("node condition", "node", r.cfg.Node, "type", c.Type, "status", c.Status, "reason", c.Reason, "message", c.Message)
+		}
+		r.written[c.Type] = &c
 	}
-	r.written = &c
 	return nil
+}
+
+func sameCondition(a, b *corev1.NodeCondition) bool {
+	return a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message
 }
 
 // sendEvents puts the journal events after the cursor on the Node, oldest

@@ -1,22 +1,21 @@
-// Package required is what a node's reporter and its agent say to each
-// other of the images the node's workloads need: the set the reporter
-// gathers from the API server (PUT /required), and where each image stands
-// on the node as the agent judges it (GET /report).
+// Package required holds the wire types of the set of images a node's
+// workloads need: the reporter sends the set to the agent (PUT /required),
+// and the agent says in its GET /report where each image stands on the node.
 package required
 
-// Image is an image the node's workloads need, and who uses it.
+// Image is an image the node's workloads need, and who uses it:
+// "Deployment shop/web containers/web".
 type Image struct {
 	Ref    string   `json:"ref"`
 	UsedBy []string `json:"usedBy,omitempty"`
 }
 
-// Set is every image the node's workloads need.
+// Set is the body of PUT /required: the images, sorted by reference.
 type Set struct {
 	Images []Image `json:"images"`
 }
 
-// Verdict is an image of the set and where it stands on the node: pinned,
-// present, missing or mismatch.
+// Verdict is an image of the set and where it stands on the node: pinned, present, missing or mismatch.
 type Verdict struct {
 	Image
 	State string `json:"state"`

@@ -628,8 +628,28 @@ func checkHardened(t *testing.T, r rendered) {
 	}
 }
 
-// checkRBAC asserts exactly the reporter's RBAC: nodes get, nodes/status patch, events create, patch and list.
-func checkRBAC(t *testing.T, r rendered) {
+// reporterRules are the reporter's grants, group/resource → sorted verbs: nodes get, nodes/status patch,
+// events create, patch and list; with required images, pods read; with cluster workloads, the workloads
+// read and nodes list and watch.
+func reporterRules(required, clusterWorkloads bool) map[string][]string {
+	rules := map[string][]string{"/nodes": {"get"}, "/nodes/status": {"patch"}, "/events": {"create", "list", "patch"}}
+	read := []string{"get", "list", "watch"}
+	if required {
+		rules["/pods"] = read
+	}
+	if required && clusterWorkloads {
+		rules["/nodes"] = read
+		for _, gr := range []string{"apps/deployments", "apps/statefulsets", "apps/daemonsets", "apps/replicasets",
+			"batch/jobs", "batch/cronjobs", "/replicationcontrollers"} {
+			rules[gr] = read
+		}
+	}
+	return rules
+}
+
+// checkRBAC asserts exactly the reporter's RBAC: want (reporterRules), a binding to its service account,
+// and the admission policy that keeps each reporter to its own Node.
+func checkRBAC(t *testing.T, r rendered, want map[string][]string) {
 	t.Helper()
 	if len(r.ServiceAccounts) != 1 || r.ServiceAccounts[0].Name != fullname || r.ServiceAccounts[0].Namespace != namespace {
 		t.Fatalf("ServiceAccounts %+v, want %s/%s", r.ServiceAccounts, namespace, fullname)
@@ -652,7 +672,6 @@ func checkRBAC(t *testing.T, r rendered) {
 	for k := range got {
 		sort.Strings(got[k])
 	}
-	want := map[string][]string{"/nodes": {"get"}, "/nodes/status": {"patch"}, "/events": {"create", "list", "patch"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("ClusterRole grants %v, want exactly %v", got, want)
 	}
@@ -704,7 +723,7 @@ func TestPresets(t *testing.T) {
 			ds := r.daemonSet(t)
 			checkPaths(t, ds, p)
 			checkHardened(t, r)
-			checkRBAC(t, r)
+			checkRBAC(t, r, reporterRules(true, true))
 			checkService(t, r, ds)
 			if len(r.ServiceMonitors)+len(r.PrometheusRules) != 0 || len(r.ConfigMaps) != 1 {
 				t.Errorf("optional objects rendered by default: %d ServiceMonitors, %d PrometheusRules, %d ConfigMaps",
@@ -1134,8 +1153,9 @@ func TestNotes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(out, "NOTES:") || !strings.Contains(out, presets["k3s"].socket) || !strings.Contains(out, "0 pin pattern(s)") {
-			t.Errorf("helm %s: NOTES lack the socket or the pin count:\n%s", strings.Join(set, " "), out[strings.Index(out, "NOTES:")+1:])
+		if !strings.Contains(out, "NOTES:") || !strings.Contains(out, presets["k3s"].socket) || !strings.Contains(out, "0 pin pattern(s)") ||
+			!strings.Contains(out, `type=="HoldfastImagesReady"`) {
+			t.Errorf("helm %s: NOTES lack the socket, the pin count or the required images' condition:\n%s", strings.Join(set, " "), out[strings.Index(out, "NOTES:")+1:])
 		}
 	}
 }
@@ -1203,5 +1223,43 @@ func TestSignaturePolicyValues(t *testing.T) {
 	}
 	if _, ok := volume(r.daemonSet(t), "policy"); ok {
 		t.Errorf("a policy volume without a policy")
+	}
+}
+
+// TestRequiredImages: requiredImages reaches the reporter's environment, and the RBAC grants read access
+// to pods only with it, and to the cluster's workloads and Nodes' lists only with clusterWorkloads too.
+func TestRequiredImages(t *testing.T) {
+	for _, tc := range []struct {
+		name                      string
+		values                    map[string]any
+		required, clusterWorkload bool
+	}{
+		{"default", map[string]any{}, true, true},
+		{"own pods only", map[string]any{"requiredImages": map[string]any{"clusterWorkloads": false}}, true, false},
+		{"off", map[string]any{"requiredImages": map[string]any{"enabled": false}}, false, false},
+		{"no reporter", map[string]any{"reporter": map[string]any{"enabled": false}}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := render(t, tc.values)
+			checkRBAC(t, r, reporterRules(tc.required, tc.clusterWorkload))
+			ds := r.daemonSet(t)
+			if _, ok := tc.values["reporter"]; ok {
+				if len(ds.Spec.Template.Spec.Containers) != 1 {
+					t.Fatalf("%d containers with the reporter off", len(ds.Spec.Template.Spec.Containers))
+				}
+				return
+			}
+			env := map[string]string{}
+			for _, e := range container(t, ds, "reporter").Env {
+				env[e.Name] = e.Value
+			}
+			if env["HOLDFAST_REQUIRED"] != fmt.Sprint(tc.required) {
+				t.Errorf("reporter HOLDFAST_REQUIRED=%q, want %v", env["HOLDFAST_REQUIRED"], tc.required)
+			}
+			if want := fmt.Sprint(tc.clusterWorkload || !tc.required); env["HOLDFAST_CLUSTER_WORKLOADS"] != want {
+				t.Errorf("reporter HOLDFAST_CLUSTER_WORKLOADS=%q, want %s", env["HOLDFAST_CLUSTER_WORKLOADS"], want)
+			}
+		})
 	}
 }
