@@ -50,9 +50,11 @@ const (
 
 // Skipped is an index entry a walk did not import, and why.
 type Skipped struct {
-	Digest digest.Digest
-	Name   string // the name it carries, if any
-	Reason string // "signature", "attestation", "sbom", "referrer", "chart", "file", "not in zarf.yaml"
+	Digest    digest.Digest
+	MediaType string // as the index entry gives it
+	Size      int64  // as the index entry gives it
+	Name      string // the name it carries, if any
+	Reason    string // "signature", "attestation", "sbom", "referrer", "chart", "file", "not in zarf.yaml"
 }
 
 // entryKind is an index.json entry's kind with the legacy prefix made

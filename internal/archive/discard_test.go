@@ -125,8 +125,8 @@ func TestOCICosignTags(t *testing.T) {
 		t.Errorf("images %v", got)
 	}
 	wantSkipped := []Skipped{
-		{Digest: sig.Descriptor.Digest, Name: tag + ".sig", Reason: "signature"},
-		{Digest: att.Descriptor.Digest, Name: tag + ".att", Reason: "attestation"},
+		{Digest: sig.Descriptor.Digest, MediaType: sig.Descriptor.MediaType, Size: sig.Descriptor.Size, Name: tag + ".sig", Reason: "signature"},
+		{Digest: att.Descriptor.Digest, MediaType: att.Descriptor.MediaType, Size: att.Descriptor.Size, Name: tag + ".att", Reason: "attestation"},
 	}
 	if !slices.Equal(res.Skipped, wantSkipped) {
 		t.Errorf("skipped %v, want %v", res.Skipped, wantSkipped)

@@ -255,7 +255,7 @@ func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*tar
 		if name == "" {
 			name = d.Annotations[annotationRefName]
 		}
-		w.skipped = append(w.skipped, Skipped{Digest: d.Digest, Name: name, Reason: reason})
+		w.skipped = append(w.skipped, Skipped{Digest: d.Digest, MediaType: d.MediaType, Size: d.Size, Name: name, Reason: reason})
 	}
 	for i, d := range idx.Manifests {
 		if err := d.Digest.Validate(); err != nil {

@@ -478,44 +478,24 @@ func signatureBlobs(ctx context.Context, s Store, w runtime.Want, read func(cont
 // returns the manifests by image target, the package signature, and the
 // blobs that were in the store already, for the lease.
 func keepSignatures(ctx context.Context, sink Sink, walked *archive.Result) (map[digest.Digest][]ocispec.Descriptor, *runtime.PackageSignature, []digest.Digest, error) {
-	carried := sigcheck.Carried(ctx, walked)
 	var toLease []digest.Digest
-	var pkg *runtime.PackageSignature
-	if p := walked.Package; p != nil {
-		pkg = &runtime.PackageSignature{
-			Manifest: ocispec.Descriptor{MediaType: MediaTypeZarfYAML, Digest: digest.FromBytes(p.Manifest), Size: int64(len(p.Manifest))},
-			Bundle:   ocispec.Descriptor{MediaType: signature.MediaTypeBundle, Digest: digest.FromBytes(p.Bundle), Size: int64(len(p.Bundle))},
-		}
-		for _, b := range []struct {
-			desc ocispec.Descriptor
-			data []byte
-		}{{pkg.Manifest, p.Manifest}, {pkg.Bundle, p.Bundle}} {
-			committed, err := sink.WriteDoc(ctx, b.desc, b.data, nil)
-			if err != nil {
-				return nil, nil, nil, fmt.Errorf("keeping the package signature: %w", err)
-			}
-			if !committed {
-				toLease = append(toLease, b.desc.Digest)
-			}
-		}
-	}
-	if len(carried) == 0 {
-		return nil, pkg, toLease, nil
-	}
-	out := map[digest.Digest][]ocispec.Descriptor{}
 	done := map[digest.Digest]bool{}
-	write := func(desc ocispec.Descriptor) error {
+	// keep writes a small blob (data, else what the walk read whole of it),
+	// or leases one the walk gave the sink.
+	keep := func(desc ocispec.Descriptor, data []byte) error {
 		if done[desc.Digest] {
 			return nil
 		}
 		done[desc.Digest] = true
-		data, ok := walked.Docs[desc.Digest]
-		if !ok {
-			// Given to the sink as a blob: on the lease once committed.
-			if !sink.Committed(desc.Digest) {
-				toLease = append(toLease, desc.Digest)
+		if data == nil {
+			var ok bool
+			if data, ok = walked.Docs[desc.Digest]; !ok {
+				// Given to the sink as a blob: on the lease once committed.
+				if !sink.Committed(desc.Digest) {
+					toLease = append(toLease, desc.Digest)
+				}
+				return nil
 			}
-			return nil
 		}
 		desc.Size = int64(len(data))
 		committed, err := sink.WriteDoc(ctx, desc, data, nil)
@@ -527,19 +507,28 @@ func keepSignatures(ctx context.Context, sink Sink, walked *archive.Result) (map
 		}
 		return nil
 	}
+	var pkg *runtime.PackageSignature
+	if p := walked.Package; p != nil {
+		pkg = &runtime.PackageSignature{
+			Manifest: ocispec.Descriptor{MediaType: MediaTypeZarfYAML, Digest: digest.FromBytes(p.Manifest), Size: int64(len(p.Manifest))},
+			Bundle:   ocispec.Descriptor{MediaType: signature.MediaTypeBundle, Digest: digest.FromBytes(p.Bundle), Size: int64(len(p.Bundle))},
+		}
+		if err := errors.Join(keep(pkg.Manifest, p.Manifest), keep(pkg.Bundle, p.Bundle)); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	carried := sigcheck.Carried(ctx, walked)
+	if len(carried) == 0 {
+		return nil, pkg, toLease, nil
+	}
+	out := map[digest.Digest][]ocispec.Descriptor{}
 	for target, sigs := range carried {
 		for _, sig := range sigs {
 			m := sig.Manifest
 			if data, ok := walked.Docs[m.Digest]; ok {
 				m.Size = int64(len(data))
-				if m.MediaType == "" {
-					m.MediaType = mediaTypeOf(data)
-				}
 			}
-			if err := write(m); err != nil {
-				return nil, nil, nil, err
-			}
-			if err := write(sig.Layer); err != nil {
+			if err := errors.Join(keep(m, nil), keep(sig.Layer, nil)); err != nil {
 				return nil, nil, nil, err
 			}
 			if !slices.ContainsFunc(out[target], func(d ocispec.Descriptor) bool {

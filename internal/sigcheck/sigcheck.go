@@ -76,7 +76,7 @@ func Check(ctx context.Context, pol *policy.Policy, res *archive.Result, b signa
 func Candidates(res *archive.Result) []ocispec.Descriptor {
 	var out []ocispec.Descriptor
 	for _, s := range res.Skipped {
-		d := ocispec.Descriptor{Digest: s.Digest}
+		d := ocispec.Descriptor{MediaType: s.MediaType, Digest: s.Digest, Size: s.Size}
 		if s.Name != "" {
 			d.Annotations = map[string]string{ocispec.AnnotationRefName: s.Name}
 		}
