@@ -95,17 +95,18 @@ func Keep(ctx context.Context, rt importer.Backend, path string, standing Standi
 	if !k.Result.Unchanged {
 		imported[k.Result.Lease] = true
 	}
-	var judge sigcheck.Judge
-	blobs := sigcheck.StoreBlobs(rt.ImportStore())
-	plan := planAsIs(states, records, imported, refuser(ctx, opts.Policy, &judge, states, blobs))
-	var errs []error
+	var refused func(hfruntime.Want) (string, bool)
 	if opts.Policy != nil {
-		verdict := judge.Verdicts(ctx, opts.Policy, states, blobs)
+		var judge sigcheck.Judge
+		verdict := judge.Verdicts(ctx, opts.Policy, states, sigcheck.StoreBlobs(rt.ImportStore()))
+		refused = refuser(opts.Policy, verdict)
 		k.Verdicts = map[string]policy.Verdict{}
 		for _, w := range k.Result.Images {
 			k.Verdicts[w.Name] = verdict(w.Name, w.Target)
 		}
 	}
+	plan := planAsIs(states, records, imported, refused)
+	var errs []error
 	for _, r := range plan.Refusals {
 		if r.Lease == k.Result.Lease {
 			errs = append(errs, fmt.Errorf("image %s refused by the signature policy: %s", r.Name, r.Reason))

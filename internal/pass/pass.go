@@ -302,11 +302,12 @@ func (p *Runner) Run(ctx context.Context, opts Options) (Summary, Result) {
 		standing := standingOf(waitingLists, nil)
 		named = func(name string) bool { return standing.Err != nil || standing.Wants(name) }
 	}
-	plan, planned, err := planWith(ctx, p.rt, scan, imported, lists, current, func(path string) bool { return under(writing, path) }, named, p.refusing(ctx))
+	var verdict verdictFunc
+	plan, err := planWith(ctx, p.rt, scan, imported, lists, current, func(path string) bool { return under(writing, path) }, named, p.judging(ctx, &verdict))
 	if err != nil {
 		sum.Failures = append(sum.Failures, err)
 	} else {
-		p.reportSignatures(plan, p.verdicts(ctx, plan, planned), &sum)
+		p.reportSignatures(plan, verdictsOf(plan, verdict), &sum)
 		p.recordPlan(plan)
 		p.apply(ctx, plan, &sum)
 		p.removeSpooled(ctx, spooled, &sum)

@@ -16,15 +16,15 @@ import (
 // not archives (lists) are present as given in lists; hold says which gone
 // sources keep their leases this pass, named which names are not unpinned
 // (reconcile.Input); refusing, when set, gives for the leases what the
-// signature policy refuses. It returns the leases it planned with too.
+// signature policy refuses.
 func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present,
-	v *view, hold, named func(string) bool, refusing func([]hfruntime.SourceState) func(hfruntime.Want) (string, bool)) (reconcile.Plan, []hfruntime.SourceState, error) {
+	v *view, hold, named func(string) bool, refusing func([]hfruntime.SourceState) func(hfruntime.Want) (string, bool)) (reconcile.Plan, error) {
 	if v == nil || v.err != nil {
 		v = list(ctx, rt)
 	}
 	leases, records, err := v.now()
 	if err != nil {
-		return reconcile.Plan{}, nil, err
+		return reconcile.Plan{}, err
 	}
 	var refused func(hfruntime.Want) (string, bool)
 	if refusing != nil {
@@ -50,7 +50,7 @@ func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imp
 		Records:  records,
 		// An unfinished kept import may be in flight in another process.
 		KeptStaleBefore: time.Now().Add(-KeptStaleAge),
-	}), leases, nil
+	}), nil
 }
 
 // unknown reports the sources a pass cannot judge: those at or below a path

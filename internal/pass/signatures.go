@@ -15,7 +15,6 @@ import (
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/sigcheck"
-	"github.com/holdfast-project/holdfast/internal/signature"
 )
 
 // signatures is what a Runner keeps of the signature policy between passes.
@@ -53,39 +52,42 @@ func (p *Runner) loadPolicy(sum *Summary) {
 	}
 }
 
-// refusing returns, for the leases a plan reads, what the policy refuses:
-// nil without a policy, or under warn (verdicts are then only reported).
-func (p *Runner) refusing(ctx context.Context) func([]hfruntime.SourceState) func(hfruntime.Want) (string, bool) {
+// verdictFunc is the verdict of the policy in force on an image, by name
+// and target.
+type verdictFunc func(name string, target ocispec.Descriptor) policy.Verdict
+
+// judging returns, for the leases a plan reads, what the policy refuses
+// (nil under warn: verdicts are then only reported), and keeps the verdicts
+// in *verdict for the report; nil without a policy.
+func (p *Runner) judging(ctx context.Context, verdict *verdictFunc) func([]hfruntime.SourceState) func(hfruntime.Want) (string, bool) {
 	pol := p.sigs.pol
-	if pol == nil || pol.Mode != policy.Enforce {
+	if pol == nil {
 		return nil
 	}
 	return func(states []hfruntime.SourceState) func(hfruntime.Want) (string, bool) {
-		return refuser(ctx, pol, &p.sigs.judge, states, sigcheck.StoreBlobs(p.store))
+		*verdict = p.sigs.judge.Verdicts(ctx, pol, states, sigcheck.StoreBlobs(p.store))
+		return refuser(pol, *verdict)
 	}
 }
 
-// refuser says whether pol refuses a want of states, whose signatures j
-// reads with b, and why; nil when pol does not enforce.
-func refuser(ctx context.Context, pol *policy.Policy, j *sigcheck.Judge, states []hfruntime.SourceState, b signature.Blobs) func(hfruntime.Want) (string, bool) {
+// refuser says whether pol refuses a want, by its verdict, and why; nil
+// when pol does not enforce.
+func refuser(pol *policy.Policy, verdict verdictFunc) func(hfruntime.Want) (string, bool) {
 	if pol == nil || pol.Mode != policy.Enforce {
 		return nil
 	}
-	verdict := j.Verdicts(ctx, pol, states, b)
 	return func(w hfruntime.Want) (string, bool) {
 		v := verdict(w.Name, w.Target)
 		return v.String(), pol.Mode.Refuses(v)
 	}
 }
 
-// verdicts are the verdicts of the policy in force on the names a plan
-// wants, and on those it refuses; nil without a policy.
-func (p *Runner) verdicts(ctx context.Context, plan reconcile.Plan, states []hfruntime.SourceState) map[string]policy.Verdict {
-	pol := p.sigs.pol
-	if pol == nil {
+// verdictsOf are the verdicts on the names a plan wants, and on those it
+// refuses; nil without verdicts (no policy).
+func verdictsOf(plan reconcile.Plan, verdict verdictFunc) map[string]policy.Verdict {
+	if verdict == nil {
 		return nil
 	}
-	verdict := p.sigs.judge.Verdicts(ctx, pol, states, sigcheck.StoreBlobs(p.store))
 	out := map[string]policy.Verdict{}
 	for name, w := range plan.WantedNames {
 		out[name] = verdict(name, w.Target)
