@@ -100,14 +100,18 @@ var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
 func (s *Set) Read(file string, data []byte) {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a byte order mark some editors write
 	docs := split(data)
-	if refLines(docs) {
+	values := make([]any, len(docs))
+	errs := make([]error, len(docs))
+	for i, doc := range docs {
+		errs[i] = yaml.Unmarshal(doc, &values[i])
+	}
+	if refLines(values, errs) {
 		s.readLines(file, data)
 		return
 	}
-	for i, doc := range docs {
-		var v any
-		if err := yaml.Unmarshal(doc, &v); err != nil {
-			s.Errors = append(s.Errors, fmt.Errorf("%s: document %d: %w", file, i+1, err))
+	for i, v := range values {
+		if errs[i] != nil {
+			s.Errors = append(s.Errors, fmt.Errorf("%s: document %d: %w", file, i+1, errs[i]))
 			continue
 		}
 		if v == nil {
@@ -134,13 +138,12 @@ func split(data []byte) [][]byte {
 	return append(docs, data[start:])
 }
 
-// refLines says whether the input is lines of references: no document is a
-// mapping or a sequence.
-func refLines(docs [][]byte) bool {
+// refLines says whether the input is lines of references: every document
+// parses, none is a mapping or a sequence, and one is a string.
+func refLines(values []any, errs []error) bool {
 	content := false
-	for _, doc := range docs {
-		var v any
-		if err := yaml.Unmarshal(doc, &v); err != nil {
+	for i, v := range values {
+		if errs[i] != nil {
 			return false
 		}
 		switch v.(type) {
