@@ -20,12 +20,9 @@ const criNamespace = "k8s.io"
 // name, as the kubelet would (ImageStatus). The CRI learns of records from
 // containerd's events, so what it reports may lag a record by a moment.
 func (r *Runtime) CRIImages(ctx context.Context, names []string) (map[string]runtime.CRIImage, error) {
-	if r.namespace != criNamespace {
-		return nil, fmt.Errorf("namespace %s: %w (the CRI works in %s only)", r.namespace, runtime.ErrNoCRI, criNamespace)
-	}
-	conn, ok := r.client.Conn().(*grpc.ClientConn)
-	if !ok {
-		return nil, fmt.Errorf("asking the CRI: not a gRPC connection")
+	conn, err := r.criConn()
+	if err != nil {
+		return nil, err
 	}
 	cri := runtimeapi.NewImageServiceClient(conn)
 	out := make(map[string]runtime.CRIImage, len(names))
@@ -58,12 +55,9 @@ func (r *Runtime) CRIImages(ctx context.Context, names []string) (map[string]run
 // sandboxImage); "" when it does not say (containerd 2.x keeps it in its
 // images plugin's config, which the CRI's status leaves out).
 func (r *Runtime) SandboxImage(ctx context.Context) (string, error) {
-	if r.namespace != criNamespace {
-		return "", fmt.Errorf("namespace %s: %w (the CRI works in %s only)", r.namespace, runtime.ErrNoCRI, criNamespace)
-	}
-	conn, ok := r.client.Conn().(*grpc.ClientConn)
-	if !ok {
-		return "", fmt.Errorf("asking the CRI: not a gRPC connection")
+	conn, err := r.criConn()
+	if err != nil {
+		return "", err
 	}
 	resp, err := runtimeapi.NewRuntimeServiceClient(conn).Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
 	if status.Code(err) == codes.Unimplemented {
@@ -85,4 +79,17 @@ func (r *Runtime) SandboxImage(ctx context.Context) (string, error) {
 		return cfg.SandboxImage, nil
 	}
 	return cfg.PinnedImages["sandbox"], nil
+}
+
+// criConn is the connection to containerd's CRI: its socket is containerd's
+// own, and the CRI works in the k8s.io namespace only.
+func (r *Runtime) criConn() (*grpc.ClientConn, error) {
+	if r.namespace != criNamespace {
+		return nil, fmt.Errorf("namespace %s: %w (the CRI works in %s only)", r.namespace, runtime.ErrNoCRI, criNamespace)
+	}
+	conn, ok := r.client.Conn().(*grpc.ClientConn)
+	if !ok {
+		return nil, fmt.Errorf("asking the CRI: not a gRPC connection")
+	}
+	return conn, nil
 }
