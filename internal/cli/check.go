@@ -208,11 +208,17 @@ func writeCheck(w io.Writer, r CheckReport) error {
 func shortDigests(ds []string) []string {
 	out := make([]string, len(ds))
 	for i, d := range ds {
-		d = strings.TrimPrefix(d, "sha256:")
-		if len(d) > 12 {
-			d = d[:12]
-		}
-		out[i] = d
+		out[i] = shortDigest(d)
 	}
 	return out
+}
+
+// shortDigest is the first 12 hex digits of a sha256 digest, as tables show
+// image IDs.
+func shortDigest(d string) string {
+	d = strings.TrimPrefix(d, "sha256:")
+	if len(d) > 12 {
+		d = d[:12]
+	}
+	return d
 }

@@ -250,10 +250,7 @@ func writeTable(w io.Writer, st Status) error {
 		}
 	}
 	for _, img := range st.Images {
-		id := strings.TrimPrefix(img.ID, "sha256:")
-		if len(id) > 12 {
-			id = id[:12]
-		}
+		id := shortDigest(img.ID)
 		if id == "" {
 			id = "<missing>"
 		}

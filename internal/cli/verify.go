@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -193,11 +192,7 @@ func writeVerify(w io.Writer, images []VerifyImage) error {
 		return s
 	}
 	for _, img := range images {
-		d := strings.TrimPrefix(img.Digest, "sha256:")
-		if len(d) > 12 {
-			d = d[:12]
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", img.Path, img.Name, d, img.State, dash(img.By), dash(img.Reason))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", img.Path, img.Name, shortDigest(img.Digest), img.State, dash(img.By), dash(img.Reason))
 	}
 	return tw.Flush()
 }
