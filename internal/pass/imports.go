@@ -64,8 +64,8 @@ func (p *Runner) importAll(ctx context.Context, srcs []source.Source, known map[
 }
 
 func importSource(ctx context.Context, store importer.Store, src source.Source, prior *hfruntime.SourceState, progress Progress, signed bool) (hfruntime.ImportResult, error) {
-	req := importRequest(src, false, progress)
-	req.Prior, req.Signed = prior, signed
+	req := importRequest(src, false, signed, progress)
+	req.Prior = prior
 	res, err := importer.Import(ctx, store, req)
 	if err != nil {
 		return res, sourceFailed(src.Path, err, fmt.Errorf("import %s: %w", src.Path, err))
@@ -84,16 +84,18 @@ func incomplete(src source.Source) error {
 }
 
 // importRequest asks to import the archive or OCI layout dir src; kept marks
-// a source kept until released, whatever becomes of its file. progress, if
-// set, wraps the archive (a split one's parts joined) as it is opened, and
-// is given its whole size.
-func importRequest(src source.Source, kept bool, progress Progress) hfruntime.ImportRequest {
+// a source kept until released, whatever becomes of its file; signed, a
+// signature policy in force (ImportRequest.Signed). progress, if set, wraps
+// the archive (a split one's parts joined) as it is opened, and is given its
+// whole size.
+func importRequest(src source.Source, kept, signed bool, progress Progress) hfruntime.ImportRequest {
 	return hfruntime.ImportRequest{
 		Source:   src.Path,
 		Identity: src.Identity,
 		MtimeNs:  src.MtimeNs,
 		Dir:      src.Kind == source.OCIDir,
 		Kept:     kept,
+		Signed:   signed,
 		Open: func() (io.ReadCloser, error) {
 			f, err := source.OpenSource(src)
 			if err != nil {

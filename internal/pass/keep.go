@@ -69,8 +69,7 @@ func Keep(ctx context.Context, rt importer.Backend, path string, standing Standi
 	if err := incomplete(src); err != nil {
 		return k, fmt.Errorf("import %s: %w", k.Path, err)
 	}
-	req := importRequest(src, true, opts.Progress)
-	req.Signed = opts.Policy != nil
+	req := importRequest(src, true, opts.Policy != nil, opts.Progress)
 	if opts.Name != "" {
 		// Another name is another import of the same layout.
 		req.Name, req.Identity = opts.Name, req.Identity+",name="+opts.Name

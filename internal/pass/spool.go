@@ -55,9 +55,7 @@ func (p *Runner) importSpool(ctx context.Context, scan source.Result, opts Optio
 		var res hfruntime.ImportResult
 		err := incomplete(src)
 		if err == nil {
-			req := importRequest(src, true, p.cfg.Progress)
-			req.Signed = p.cfg.Policy != ""
-			res, err = importer.Import(ctx, p.store, req)
+			res, err = importer.Import(ctx, p.store, importRequest(src, true, p.cfg.Policy != "", p.cfg.Progress))
 		}
 		v.put(res.State)
 		p.recordImport(src, leases, true, res, err)
