@@ -8,12 +8,7 @@ package chart
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -38,6 +33,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/policy"
+	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 	"github.com/holdfast-project/holdfast/internal/source"
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
@@ -1198,16 +1194,8 @@ func TestSignaturePolicyValues(t *testing.T) {
 
 	root := t.TempDir()
 	kubeletWrite(t, filepath.Join(root, "policy"), "..2026_12_04_10_00_00.000000001", cm.Data)
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
 	kubeletWrite(t, filepath.Join(root, "policy-keys"), "..2026_12_04_10_00_00.000000001",
-		map[string]string{"platform.pub": string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))})
+		map[string]string{"platform.pub": string(sigtest.PublicPEM(t, sigtest.NewKey(t)))})
 	pol, err := policy.Load(filepath.Join(root, "policy", "policy.yaml"))
 	if err != nil {
 		t.Fatalf("the rendered policy does not load: %v\n%s", err, cm.Data["policy.yaml"])
