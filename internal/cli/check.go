@@ -113,7 +113,7 @@ parse is named (FILE: document N) and the others are still checked.`,
 			for _, v := range workload.Judge(set.Images(), records) {
 				ci := CheckImage{Ref: v.Ref, State: v.State, Target: v.Target, Others: v.Others, UsedBy: []string{}}
 				for _, u := range v.Uses {
-					ci.UsedBy = append(ci.UsedBy, useWord(u))
+					ci.UsedBy = append(ci.UsedBy, u.String())
 				}
 				report.Images = append(report.Images, ci)
 				if v.State != workload.Pinned && (!allowUnpinned || v.State != workload.Present) {
@@ -168,14 +168,6 @@ func readInput(name string, stdin io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("reading %s: %w", name, err)
 	}
 	return data, nil
-}
-
-// useWord names a use; the sandbox image's use is its source alone.
-func useWord(u workload.Use) string {
-	if u.Doc == 0 && u.Line == 0 {
-		return u.File
-	}
-	return u.String()
 }
 
 func writeCheck(w io.Writer, r CheckReport) error {

@@ -23,7 +23,7 @@ import (
 type Use struct {
 	File      string // as given ("-" for standard input)
 	Doc       int    // the document's index in the file, from 1; 0 for a line of references
-	Line      int    // for a line of references
+	Line      int    // for a line of references; 0 with Doc 0: File alone names the use (the sandbox image)
 	Kind      string // the object's kind: Deployment, Pod, …
 	Namespace string
 	Name      string
@@ -33,8 +33,12 @@ type Use struct {
 	Found string
 }
 
-// String names the use for a person: "app.yaml#2 Deployment web/api containers/app".
+// String names the use for a person: "app.yaml#2 Deployment web/api
+// containers/app", "list.txt:3", or File alone.
 func (u Use) String() string {
+	if u.Doc == 0 && u.Line == 0 {
+		return u.File
+	}
 	if u.Doc == 0 {
 		return fmt.Sprintf("%s:%d", u.File, u.Line)
 	}
