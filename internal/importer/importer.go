@@ -10,7 +10,6 @@ package importer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -544,15 +543,3 @@ func keepSignatures(ctx context.Context, sink Sink, walked *archive.Result) (map
 // MediaTypeZarfYAML is the media type holdfast gives a Zarf package's
 // zarf.yaml kept in the content store.
 const MediaTypeZarfYAML = "application/vnd.zarf.package.v1+yaml"
-
-// mediaTypeOf is the media type a manifest says it has, the OCI one when it
-// says none.
-func mediaTypeOf(data []byte) string {
-	var m struct {
-		MediaType string `json:"mediaType"`
-	}
-	if json.Unmarshal(data, &m) == nil && m.MediaType != "" {
-		return m.MediaType
-	}
-	return ocispec.MediaTypeImageManifest
-}
