@@ -9,6 +9,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/journal"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/workload"
 )
 
@@ -19,6 +20,7 @@ type requiredState struct {
 	set    *required.Set     // nil until a reporter sends one
 	states map[string]string // ref → state, as last judged
 	report required.Report
+	held   []byte // required.Held's text, as of the last judgment
 }
 
 // SetRequired takes the set of images the node's workloads need (PUT
@@ -78,7 +80,8 @@ func (a *Agent) judgeRequired(ctx context.Context) {
 		imgs[i] = workload.Image{Ref: img.Ref}
 		usedBy[img.Ref] = img.UsedBy
 	}
-	rep := required.Report{Known: true, Ready: true, Counts: map[string]int{}}
+	held := heldOf(records)
+	rep := required.Report{Known: true, Ready: true, Counts: map[string]int{}, HeldHash: held.Hash()}
 	states := map[string]string{}
 	for _, v := range workload.Judge(imgs, records) {
 		st := string(v.State)
@@ -92,7 +95,7 @@ func (a *Agent) judgeRequired(ctx context.Context) {
 	sort.Slice(rep.NotReady, func(i, j int) bool { return rep.NotReady[i].Ref < rep.NotReady[j].Ref })
 	a.mu.Lock()
 	prev := a.req.states
-	a.req.states, a.req.report = states, rep
+	a.req.states, a.req.report, a.req.held = states, rep, held.Text()
 	a.mu.Unlock()
 	a.rec.SetRequired(rep.Counts)
 	for _, img := range set.Images {
@@ -119,6 +122,28 @@ func (a *Agent) judgeRequired(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// heldOf is what records say the node holds: every record but the CRI's
+// own sha256: ones.
+func heldOf(records []runtime.Image) required.Held {
+	held := make(required.Held, 0, len(records))
+	for _, r := range records {
+		if !runtime.IsCRIRecord(r.Name) {
+			held = append(held, required.HeldImage{Name: r.Name, Digest: r.Target.Digest.String(), Pinned: r.Pinned()})
+		}
+	}
+	held.Sort()
+	return held
+}
+
+// Held is what the node holds (GET /held), in required.Held's text form, as
+// of the last judgment of the required images; ok is false before the
+// first.
+func (a *Agent) Held() (text []byte, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.req.held, a.req.set != nil && a.req.report.Known
 }
 
 // requiredReport is the report's part on the required images: not Known

@@ -36,6 +36,9 @@ func TestRequiredImages(t *testing.T) {
 	if rep := a.Report(0); rep.Required == nil || rep.Required.Known {
 		t.Fatalf("before a set: %+v, want a report that knows none", rep.Required)
 	}
+	if _, ok := a.Held(); ok {
+		t.Error("held images before a set")
+	}
 	if err := a.SetRequired(context.Background(), required.Set{Images: []required.Image{{Ref: "Not A Ref"}}}); err == nil || !strings.Contains(err.Error(), `"Not A Ref"`) {
 		t.Errorf("a bad reference: %v, want an error naming it", err)
 	}
@@ -56,6 +59,12 @@ func TestRequiredImages(t *testing.T) {
 		r.NotReady[1].Ref != "registry.example.com/app:1" || r.NotReady[1].UsedBy[0] != "Deployment shop/app containers/app" {
 		t.Errorf("not ready %+v", r.NotReady)
 	}
+	text, ok := a.Held()
+	held, err := required.ParseHeld(text)
+	if !ok || err != nil || len(held) != 2 || held[0].Name != "docker.io/library/nginx:1.27" || !held[0].Pinned ||
+		held[1].Name != "registry.example.com/app:1" || held[1].Pinned || held[1].Digest != d.String() || r.HeldHash != held.Hash() {
+		t.Errorf("held %q (%v, %v), hash %s", text, ok, err, r.HeldHash)
+	}
 	if ev := eventsOf(rep, journal.ReasonImageMissing); len(ev) != 1 || !strings.Contains(ev[0].Message, "docker.io/library/redis:7 (StatefulSet shop/cache containers/redis)") {
 		t.Errorf("missing events %+v", ev)
 	}
@@ -74,5 +83,8 @@ func TestRequiredImages(t *testing.T) {
 	}
 	if ev := eventsOf(rep, journal.ReasonImageReady); len(ev) != 2 {
 		t.Errorf("ready events %+v, want one for each image that became pinned", ev)
+	}
+	if text, _ := a.Held(); rep.Required.HeldHash == r.HeldHash || !strings.Contains(string(text), "p docker.io/library/redis:7\n") {
+		t.Errorf("held after the pull: %q, hash %s (was %s)", text, rep.Required.HeldHash, r.HeldHash)
 	}
 }

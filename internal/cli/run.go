@@ -77,10 +77,11 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 				}, a.Ready)
 				srv.Report(a.Report)
 				srv.Required(a.SetRequired)
+				srv.Held(a.Held)
 				if err := srv.Listen(ctx); err != nil {
 					return err
 				}
-				o.log.Info("serving /metrics, /healthz, /readyz, /report and /required", "address", srv.Addr())
+				o.log.Info("serving /metrics, /healthz, /readyz, /report, /required and /held", "address", srv.Addr())
 			}
 
 			// The daemon's parts, under one group: the first to fail stops

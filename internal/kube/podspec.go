@@ -7,11 +7,13 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/holdfast-project/holdfast/internal/workload"
 )
 
-// workload is an object with a pod spec: its kind, namespace and name, and
+// podOwner is an object with a pod spec: its kind, namespace and name, and
 // the spec.
-type workload struct {
+type podOwner struct {
 	Kind, Namespace, Name string
 	Spec                  *corev1.PodSpec
 }
@@ -21,35 +23,35 @@ type workload struct {
 // and for objects whose own owner's template stands for them: a ReplicaSet
 // of a Deployment, a Job of a CronJob (their older revisions keep images no
 // longer used), and a Job that has finished (it starts no pod again).
-func workloadOf(obj any) (w workload, ok bool) {
+func workloadOf(obj any) (w podOwner, ok bool) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		return workload{"Pod", o.Namespace, o.Name, &o.Spec}, true
+		return podOwner{"Pod", o.Namespace, o.Name, &o.Spec}, true
 	case *appsv1.Deployment:
-		return workload{"Deployment", o.Namespace, o.Name, &o.Spec.Template.Spec}, true
+		return podOwner{"Deployment", o.Namespace, o.Name, &o.Spec.Template.Spec}, true
 	case *appsv1.StatefulSet:
-		return workload{"StatefulSet", o.Namespace, o.Name, &o.Spec.Template.Spec}, true
+		return podOwner{"StatefulSet", o.Namespace, o.Name, &o.Spec.Template.Spec}, true
 	case *appsv1.DaemonSet:
-		return workload{"DaemonSet", o.Namespace, o.Name, &o.Spec.Template.Spec}, true
+		return podOwner{"DaemonSet", o.Namespace, o.Name, &o.Spec.Template.Spec}, true
 	case *appsv1.ReplicaSet:
 		if ownedBy(o.OwnerReferences, "Deployment") {
-			return workload{}, false
+			return podOwner{}, false
 		}
-		return workload{"ReplicaSet", o.Namespace, o.Name, &o.Spec.Template.Spec}, true
+		return podOwner{"ReplicaSet", o.Namespace, o.Name, &o.Spec.Template.Spec}, true
 	case *batchv1.Job:
 		if ownedBy(o.OwnerReferences, "CronJob") || finished(o) {
-			return workload{}, false
+			return podOwner{}, false
 		}
-		return workload{"Job", o.Namespace, o.Name, &o.Spec.Template.Spec}, true
+		return podOwner{"Job", o.Namespace, o.Name, &o.Spec.Template.Spec}, true
 	case *batchv1.CronJob:
-		return workload{"CronJob", o.Namespace, o.Name, &o.Spec.JobTemplate.Spec.Template.Spec}, true
+		return podOwner{"CronJob", o.Namespace, o.Name, &o.Spec.JobTemplate.Spec.Template.Spec}, true
 	case *corev1.ReplicationController:
 		if o.Spec.Template == nil {
-			return workload{}, false
+			return podOwner{}, false
 		}
-		return workload{"ReplicationController", o.Namespace, o.Name, &o.Spec.Template.Spec}, true
+		return podOwner{"ReplicationController", o.Namespace, o.Name, &o.Spec.Template.Spec}, true
 	}
-	return workload{}, false
+	return podOwner{}, false
 }
 
 func ownedBy(refs []metav1.OwnerReference, kind string) bool {
@@ -87,57 +89,22 @@ func imagesOf(spec *corev1.PodSpec) []containerImage {
 }
 
 // mayRunOn says whether a pod of spec could be scheduled on the node named
-// node with labels: its nodeName, its nodeSelector and its required node
-// affinity. What it cannot judge (labels unknown, Gt and Lt, matchFields, an
-// operator it does not know) counts as a match. Taints are not judged.
+// node with labels (workload.Placement.MayRunOn).
 func mayRunOn(spec *corev1.PodSpec, node string, labels map[string]string) bool {
-	if spec.NodeName != "" {
-		return spec.NodeName == node
-	}
-	if labels == nil {
-		return true
-	}
-	for k, v := range spec.NodeSelector {
-		if got, ok := labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	if spec.Affinity == nil || spec.Affinity.NodeAffinity == nil || spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		return true
-	}
-	terms := spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if len(terms) == 0 {
-		return true // the API refuses it; not judged
-	}
-	return slices.ContainsFunc(terms, func(t corev1.NodeSelectorTerm) bool { return termMayMatch(t, labels) })
+	return placementOf(spec).MayRunOn(node, labels)
 }
 
-// termMayMatch: every expression of the term may hold. An empty term
-// matches no node, as the scheduler has it.
-func termMayMatch(t corev1.NodeSelectorTerm, labels map[string]string) bool {
-	if len(t.MatchExpressions) == 0 && len(t.MatchFields) == 0 {
-		return false
-	}
-	for _, e := range t.MatchExpressions {
-		v, has := labels[e.Key]
-		switch e.Operator {
-		case corev1.NodeSelectorOpIn:
-			if !has || !slices.Contains(e.Values, v) {
-				return false
+// placementOf is a pod spec's placement as the workload package judges it.
+func placementOf(spec *corev1.PodSpec) *workload.Placement {
+	p := &workload.Placement{NodeName: spec.NodeName, NodeSelector: spec.NodeSelector}
+	if a := spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			term := workload.Term{Fields: len(t.MatchFields) > 0}
+			for _, e := range t.MatchExpressions {
+				term.Exprs = append(term.Exprs, workload.Expr{Key: e.Key, Operator: string(e.Operator), Values: e.Values})
 			}
-		case corev1.NodeSelectorOpNotIn:
-			if has && slices.Contains(e.Values, v) {
-				return false
-			}
-		case corev1.NodeSelectorOpExists:
-			if !has {
-				return false
-			}
-		case corev1.NodeSelectorOpDoesNotExist:
-			if has {
-				return false
-			}
+			p.Terms = append(p.Terms, term)
 		}
 	}
-	return true
+	return p
 }

@@ -93,6 +93,9 @@ type Config struct {
 	ClusterWorkloads bool
 	// Debounce is how long changes gather before the set is sent (1 s).
 	Debounce time.Duration
+	// Apply writes the node's NodeImages object (with Required); nil:
+	// server-side apply through the client.
+	Apply Apply
 }
 
 // Reporter keeps the Node's condition and Events in line with the agent's
@@ -104,7 +107,8 @@ type Reporter struct {
 	http   *http.Client
 	now    func() time.Time
 
-	req *requiredWatcher // nil unless cfg.Required
+	req    *requiredWatcher // nil unless cfg.Required
+	images *nodeImages      // nil unless cfg.Required
 	// written holds each condition as last patched (or as the Node had it
 	// before the first patch).
 	written map[corev1.NodeConditionType]*corev1.NodeCondition
@@ -143,6 +147,10 @@ func New(client kubernetes.Interface, cfg Config) *Reporter {
 		written: map[corev1.NodeConditionType]*corev1.NodeCondition{}}
 	if cfg.Required {
 		r.req = newRequiredWatcher(client, cfg, log, hc)
+		r.images = &nodeImages{apply: cfg.Apply}
+		if r.images.apply == nil {
+			r.images.apply = applyThrough(client)
+		}
 	}
 	return r
 }
@@ -220,6 +228,7 @@ func (r *Reporter) Once(ctx context.Context) error {
 	if rep == nil {
 		return nil
 	}
+	r.publish(ctx, rep.Required)
 	return r.sendEvents(ctx, rep.Events)
 }
 

@@ -28,6 +28,8 @@ type requiredAgent struct {
 	refuse  int // PUTs to answer 503, and not take
 	known   bool
 	req     required.Report
+	held    required.Held // served at /held
+	gets    int           // of /held
 	started time.Time
 	srv     *httptest.Server
 }
@@ -52,6 +54,9 @@ func newRequiredAgent(t *testing.T) *requiredAgent {
 			a.puts = append(a.puts, set)
 			a.known = true
 			w.WriteHeader(http.StatusNoContent)
+		case r.URL.Path == "/held":
+			a.gets++
+			_, _ = w.Write(a.held.Text())
 		case r.URL.Path == "/report":
 			req := a.req
 			req.Known = a.known

@@ -1,6 +1,8 @@
 // Package required holds the wire types of the set of images a node's
 // workloads need: the reporter sends the set to the agent (PUT /required),
-// and the agent says in its GET /report where each image stands on the node.
+// and the agent says in its GET /report where each image stands on the node
+// and in GET /held what the node holds; the reporter writes both to the
+// node's NodeImages object, which holdfast check --cluster reads.
 package required
 
 // Image is an image the node's workloads need, and who uses it:
@@ -27,4 +29,7 @@ type Report struct {
 	Ready    bool           `json:"ready"`              // every image of the set is pinned
 	Counts   map[string]int `json:"counts"`             // by state
 	NotReady []Verdict      `json:"notReady,omitempty"` // the images not pinned, sorted by ref
+	// HeldHash is the Hash of what the node holds (GET /held), as of the
+	// last judgment; it changes when that does.
+	HeldHash string `json:"heldHash,omitempty"`
 }

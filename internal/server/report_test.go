@@ -120,3 +120,26 @@ func TestRequired(t *testing.T) {
 		t.Errorf("from 10.42.0.7: %d, %d sets handed over", rec.Code, len(got()))
 	}
 }
+
+// TestHeld: GET /held serves the agent's lines as text; before the agent
+// has them, 503 with the cause.
+func TestHeld(t *testing.T) {
+	t.Parallel()
+	var (
+		mu   sync.Mutex
+		text []byte
+	)
+	s := New("127.0.0.1:0", nil, nil, nil)
+	s.Held(func() ([]byte, bool) { mu.Lock(); defer mu.Unlock(); return text, text != nil })
+	_, base, _ := start(t, s)
+	if code, body := get(t, base+"/held"); code != http.StatusServiceUnavailable || !strings.Contains(body, "no required set yet") {
+		t.Errorf("before: %d %s", code, body)
+	}
+	mu.Lock()
+	text = required.Held{{Name: "docker.io/library/a:1", Digest: "sha256:aa", Pinned: true}}.Text()
+	mu.Unlock()
+	code, body := get(t, base+"/held")
+	if held, err := required.ParseHeld([]byte(body)); code != http.StatusOK || err != nil || len(held) != 1 || !held[0].Pinned {
+		t.Errorf("after: %d %q (%v)", code, body, err)
+	}
+}

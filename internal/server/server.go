@@ -100,6 +100,22 @@ func (s *Server) Report(report func(after uint64) journal.Report) {
 	})
 }
 
+// Held serves GET /held from held: what the node holds, a line per image
+// record (required.Held's text form); 503 before the agent first judged the
+// required images, which is when it first lists them for this.
+func (s *Server) Held(held func() ([]byte, bool)) {
+	s.mux.HandleFunc("GET /held", func(w http.ResponseWriter, r *http.Request) {
+		noCache(w)
+		text, ok := held()
+		if !ok {
+			http.Error(w, "no required set yet: the node's reporter sends one (PUT /required), and the held images are listed with it", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write(text)
+	})
+}
+
 // maxRequired bounds the body of PUT /required: 2,000 images of a few
 // hundred bytes each fit many times over.
 const maxRequired = 8 << 20

@@ -31,6 +31,8 @@ type Use struct {
 	// Found says how a pod template was found in an object holdfast does
 	// not know: the path to it ("spec.template.spec"); empty for known kinds.
 	Found string
+	// Placement is where the pod may run; nil: anywhere.
+	Placement *Placement
 }
 
 // String names the use for a person: "app.yaml#2 Deployment web/api
@@ -260,6 +262,7 @@ func isPodSpec(m map[string]any) bool {
 }
 
 func (s *Set) podSpec(spec map[string]any, u Use) {
+	u.Placement = placementOf(spec)
 	for _, list := range containerLists {
 		cs, _ := spec[list].([]any)
 		for _, c := range cs {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,8 @@ import (
 // ownNodeOnly: with the credentials the agent's pod has (a service account
 // token bound to the pod), patching its own Node's status and writing an
 // Event about its Node are allowed; patching another Node's status, or an
-// Event about another Node, is denied by the chart's admission policy.
+// Event about another Node, or writing another node's NodeImages, is denied
+// by the chart's admission policy.
 func (s *scenario) ownNodeOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -77,6 +79,19 @@ func (s *scenario) ownNodeOnly(t *testing.T) {
 	}
 	if err := event(other.Name); err == nil || !strings.Contains(err.Error(), "may only write its own Node") {
 		t.Errorf("an Event about another Node: %v, want it denied by the policy", err)
+	}
+	// Its node's NodeImages (the reporter writes it; the policy lets it), and
+	// not another's.
+	applyImages := func(node string) error {
+		body := fmt.Sprintf(`{"apiVersion":"holdfast.io/v1alpha1","kind":"NodeImages","metadata":{"name":%q,"labels":{"holdfast-policy-probe":"true"}}}`, node)
+		return as.CoreV1().RESTClient().Patch(types.ApplyPatchType).AbsPath("/apis/holdfast.io/v1alpha1/nodeimages", node).
+			Param("fieldManager", "holdfast-policy-probe").Body([]byte(body)).Do(ctx).Error()
+	}
+	if err := applyImages(pod.Spec.NodeName); err != nil {
+		t.Errorf("its own node's NodeImages: %v", err)
+	}
+	if err := applyImages(other.Name); err == nil || !strings.Contains(err.Error(), "may only write its own Node") {
+		t.Errorf("another node's NodeImages: %v, want it denied by the policy", err)
 	}
 	// Leave the Node as the agent's reporter keeps it: the probe condition goes.
 	n, err := s.c.client.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
