@@ -2,8 +2,9 @@
 // reads the agent's GET /report and keeps the node condition HoldfastPinned
 // and Events on the Node; it watches the workloads for the images the node
 // needs, sends them to the agent (PUT /required) and keeps the node condition
-// HoldfastImagesReady. It is its own binary so that holdfast itself never
-// loads client-go.
+// HoldfastImagesReady and the node's NodeImages object (what it holds, for
+// holdfast check --cluster). It is its own binary so that holdfast itself
+// never loads client-go.
 package main
 
 import (
@@ -38,7 +39,7 @@ func run(args []string, stderr io.Writer) int {
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig for running outside a pod; empty: the in-cluster config (env KUBECONFIG)")
 	interval := fs.Duration("interval", 10*time.Second, "how often the agent's report is read (env HOLDFAST_REPORT_INTERVAL)")
 	requiredImages := fs.Bool("required", true, "watch the images the node's workloads need, send them to the agent and keep the condition "+
-		string(kube.ImagesConditionType)+" (env HOLDFAST_REQUIRED)")
+		string(kube.ImagesConditionType)+" and the node's NodeImages (env HOLDFAST_REQUIRED)")
 	clusterWorkloads := fs.Bool("cluster-workloads", true, "with --required, also every workload of the cluster that may run on the node, "+
 		"not only the Pods bound to it (env HOLDFAST_CLUSTER_WORKLOADS)")
 	showVersion := fs.Bool("version", false, "print the version and exit")

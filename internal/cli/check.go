@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/holdfast-project/holdfast/internal/kubeapi"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/workload"
 )
@@ -40,6 +42,9 @@ func newCheck(o *options) *cobra.Command {
 		allowUnpinned  bool
 		sandboxImage   string
 		withoutSandbox bool
+		cluster        bool
+		kube           kubeapi.Options
+		selector       string
 	)
 	cmd := &cobra.Command{
 		Use:   "check [FILE...]",
@@ -63,29 +68,33 @@ reference by its repo@sha256:... record):
   mismatch  a digest reference whose repository the node holds at other
             digests only
 
+With --cluster, check asks the cluster instead of this node's containerd (the
+kubeconfig found as kubectl finds it: --kubeconfig, $KUBECONFIG, ~/.kube/config,
+else the pod's service account). Each node's holdfast reporter keeps a NodeImages
+object: what the node holds, and where the images its workloads need stand.
+Without manifests, check --cluster prints, node by node, the images the node's
+workloads need that are not pinned there, and the nodes with no report. With
+manifests (-f), it judges their images on every node they may run on (by their
+nodeName, nodeSelector and required node affinity against the node's labels)
+against what the node holds: "if I apply these, which nodes lack which image?".
+The sandbox image is not judged across the cluster.
+
 Exit status: 0 when every image is pinned (with --allow-unpinned, present is
-enough), 1 otherwise, 2 on bad usage or bad input: a document that does not
-parse is named (FILE: document N) and the others are still checked.`,
+enough; with --cluster, on every node, and every node has a report), 1
+otherwise, 2 on bad usage or bad input: a document that does not parse is named
+(FILE: document N) and the others are still checked.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "table" && output != "json" {
 				return &usageError{fmt.Errorf("-o %q: want table or json", output)}
 			}
 			files = append(files, args...)
+			if cluster {
+				return checkCluster(cmd, o, files, kube, selector, output, allowUnpinned)
+			}
 			if len(files) == 0 {
 				files = []string{"-"}
 			}
-			var set workload.Set
-			for _, f := range files {
-				data, err := readInput(f, cmd.InOrStdin())
-				if err != nil {
-					set.Errors = append(set.Errors, err)
-					continue
-				}
-				set.Read(f, data)
-			}
-			for _, n := range set.Notes {
-				o.log.Debug("found a pod spec in an object of a kind holdfast does not know", "where", n)
-			}
+			set := readSet(cmd, o, files)
 			ctx := cmd.Context()
 			s, err := o.openReader(ctx, "check")
 			if err != nil {
@@ -151,7 +160,75 @@ parse is named (FILE: document N) and the others are still checked.`,
 	f.BoolVar(&allowUnpinned, "allow-unpinned", false, "exit 0 when every image is at least present, pinned or not")
 	f.StringVar(&sandboxImage, "sandbox-image", "", "the pod sandbox (pause) image to check; default: what containerd's CRI reports (containerd 1.x)")
 	f.BoolVar(&withoutSandbox, "no-sandbox-image", false, "do not check the pod sandbox image")
+	f.BoolVar(&cluster, "cluster", false, "check every node of the cluster from its NodeImages, not this node's containerd; manifests are optional")
+	f.StringVar(&kube.Kubeconfig, "kubeconfig", "", "with --cluster: the kubeconfig file; default $KUBECONFIG, else ~/.kube/config, else the pod's service account")
+	f.StringVar(&kube.Context, "context", "", "with --cluster: the kubeconfig context; default its current-context")
+	f.StringVarP(&selector, "selector", "l", "", "with --cluster: only the nodes this label selector matches (node-role.kubernetes.io/worker, zone=a)")
 	return cmd
+}
+
+// readSet reads the manifests of files into a set.
+func readSet(cmd *cobra.Command, o *options, files []string) *workload.Set {
+	var set workload.Set
+	for _, f := range files {
+		data, err := readInput(f, cmd.InOrStdin())
+		if err != nil {
+			set.Errors = append(set.Errors, err)
+			continue
+		}
+		set.Read(f, data)
+	}
+	for _, n := range set.Notes {
+		o.log.Debug("found a pod spec in an object of a kind holdfast does not know", "where", n)
+	}
+	return &set
+}
+
+// checkCluster is check --cluster: files, when there are any, are the
+// manifests to judge on every node.
+func checkCluster(cmd *cobra.Command, o *options, files []string, kube kubeapi.Options, selector, output string, allowUnpinned bool) error {
+	var set *workload.Set
+	if len(files) > 0 {
+		set = readSet(cmd, o, files)
+	}
+	kube.UserAgent = "holdfast-check"
+	c, err := kubeapi.Connect(kube)
+	if err != nil {
+		return err
+	}
+	o.log.Debug("reading the cluster", "server", c.Server(), "from", c.Source())
+	nodes, reports, notes, err := readCluster(cmd.Context(), c, selector)
+	if err != nil {
+		return err
+	}
+	for _, n := range notes {
+		o.log.Warn(n)
+	}
+	report, errs := judgeCluster(nodes, reports, set, allowUnpinned)
+	var inputErrs []error
+	if set != nil {
+		inputErrs = set.Errors
+	}
+	for _, e := range append(slices.Clone(inputErrs), errs...) {
+		report.Errors = append(report.Errors, e.Error())
+		fmt.Fprintf(cmd.ErrOrStderr(), "error: %v\n", e)
+	}
+	if output == "json" {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		err = enc.Encode(report)
+	} else {
+		err = writeCluster(cmd.OutOrStdout(), report)
+	}
+	switch {
+	case err != nil:
+		return err
+	case len(inputErrs) > 0:
+		return &ExitError{Code: 2}
+	case clusterFailed(report):
+		return &ExitError{Code: 1}
+	}
+	return nil
 }
 
 // readInput reads a file, or standard input for "-".

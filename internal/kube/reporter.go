@@ -2,10 +2,12 @@
 // GET /report and keeps the node's HoldfastPinned condition and the Events on
 // the Node in line with it; it watches the workloads for the images the node
 // needs, sends that set to the agent, and keeps the HoldfastImagesReady
-// condition from what the agent says of it. It is the only package that
-// imports client-go, and it runs in its own binary (holdfast-reporter), so
-// that the node CLI starts without client-go's init cost and the agent never
-// waits for the API server.
+// condition and the node's NodeImages object from what the agent says of it
+// and of what the node holds. It is the only package that imports
+// client-go, and it runs in its own binary (holdfast-reporter), so that the
+// node CLI starts without client-go's init cost and the agent never waits
+// for the API server; holdfast check --cluster reads what it writes through
+// internal/kubeapi, a plain REST reader.
 package kube
 
 import (
@@ -202,7 +204,9 @@ func (r *Reporter) report(ctx context.Context) error {
 // the conditions (Unknown when the report cannot be read), then the journal
 // events it has not sent yet, oldest first. It returns the API server's
 // error, if any: what was not written is written by a later call. With
-// Required, a report that has no set asks for the set to be sent again.
+// Required, a report that has no set asks for the set to be sent again,
+// and the NodeImages object is written when it changed (its failure is
+// logged, not returned: it is tried again with the next report).
 func (r *Reporter) Once(ctx context.Context) error {
 	rep, err := r.fetch(ctx)
 	var conds []corev1.NodeCondition

@@ -66,6 +66,7 @@ func TestHoldfastOnNode(t *testing.T) {
 		{"helm-upgrade-pins", s.upgradePins},
 		{"node-condition-and-events", s.conditionAndEvents},
 		{"required-images-condition", s.requiredImages},
+		{"reporter-under-load", s.reporterUnderLoad},
 		{"reporter-writes-only-its-own-node", s.ownNodeOnly},
 		{"missing-node-paths-turn-features-off", s.missingNodePaths},
 		{"kubelet-image-gc-keeps-pins", s.imageGC},

@@ -2,20 +2,29 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/holdfast-project/holdfast/internal/required"
 )
 
 // Images of the required-images step.
 const (
 	imgRequired = "holdfast.test/required:1" // a Deployment needs it; no archive holds it until the step drops one
 	imgCollect  = "holdfast.test/collect:1"  // a Deployment needs it; imported unpinned, then removed as image GC does
-	required    = "HoldfastImagesReady"
+	imagesReady = "HoldfastImagesReady"
 	workloadNS  = "default"
 )
 
@@ -30,13 +39,13 @@ func (s *scenario) requiredImages(t *testing.T) {
 	waitCond := func(what string, status corev1.ConditionStatus, reason, msgPart string) time.Duration {
 		t.Helper()
 		start := time.Now()
-		if err := waitFor("condition "+required+" "+what, 2*time.Minute, func() (bool, error) {
-			return c.nodeCondition(required, status, reason, msgPart)
+		if err := waitFor("condition "+imagesReady+" "+what, 2*time.Minute, func() (bool, error) {
+			return c.nodeCondition(imagesReady, status, reason, msgPart)
 		}); err != nil {
 			t.Fatal(err)
 		}
 		took := time.Since(start)
-		t.Logf("%s %s: %.1fs", required, what, took.Seconds())
+		t.Logf("%s %s: %.1fs", imagesReady, what, took.Seconds())
 		return took
 	}
 	waitCond("True before", corev1.ConditionTrue, "AllPinned", "")
@@ -61,8 +70,19 @@ func (s *scenario) requiredImages(t *testing.T) {
 		t.Cleanup(func() { _ = c.client.AppsV1().Deployments(workloadNS).Delete(ctx, name, metav1.DeleteOptions{}) })
 	}
 
+	// Before it is applied: holdfast check --cluster -f says the node lacks the image the manifest needs, and
+	// holds the pause image it also names.
+	manifest := filepath.Join(c.dir, "release.yaml")
+	if err := os.WriteFile(manifest, []byte(fmt.Sprintf(releaseYAML, imgRequired, pauseImage)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.waitCheckCluster(t, "-f before the archive", 1, []string{nodeName + "  " + imgRequired + "  missing", "1 lacking images (1 missing, 0 unpinned)"},
+		[]string{pauseImage}, "-f", manifest)
+
 	deploy("needs-archive", imgRequired)
 	waitCond("False naming "+imgRequired, corev1.ConditionFalse, "ImagesMissing", imgRequired)
+	s.waitCheckCluster(t, "the node's own report", 1, []string{nodeName + "  " + imgRequired + "  missing", "Deployment default/needs-archive containers/c"}, nil)
+	s.checkNodeImages(t)
 	if err := c.waitNodeWarning("ImageMissing", imgRequired); err != nil {
 		t.Error(err)
 	}
@@ -71,6 +91,8 @@ func (s *scenario) requiredImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCond("True once the archive is in", corev1.ConditionTrue, "AllPinned", "")
+	s.waitCheckCluster(t, "once the archive is in", 0, []string{"1 nodes: 1 ready, 0 lacking images"}, []string{imgRequired})
+	s.waitCheckCluster(t, "-f once the archive is in", 0, []string{"1 nodes: 1 ready"}, []string{imgRequired}, "-f", manifest)
 
 	if err := c.importUnpinned(imgCollect); err != nil {
 		t.Fatal(err)
@@ -85,6 +107,7 @@ func (s *scenario) requiredImages(t *testing.T) {
 		t.Fatalf("crictl rmi %s: %v\n%s", imgCollect, err, out)
 	}
 	waitCond("False, "+imgCollect+" collected", corev1.ConditionFalse, "ImagesMissing", imgCollect)
+	s.waitCheckCluster(t, "once collected", 1, []string{nodeName + "  " + imgCollect + "  missing"}, nil)
 
 	for _, name := range []string{"needs-archive", "needs-unpinned"} {
 		if err := c.client.AppsV1().Deployments(workloadNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
@@ -92,4 +115,85 @@ func (s *scenario) requiredImages(t *testing.T) {
 		}
 	}
 	waitCond("True once the Deployments are gone", corev1.ConditionTrue, "AllPinned", "")
+}
+
+// releaseYAML is a release as helm template renders it: a Deployment of the image no archive holds yet and a
+// DaemonSet of the pause image, which the node holds pinned.
+const releaseYAML = `---
+# Source: shop/templates/api.yaml
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api, namespace: shop}
+spec:
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec:
+      containers: [{name: api, image: %q}]
+---
+# Source: shop/templates/agent.yaml
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: shop}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      nodeSelector: {kubernetes.io/os: linux}
+      containers: [{name: agent, image: %q}]
+`
+
+// waitCheckCluster runs holdfast check --cluster (with the admin kubeconfig; no containerd) until it exits with
+// code and prints every string of want and none of unwanted: the node's report follows its condition within a
+// report interval. It fails the test with the last output after a minute.
+func (s *scenario) waitCheckCluster(t *testing.T, what string, code int, want, unwanted []string, args ...string) {
+	t.Helper()
+	argv := append([]string{"check", "--cluster", "--kubeconfig", s.c.admin}, args...)
+	start := time.Now()
+	var out string
+	var got int
+	for time.Since(start) < time.Minute {
+		cmd := exec.Command(filepath.Join(s.c.repoBin, "holdfast"), argv...)
+		b, err := cmd.CombinedOutput()
+		out, got = string(b), 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			got = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("holdfast %s: %v", strings.Join(argv, " "), err)
+		}
+		if got == code && !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(out, w) }) &&
+			!slices.ContainsFunc(unwanted, func(w string) bool { return strings.Contains(out, w) }) {
+			t.Logf("holdfast check --cluster %s: exit %d after %.1fs", what, got, time.Since(start).Seconds())
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("holdfast %s (%s): exit %d, want %d with %q and without %q:\n%s", strings.Join(argv, " "), what, got, code, want, unwanted, out)
+}
+
+// checkNodeImages: the node's NodeImages object is owned by its Node and says, packed, that the node holds the
+// pause image pinned; its size is logged.
+func (s *scenario) checkNodeImages(t *testing.T) {
+	t.Helper()
+	raw, err := s.c.client.CoreV1().RESTClient().Get().AbsPath(required.NodeImagesPath, nodeName).DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("reading NodeImages %s: %v", nodeName, err)
+	}
+	var ni required.NodeImages
+	if err := json.Unmarshal(raw, &ni); err != nil {
+		t.Fatal(err)
+	}
+	held, err := required.Unpack(ni.Held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ni.Metadata.OwnerReferences) != 1 || ni.Metadata.OwnerReferences[0].Kind != "Node" || ni.Metadata.OwnerReferences[0].Name != nodeName {
+		t.Errorf("NodeImages owners %+v, want the Node", ni.Metadata.OwnerReferences)
+	}
+	if !slices.ContainsFunc(held, func(h required.HeldImage) bool { return h.Name == pauseImage && h.Pinned }) || ni.Images != len(held) || held.Hash() != ni.HeldHash {
+		t.Errorf("NodeImages holds %d (%d listed, hash %s): %+v; want %s pinned among them", ni.Images, len(held), ni.HeldHash, held, pauseImage)
+	}
+	t.Logf("NodeImages %s: %d bytes for %d image records (%d pinned)", nodeName, len(raw), ni.Images, ni.Pinned)
 }

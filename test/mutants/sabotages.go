@@ -19,6 +19,26 @@ var sabotages = []sabotage{
 		tests: []tests{{"./internal/workload", []string{"TestJudge"}, nil}, {e2e, []string{"TestCheck"}, nil}},
 	},
 	{
+		name: "placement-ignored",
+		// A workload's nodeSelector is not judged: every node is told it
+		// needs the images of workloads that can never land on it, and
+		// check --cluster -f names nodes that lack nothing.
+		edits: []edit{{"internal/workload/placement.go",
+			"if got, ok := labels[k]; !ok || got != v {",
+			"if got, ok := labels[k]; !ok && got != v {"}},
+		tests: []tests{{"./internal/workload", []string{"TestPlacement"}, nil}, {"./internal/cli", []string{"TestJudgeCluster"}, nil}},
+	},
+	{
+		name: "node-images-stale",
+		// The reporter never reads what the node holds again after the
+		// first time: check --cluster -f goes on saying an image carried
+		// since is missing.
+		edits: []edit{{"internal/kube/nodeimages.go",
+			"if rep.HeldHash != p.hash {",
+			"if p.hash == \"\" {"}},
+		tests: []tests{{"./internal/kube", []string{"TestNodeImages"}, nil}},
+	},
+	{
 		name: "refused-images-pinned",
 		// The signature policy's refusals are ignored: under enforce an
 		// image signed by another key, or unsigned, is named and pinned.

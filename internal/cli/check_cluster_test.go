@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/workload"
+)
+
+func node(t *testing.T, name string, labels map[string]string, condStatus string) clusterNode {
+	t.Helper()
+	raw := map[string]any{"metadata": map[string]any{"name": name, "labels": labels}}
+	if condStatus != "" {
+		raw["status"] = map[string]any{"conditions": []map[string]string{
+			{"type": "Ready", "status": "True"},
+			{"type": imagesConditionType, "status": condStatus, "reason": "ImagesMissing", "message": "1 missing: x\nmore"},
+		}}
+	}
+	b, _ := json.Marshal(raw)
+	var n clusterNode
+	if err := json.Unmarshal(b, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func heldReport(name string, held required.Held, rep *required.Report) required.NodeImages {
+	return required.NodeImages{Metadata: required.ObjectMeta{Name: name}, Images: len(held), Held: held.Pack(), Required: rep}
+}
+
+const clusterManifests = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  template:
+    spec:
+      containers: [{name: a, image: a:1}, {name: b, image: b:1}]
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: gpu, namespace: sys}
+spec:
+  template:
+    spec:
+      nodeSelector: {gpu: "yes"}
+      containers: [{name: g, image: g:1}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: tool, namespace: shop}
+spec:
+  containers: [{name: c, image: "c@` + "sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc" + `"}]
+`
+
+// TestJudgeCluster: with manifests, each node judges the images that may
+// run on it against what its report says it holds; without, its report's
+// own judgment speaks, cut list counted; a node without a report is not
+// ready and says its condition.
+func TestJudgeCluster(t *testing.T) {
+	var set workload.Set
+	set.Read("release.yaml", []byte(clusterManifests))
+	if len(set.Errors) > 0 {
+		t.Fatal(set.Errors)
+	}
+	other := digest.FromString("other c").String()
+	a := required.HeldImage{Name: "docker.io/library/a:1", Digest: digest.FromString("a").String(), Pinned: true}
+	nodes := []clusterNode{
+		node(t, "node-b", map[string]string{"kubernetes.io/os": "linux"}, "True"),
+		node(t, "node-a", map[string]string{"gpu": "yes"}, "False"),
+		node(t, "node-c", nil, "False"),
+	}
+	reports := map[string]required.NodeImages{
+		"node-a": heldReport("node-a", required.Held{a, {Name: "docker.io/library/b:1", Digest: digest.FromString("b").String()}},
+			&required.Report{Known: true, Counts: map[string]int{"pinned": 40, "missing": 3, "present": 2},
+				NotReady: []required.Verdict{{Image: required.Image{Ref: "docker.io/library/x:1", UsedBy: []string{"Deployment a/x containers/x"}}, State: "missing"}}}),
+		"node-b": heldReport("node-b", required.Held{a, {Name: "docker.io/library/c@" + other, Digest: other, Pinned: true}},
+			&required.Report{Known: true, Ready: true, Counts: map[string]int{"pinned": 7}}),
+	}
+
+	r, errs := judgeCluster(nodes, reports, &set, false)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	states := func(n ClusterNode) map[string]string {
+		out := map[string]string{}
+		for _, img := range n.NotReady {
+			out[img.Ref] = img.State
+		}
+		return out
+	}
+	if len(r.Nodes) != 3 || r.Nodes[0].Name != "node-a" || r.Nodes[2].Name != "node-c" {
+		t.Fatalf("nodes %+v, want node-a, node-b, node-c", r.Nodes)
+	}
+	na, nb, nc := r.Nodes[0], r.Nodes[1], r.Nodes[2]
+	cRef := "docker.io/library/c@sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+	if s := states(na); na.Ready || len(s) != 3 || s["docker.io/library/b:1"] != "present" || s["docker.io/library/g:1"] != "missing" ||
+		s[cRef] != "missing" || na.Counts["pinned"] != 1 {
+		t.Errorf("node-a: %+v", na)
+	}
+	if s := states(nb); nb.Ready || len(s) != 2 || s["docker.io/library/b:1"] != "missing" || s[cRef] != "mismatch" {
+		t.Errorf("node-b (no gpu: g:1 not judged): %+v", nb)
+	}
+	if nc.Report || nc.Ready || nc.Condition == nil || nc.Condition.Status != "False" {
+		t.Errorf("node-c: %+v", nc)
+	}
+	if r.Totals != (ClusterTotals{Nodes: 3, Lacking: 2, NoReport: 1, Missing: 4, Unpinned: 1}) || !r.Manifests {
+		t.Errorf("totals %+v", r.Totals)
+	}
+	if !clusterFailed(r) {
+		t.Error("not failed")
+	}
+	var b bytes.Buffer
+	if err := writeCluster(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"node-a  docker.io/library/g:1", "missing   release.yaml#2 DaemonSet sys/gpu containers/g",
+		"node-b  " + cRef + "  mismatch", "node-c  -", "no report; HoldfastImagesReady False ImagesMissing: 1 missing: x\n",
+		"3 nodes: 0 ready, 2 lacking images (4 missing, 1 unpinned), 1 without a report",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+
+	// Without manifests: the reports' own judgments; node-a lists one of
+	// its five, the other four counted as cut. --allow-unpinned does not
+	// make node-a ready: it misses 3.
+	r, _ = judgeCluster(nodes, reports, nil, true)
+	na, nb = r.Nodes[0], r.Nodes[1]
+	if na.Ready || na.Cut != 4 || len(na.NotReady) != 1 || na.NotReady[0].UsedBy[0] != "Deployment a/x containers/x" || na.Counts["missing"] != 3 {
+		t.Errorf("node-a from its report: %+v", na)
+	}
+	if !nb.Ready || nb.Counts["pinned"] != 7 || r.Manifests {
+		t.Errorf("node-b from its report: %+v", nb)
+	}
+	if r.Totals != (ClusterTotals{Nodes: 3, Ready: 1, Lacking: 1, NoReport: 1, Missing: 3, Unpinned: 2}) {
+		t.Errorf("totals %+v", r.Totals)
+	}
+
+	// A report whose held images do not unpack: an error naming the node,
+	// and the node counts as without a report.
+	bad := reports["node-b"]
+	bad.Held = []byte("not gzip")
+	reports["node-b"] = bad
+	r, errs = judgeCluster(nodes, reports, &set, false)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "NodeImages node-b") || r.Nodes[1].Report || r.Totals.NoReport != 2 {
+		t.Errorf("a broken report: %v, %+v", errs, r.Nodes[1])
+	}
+}

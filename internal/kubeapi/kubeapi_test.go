@@ -1,0 +1,435 @@
+package kubeapi
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pki is a CA and what it signs.
+type pki struct {
+	ca    *x509.Certificate
+	key   *ecdsa.PrivateKey
+	caPEM []byte
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(der)
+	return &pki{ca: ca, key: key, caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue signs a certificate for cn: a server's (for 127.0.0.1) or a client's.
+func (p *pki) issue(t *testing.T, cn string, server bool) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	} else {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, _ := x509.MarshalECPrivateKey(key)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+// apiServer answers GET /api/v1/nodes in pages of one, 401 while
+// unauthorized says so, and records who asked.
+type apiServer struct {
+	srv *httptest.Server
+
+	mu           sync.Mutex
+	seen         []string // "cn=…", "bearer …", "basic user:pass": who made each request
+	queries      []string
+	unauthorized int // requests to answer 401
+}
+
+func newAPIServer(t *testing.T, p *pki) *apiServer {
+	t.Helper()
+	a := &apiServer{}
+	a.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		who := ""
+		switch {
+		case r.TLS != nil && len(r.TLS.PeerCertificates) > 0:
+			who = "cn=" + r.TLS.PeerCertificates[0].Subject.CommonName
+		case r.Header.Get("Authorization") != "":
+			who = strings.ToLower(r.Header.Get("Authorization"))
+			if u, pw, ok := r.BasicAuth(); ok {
+				who = "basic " + u + ":" + pw
+			}
+		}
+		a.seen = append(a.seen, who)
+		a.queries = append(a.queries, r.URL.RawQuery)
+		unauth := a.unauthorized > 0
+		if unauth {
+			a.unauthorized--
+		}
+		a.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case unauth:
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"kind":"Status","reason":"Unauthorized","message":"Unauthorized","code":401}`))
+		case r.URL.Path == "/api/v1/nodes" && r.Header.Get("Accept") == "application/json":
+			cont := r.URL.Query().Get("continue")
+			switch cont {
+			case "":
+				_, _ = w.Write([]byte(`{"kind":"NodeList","metadata":{"continue":"page2"},"items":[{"metadata":{"name":"node-1"}}]}`))
+			case "page2":
+				_, _ = w.Write([]byte(`{"kind":"NodeList","metadata":{"continue":"page3"},"items":[{"metadata":{"name":"node-2"}}]}`))
+			default:
+				_, _ = w.Write([]byte(`{"kind":"NodeList","metadata":{},"items":[{"metadata":{"name":"node-3"}}]}`))
+			}
+		case r.URL.Path == "/api/v1/secrets":
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(`{"kind":"Status","reason":"Forbidden","message":"secrets is forbidden: User \"x\" cannot list resource \"secrets\"","code":403}`))
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"kind":"Status","reason":"NotFound","message":"the server could not find the requested resource","code":404}`))
+		}
+	}))
+	cert, key := p.issue(t, "127.0.0.1", true)
+	pair, err := tls.X509KeyPair(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(p.caPEM)
+	a.srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven}
+	a.srv.StartTLS()
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func (a *apiServer) who() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.seen...)
+}
+
+// names lists the nodes through c.
+func names(t *testing.T, c *Client) []string {
+	t.Helper()
+	var out []string
+	err := c.List(context.Background(), "/api/v1/nodes", func(item json.RawMessage) error {
+		var n struct {
+			Metadata struct{ Name string } `json:"metadata"`
+		}
+		if err := json.Unmarshal(item, &n); err != nil {
+			return err
+		}
+		out = append(out, n.Metadata.Name)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func writeFile(t *testing.T, path, text string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func kubeconfigText(server, current string, contexts map[string][2]string, clusterExtra, users string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: v1\nkind: Config\n")
+	if current != "" {
+		fmt.Fprintf(&b, "current-context: %s\n", current)
+	}
+	fmt.Fprintf(&b, "clusters:\n- name: test\n  cluster:\n    server: %s\n%s", server, clusterExtra)
+	b.WriteString("contexts:\n")
+	for name, cu := range contexts {
+		fmt.Fprintf(&b, "- name: %s\n  context: {cluster: %s, user: %s}\n", name, cu[0], cu[1])
+	}
+	b.WriteString("users:\n" + users)
+	return b.String()
+}
+
+func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// TestClientCertificates: a client certificate from inline data and from
+// files named relative to the kubeconfig; the server sees its CN; every
+// page of a list comes, in order, with limit and continue.
+func TestClientCertificates(t *testing.T) {
+	p := newPKI(t)
+	a := newAPIServer(t, p)
+	cert, key := p.issue(t, "admin", false)
+	dir := t.TempDir()
+	inline := writeFile(t, filepath.Join(dir, "inline"), kubeconfigText(a.srv.URL, "c", map[string][2]string{"c": {"test", "u"}},
+		"    certificate-authority-data: "+b64(p.caPEM)+"\n",
+		"- name: u\n  user:\n    client-certificate-data: "+b64(cert)+"\n    client-key-data: "+b64(key)+"\n"))
+	writeFile(t, filepath.Join(dir, "pki", "ca.crt"), string(p.caPEM))
+	writeFile(t, filepath.Join(dir, "pki", "admin.crt"), string(cert))
+	writeFile(t, filepath.Join(dir, "pki", "admin.key"), string(key))
+	files := writeFile(t, filepath.Join(dir, "files"), kubeconfigText(a.srv.URL, "c", map[string][2]string{"c": {"test", "u"}},
+		"    certificate-authority: pki/ca.crt\n",
+		"- name: u\n  user:\n    client-certificate: pki/admin.crt\n    client-key: pki/admin.key\n"))
+	for _, kc := range []string{inline, files} {
+		c, err := Connect(Options{Kubeconfig: kc, UserAgent: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(names(t, c), ","); got != "node-1,node-2,node-3" {
+			t.Errorf("%s: nodes %s", kc, got)
+		}
+		if who := a.who(); who[len(who)-1] != "cn=admin" {
+			t.Errorf("%s: the server saw %v", kc, who)
+		}
+		if !strings.Contains(c.Source(), kc) {
+			t.Errorf("source %q does not name %s", c.Source(), kc)
+		}
+	}
+	a.mu.Lock()
+	q := a.queries
+	a.mu.Unlock()
+	if len(q) != 6 || q[0] != "limit=500" || q[1] != "continue=page2&limit=500" || q[2] != "continue=page3&limit=500" {
+		t.Errorf("queries %q", q)
+	}
+}
+
+// TestTokens: a token, a tokenFile read again after it changed, basic auth.
+func TestTokens(t *testing.T) {
+	p := newPKI(t)
+	a := newAPIServer(t, p)
+	dir := t.TempDir()
+	tokenFile := writeFile(t, filepath.Join(dir, "token"), "first\n")
+	kc := writeFile(t, filepath.Join(dir, "config"), kubeconfigText(a.srv.URL, "tok",
+		map[string][2]string{"tok": {"test", "tok"}, "file": {"test", "file"}, "basic": {"test", "basic"}},
+		"    certificate-authority-data: "+b64(p.caPEM)+"\n",
+		"- name: tok\n  user: {token: abc}\n- name: file\n  user: {tokenFile: token}\n- name: basic\n  user: {username: ann, password: pw}\n"))
+	get := func(ctx string) string {
+		t.Helper()
+		c, err := Connect(Options{Kubeconfig: kc, Context: ctx})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Get(context.Background(), "/api/v1/nodes"); err != nil {
+			t.Fatal(err)
+		}
+		who := a.who()
+		return who[len(who)-1]
+	}
+	if w := get(""); w != "bearer abc" {
+		t.Errorf("token: %q", w)
+	}
+	if w := get("file"); w != "bearer first" {
+		t.Errorf("tokenFile: %q", w)
+	}
+	c, _ := Connect(Options{Kubeconfig: kc, Context: "file"})
+	writeFile(t, tokenFile, "second")
+	if _, err := c.Get(context.Background(), "/api/v1/nodes"); err != nil {
+		t.Fatal(err)
+	}
+	if who := a.who(); who[len(who)-1] != "bearer second" {
+		t.Errorf("tokenFile after it changed: %q", who[len(who)-1])
+	}
+	if w := get("basic"); w != "basic ann:pw" {
+		t.Errorf("basic: %q", w)
+	}
+}
+
+// TestExecPlugin: the plugin's token reaches the server; it runs once for
+// two requests, and again after a 401.
+func TestExecPlugin(t *testing.T) {
+	p := newPKI(t)
+	a := newAPIServer(t, p)
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	plugin := writeFile(t, filepath.Join(dir, "plugin.sh"), `#!/bin/sh
+echo run >> "`+runs+`"
+case "$KUBERNETES_EXEC_INFO" in *'"interactive":false'*) ;; *) echo "no exec info" >&2; exit 1;; esac
+echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"'"$TOKEN_PREFIX"'-from-plugin"}}'
+`)
+	if err := os.Chmod(plugin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kc := writeFile(t, filepath.Join(dir, "config"), kubeconfigText(a.srv.URL, "c", map[string][2]string{"c": {"test", "u"}},
+		"    certificate-authority-data: "+b64(p.caPEM)+"\n",
+		"- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: ./plugin.sh\n      env: [{name: TOKEN_PREFIX, value: tok}]\n"))
+	c, err := Connect(Options{Kubeconfig: kc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 2 {
+		if _, err := c.Get(ctx, "/api/v1/nodes"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func() int {
+		b, _ := os.ReadFile(runs)
+		return strings.Count(string(b), "run")
+	}
+	if who := a.who(); count() != 1 || who[len(who)-1] != "bearer tok-from-plugin" {
+		t.Fatalf("plugin ran %d times, the server saw %v", count(), who)
+	}
+	a.mu.Lock()
+	a.unauthorized = 1
+	a.mu.Unlock()
+	if _, err := c.Get(ctx, "/api/v1/nodes"); err != nil {
+		t.Fatalf("after a 401: %v", err)
+	}
+	if count() != 2 {
+		t.Errorf("plugin ran %d times after a 401, want 2", count())
+	}
+}
+
+// TestKubeconfigMerge: $KUBECONFIG's files merge: the first to name a
+// context, cluster or user wins, and the first current-context; a missing
+// file is skipped. --context picks another; an unknown one names those there.
+func TestKubeconfigMerge(t *testing.T) {
+	p := newPKI(t)
+	a := newAPIServer(t, p)
+	dir := t.TempDir()
+	ca := "    certificate-authority-data: " + b64(p.caPEM) + "\n"
+	first := writeFile(t, filepath.Join(dir, "first"), kubeconfigText(a.srv.URL, "", map[string][2]string{"one": {"test", "u1"}}, ca,
+		"- name: u1\n  user: {token: from-first}\n"))
+	second := writeFile(t, filepath.Join(dir, "second"), kubeconfigText("https://192.0.2.1:6443", "one", map[string][2]string{"two": {"test", "u2"}}, ca,
+		"- name: u1\n  user: {token: from-second}\n- name: u2\n  user: {token: two}\n"))
+	t.Setenv("KUBECONFIG", strings.Join([]string{filepath.Join(dir, "missing"), first, second}, string(os.PathListSeparator)))
+	c, err := Connect(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(context.Background(), "/api/v1/nodes"); err != nil {
+		t.Fatal(err)
+	}
+	if who := a.who(); c.Server() != a.srv.URL || who[len(who)-1] != "bearer from-first" {
+		t.Errorf("server %s, token %v: want the first file's cluster and user", c.Server(), who)
+	}
+	c, err = Connect(Options{Context: "two"})
+	if err != nil || c.Server() != a.srv.URL {
+		t.Fatalf("context two: %v", err)
+	}
+	if _, err := c.Get(context.Background(), "/api/v1/nodes"); err != nil {
+		t.Fatal(err)
+	}
+	if who := a.who(); who[len(who)-1] != "bearer two" {
+		t.Errorf("context two: %v", who)
+	}
+	_, err = Connect(Options{Context: "three"})
+	if err == nil || !strings.Contains(err.Error(), `context "three" not found (contexts: one, two)`) {
+		t.Errorf("unknown context: %v", err)
+	}
+	t.Setenv("KUBECONFIG", filepath.Join(dir, "missing"))
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	if _, err := Connect(Options{Home: dir}); err == nil || !strings.Contains(err.Error(), "no kubeconfig") {
+		t.Errorf("nothing to read: %v", err)
+	}
+	if _, err := Connect(Options{Kubeconfig: filepath.Join(dir, "missing")}); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("a --kubeconfig that is not there: %v", err)
+	}
+}
+
+// TestInCluster: with no kubeconfig, a pod's service account: its token
+// and CA.
+func TestInCluster(t *testing.T) {
+	p := newPKI(t)
+	a := newAPIServer(t, p)
+	sa := t.TempDir()
+	writeFile(t, filepath.Join(sa, "token"), "sa-token")
+	writeFile(t, filepath.Join(sa, "ca.crt"), string(p.caPEM))
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(a.srv.URL, "https://"))
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", host)
+	t.Setenv("KUBERNETES_SERVICE_PORT", port)
+	c, err := Connect(Options{Home: t.TempDir(), InCluster: sa})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(names(t, c), ","); got != "node-1,node-2,node-3" || !strings.Contains(c.Source(), "service account") {
+		t.Errorf("nodes %s, source %s", got, c.Source())
+	}
+	if who := a.who(); who[len(who)-1] != "bearer sa-token" {
+		t.Errorf("the server saw %v", who)
+	}
+}
+
+// TestErrors: a 404 is IsNotFound with the server's message; a 403 names
+// the reason; a server whose certificate the CA did not sign is refused;
+// an auth-provider is refused with a clear message.
+func TestErrors(t *testing.T) {
+	p := newPKI(t)
+	a := newAPIServer(t, p)
+	dir := t.TempDir()
+	kc := writeFile(t, filepath.Join(dir, "config"), kubeconfigText(a.srv.URL, "c", map[string][2]string{"c": {"test", "u"}},
+		"    certificate-authority-data: "+b64(p.caPEM)+"\n", "- name: u\n  user: {token: t}\n"))
+	c, err := Connect(Options{Kubeconfig: kc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	err = c.List(ctx, "/apis/holdfast.io/v1alpha1/nodeimages", func(json.RawMessage) error { return nil })
+	if !IsNotFound(err) || !strings.Contains(err.Error(), "could not find the requested resource") {
+		t.Errorf("404: %v", err)
+	}
+	if _, err := c.Get(ctx, "/api/v1/secrets"); IsNotFound(err) || !strings.Contains(err.Error(), "403 Forbidden: secrets is forbidden") {
+		t.Errorf("403: %v", err)
+	}
+	other := newPKI(t)
+	kc2 := writeFile(t, filepath.Join(dir, "other-ca"), kubeconfigText(a.srv.URL, "c", map[string][2]string{"c": {"test", "u"}},
+		"    certificate-authority-data: "+b64(other.caPEM)+"\n", "- name: u\n  user: {token: t}\n"))
+	c, err = Connect(Options{Kubeconfig: kc2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, "/api/v1/nodes"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("a server the CA did not sign: %v", err)
+	}
+	kc3 := writeFile(t, filepath.Join(dir, "provider"), kubeconfigText(a.srv.URL, "c", map[string][2]string{"c": {"test", "u"}}, "",
+		"- name: u\n  user:\n    auth-provider: {name: gcp}\n"))
+	if _, err := Connect(Options{Kubeconfig: kc3}); err == nil || !strings.Contains(err.Error(), "auth-provider is not supported") {
+		t.Errorf("auth-provider: %v", err)
+	}
+	kc4 := writeFile(t, filepath.Join(dir, "badkey"), kubeconfigText(a.srv.URL, "c", map[string][2]string{"c": {"test", "u"}}, "",
+		"- name: u\n  user: {client-certificate: nope.crt, client-key: nope.key}\n"))
+	if _, err := Connect(Options{Kubeconfig: kc4}); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "nope.crt")) {
+		t.Errorf("a client certificate that is not there: %v", err)
+	}
+}
