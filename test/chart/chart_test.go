@@ -33,6 +33,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/policy"
+	hfrequired "github.com/holdfast-project/holdfast/internal/required"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 	"github.com/holdfast-project/holdfast/internal/source"
 	"github.com/holdfast-project/holdfast/internal/testenv"
@@ -154,6 +155,33 @@ type rendered struct {
 	PolicyBindings      []admissionv1.ValidatingAdmissionPolicyBinding
 	ServiceMonitors     []serviceMonitor
 	PrometheusRules     []prometheusRule
+	CRDs                []crd
+}
+
+// crd is what the test reads of a CustomResourceDefinition (the API server checks the rest: test/cluster).
+type crd struct {
+	Metadata metav1.ObjectMeta `json:"metadata"`
+	Spec     struct {
+		Group string `json:"group"`
+		Scope string `json:"scope"`
+		Names struct {
+			Kind   string `json:"kind"`
+			Plural string `json:"plural"`
+		} `json:"names"`
+		Versions []struct {
+			Name    string `json:"name"`
+			Served  bool   `json:"served"`
+			Storage bool   `json:"storage"`
+			Schema  struct {
+				OpenAPIV3Schema struct {
+					Properties map[string]struct {
+						Type   string `json:"type"`
+						Format string `json:"format"`
+					} `json:"properties"`
+				} `json:"openAPIV3Schema"`
+			} `json:"schema"`
+		} `json:"versions"`
+	} `json:"spec"`
 }
 
 var docSep = regexp.MustCompile(`(?m)^---\s*$`)
@@ -232,6 +260,15 @@ func decode(t *testing.T, out string) rendered {
 			var o prometheusRule
 			strict("monitoring.coreos.com/v1", &o)
 			r.PrometheusRules = append(r.PrometheusRules, o)
+		case "CustomResourceDefinition":
+			var o crd
+			if tm.APIVersion != "apiextensions.k8s.io/v1" {
+				t.Fatalf("CustomResourceDefinition has apiVersion %q", tm.APIVersion)
+			}
+			if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+				t.Fatalf("decoding the CustomResourceDefinition: %v\n%s", err, doc)
+			}
+			r.CRDs = append(r.CRDs, o)
 		default:
 			t.Fatalf("the chart renders a %s %s the test does not know", tm.APIVersion, tm.Kind)
 		}
@@ -632,6 +669,7 @@ func reporterRules(required, clusterWorkloads bool) map[string][]string {
 	read := []string{"get", "list", "watch"}
 	if required {
 		rules["/pods"] = read
+		rules["holdfast.io/nodeimages"] = []string{"create", "get", "patch"}
 	}
 	if required && clusterWorkloads {
 		rules["/nodes"] = read
@@ -1216,6 +1254,31 @@ func TestSignaturePolicyValues(t *testing.T) {
 
 // TestRequiredImages: requiredImages reaches the reporter's environment, and the RBAC grants read access
 // to pods only with it, and to the cluster's workloads and Nodes' lists only with clusterWorkloads too.
+// checkNodeImagesCRD: with the required images, the chart installs the NodeImages resource the reporter writes
+// and holdfast check --cluster reads (its group, name and kind as internal/required has them); without, none.
+func checkNodeImagesCRD(t *testing.T, r rendered, want bool) {
+	t.Helper()
+	if !want {
+		if len(r.CRDs) != 0 {
+			t.Errorf("%d CustomResourceDefinitions without the required images", len(r.CRDs))
+		}
+		return
+	}
+	if len(r.CRDs) != 1 {
+		t.Fatalf("%d CustomResourceDefinitions, want the NodeImages one", len(r.CRDs))
+	}
+	c := r.CRDs[0]
+	if c.Metadata.Name != "nodeimages."+hfrequired.Group || c.Spec.Group != hfrequired.Group || c.Spec.Scope != "Cluster" ||
+		c.Spec.Names.Kind != hfrequired.Kind || "/apis/"+c.Spec.Group+"/"+c.Spec.Versions[0].Name+"/"+c.Spec.Names.Plural != hfrequired.NodeImagesPath {
+		t.Errorf("CustomResourceDefinition %s: %+v", c.Metadata.Name, c.Spec)
+	}
+	v := c.Spec.Versions[0]
+	if len(c.Spec.Versions) != 1 || !v.Served || !v.Storage || v.Schema.OpenAPIV3Schema.Properties["held"].Format != "byte" ||
+		v.Schema.OpenAPIV3Schema.Properties["images"].Type != "integer" {
+		t.Errorf("CustomResourceDefinition versions %+v", c.Spec.Versions)
+	}
+}
+
 func TestRequiredImages(t *testing.T) {
 	for _, tc := range []struct {
 		name                      string
@@ -1231,6 +1294,7 @@ func TestRequiredImages(t *testing.T) {
 			t.Parallel()
 			r := render(t, tc.values)
 			checkRBAC(t, r, reporterRules(tc.required, tc.clusterWorkload))
+			checkNodeImagesCRD(t, r, tc.required)
 			ds := r.daemonSet(t)
 			if _, ok := tc.values["reporter"]; ok {
 				if len(ds.Spec.Template.Spec.Containers) != 1 {
