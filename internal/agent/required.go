@@ -98,14 +98,18 @@ func (a *Agent) judgeRequired(ctx context.Context) {
 	a.req.states, a.req.report, a.req.held = states, rep, held.Text()
 	a.mu.Unlock()
 	a.rec.SetRequired(rep.Counts)
+	// Each image whose state changed: an event each, or when many changed
+	// at once (a release applied, an images dir emptied), one event for
+	// them all, so that the Node gets a few Events, not thousands.
+	changed := map[string][]string{} // journal reason → what each image says
 	for _, img := range set.Images {
 		was, now := prev[img.Ref], states[img.Ref]
 		if was == now {
 			continue
 		}
-		who := ""
+		who := img.Ref
 		if len(img.UsedBy) > 0 {
-			who = " (" + img.UsedBy[0]
+			who += " (" + img.UsedBy[0]
 			if n := len(img.UsedBy) - 1; n > 0 {
 				who += fmt.Sprintf(" and %d more", n)
 			}
@@ -113,16 +117,36 @@ func (a *Agent) judgeRequired(ctx context.Context) {
 		}
 		switch workload.State(now) {
 		case workload.Missing, workload.Mismatch:
-			a.journal.Record(journal.Warning, journal.ReasonImageMissing, fmt.Sprintf("required image %s%s is %s on this node: the kubelet would pull it", img.Ref, who, now))
+			changed[journal.ReasonImageMissing] = append(changed[journal.ReasonImageMissing], who+" is "+now)
 		case workload.Present:
-			a.journal.Record(journal.Warning, journal.ReasonImageUnpinned, fmt.Sprintf("required image %s%s is not pinned: the kubelet's image GC may delete it", img.Ref, who))
+			changed[journal.ReasonImageUnpinned] = append(changed[journal.ReasonImageUnpinned], who)
 		case workload.Pinned:
 			if was != "" {
-				a.journal.Record(journal.Normal, journal.ReasonImageReady, fmt.Sprintf("required image %s%s is pinned", img.Ref, who))
+				changed[journal.ReasonImageReady] = append(changed[journal.ReasonImageReady], who)
 			}
 		}
 	}
+	for _, ev := range []struct {
+		reason, typ, one, many string
+	}{
+		{journal.ReasonImageMissing, journal.Warning, "required image %s on this node: the kubelet would pull it", "%d required images are missing on this node (the kubelet would pull them): %s"},
+		{journal.ReasonImageUnpinned, journal.Warning, "required image %s is not pinned: the kubelet's image GC may delete it", "%d required images are not pinned (the kubelet's image GC may delete them): %s"},
+		{journal.ReasonImageReady, journal.Normal, "required image %s is pinned", "%d required images are pinned again: %s"},
+	} {
+		imgs := changed[ev.reason]
+		if len(imgs) <= eventEach {
+			for _, img := range imgs {
+				a.journal.Record(ev.typ, ev.reason, fmt.Sprintf(ev.one, img))
+			}
+			continue
+		}
+		a.journal.Record(ev.typ, ev.reason, fmt.Sprintf(ev.many, len(imgs), strings.Join(imgs[:eventEach], ", ")+fmt.Sprintf(" and %d more", len(imgs)-eventEach)))
+	}
 }
+
+// eventEach is how many images changing state at once get an event each;
+// more get one event naming that many of them.
+const eventEach = 5
 
 // heldOf is what records say the node holds: every record but the CRI's
 // own sha256: ones.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -86,5 +87,25 @@ func TestRequiredImages(t *testing.T) {
 	}
 	if text, _ := a.Held(); rep.Required.HeldHash == r.HeldHash || !strings.Contains(string(text), "p docker.io/library/redis:7\n") {
 		t.Errorf("held after the pull: %q, hash %s (was %s)", text, rep.Required.HeldHash, r.HeldHash)
+	}
+}
+
+// TestRequiredImagesManyAtOnce: when more images change state in one
+// judgment than get an event each, one event names some and counts them all.
+func TestRequiredImagesManyAtOnce(t *testing.T) {
+	t.Parallel()
+	a := startReportingAgent(t, fake.New(), dirsConfig(t.TempDir()), newFakeClock())
+	var set required.Set
+	for i := range eventEach + 3 {
+		set.Images = append(set.Images, required.Image{Ref: fmt.Sprintf("registry.example.com/app-%d:1", i), UsedBy: []string{"Deployment shop/app containers/app"}})
+	}
+	if err := a.SetRequired(context.Background(), set); err != nil {
+		t.Fatal(err)
+	}
+	ev := eventsOf(a.Report(0), journal.ReasonImageMissing)
+	want := fmt.Sprintf("%d required images are missing on this node", eventEach+3)
+	if len(ev) != 1 || !strings.Contains(ev[0].Message, want) || !strings.Contains(ev[0].Message, "registry.example.com/app-0:1 (Deployment shop/app containers/app) is missing") ||
+		!strings.HasSuffix(ev[0].Message, " and 3 more") {
+		t.Errorf("missing events %+v, want one: %q…", ev, want)
 	}
 }

@@ -67,6 +67,10 @@ const (
 	shownNotReady = 5
 	maxBackoff    = 5 * time.Minute
 	eventCache    = 512
+	// eventsPerRound bounds the Events one report sends: at client-go's
+	// default 5 writes a second, a burst of journal events would hold the
+	// next condition update back for as long.
+	eventsPerRound = 20
 	// eventTTL is how long the API server keeps Events (kube-apiserver's
 	// --event-ttl default).
 	eventTTL = time.Hour
@@ -122,6 +126,7 @@ type Reporter struct {
 	upTo    time.Time             // journal events up to this time are on the Node (see prime)
 	sent    map[string]*sentEvent // reason+message → the Event it went to, to aggregate
 	order   []string              // keys of sent, oldest first, to bound it
+	behind  bool                  // the last report left journal events to send
 }
 
 type sentEvent struct {
@@ -197,6 +202,9 @@ func (r *Reporter) report(ctx context.Context) error {
 		}
 		failures = 0
 		wait = r.cfg.Interval
+		if r.behind {
+			wait = 0
+		}
 	}
 }
 
@@ -490,6 +498,8 @@ func (r *Reporter) sendEvents(ctx context.Context, evs []journal.Event) error {
 	if !r.primed {
 		r.prime(ctx)
 	}
+	sent := 0
+	r.behind = false
 	for _, ev := range evs {
 		if ev.Seq <= r.after {
 			continue
@@ -498,9 +508,14 @@ func (r *Reporter) sendEvents(ctx context.Context, evs []journal.Event) error {
 			r.after = ev.Seq // on the Node already, sent before this reporter started
 			continue
 		}
+		if sent == eventsPerRound {
+			r.behind = true // the rest with the next report, at once: the conditions do not wait for them all
+			return nil
+		}
 		if err := r.sendEvent(ctx, ev); err != nil {
 			return err
 		}
+		sent++
 		r.after = ev.Seq
 	}
 	return nil

@@ -325,6 +325,38 @@ func TestEventsSentOnceEach(t *testing.T) {
 	}
 }
 
+// TestEventsBounded: a report sends at most eventsPerRound Events, the
+// condition patched first; the next report, which Run makes at once, sends
+// the rest.
+func TestEventsBounded(t *testing.T) {
+	ctx := context.Background()
+	agent := newAgentStub(t)
+	agent.mu.Lock()
+	agent.j = journal.New(2*eventsPerRound, nil) // room for them all
+	agent.mu.Unlock()
+	agent.set(true, 2)
+	for i := range eventsPerRound + 5 {
+		agent.record(journal.ReasonUnpinned, fmt.Sprintf("unpinned example.com/app-%d:1: no source wants it", i))
+	}
+	client := fake.NewClientset(newNode())
+	r, _ := newTestReporter(t, client, agent.srv.URL)
+	if err := r.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if evs := createdEvents(t, client); len(evs) != eventsPerRound || !r.behind {
+		t.Fatalf("%d Events after one report (behind %v), want %d", len(evs), r.behind, eventsPerRound)
+	}
+	if c, _ := conditionOf(t, client); c.Status != corev1.ConditionTrue {
+		t.Errorf("condition %+v before the Events", c)
+	}
+	if err := r.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if evs := createdEvents(t, client); len(evs) != eventsPerRound+5 || r.behind {
+		t.Fatalf("%d Events after two reports (behind %v), want %d", len(evs), r.behind, eventsPerRound+5)
+	}
+}
+
 // TestRunStopsOnCancel: Run returns nil once its context ends, also while it
 // backs off from an API server that does not answer.
 func TestRunStopsOnCancel(t *testing.T) {

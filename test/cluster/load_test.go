@@ -67,13 +67,23 @@ func (s *scenario) reporterUnderLoad(t *testing.T) {
 	}
 	created := time.Since(start)
 	want := fmt.Sprintf("%d missing", loadImages)
+	var firstFalse time.Duration
+	last := ""
 	if err := waitFor(imagesReady+" False counting "+want, 5*time.Minute, func() (bool, error) {
-		return c.nodeCondition(imagesReady, corev1.ConditionFalse, "ImagesMissing", want)
+		ok, err := c.nodeCondition(imagesReady, corev1.ConditionFalse, "ImagesMissing", want)
+		if firstFalse == 0 && err != nil && strings.Contains(err.Error(), "ImagesMissing") {
+			firstFalse = time.Since(start)
+		}
+		if err != nil && err.Error() != last {
+			last = err.Error()
+			t.Logf("%.1fs: %s", time.Since(start).Seconds(), last[max(0, len(last)-60):])
+		}
+		return ok, err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d Deployments created in %.1fs; %s False counting %s %.1fs after the first", loadWorkloads, created.Seconds(),
-		imagesReady, want, time.Since(start).Seconds())
+	t.Logf("%d Deployments created in %.1fs; %s False %.1fs after the first, counting %s after %.1fs", loadWorkloads, created.Seconds(),
+		imagesReady, firstFalse.Seconds(), want, time.Since(start).Seconds())
 	var ni required.NodeImages
 	var raw []byte
 	if err := waitFor("NodeImages counting "+want, time.Minute, func() (bool, error) {
