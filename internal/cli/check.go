@@ -132,26 +132,8 @@ otherwise, 2 on bad usage or bad input: a document that does not parse is named
 			if report.Images == nil {
 				report.Images = []CheckImage{}
 			}
-			for _, e := range set.Errors {
-				report.Errors = append(report.Errors, e.Error())
-				fmt.Fprintf(cmd.ErrOrStderr(), "error: %v\n", e)
-			}
-			if output == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				err = enc.Encode(report)
-			} else {
-				err = writeCheck(cmd.OutOrStdout(), report)
-			}
-			switch {
-			case err != nil:
-				return err
-			case len(set.Errors) > 0:
-				return &ExitError{Code: 2}
-			case failed:
-				return &ExitError{Code: 1}
-			}
-			return nil
+			report.Errors = sayErrors(cmd, set.Errors)
+			return finishCheck(cmd, output, report, func(w io.Writer) error { return writeCheck(w, report) }, len(set.Errors) > 0, failed)
 		},
 	}
 	f := cmd.Flags()
@@ -209,23 +191,38 @@ func checkCluster(cmd *cobra.Command, o *options, files []string, kube kubeapi.O
 	if set != nil {
 		inputErrs = set.Errors
 	}
-	for _, e := range append(slices.Clone(inputErrs), errs...) {
-		report.Errors = append(report.Errors, e.Error())
+	report.Errors = sayErrors(cmd, append(slices.Clone(inputErrs), errs...))
+	return finishCheck(cmd, output, report, func(w io.Writer) error { return writeCluster(w, report) }, len(inputErrs) > 0, clusterFailed(report))
+}
+
+// sayErrors says each error on standard error, and returns them for the
+// JSON report.
+func sayErrors(cmd *cobra.Command, errs []error) []string {
+	var out []string
+	for _, e := range errs {
+		out = append(out, e.Error())
 		fmt.Fprintf(cmd.ErrOrStderr(), "error: %v\n", e)
 	}
+	return out
+}
+
+// finishCheck writes report as JSON or as table writes it, and exits 2
+// after bad input, 1 when the check failed.
+func finishCheck(cmd *cobra.Command, output string, report any, table func(io.Writer) error, badInput, failed bool) error {
+	var err error
 	if output == "json" {
 		enc := json.NewEncoder(cmd.OutOrStdout())
 		enc.SetIndent("", "  ")
 		err = enc.Encode(report)
 	} else {
-		err = writeCluster(cmd.OutOrStdout(), report)
+		err = table(cmd.OutOrStdout())
 	}
 	switch {
 	case err != nil:
 		return err
-	case len(inputErrs) > 0:
+	case badInput:
 		return &ExitError{Code: 2}
-	case clusterFailed(report):
+	case failed:
 		return &ExitError{Code: 1}
 	}
 	return nil

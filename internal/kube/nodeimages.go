@@ -5,9 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -117,22 +114,9 @@ func (r *Reporter) publishFailed(err error) {
 
 // getHeld reads the agent's GET /held.
 func (r *Reporter) getHeld(ctx context.Context) (required.Held, error) {
-	u := strings.TrimSuffix(r.cfg.Agent, "/") + "/held"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", u, err)
-	}
-	resp, err := r.http.Do(req)
+	body, u, err := r.getAgent(ctx, "/held", 64<<20)
 	if err != nil {
 		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", u, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
 	}
 	held, err := required.ParseHeld(body)
 	if err != nil {

@@ -266,28 +266,38 @@ func (r *Reporter) fetch(ctx context.Context) (*journal.Report, error) {
 }
 
 func (r *Reporter) get(ctx context.Context, after uint64) (*journal.Report, error) {
-	u := strings.TrimSuffix(r.cfg.Agent, "/") + "/report?after=" + url.QueryEscape(fmt.Sprint(after))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", u, err)
-	}
-	resp, err := r.http.Do(req)
+	body, u, err := r.getAgent(ctx, "/report?after="+url.QueryEscape(fmt.Sprint(after)), 4<<20)
 	if err != nil {
 		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", u, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
 	}
 	var rep journal.Report
 	if err := json.Unmarshal(body, &rep); err != nil {
 		return nil, fmt.Errorf("GET %s: decoding: %w", u, err)
 	}
 	return &rep, nil
+}
+
+// getAgent GETs path from the agent: the body (at most limit bytes) of a
+// 200, and the URL asked, for errors.
+func (r *Reporter) getAgent(ctx context.Context, path string, limit int64) (body []byte, u string, err error) {
+	u = strings.TrimSuffix(r.cfg.Agent, "/") + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, u, fmt.Errorf("GET %s: %w", u, err)
+	}
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return nil, u, err
+	}
+	defer resp.Body.Close()
+	body, err = io.ReadAll(io.LimitReader(resp.Body, limit))
+	if err != nil {
+		return nil, u, fmt.Errorf("GET %s: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, u, fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, u, nil
 }
 
 // Condition is the HoldfastPinned condition a report calls for (without times).

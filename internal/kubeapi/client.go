@@ -183,20 +183,21 @@ func statusError(u string, code int, body []byte) error {
 	return se
 }
 
-// authorize adds the user's credentials: a token (its file read each time:
-// it rotates), basic auth, or the exec plugin's token.
+// authorize adds the user's credentials: a token (from its file when one
+// is named, read each time: it rotates), basic auth, or the exec plugin's
+// token.
 func (c *Client) authorize(req *http.Request) error {
 	u := c.cfg.user
 	switch {
-	case u.Token != "":
-		req.Header.Set("Authorization", "Bearer "+u.Token)
-	case u.TokenFile != "":
+	case u.TokenFile != "": // it wins over token, as in client-go
 		p := resolve(u.dir, u.TokenFile)
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return fmt.Errorf("%s: reading tokenFile %s: %w", c.source, p, err)
 		}
 		req.Header.Set("Authorization", "Bearer "+string(bytes.TrimSpace(b)))
+	case u.Token != "":
+		req.Header.Set("Authorization", "Bearer "+u.Token)
 	case u.Username != "" || u.Password != "":
 		req.SetBasicAuth(u.Username, u.Password)
 	case c.exec != nil:

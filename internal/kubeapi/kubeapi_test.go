@@ -240,9 +240,9 @@ func TestTokens(t *testing.T) {
 	dir := t.TempDir()
 	tokenFile := writeFile(t, filepath.Join(dir, "token"), "first\n")
 	kc := writeFile(t, filepath.Join(dir, "config"), kubeconfigText(a.srv.URL, "tok",
-		map[string][2]string{"tok": {"test", "tok"}, "file": {"test", "file"}, "basic": {"test", "basic"}},
+		map[string][2]string{"tok": {"test", "tok"}, "file": {"test", "file"}, "both": {"test", "both"}, "basic": {"test", "basic"}},
 		"    certificate-authority-data: "+b64(p.caPEM)+"\n",
-		"- name: tok\n  user: {token: abc}\n- name: file\n  user: {tokenFile: token}\n- name: basic\n  user: {username: ann, password: pw}\n"))
+		"- name: tok\n  user: {token: abc}\n- name: file\n  user: {tokenFile: token}\n- name: both\n  user: {token: abc, tokenFile: token}\n- name: basic\n  user: {username: ann, password: pw}\n"))
 	get := func(ctx string) string {
 		t.Helper()
 		c, err := Connect(Options{Kubeconfig: kc, Context: ctx})
@@ -260,6 +260,9 @@ func TestTokens(t *testing.T) {
 	}
 	if w := get("file"); w != "bearer first" {
 		t.Errorf("tokenFile: %q", w)
+	}
+	if w := get("both"); w != "bearer first" {
+		t.Errorf("token and tokenFile: %q, want the file's", w)
 	}
 	c, _ := Connect(Options{Kubeconfig: kc, Context: "file"})
 	writeFile(t, tokenFile, "second")
