@@ -149,6 +149,7 @@ func judgeCluster(nodes []clusterNode, reports map[string]required.NodeImages, s
 	if set != nil {
 		images = set.Images()
 	}
+	memo := judgments{}
 	for _, n := range nodes {
 		cn := ClusterNode{Name: n.Metadata.Name, Counts: map[string]int{}, NotReady: []ClusterImage{}}
 		for _, c := range n.Status.Conditions {
@@ -165,12 +166,6 @@ func judgeCluster(nodes []clusterNode, reports map[string]required.NodeImages, s
 		switch {
 		case !ok:
 		case set != nil:
-			held, err := required.Unpack(ni.Held)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("NodeImages %s: %w", cn.Name, err))
-				cn.Report = false
-				break
-			}
 			var here []workload.Image
 			for _, img := range images {
 				var uses []workload.Use
@@ -183,7 +178,13 @@ func judgeCluster(nodes []clusterNode, reports map[string]required.NodeImages, s
 					here = append(here, workload.Image{Ref: img.Ref, Uses: uses})
 				}
 			}
-			for _, v := range workload.Judge(here, heldRecords(held)) {
+			verdicts, err := memo.judge(ni, here)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("NodeImages %s: %w", cn.Name, err))
+				cn.Report = false
+				break
+			}
+			for _, v := range verdicts {
 				cn.Counts[string(v.State)]++
 				if v.State != workload.Pinned {
 					ci := ClusterImage{Ref: v.Ref, State: string(v.State)}
@@ -228,6 +229,32 @@ func judgeCluster(nodes []clusterNode, reports map[string]required.NodeImages, s
 	}
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
 	return out, errs
+}
+
+// judgments remembers verdicts by what a node holds (its held hash) and
+// which images may run there: the nodes of a pool hold the same, and are
+// judged once.
+type judgments map[string][]workload.Verdict
+
+func (m judgments) judge(ni required.NodeImages, here []workload.Image) ([]workload.Verdict, error) {
+	var key strings.Builder
+	key.WriteString(ni.HeldHash)
+	for _, img := range here {
+		key.WriteString("\x00" + img.Ref)
+		for _, u := range img.Uses {
+			key.WriteString("\x01" + u.String())
+		}
+	}
+	if v, ok := m[key.String()]; ok && ni.HeldHash != "" {
+		return v, nil
+	}
+	held, err := required.Unpack(ni.Held)
+	if err != nil {
+		return nil, err
+	}
+	v := workload.Judge(here, heldRecords(held))
+	m[key.String()] = v
+	return v, nil
 }
 
 // heldRecords are the image records a node's report says it holds, as

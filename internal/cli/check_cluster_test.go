@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -151,5 +152,73 @@ func TestJudgeCluster(t *testing.T) {
 	r, errs = judgeCluster(nodes, reports, &set, false)
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "NodeImages node-b") || r.Nodes[1].Report || r.Totals.NoReport != 2 {
 		t.Errorf("a broken report: %v, %+v", errs, r.Nodes[1])
+	}
+}
+
+// BenchmarkJudgeCluster: check --cluster -f's judgment of 1,000 nodes, each
+// holding 500 images (a tag and a digest record each), for a release of 200
+// images of which every node lacks 20; the NodeImages objects' JSON decoded
+// as the command reads them. pool: every node holds the same; distinct:
+// each lacks one more image, its own, so that no two are judged alike.
+func BenchmarkJudgeCluster(b *testing.B) {
+	var manifests strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&manifests, "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: app-%03d, namespace: shop}\nspec:\n  template:\n    spec:\n      containers: [{name: app, image: registry.example.com/team/service-%03d:v1}]\n", i, i)
+	}
+	var set workload.Set
+	set.Read("release.yaml", []byte(manifests.String()))
+	heldBut := func(skip int) required.Held {
+		var held required.Held
+		for i := 20; i < 520; i++ {
+			if i == skip {
+				continue
+			}
+			repo := fmt.Sprintf("registry.example.com/team/service-%03d", i)
+			d := digest.FromString(repo).String()
+			held = append(held, required.HeldImage{Name: repo + ":v1", Digest: d, Pinned: true}, required.HeldImage{Name: repo + "@" + d, Digest: d, Pinned: true})
+		}
+		held.Sort()
+		return held
+	}
+	for _, distinct := range []bool{false, true} {
+		name := "pool"
+		if distinct {
+			name = "distinct"
+		}
+		b.Run(name, func(b *testing.B) {
+			var nodes []clusterNode
+			var raw [][]byte
+			size := 0
+			pool := heldBut(-1)
+			for i := range 1000 {
+				n := clusterNode{}
+				n.Metadata.Name = fmt.Sprintf("node-%04d", i)
+				nodes = append(nodes, n)
+				held := pool
+				if distinct {
+					held = heldBut(20 + i%500)
+				}
+				obj := heldReport(n.Metadata.Name, held, &required.Report{Known: true, Ready: true})
+				obj.HeldHash = held.Hash()
+				j, _ := json.Marshal(obj)
+				raw = append(raw, j)
+				size += len(j)
+			}
+			for b.Loop() {
+				reports := map[string]required.NodeImages{}
+				for _, r := range raw {
+					var ni required.NodeImages
+					if err := json.Unmarshal(r, &ni); err != nil {
+						b.Fatal(err)
+					}
+					reports[ni.Metadata.Name] = ni
+				}
+				r, errs := judgeCluster(nodes, reports, &set, false)
+				if len(errs) > 0 || r.Totals.Lacking != 1000 || r.Totals.Missing < 20*1000 {
+					b.Fatalf("%v %+v", errs, r.Totals)
+				}
+			}
+			b.ReportMetric(float64(size), "objects-bytes")
+		})
 	}
 }

@@ -34,18 +34,27 @@ type Verdict struct {
 // name (repo@sha256:…, what the CRI resolves it by).
 func Judge(images []Image, records []runtime.Image) []Verdict {
 	byName := map[string]runtime.Image{}
-	byRepo := map[string][]string{}
 	for _, r := range records {
-		if runtime.IsCRIRecord(r.Name) {
-			continue
+		if !runtime.IsCRIRecord(r.Name) {
+			byName[r.Name] = r
 		}
-		byName[r.Name] = r
-		if n, err := reference.ParseNormalizedNamed(r.Name); err == nil {
-			repo := n.Name()
-			if d := r.Target.Digest.String(); !slices.Contains(byRepo[repo], d) {
-				byRepo[repo] = append(byRepo[repo], d)
+	}
+	// The digests each repository is held at, for a digest reference the
+	// node does not hold: made on first need (parsing every record's name is
+	// most of a judgment's cost, and tags never need it).
+	var byRepo map[string][]string
+	repoDigests := func(repo string) []string {
+		if byRepo == nil {
+			byRepo = map[string][]string{}
+			for _, r := range byName {
+				if n, err := reference.ParseNormalizedNamed(r.Name); err == nil {
+					if d := r.Target.Digest.String(); !slices.Contains(byRepo[n.Name()], d) {
+						byRepo[n.Name()] = append(byRepo[n.Name()], d)
+					}
+				}
 			}
 		}
+		return byRepo[repo]
 	}
 	out := make([]Verdict, 0, len(images))
 	for _, img := range images {
@@ -67,7 +76,7 @@ func Judge(images []Image, records []runtime.Image) []Verdict {
 				v.State = Pinned
 			}
 		} else if dg != "" {
-			if others := byRepo[n.Name()]; len(others) > 0 && !slices.Contains(others, dg) {
+			if others := repoDigests(n.Name()); len(others) > 0 && !slices.Contains(others, dg) {
 				v.State, v.Others = Mismatch, slices.Sorted(slices.Values(others))
 			}
 		}
