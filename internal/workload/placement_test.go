@@ -61,6 +61,7 @@ func TestPlacement(t *testing.T) {
 	}{
 		{"selector and first term", gpu, "node-1", amd, true},
 		{"no gpu label", gpu, "node-1", map[string]string{"kubernetes.io/arch": "amd64"}, false},
+		{"gpu: no", gpu, "node-1", map[string]string{"gpu": "no", "kubernetes.io/arch": "amd64"}, false},
 		{"retired: second term's NotIn holds", gpu, "node-1", map[string]string{"gpu": "yes", "kubernetes.io/arch": "amd64", "retired": "1"}, true},
 		{"retired in zone b: no term holds", gpu, "node-1", map[string]string{"gpu": "yes", "kubernetes.io/arch": "s390x", "zone": "b"}, false},
 		{"labels unknown", gpu, "node-1", nil, true},

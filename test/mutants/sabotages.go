@@ -25,7 +25,7 @@ var sabotages = []sabotage{
 		// check --cluster -f names nodes that lack nothing.
 		edits: []edit{{"internal/workload/placement.go",
 			"if got, ok := labels[k]; !ok || got != v {",
-			"if got, ok := labels[k]; !ok && got != v {"}},
+			"if got, ok := labels[k]; ok && got != v {"}},
 		tests: []tests{{"./internal/workload", []string{"TestPlacement"}, nil}, {"./internal/cli", []string{"TestJudgeCluster"}, nil}},
 	},
 	{
