@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,6 +84,7 @@ func (s *scenario) requiredImages(t *testing.T) {
 
 	deploy("needs-archive", imgRequired)
 	waitCond("False naming "+imgRequired, corev1.ConditionFalse, "ImagesMissing", imgRequired)
+	s.waitRequiredMetric(t, "missing", 1)
 	s.waitCheckCluster(t, "the node's own report", 1, []string{nodeName + "  " + imgRequired + "  missing", "Deployment default/needs-archive containers/c"}, nil)
 	s.checkNodeImages(t)
 	if err := c.waitNodeWarning("ImageMissing", imgRequired); err != nil {
@@ -91,6 +95,7 @@ func (s *scenario) requiredImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCond("True once the archive is in", corev1.ConditionTrue, "AllPinned", "")
+	s.waitRequiredMetric(t, "missing", 0)
 	s.waitCheckCluster(t, "once the archive is in", 0, []string{"1 nodes: 1 ready, 0 lacking images"}, []string{imgRequired})
 	s.waitCheckCluster(t, "-f once the archive is in", 0, []string{"1 nodes: 1 ready"}, []string{imgRequired}, "-f", manifest)
 
@@ -196,4 +201,34 @@ func (s *scenario) checkNodeImages(t *testing.T) {
 		t.Errorf("NodeImages holds %d (%d listed, hash %s): %+v; want %s pinned among them", ni.Images, len(held), ni.HeldHash, held, pauseImage)
 	}
 	t.Logf("NodeImages %s: %d bytes for %d image records (%d pinned)", nodeName, len(raw), ni.Images, ni.Pinned)
+}
+
+// waitRequiredMetric waits for the agent's holdfast_required_images{state} to be want (read from the pod's
+// /metrics, as Prometheus scrapes it).
+func (s *scenario) waitRequiredMetric(t *testing.T, state string, want int) {
+	t.Helper()
+	pod := s.agentPod(t)
+	u := "http://" + net.JoinHostPort(pod.Status.PodIP, "9747") + "/metrics"
+	series := fmt.Sprintf("holdfast_required_images{state=%q} ", state)
+	var got string
+	if err := waitFor(series+"= "+fmt.Sprint(want), 30*time.Second, func() (bool, error) {
+		resp, err := http.Get(u)
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return false, err
+		}
+		got = "no such series"
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, series); ok {
+				got = v
+			}
+		}
+		return got == fmt.Sprint(want), fmt.Errorf("%s at %s: %s", series, u, got)
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
