@@ -306,13 +306,17 @@ func (s *scenario) conditionAndEvents(t *testing.T) {
 }
 
 // imageGC: the kubelet, restarted under disk pressure (an eviction threshold above the free space) with image
-// GC thresholds low, removes an unpinned image and keeps every image holdfast pinned. The holdfast pod is
+// GC thresholds low, removes an unpinned image and keeps every image holdfast pinned. A Deployment needs the
+// unpinned image: HoldfastImagesReady says it is unpinned, then missing once the kubelet's GC removed it. The holdfast pod is
 // system-node-critical: the kubelet does not evict it. The normal kubelet is restored after.
 func (s *scenario) imageGC(t *testing.T) {
 	c := s.c
 	if err := c.importUnpinned(imgLoose); err != nil {
 		t.Fatal(err)
 	}
+	// A workload needs the unpinned image: the node says it is unpinned, and missing once the GC has it.
+	c.deployNeeding(t, "needs-loose", imgLoose)
+	c.waitImagesReady(t, "False, "+imgLoose+" unpinned", corev1.ConditionFalse, "ImagesUnpinned", imgLoose)
 	wanted := []string{pauseImage, s.ownImage, imgPinB, imgFromDir}
 	for _, ref := range wanted {
 		if pinned, err := c.criPinned(ref); err != nil || !pinned {
@@ -358,6 +362,7 @@ func (s *scenario) imageGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("kubelet restarted under pressure to %s removed: %.1fs", imgLoose, time.Since(start).Seconds())
+	c.waitImagesReady(t, "False, "+imgLoose+" collected by the kubelet's image GC", corev1.ConditionFalse, "ImagesMissing", imgLoose)
 	if err := waitFor("the node to report DiskPressure", time.Minute, func() (bool, error) {
 		return c.nodeCondition(string(corev1.NodeDiskPressure), corev1.ConditionTrue, "", "")
 	}); err != nil {

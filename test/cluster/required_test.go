@@ -39,39 +39,11 @@ const (
 func (s *scenario) requiredImages(t *testing.T) {
 	c := s.c
 	ctx := context.Background()
-	waitCond := func(what string, status corev1.ConditionStatus, reason, msgPart string) time.Duration {
+	waitCond := func(what string, status corev1.ConditionStatus, reason, msgPart string) {
 		t.Helper()
-		start := time.Now()
-		if err := waitFor("condition "+imagesReady+" "+what, 2*time.Minute, func() (bool, error) {
-			return c.nodeCondition(imagesReady, status, reason, msgPart)
-		}); err != nil {
-			t.Fatal(err)
-		}
-		took := time.Since(start)
-		t.Logf("%s %s: %.1fs", imagesReady, what, took.Seconds())
-		return took
+		c.waitImagesReady(t, what, status, reason, msgPart)
 	}
 	waitCond("True before", corev1.ConditionTrue, "AllPinned", "")
-
-	deploy := func(name, image string) {
-		t.Helper()
-		zero := int32(0)
-		d := &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: workloadNS},
-			Spec: appsv1.DeploymentSpec{
-				Replicas: &zero, // needed tomorrow, not run today
-				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
-					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image}}},
-				},
-			},
-		}
-		if _, err := c.client.AppsV1().Deployments(workloadNS).Create(ctx, d, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating Deployment %s: %v", name, err)
-		}
-		t.Cleanup(func() { _ = c.client.AppsV1().Deployments(workloadNS).Delete(ctx, name, metav1.DeleteOptions{}) })
-	}
 
 	// Before it is applied: holdfast check --cluster -f says the node lacks the image the manifest needs, and
 	// holds the pause image it also names.
@@ -82,7 +54,7 @@ func (s *scenario) requiredImages(t *testing.T) {
 	s.waitCheckCluster(t, "-f before the archive", 1, []string{nodeName + "  " + imgRequired + "  missing", "1 lacking images (1 missing, 0 unpinned)"},
 		[]string{pauseImage}, "-f", manifest)
 
-	deploy("needs-archive", imgRequired)
+	c.deployNeeding(t, "needs-archive", imgRequired)
 	waitCond("False naming "+imgRequired, corev1.ConditionFalse, "ImagesMissing", imgRequired)
 	s.waitRequiredMetric(t, "missing", 1)
 	s.waitCheckCluster(t, "the node's own report", 1, []string{nodeName + "  " + imgRequired + "  missing", "Deployment default/needs-archive containers/c"}, nil)
@@ -102,7 +74,7 @@ func (s *scenario) requiredImages(t *testing.T) {
 	if err := c.importUnpinned(imgCollect); err != nil {
 		t.Fatal(err)
 	}
-	deploy("needs-unpinned", imgCollect)
+	c.deployNeeding(t, "needs-unpinned", imgCollect)
 	waitCond("False, "+imgCollect+" unpinned", corev1.ConditionFalse, "ImagesUnpinned", imgCollect)
 	if err := c.waitNodeWarning("ImageUnpinned", imgCollect); err != nil {
 		t.Error(err)
@@ -231,4 +203,40 @@ func (s *scenario) waitRequiredMetric(t *testing.T, state string, want int) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// deployNeeding creates a Deployment with no replicas (needed tomorrow, not run today) whose one container runs
+// image, deleted when the test ends.
+func (c *cluster) deployNeeding(t *testing.T, name, image string) {
+	t.Helper()
+	zero := int32(0)
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: workloadNS},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &zero,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image}}},
+			},
+		},
+	}
+	ctx := context.Background()
+	if _, err := c.client.AppsV1().Deployments(workloadNS).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating Deployment %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = c.client.AppsV1().Deployments(workloadNS).Delete(ctx, name, metav1.DeleteOptions{}) })
+}
+
+// waitImagesReady waits for the node's HoldfastImagesReady condition to have status and reason and a message
+// naming msgPart, and logs how long that took.
+func (c *cluster) waitImagesReady(t *testing.T, what string, status corev1.ConditionStatus, reason, msgPart string) {
+	t.Helper()
+	start := time.Now()
+	if err := waitFor("condition "+imagesReady+" "+what, 2*time.Minute, func() (bool, error) {
+		return c.nodeCondition(imagesReady, status, reason, msgPart)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s %s: %.1fs", imagesReady, what, time.Since(start).Seconds())
 }
