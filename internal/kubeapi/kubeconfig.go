@@ -67,7 +67,6 @@ type cluster struct {
 	TLSServerName            string `yaml:"tls-server-name"`
 	ProxyURL                 string `yaml:"proxy-url"`
 	dir                      string // of the file that named it: relative paths start there
-	file                     string
 }
 
 type user struct {
@@ -82,7 +81,6 @@ type user struct {
 	Exec                  *execConfig    `yaml:"exec"`
 	AuthProvider          map[string]any `yaml:"auth-provider"`
 	dir                   string
-	file                  string
 }
 
 // config is one context's cluster and user, merged from the files.
@@ -137,13 +135,13 @@ func load(o Options) (*config, error) {
 		}
 		for _, c := range kc.Clusters {
 			if _, ok := clusters[c.Name]; !ok {
-				c.Cluster.dir, c.Cluster.file = dir, f
+				c.Cluster.dir = dir
 				clusters[c.Name] = c.Cluster
 			}
 		}
 		for _, u := range kc.Users {
 			if _, ok := users[u.Name]; !ok {
-				u.User.dir, u.User.file = dir, f
+				u.User.dir = dir
 				users[u.Name] = u.User
 			}
 		}
@@ -182,7 +180,7 @@ func load(o Options) (*config, error) {
 			return nil, fmt.Errorf("%s: context %q: user %q not found", where, name, c.Context.User)
 		}
 		if u.AuthProvider != nil {
-			return nil, fmt.Errorf("%s: user %q: auth-provider is not supported (kubectl itself dropped its providers); use an exec credential plugin", where, c.Context.User)
+			return nil, fmt.Errorf("%s: user %q: auth-provider is not supported; use an exec credential plugin (kubelogin, gke-gcloud-auth-plugin, …)", where, c.Context.User)
 		}
 		return &config{source: fmt.Sprintf("%s (context %s)", where, name), cluster: cl, user: u}, nil
 	}
