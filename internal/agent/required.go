@@ -20,7 +20,7 @@ type requiredState struct {
 	set    *required.Set     // nil until a reporter sends one
 	states map[string]string // ref → state, as last judged
 	report required.Report
-	held   []byte // required.Held's text, as of the last judgment
+	held   required.Held // what the node held at the last judgment
 }
 
 // SetRequired takes the set of images the node's workloads need (PUT
@@ -95,7 +95,7 @@ func (a *Agent) judgeRequired(ctx context.Context) {
 	sort.Slice(rep.NotReady, func(i, j int) bool { return rep.NotReady[i].Ref < rep.NotReady[j].Ref })
 	a.mu.Lock()
 	prev := a.req.states
-	a.req.states, a.req.report, a.req.held = states, rep, held.Text()
+	a.req.states, a.req.report, a.req.held = states, rep, held
 	a.mu.Unlock()
 	a.rec.SetRequired(rep.Counts)
 	// Each image whose state changed: an event each, or when many changed
@@ -166,8 +166,9 @@ func heldOf(records []runtime.Image) required.Held {
 // first.
 func (a *Agent) Held() (text []byte, ok bool) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.req.held, a.req.set != nil && a.req.report.Known
+	held, ok := a.req.held, a.req.set != nil && a.req.report.Known
+	a.mu.Unlock()
+	return held.Text(), ok // a judgment replaces the list, never changes it
 }
 
 // requiredReport is the report's part on the required images: not Known

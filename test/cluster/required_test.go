@@ -39,11 +39,7 @@ const (
 func (s *scenario) requiredImages(t *testing.T) {
 	c := s.c
 	ctx := context.Background()
-	waitCond := func(what string, status corev1.ConditionStatus, reason, msgPart string) {
-		t.Helper()
-		c.waitImagesReady(t, what, status, reason, msgPart)
-	}
-	waitCond("True before", corev1.ConditionTrue, "AllPinned", "")
+	c.waitImagesReady(t, "True before", corev1.ConditionTrue, "AllPinned", "")
 
 	// Before it is applied: holdfast check --cluster -f says the node lacks the image the manifest needs, and
 	// holds the pause image it also names.
@@ -55,7 +51,7 @@ func (s *scenario) requiredImages(t *testing.T) {
 		[]string{pauseImage}, "-f", manifest)
 
 	c.deployNeeding(t, "needs-archive", imgRequired)
-	waitCond("False naming "+imgRequired, corev1.ConditionFalse, "ImagesMissing", imgRequired)
+	c.waitImagesReady(t, "False naming "+imgRequired, corev1.ConditionFalse, "ImagesMissing", imgRequired)
 	s.waitRequiredMetric(t, "missing", 1)
 	s.waitCheckCluster(t, "the node's own report", 1, []string{nodeName + "  " + imgRequired + "  missing", "Deployment default/needs-archive containers/c"}, nil)
 	s.checkNodeImages(t)
@@ -66,7 +62,7 @@ func (s *scenario) requiredImages(t *testing.T) {
 		map[string]string{"holdfast.test": imgRequired}); err != nil {
 		t.Fatal(err)
 	}
-	waitCond("True once the archive is in", corev1.ConditionTrue, "AllPinned", "")
+	c.waitImagesReady(t, "True once the archive is in", corev1.ConditionTrue, "AllPinned", "")
 	s.waitRequiredMetric(t, "missing", 0)
 	s.waitCheckCluster(t, "once the archive is in", 0, []string{"1 nodes: 1 ready, 0 lacking images"}, []string{imgRequired})
 	s.waitCheckCluster(t, "-f once the archive is in", 0, []string{"1 nodes: 1 ready"}, []string{imgRequired}, "-f", manifest)
@@ -75,7 +71,7 @@ func (s *scenario) requiredImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.deployNeeding(t, "needs-unpinned", imgCollect)
-	waitCond("False, "+imgCollect+" unpinned", corev1.ConditionFalse, "ImagesUnpinned", imgCollect)
+	c.waitImagesReady(t, "False, "+imgCollect+" unpinned", corev1.ConditionFalse, "ImagesUnpinned", imgCollect)
 	if err := c.waitNodeWarning("ImageUnpinned", imgCollect); err != nil {
 		t.Error(err)
 	}
@@ -83,7 +79,7 @@ func (s *scenario) requiredImages(t *testing.T) {
 	if out, err := c.crictl("rmi", imgCollect); err != nil {
 		t.Fatalf("crictl rmi %s: %v\n%s", imgCollect, err, out)
 	}
-	waitCond("False, "+imgCollect+" collected", corev1.ConditionFalse, "ImagesMissing", imgCollect)
+	c.waitImagesReady(t, "False, "+imgCollect+" collected", corev1.ConditionFalse, "ImagesMissing", imgCollect)
 	s.waitCheckCluster(t, "once collected", 1, []string{nodeName + "  " + imgCollect + "  missing"}, nil)
 
 	for _, name := range []string{"needs-archive", "needs-unpinned"} {
@@ -91,7 +87,7 @@ func (s *scenario) requiredImages(t *testing.T) {
 			t.Fatalf("deleting Deployment %s: %v", name, err)
 		}
 	}
-	waitCond("True once the Deployments are gone", corev1.ConditionTrue, "AllPinned", "")
+	c.waitImagesReady(t, "True once the Deployments are gone", corev1.ConditionTrue, "AllPinned", "")
 }
 
 // releaseYAML is a release as helm template renders it: a Deployment of the image no archive holds yet and a
