@@ -65,7 +65,30 @@ func Check(ctx context.Context, pol *policy.Policy, res *archive.Result, b signa
 		}
 		out = append(out, Image{Name: img.Name, Target: img.Target, Verdict: v})
 	}
-	return out
+	return judgedByImage(out)
+}
+
+// judgedByImage gives each image the verdict of its image over all the
+// names imgs give it (byImage).
+func judgedByImage(imgs []Image) []Image {
+	names := map[digest.Digest][]string{}
+	own := map[digest.Digest]map[string]policy.Verdict{}
+	for _, img := range imgs {
+		d := img.Target.Digest
+		if own[d] == nil {
+			own[d] = map[string]policy.Verdict{}
+		}
+		names[d] = append(names[d], img.Name)
+		own[d][img.Name] = img.Verdict
+	}
+	judged := map[digest.Digest]map[string]policy.Verdict{}
+	for d, ns := range names {
+		judged[d] = byImage(ns, func(n string) policy.Verdict { return own[d][n] })
+	}
+	for i := range imgs {
+		imgs[i].Verdict = judged[imgs[i].Target.Digest][imgs[i].Name]
+	}
+	return imgs
 }
 
 // Candidates are the manifests of res that may be signatures: the index

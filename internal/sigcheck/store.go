@@ -63,9 +63,19 @@ type memoKey struct {
 func (j *Judge) Verdicts(ctx context.Context, pol *policy.Policy, states []runtime.SourceState, b signature.Blobs) func(name string, target ocispec.Descriptor) policy.Verdict {
 	byTarget := map[digest.Digest][]ocispec.Descriptor{}
 	packages := map[digest.Digest][]runtime.PackageSignature{}
+	names := map[digest.Digest][]string{}  // every name the states give each image
+	unrecorded := map[digest.Digest]bool{} // wanted by a state written before signatures were kept
 	wants := 0
 	for _, st := range states {
 		wants += len(st.Images)
+		for _, w := range st.Images {
+			if _, tag := archive.CosignTag(w.Name); !tag {
+				names[w.Target.Digest] = append(names[w.Target.Digest], w.Name)
+			}
+			if !st.SignaturesRecorded {
+				unrecorded[w.Target.Digest] = true
+			}
+		}
 		if p := st.Package; p != nil {
 			for _, w := range st.Images {
 				if !slices.ContainsFunc(packages[w.Target.Digest], func(o runtime.PackageSignature) bool {
@@ -90,44 +100,76 @@ func (j *Judge) Verdicts(ctx context.Context, pol *policy.Policy, states []runti
 		j.memo = map[memoKey]policy.Verdict{}
 	}
 	j.mu.Unlock()
-	return func(name string, target ocispec.Descriptor) policy.Verdict {
-		rule, ok := pol.RuleFor(name)
-		if !ok {
-			return policy.Verdict{State: policy.Unchecked, Reason: "no rule matches"}
-		}
-		candidates := byTarget[target.Digest]
-		pkgs := packages[target.Digest]
-		k := memoKey{target: target.Digest, rule: rule, sigs: candidateKey(candidates) + packageKey(pkgs)}
-		j.mu.Lock()
-		if j.pol != pol {
-			j.pol, j.memo = pol, map[memoKey]policy.Verdict{}
-		}
-		v, ok := j.memo[k]
-		j.mu.Unlock()
-		if ok {
-			return v
-		}
-		f := find(ctx, target, candidates, b)
-		for _, p := range pkgs {
-			m, merr := b.Read(ctx, p.Manifest)
-			bu, berr := b.Read(ctx, p.Bundle)
-			if err := errors.Join(merr, berr); err != nil {
-				f.unreadable = append(f.unreadable, fmt.Errorf("the Zarf package's signature: %w", err))
-				continue
-			}
-			f.packages = append(f.packages, archive.PackageSignature{Manifest: m, Bundle: bu})
-		}
-		v = judge(ctx, pol, rule, target, f)
-		// A signature the store could not give is tried again next time.
-		if len(f.unreadable) == 0 && ctx.Err() == nil {
-			j.mu.Lock()
-			if j.pol == pol {
-				j.memo[k] = v
-			}
-			j.mu.Unlock()
+	own := func(name string, target ocispec.Descriptor) policy.Verdict {
+		v := j.own(ctx, pol, name, target, byTarget[target.Digest], packages[target.Digest], b)
+		if v.State == policy.Unsigned && unrecorded[target.Digest] {
+			// Its source may well carry signatures: they were not kept.
+			v.Reason = strings.TrimSuffix(v.Reason, ": no signature found") + ": " + ImportedBeforeSignatures
 		}
 		return v
 	}
+	var mu sync.Mutex
+	judged := map[digest.Digest]map[string]policy.Verdict{}
+	return func(name string, target ocispec.Descriptor) policy.Verdict {
+		mu.Lock()
+		v, ok := judged[target.Digest][name]
+		mu.Unlock()
+		if ok {
+			return v
+		}
+		known := slices.Contains(names[target.Digest], name)
+		vs := byImage(append(slices.Clone(names[target.Digest]), name), func(n string) policy.Verdict { return own(n, target) })
+		if known {
+			mu.Lock()
+			judged[target.Digest] = vs
+			mu.Unlock()
+		}
+		return vs[name]
+	}
+}
+
+// ImportedBeforeSignatures is the reason given for an image no signature
+// verifies whose source was imported by a holdfast that did not keep the
+// signatures it carried.
+const ImportedBeforeSignatures = "imported before signatures were kept: release and import it again"
+
+// own is the verdict of pol on name alone, at target, whose candidate
+// signatures and package signatures are given.
+func (j *Judge) own(ctx context.Context, pol *policy.Policy, name string, target ocispec.Descriptor, candidates []ocispec.Descriptor, pkgs []runtime.PackageSignature, b signature.Blobs) policy.Verdict {
+	rule, ok := pol.RuleFor(name)
+	if !ok {
+		return policy.Verdict{State: policy.Unchecked, Reason: "no rule matches"}
+	}
+	k := memoKey{target: target.Digest, rule: rule, sigs: candidateKey(candidates) + packageKey(pkgs)}
+	j.mu.Lock()
+	if j.pol != pol {
+		j.pol, j.memo = pol, map[memoKey]policy.Verdict{}
+	}
+	v, ok := j.memo[k]
+	j.mu.Unlock()
+	if ok {
+		return v
+	}
+	f := find(ctx, target, candidates, b)
+	for _, p := range pkgs {
+		m, merr := b.Read(ctx, p.Manifest)
+		bu, berr := b.Read(ctx, p.Bundle)
+		if err := errors.Join(merr, berr); err != nil {
+			f.unreadable = append(f.unreadable, fmt.Errorf("the Zarf package's signature: %w", err))
+			continue
+		}
+		f.packages = append(f.packages, archive.PackageSignature{Manifest: m, Bundle: bu})
+	}
+	v = judge(ctx, pol, rule, target, f)
+	// A signature the store could not give is tried again next time.
+	if len(f.unreadable) == 0 && ctx.Err() == nil {
+		j.mu.Lock()
+		if j.pol == pol {
+			j.memo[k] = v
+		}
+		j.mu.Unlock()
+	}
+	return v
 }
 
 func sameCandidate(a, b ocispec.Descriptor) bool {
