@@ -89,7 +89,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // healed deletes name and waits until the agent has put it back.
 func healed(t *testing.T, rt *fake.Runtime, name string) {
 	t.Helper()
-	rt.Delete(name)
+	rt.Remove(name)
 	waitFor(t, name+" healed", func() bool { _, ok := rt.Record(name); return ok })
 }
 
@@ -111,7 +111,7 @@ func TestHealBackoff(t *testing.T) {
 	// The next delete of x waits. y, deleted after it, heals at once: the
 	// agent handles events in order, so x's was decided first.
 	for _, wait := range []time.Duration{time.Second, 2 * time.Second} {
-		rt.Delete(x)
+		rt.Remove(x)
 		healed(t, rt, y)
 		if _, ok := rt.Record(x); ok {
 			t.Fatalf("x healed at once after %d heals; want a wait of %v", healBurst, wait)
@@ -146,8 +146,8 @@ func TestHealIgnores(t *testing.T) {
 	rt, _, _ := startFakeAgent(t, x)
 	pins, listings := rt.Pins(), rt.Listings()
 
-	rt.Delete("example.com/other:1")
-	rt.Delete("sha256:" + digest.FromString("x").Encoded())
+	rt.Remove("example.com/other:1")
+	rt.Remove("sha256:" + digest.FromString("x").Encoded())
 	rt.Emit(hfruntime.ImageEvent{Kind: hfruntime.ImageCreated, Name: x,
 		Labels: map[string]string{hfruntime.LabelPinned: hfruntime.PinnedValue, hfruntime.LabelCRIPinned: hfruntime.PinnedValue}})
 	rt.Create(hfruntime.Image{Name: "example.com/other:2", Target: wantOf("example.com/other:2").Target})

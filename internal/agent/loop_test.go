@@ -88,8 +88,8 @@ func TestHealDuringFirstPass(t *testing.T) {
 	// The delete, then an event that means nothing: once the agent has
 	// received the second, it has handled the delete.
 	handed := rt.Handed()
-	rt.Delete(want.Name)
-	rt.Delete("example.com/nothing:1")
+	rt.Remove(want.Name)
+	rt.Remove("example.com/nothing:1")
 	waitFor(t, "the agent to receive the events", func() bool { return rt.Handed() >= handed+2 })
 	close(release)
 	select {

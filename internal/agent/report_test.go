@@ -193,7 +193,7 @@ func TestHealBackoffReported(t *testing.T) {
 	}
 	// Deleted again while backing off: healed when the backoff ends, which
 	// lengthens it; still the one event.
-	rt.Delete(x)
+	rt.Remove(x)
 	waitFor(t, "x's heal to wait", func() bool { return clock.next().After(clock.Now()) })
 	clock.Advance(clock.next().Sub(clock.Now()))
 	waitFor(t, "x healed after its backoff", func() bool { _, ok := rt.Record(x); return ok })

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/holdfast-project/holdfast/internal/journal"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
@@ -59,6 +61,16 @@ func (p *Runner) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 		p.journal.Record(journal.Normal, journal.ReasonUnpinned, fmt.Sprintf("unpinned %s: %s", u.Name, u.Reason))
 	}
 	p.rec.Unpinned(sum.Unpinned)
+	for _, d := range plan.Deletes {
+		if err := p.rt.Delete(ctx, d.Name, digest.Digest(d.Target)); err != nil {
+			sum.Failures = append(sum.Failures, fmt.Errorf("delete %s: %w", d.Name, err))
+			continue
+		}
+		sum.Deleted++
+		p.log.Info("deleted the record of a refused image", "name", d.Name, "target", d.Target, "reason", d.Reason)
+		p.journal.Record(journal.Normal, journal.ReasonUnpinned, fmt.Sprintf("deleted %s, the record holdfast made of an image the signature policy refuses", d.Name))
+	}
+
 	p.rec.SetPinned(plan.Wanted)
 	for _, h := range plan.Held {
 		p.log.Debug("kept while a source is still being written", "lease", h.Lease, "source", h.Source)

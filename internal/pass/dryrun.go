@@ -3,6 +3,7 @@ package pass
 import (
 	"context"
 	"errors"
+	"github.com/opencontainers/go-digest"
 	"sync"
 
 	"github.com/holdfast-project/holdfast/internal/importer"
@@ -81,9 +82,10 @@ func (dryRuntime) Pin(context.Context, hfruntime.Want, ...hfruntime.PinOption) (
 	return hfruntime.PinResult{}, nil
 }
 
-func (dryRuntime) Unpin(context.Context, string) error   { return nil }
-func (dryRuntime) Release(context.Context, string) error { return nil }
-func (dryRuntime) Cleanup(context.Context) error         { return nil }
+func (dryRuntime) Unpin(context.Context, string) error                 { return nil }
+func (dryRuntime) Delete(context.Context, string, digest.Digest) error { return nil }
+func (dryRuntime) Release(context.Context, string) error               { return nil }
+func (dryRuntime) Cleanup(context.Context) error                       { return nil }
 
 // importReason says why a pass imports src: no lease of its path ("new"),
 // one of another identity ("changed"), or one whose content is gone.
@@ -130,6 +132,9 @@ func (p *Runner) recordPlan(plan reconcile.Plan) {
 	}
 	for _, u := range plan.Unpins {
 		p.actions.add(Action{Action: "unpin", Name: u.Name, Reason: string(u.Reason)})
+	}
+	for _, d := range plan.Deletes {
+		p.actions.add(Action{Action: "delete", Name: d.Name, Target: d.Target, Reason: string(d.Reason)})
 	}
 	for _, r := range plan.Releases {
 		p.actions.add(Action{Action: "release", Lease: r.Lease, Source: r.Source, Reason: string(r.Reason)})

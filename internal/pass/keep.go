@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/policy"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
@@ -120,6 +122,19 @@ func Keep(ctx context.Context, rt importer.Backend, path string, standing Standi
 			continue
 		}
 		k.Pinned++
+	}
+	// Under enforce a refused image has no name: records holdfast made of
+	// this source's refused images (an earlier import under warn) go.
+	mine := map[string]bool{}
+	for _, w := range k.Result.Images {
+		mine[w.Name] = true
+	}
+	for _, d := range plan.Deletes {
+		if mine[d.Name] {
+			if err := rt.Delete(ctx, d.Name, digest.Digest(d.Target)); err != nil {
+				errs = append(errs, fmt.Errorf("delete %s: %w", d.Name, err))
+			}
+		}
 	}
 	for _, c := range plan.Conflicts {
 		if c.Winner.Lease == k.Result.Lease || slices.ContainsFunc(c.Losers, func(l reconcile.Claim) bool { return l.Lease == k.Result.Lease }) {

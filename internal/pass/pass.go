@@ -64,6 +64,7 @@ type Summary struct {
 	Unchanged int // sources whose lease was complete and intact: not read
 	Healed    int // records restored from leased content
 	Unpinned  int // records no source wants any more
+	Deleted   int // records holdfast made of images the signature policy refuses
 	Released  int // leases of sources that are gone or replaced
 	Drift     int // records someone re-pointed, restored
 	Conflicts []reconcile.Conflict
@@ -102,8 +103,12 @@ func (s *Summary) sourceCounts() map[metrics.SourceKey]int {
 
 // String is the one-line summary sync prints.
 func (s Summary) String() string {
-	return fmt.Sprintf("%d imported, %d unchanged, %d healed, %d unpinned, %d failed; %d images pinned, %d released, %d drift, %d conflicts; %s read in %s",
-		s.Imported, s.Unchanged, s.Healed, s.Unpinned, s.Failed, s.Wanted, s.Released, s.Drift, len(s.Conflicts),
+	deleted := ""
+	if s.Deleted > 0 {
+		deleted = fmt.Sprintf("; %d records of refused images deleted", s.Deleted)
+	}
+	return fmt.Sprintf("%d imported, %d unchanged, %d healed, %d unpinned, %d failed; %d images pinned, %d released, %d drift, %d conflicts%s; %s read in %s",
+		s.Imported, s.Unchanged, s.Healed, s.Unpinned, s.Failed, s.Wanted, s.Released, s.Drift, len(s.Conflicts), deleted,
 		units.Bytes(s.BytesRead), s.Duration.Round(time.Millisecond))
 }
 

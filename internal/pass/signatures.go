@@ -21,7 +21,10 @@ import (
 type signatures struct {
 	pol    *policy.Policy // the last good policy; nil: none
 	badErr string         // the last reload's error, reported once
-	judge  sigcheck.Judge
+	// said are the warnings given once: records of refused images holdfast
+	// did not make, sources imported before signatures were kept.
+	said  map[string]bool
+	judge sigcheck.Judge
 }
 
 // loadPolicy reads the policy file again before a pass. A bad file keeps
@@ -121,7 +124,19 @@ func (p *Runner) reportSignatures(plan reconcile.Plan, verdicts map[string]polic
 		}
 	}
 	p.rec.SetSignatures(counts)
+	for _, n := range plan.Foreign {
+		if p.sigs.once("foreign " + n) {
+			msg := fmt.Sprintf("record %s names an image the signature policy refuses; holdfast did not make it, and leaves it as it is", n)
+			p.log.Warn(msg)
+			p.journal.Record(journal.Warning, journal.ReasonPolicy, msg)
+		}
+	}
 	for _, r := range reconcile.Tagged(plan.Refusals) {
+		if strings.HasSuffix(r.Reason, sigcheck.ImportedBeforeSignatures) && p.sigs.once("unrecorded "+r.Lease) {
+			msg := fmt.Sprintf("%s was imported by a holdfast that did not keep signatures, and its archive is not read again: release it and import it again (docs/signatures.md)", r.Source)
+			p.log.Warn(msg, "lease", r.Lease)
+			p.journal.Record(journal.Warning, journal.ReasonPolicy, msg)
+		}
 		cause := fmt.Errorf("image %s refused by the signature policy: %s", r.Name, r.Reason)
 		sum.Failures = append(sum.Failures, sourceFailed(r.Source, cause, fmt.Errorf("%s: %w", r.Source, cause)))
 		p.log.Error("refused", "name", r.Name, "target", r.Target, "source", r.Source, "signature", r.Reason)
@@ -134,4 +149,16 @@ func refusedNames(plan reconcile.Plan) map[string]bool {
 		out[r.Name] = true
 	}
 	return out
+}
+
+// once reports whether key is said for the first time.
+func (s *signatures) once(key string) bool {
+	if s.said[key] {
+		return false
+	}
+	if s.said == nil {
+		s.said = map[string]bool{}
+	}
+	s.said[key] = true
+	return true
 }

@@ -42,6 +42,14 @@ type Unpin struct {
 	Reason Reason
 }
 
+// Delete removes a record holdfast made (runtime.LabelCreated) of an image
+// the signature policy refuses: under enforce a refused image has no name.
+type Delete struct {
+	Name   string
+	Target string // the refused image's digest: a record re-pointed meanwhile stays
+	Reason Reason
+}
+
 // Release deletes a source's lease.
 type Release struct {
 	Lease  string
@@ -73,16 +81,21 @@ type Claim struct {
 	Target string // digest
 }
 
-// Plan is what a pass will do, in order: pins, then unpins, then releases.
+// Plan is what a pass will do, in order: pins, then unpins and deletes,
+// then releases.
 type Plan struct {
 	Pins     []Pin
 	Unpins   []Unpin
+	Deletes  []Delete
 	Releases []Release
 	// Held are the releases of gone sources that wait (Input.Hold): their
 	// leases are kept, and their names stay wanted, this pass.
-	Held        []Release
-	Conflicts   []Conflict
-	Refusals    []Refusal               // wants the signature policy refuses: not wanted
+	Held      []Release
+	Conflicts []Conflict
+	Refusals  []Refusal // wants the signature policy refuses: not wanted
+	// Foreign are the records of refused images that holdfast did not make
+	// (a user's, a pull's): left as they are, and reported.
+	Foreign     []string
 	Wanted      int                     // names the kept sources want
 	WantedNames map[string]runtime.Want // and their targets (the winners')
 	// KeptNames are the wanted names a kept source (holdfast import) wants.
@@ -90,7 +103,9 @@ type Plan struct {
 }
 
 // Empty reports whether the plan changes nothing.
-func (p Plan) Empty() bool { return len(p.Pins) == 0 && len(p.Unpins) == 0 && len(p.Releases) == 0 }
+func (p Plan) Empty() bool {
+	return len(p.Pins) == 0 && len(p.Unpins) == 0 && len(p.Deletes) == 0 && len(p.Releases) == 0
+}
 
 // Present is a source the scan found now.
 type Present struct {
@@ -141,13 +156,16 @@ func Diff(in Input) Plan {
 		state runtime.SourceState
 	}
 	claims := map[string][]claim{}
-	refused := map[string]bool{}
+	refused := map[string]map[string]bool{} // name → refused targets
 	for _, st := range kept {
 		for _, w := range st.Images {
 			if in.Refused != nil {
 				if why, no := in.Refused(w); no {
 					plan.Refusals = append(plan.Refusals, Refusal{Name: w.Name, Target: w.Target.Digest.String(), Source: st.Source, Lease: st.Lease, Reason: why})
-					refused[w.Name] = true
+					if refused[w.Name] == nil {
+						refused[w.Name] = map[string]bool{}
+					}
+					refused[w.Name][w.Target.Digest.String()] = true
 					continue
 				}
 			}
@@ -209,17 +227,30 @@ func Diff(in Input) Plan {
 		plan.Pins = append(plan.Pins, Pin{Want: c.want, Reason: reason, Source: c.state.Source, Lease: c.state.Lease})
 	}
 	for name, rec := range records {
-		if _, ok := wanted[name]; ok || !rec.Owned() || (in.Named != nil && in.Named(name)) {
+		if _, ok := wanted[name]; ok || (in.Named != nil && in.Named(name)) {
+			continue
+		}
+		target := rec.Target.Digest.String()
+		switch {
+		case refused[name][target] && rec.Made():
+			plan.Deletes = append(plan.Deletes, Delete{Name: name, Target: target, Reason: ReasonRefused})
+			continue
+		case refused[name][target]:
+			plan.Foreign = append(plan.Foreign, name)
+		}
+		if !rec.Owned() {
 			continue
 		}
 		reason := ReasonUnwanted
-		if refused[name] {
+		if refused[name] != nil {
 			reason = ReasonRefused
 		}
 		plan.Unpins = append(plan.Unpins, Unpin{Name: name, Reason: reason})
 	}
 	sort.Slice(plan.Pins, func(i, j int) bool { return plan.Pins[i].Want.Name < plan.Pins[j].Want.Name })
 	sort.Slice(plan.Unpins, func(i, j int) bool { return plan.Unpins[i].Name < plan.Unpins[j].Name })
+	sort.Slice(plan.Deletes, func(i, j int) bool { return plan.Deletes[i].Name < plan.Deletes[j].Name })
+	sort.Strings(plan.Foreign)
 	sort.Slice(plan.Releases, func(i, j int) bool { return plan.Releases[i].Lease < plan.Releases[j].Lease })
 	sort.Slice(plan.Held, func(i, j int) bool { return plan.Held[i].Lease < plan.Held[j].Lease })
 	sort.Slice(plan.Conflicts, func(i, j int) bool { return plan.Conflicts[i].Name < plan.Conflicts[j].Name })

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/holdfast-project/holdfast/internal/runtime"
@@ -49,5 +50,50 @@ func TestRefusedIsNoClaim(t *testing.T) {
 	}
 	if len(tagged) != 3 {
 		t.Errorf("Tagged %v; want 3", tagged)
+	}
+}
+
+// TestRefusedRecordsDeleted: under enforce a refused image has no name: the
+// records holdfast made of it (tag and digest name) are deleted, not only
+// unpinned; a record holdfast did not make is left (unpinned if holdfast
+// pinned it) and listed as foreign; a made record re-pointed elsewhere, or
+// whose name another source wants at a target the policy accepts, is not
+// deleted.
+func TestRefusedRecordsDeleted(t *testing.T) {
+	made := map[string]string{"io.cri-containerd.pinned": "pinned", "io.holdfast.pinned": "pinned", runtime.LabelCreated: "true"}
+	digestName := "bad@" + target("b").Digest.String()
+	in := Input{
+		Leases: []runtime.SourceState{
+			lease("L1", "/img/a.tar", "i1", 2, want("bad:1", "b"), want(digestName, "b"), want("theirs:1", "b"), want("moved:1", "b"), want("both:1", "b")),
+			lease("L2", "/img/b.tar", "i2", 1, want("both:1", "y")),
+		},
+		Present: present("/img/a.tar", "i1", "/img/b.tar", "i2"),
+		Records: []runtime.Image{rec("bad:1", "b", made), rec(digestName, "b", made), rec("theirs:1", "b", both),
+			rec("moved:1", "z", made), rec("both:1", "b", made)},
+		Refused: func(w runtime.Want) (string, bool) { return "unsigned", w.Target.Digest == target("b").Digest },
+	}
+	p := Diff(in)
+	var deleted []string
+	for _, d := range p.Deletes {
+		deleted = append(deleted, d.Name)
+		if d.Reason != ReasonRefused || d.Target != target("b").Digest.String() {
+			t.Errorf("delete %+v; want reason refused at the refused target", d)
+		}
+	}
+	if want := []string{"bad:1", digestName}; !slices.Equal(deleted, want) {
+		t.Errorf("deletes %v; want %v", deleted, want)
+	}
+	if !slices.Equal(p.Foreign, []string{"theirs:1"}) {
+		t.Errorf("foreign %v; want theirs:1", p.Foreign)
+	}
+	var unpinned []string
+	for _, u := range p.Unpins {
+		unpinned = append(unpinned, u.Name)
+	}
+	if !slices.Equal(unpinned, []string{"moved:1", "theirs:1"}) {
+		t.Errorf("unpins %v; want moved:1 (made, re-pointed) and theirs:1 (not made)", unpinned)
+	}
+	if w, ok := p.WantedNames["both:1"]; !ok || w.Target.Digest != target("y").Digest {
+		t.Errorf("both:1 wanted at %v; want L2's target", w.Target.Digest)
 	}
 }

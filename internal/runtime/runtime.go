@@ -25,6 +25,10 @@ const (
 	LabelPriorPin = "io.holdfast.prior-pin"
 	// LabelCRIManaged is added by the CRI to records it has seen.
 	LabelCRIManaged = "io.cri-containerd.image"
+	// LabelCreated marks a record holdfast created (its value "true"): under
+	// an enforced signature policy holdfast deletes the records it made of
+	// an image the policy refuses, and only those.
+	LabelCreated = "io.holdfast.created"
 	// PinnedValue is the value of both pin labels.
 	PinnedValue = "pinned"
 
@@ -57,6 +61,9 @@ func (i Image) Pinned() bool { return i.Labels[LabelCRIPinned] == PinnedValue }
 
 // Owned reports whether holdfast owns the pin.
 func (i Image) Owned() bool { return i.Labels[LabelPinned] == PinnedValue }
+
+// Made reports whether holdfast created the record.
+func (i Image) Made() bool { return i.Labels[LabelCreated] == "true" }
 
 // IsCRIRecord reports whether a record name is one of the CRI's own sha256:<config> records.
 func IsCRIRecord(name string) bool { return strings.HasPrefix(name, "sha256:") }
@@ -264,6 +271,9 @@ type Runtime interface {
 	// Unpin removes holdfast's pin label from a record it owns, and the CRI's
 	// unless that was there before holdfast's.
 	Unpin(ctx context.Context, name string) error
+	// Delete deletes a record holdfast made (LabelCreated) while it still
+	// points at target; any other record is left as it is.
+	Delete(ctx context.Context, name string, target digest.Digest) error
 	// Release deletes one of holdfast's leases.
 	Release(ctx context.Context, lease string) error
 	// WatchImages streams image events; subscribe before listing.

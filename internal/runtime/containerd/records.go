@@ -6,6 +6,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
 
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
@@ -28,6 +29,7 @@ func (r *Runtime) Pin(ctx context.Context, w runtime.Want, opts ...runtime.PinOp
 				Labels: map[string]string{
 					runtime.LabelCRIPinned: runtime.PinnedValue,
 					runtime.LabelPinned:    runtime.PinnedValue,
+					runtime.LabelCreated:   "true",
 				},
 			})
 			if errdefs.IsAlreadyExists(err) {
@@ -120,4 +122,26 @@ func (r *Runtime) Records(ctx context.Context) ([]runtime.Image, error) {
 		out = append(out, runtime.Image{Name: rec.Name, Target: rec.Target, Labels: rec.Labels})
 	}
 	return out, nil
+}
+
+// Delete deletes the record name if holdfast made it (runtime.LabelCreated)
+// and it still points at target. A record someone else made, or re-pointed
+// meanwhile, stays.
+func (r *Runtime) Delete(ctx context.Context, name string, target digest.Digest) error {
+	ctx = r.ns(ctx)
+	is := r.client.ImageService()
+	img, err := is.Get(ctx, name)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading record %s: %w", name, err)
+	}
+	if img.Labels[runtime.LabelCreated] != "true" || img.Target.Digest != target {
+		return nil
+	}
+	if err := is.Delete(ctx, name, images.DeleteTarget(&img.Target)); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("deleting record %s: %w", name, err)
+	}
+	return nil
 }

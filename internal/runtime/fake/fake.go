@@ -56,8 +56,8 @@ func New() *Runtime {
 // Emit sends an image event to the watcher.
 func (r *Runtime) Emit(ev runtime.ImageEvent) { r.events <- ev }
 
-// Delete removes a record, as crictl rmi would, and emits its event.
-func (r *Runtime) Delete(name string) {
+// Remove removes a record, as crictl rmi would, and emits its event.
+func (r *Runtime) Remove(name string) {
 	r.mu.Lock()
 	delete(r.records, name)
 	r.mu.Unlock()
@@ -208,7 +208,7 @@ func (r *Runtime) Pin(_ context.Context, w runtime.Want, opts ...runtime.PinOpti
 	img, ok := r.records[w.Name]
 	var res runtime.PinResult
 	if !ok {
-		img = runtime.Image{Name: w.Name, Labels: map[string]string{}}
+		img = runtime.Image{Name: w.Name, Labels: map[string]string{runtime.LabelCreated: "true"}}
 		res.Created = true
 	}
 	if img.Labels == nil {
@@ -245,6 +245,22 @@ func (r *Runtime) Unpin(_ context.Context, name string) error {
 		delete(img.Labels, runtime.LabelCRIPinned)
 	}
 	r.records[name] = img
+	return nil
+}
+
+func (r *Runtime) Delete(_ context.Context, name string, target digest.Digest) error {
+	r.mu.Lock()
+	img, ok := r.records[name]
+	if !ok || !img.Made() || img.Target.Digest != target {
+		r.mu.Unlock()
+		return nil
+	}
+	delete(r.records, name)
+	r.mu.Unlock()
+	select {
+	case r.events <- runtime.ImageEvent{Kind: runtime.ImageDeleted, Name: name}:
+	default: // nobody watches
+	}
 	return nil
 }
 

@@ -49,6 +49,7 @@ func Run(t *testing.T, prefix string, newBackend func(t *testing.T) Backend) {
 		{"UserPinOutlivesHoldfasts", userPinOutlives},
 		{"UnpinLeavesForeignPins", unpinLeavesForeign},
 		{"ReleaseOnlyHoldfasts", releaseOnlyHoldfasts},
+		{"DeleteOnlyWhatHoldfastMade", deleteOnlyMade},
 		{"ImportLeasesThenUnchanged", importLeases},
 		{"ImportWritesNoRecord", importWritesNoRecord},
 		{"LeaseWantsLeasesWhatIsThere", leaseWants},
@@ -272,5 +273,38 @@ func leaseWants(t *testing.T, b Backend, name string) {
 	again, err := importer.LeaseWants(ctx, b.Runtime.ImportStore(), runtime.LeaseRequest{Source: source, Identity: "id-1", Wants: req.Wants})
 	if err != nil || !again.Unchanged || len(again.Images) != 1 {
 		t.Errorf("the same identity again: %+v, %v; want unchanged", again, err)
+	}
+}
+
+// deleteOnlyMade: Delete removes a record holdfast's pin created, at its
+// target; it leaves a record a user made (pinned by holdfast or not), and
+// one holdfast made that was re-pointed since.
+func deleteOnlyMade(t *testing.T, b Backend, name string) {
+	ctx := context.Background()
+	del := func(n string, target digest.Digest) {
+		t.Helper()
+		if err := b.Runtime.Delete(ctx, n, target); err != nil {
+			t.Fatalf("delete %s: %v", n, err)
+		}
+	}
+	made := runtime.Want{Name: name, Target: b.Targets[0]}
+	pin(t, b, made, true)
+	if img, ok := record(t, b, name); !ok || !img.Made() {
+		t.Fatalf("a record holdfast's pin created is not marked as made: %+v", img)
+	}
+	del(name, b.Targets[1].Digest)
+	if _, ok := record(t, b, name); !ok {
+		t.Fatal("Delete at another target deleted the record")
+	}
+	del(name, b.Targets[0].Digest)
+	if img, ok := record(t, b, name); ok {
+		t.Errorf("the record holdfast made is still there: %+v", img)
+	}
+	user := name + "-user"
+	b.CreateRecord(t, runtime.Image{Name: user, Target: b.Targets[0]})
+	pin(t, b, runtime.Want{Name: user, Target: b.Targets[0]}, true)
+	del(user, b.Targets[0].Digest)
+	if img, ok := record(t, b, user); !ok || img.Made() {
+		t.Errorf("a record a user made was deleted, or marked as holdfast's: %+v (found %v)", img, ok)
 	}
 }
