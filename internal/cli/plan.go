@@ -39,6 +39,7 @@ not in the store is listed as a pull: its pin follows the pull.`,
 				return err
 			}
 			defer s.close()
+			cfg.Policy = o.policyFile // the one in force in the namespace, when none was given
 			actions, _ := pass.DryRun(ctx, s.rt, cfg)
 			if output == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())

@@ -20,6 +20,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/policy"
 	"github.com/holdfast-project/holdfast/internal/registries"
+	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
 // ExitError carries a process exit code out of a command.
@@ -79,7 +80,10 @@ type options struct {
 	writePath   writePathValue
 
 	policyFile string
-	policy     *policy.Policy // loaded from policyFile by complete
+	policy     *policy.Policy // loaded from policyFile by complete, or adopted (adoptPolicy)
+	// policyInForce is the policy an agent put in force in the namespace,
+	// when the command judges by it (adoptPolicy).
+	policyInForce *runtime.PolicyInForce
 }
 
 // dataDirDefault is --data-dir's default as the help and the docs say it; the

@@ -57,6 +57,7 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 				return err
 			}
 			defer s.close()
+			cfg.Policy = o.policyFile // the one in force in the namespace, when none was given
 			if _, err := runtime.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
 			}

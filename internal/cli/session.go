@@ -51,6 +51,10 @@ func (o *options) openOwner(ctx context.Context, command string) (*session, erro
 		s.close()
 		return nil, err
 	}
+	if err := o.adoptPolicy(ctx, s, command); err != nil {
+		s.close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -108,7 +112,12 @@ func (o *options) openReader(ctx context.Context, command string) (*session, err
 	if err != nil {
 		return nil, err
 	}
-	return &session{rt: rt, address: address}, nil
+	s := &session{rt: rt, address: address}
+	if err := o.adoptPolicy(ctx, s, command); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // close disconnects, stops what the session started and releases the lock.

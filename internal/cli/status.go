@@ -95,6 +95,18 @@ type Status struct {
 	// Refused are the images sources want that the signature policy
 	// refuses (mode enforce): holdfast does not name or pin them.
 	Refused []StatusRefused `json:"refused,omitempty"`
+	// Policy is the signature policy the verdicts are by: --policy, or the
+	// one an agent put in force in the namespace.
+	Policy *StatusPolicy `json:"policy,omitempty"`
+}
+
+// StatusPolicy is the signature policy status judges by.
+type StatusPolicy struct {
+	Path string      `json:"path"`
+	Mode policy.Mode `json:"mode"`
+	// InForceBy says who put it in force in the namespace, when an agent
+	// did (holdfast run --policy).
+	InForceBy string `json:"inForceBy,omitempty"`
 }
 
 // StatusRefused is an image a source wants that the policy refuses.
@@ -154,6 +166,10 @@ until the kubelet's image GC removes it.`,
 			}
 			st := buildStatus(imgs, srcs)
 			if o.policy != nil {
+				st.Policy = &StatusPolicy{Path: o.policyFile, Mode: o.policy.Mode}
+				if o.policyInForce != nil && o.policyInForce.Path == o.policyFile {
+					st.Policy.InForceBy = o.policyInForce.By
+				}
 				addSignatures(ctx, o.policy, s.rt.ImportStore(), srcs, &st)
 			}
 			addTargets(&st)
@@ -387,10 +403,18 @@ func writeSignatures(w io.Writer, st Status) error {
 			judged = append(judged, img)
 		}
 	}
-	if len(judged) == 0 && len(st.Refused) == 0 {
+	if st.Policy == nil {
 		return nil
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "signature policy %s, mode %s", st.Policy.Path, st.Policy.Mode)
+	if st.Policy.InForceBy != "" {
+		fmt.Fprintf(w, ", in force in the namespace (put there by %s)", st.Policy.InForceBy)
+	}
+	fmt.Fprintln(w)
+	if len(judged) == 0 && len(st.Refused) == 0 {
+		return nil
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "IMAGE\tSIGNATURE")
 	for _, img := range judged {

@@ -36,6 +36,7 @@ bad usage. It ends with a one-line summary:
 				return err
 			}
 			defer s.close()
+			cfg.Policy = o.policyFile // the one in force in the namespace, when none was given
 			if _, err := runtime.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
 			}

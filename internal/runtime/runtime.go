@@ -287,3 +287,11 @@ type Runtime interface {
 	Cleanup(ctx context.Context) error
 	Close() error
 }
+
+// PolicyInForce is the signature policy an agent (holdfast run --policy) put
+// in force in a namespace, as the namespace's labels say: every holdfast
+// command that writes into the namespace judges by it.
+type PolicyInForce struct {
+	Path string // the policy file
+	By   string // who put it in force: "holdfast run, data dir /var/lib/holdfast"
+}

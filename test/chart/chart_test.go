@@ -343,6 +343,16 @@ func container(t *testing.T, ds appsv1.DaemonSet, name string) corev1.Container 
 	return corev1.Container{}
 }
 
+// env is the value the container's environment gives name.
+func env(c corev1.Container, name string) (string, bool) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
+
 func volume(ds appsv1.DaemonSet, name string) (corev1.Volume, bool) {
 	for _, v := range ds.Spec.Template.Spec.Volumes {
 		if v.Name == name {
@@ -1210,8 +1220,12 @@ func TestSignaturePolicyValues(t *testing.T) {
 	cm := r.configMap(t, fullname+"-policy")
 	ds := r.daemonSet(t)
 	hf := container(t, ds, "holdfast")
-	if f := flags(hf.Args); !slices.Equal(f["policy"], []string{"/etc/holdfast/policy/policy.yaml"}) {
-		t.Errorf("--policy %q, want /etc/holdfast/policy/policy.yaml", f["policy"])
+	// As an environment variable, so that a holdfast command run in the pod judges by it too.
+	if v, ok := env(hf, "HOLDFAST_POLICY"); !ok || v != "/etc/holdfast/policy/policy.yaml" {
+		t.Errorf("HOLDFAST_POLICY %q (set %v), want /etc/holdfast/policy/policy.yaml", v, ok)
+	}
+	if v, ok := flags(hf.Args)["policy"]; ok {
+		t.Errorf("--policy %q: a command run in the pod would not see it", v)
 	}
 	mounts := map[string]string{}
 	for _, m := range hf.VolumeMounts {
@@ -1244,8 +1258,8 @@ func TestSignaturePolicyValues(t *testing.T) {
 
 	r = render(t, nil)
 	hf = container(t, r.daemonSet(t), "holdfast")
-	if v, ok := flags(hf.Args)["policy"]; ok {
-		t.Errorf("--policy %q without a policy", v)
+	if v, ok := env(hf, "HOLDFAST_POLICY"); ok {
+		t.Errorf("HOLDFAST_POLICY %q without a policy", v)
 	}
 	if _, ok := volume(r.daemonSet(t), "policy"); ok {
 		t.Errorf("a policy volume without a policy")
