@@ -48,6 +48,34 @@ var sabotages = []sabotage{
 		tests: []tests{{"./internal/reconcile", []string{"TestRefusedIsNoClaim"}, nil}, {e2e, []string{"TestSignaturePolicyEnforce"}, nil}},
 	},
 	{
+		name: "digest-name-judged-alone",
+		// A repo@digest name is judged by its own rule only: a rule written
+		// for a tag leaves the digest name of the unsigned image unchecked,
+		// so it is named and pinned, and a pod asking for it runs it.
+		edits: []edit{{"internal/sigcheck/image.go",
+			"if !ok || v.State == policy.Unchecked {",
+			"if true {"}},
+		tests: []tests{{"./internal/sigcheck", []string{"TestDigestNameJudgedAsItsTag"}, nil}, {e2e, []string{"TestEnforceNamesNoRefusedImage"}, nil}},
+	},
+	{
+		name: "refused-records-kept",
+		// The records holdfast made of a refused image are only unpinned:
+		// the kubelet still finds the image without a pull.
+		edits: []edit{{"internal/reconcile/reconcile.go",
+			"case refused[name][target] && rec.Made():",
+			"case refused[name][target] && rec.Made() && false:"}},
+		tests: []tests{{"./internal/reconcile", []string{"TestRefusedRecordsDeleted"}, nil}, {e2e, []string{"TestEnforceNamesNoRefusedImage"}, nil}},
+	},
+	{
+		name: "policy-in-force-ignored",
+		// A holdfast command without --policy beside an enforcing agent
+		// judges by no policy: holdfast import names an unsigned image.
+		edits: []edit{{"internal/cli/policy.go",
+			"o.policyFile, o.policy, o.policyInForce = inForce.Path, pol, &inForce",
+			"_ = pol"}},
+		tests: []tests{{e2e, []string{"TestEnforceNamesNoRefusedImage"}, nil}},
+	},
+	{
 		name: "present-blobs-not-leased",
 		// Blobs the store already had are not added to the source's lease:
 		// a layer above the in-memory limit, skipped rather than written,
@@ -105,8 +133,8 @@ var sabotages = []sabotage{
 		name: "diff-unpins-unowned",
 		// The plan unpins records holdfast does not own.
 		edits: []edit{{"internal/reconcile/reconcile.go",
-			"if _, ok := wanted[name]; ok || !rec.Owned() || (in.Named != nil && in.Named(name)) {",
-			"if _, ok := wanted[name]; ok || rec.Name == \"\" || (in.Named != nil && in.Named(name)) {"}},
+			"if !rec.Owned() {",
+			"if rec.Name == \"\" {"}},
 		tests: []tests{{"./internal/reconcile", []string{"TestDiff"}, nil}},
 	},
 	{
@@ -115,8 +143,8 @@ var sabotages = []sabotage{
 		// pin off a record holdfast never pinned.
 		edits: []edit{
 			{"internal/reconcile/reconcile.go",
-				"if _, ok := wanted[name]; ok || !rec.Owned() || (in.Named != nil && in.Named(name)) {",
-				"if _, ok := wanted[name]; ok || rec.Name == \"\" || (in.Named != nil && in.Named(name)) {"},
+				"if !rec.Owned() {",
+				"if rec.Name == \"\" {"},
 			{"internal/runtime/containerd/records.go",
 				"\tif img.Labels[runtime.LabelPinned] != runtime.PinnedValue {\n\t\treturn nil\n\t}\n",
 				""},
@@ -135,8 +163,8 @@ var sabotages = []sabotage{
 		name: "diff-unpins-wanted",
 		// The plan unpins names a kept source still wants.
 		edits: []edit{{"internal/reconcile/reconcile.go",
-			"if _, ok := wanted[name]; ok || !rec.Owned() || (in.Named != nil && in.Named(name)) {",
-			"if !rec.Owned() || (in.Named != nil && in.Named(name)) {"}},
+			"if _, ok := wanted[name]; ok || (in.Named != nil && in.Named(name)) {",
+			"if in.Named != nil && in.Named(name) {"}},
 		tests: []tests{{"./internal/reconcile", []string{"TestDiffNeverUnpinsWanted"}, nil}},
 	},
 	{
@@ -508,7 +536,7 @@ var sabotages = []sabotage{
 		name: "dry-run-writes",
 		// holdfast plan's pass unpins for real.
 		edits: []edit{{"internal/pass/dryrun.go",
-			"func (dryRuntime) Unpin(context.Context, string) error   { return nil }",
+			"func (dryRuntime) Unpin(context.Context, string) error                 { return nil }",
 			"func (d dryRuntime) Unpin(ctx context.Context, n string) error { return d.Backend.Unpin(ctx, n) }"}},
 		tests: []tests{{e2e, []string{"TestPlanMatchesSync"}, nil}},
 	},
