@@ -48,10 +48,6 @@ func digestName(name string, target digest.Digest) string {
 //   - warn → enforce deletes the records holdfast had made of the refused
 //     images (not only their pins), and so does a key taken out of the
 //     policy for the image it had verified;
-//   - a holdfast import beside the agent, with no --policy and another data
-//     dir, judges by the policy the agent put in force in the namespace, and
-//     one with another --policy is refused;
-//   - status without --policy shows the agent's verdicts;
 //   - what verify refuses has no record; what it accepts is pinned.
 func TestEnforceNamesNoRefusedImage(t *testing.T) {
 	forEachDaemon(t, func(t *testing.T, d *daemon) {
@@ -89,6 +85,55 @@ func TestEnforceNamesNoRefusedImage(t *testing.T) {
 				t.Errorf("%s refused, but the CRI resolves it", n)
 			}
 		}
+
+		// verify and the store agree.
+		res := holdfast(t, "verify", "--policy", pol, "-o", "json", s.archive)
+		var v struct {
+			Images []struct{ Name, State string } `json:"images"`
+		}
+		if err := json.Unmarshal([]byte(res.Stdout), &v); err != nil || len(v.Images) == 0 {
+			t.Fatalf("verify -o json: %v\n%s%s", err, res.Stdout, res.Stderr)
+		}
+		for _, img := range v.Images {
+			_, named := d.record(t, img.Name)
+			switch img.State {
+			case "verified", "unchecked":
+				if !d.isPinned(t, img.Name) {
+					t.Errorf("verify accepts %s (%s), but it is not pinned", img.Name, img.State)
+				}
+			default:
+				if named {
+					t.Errorf("verify refuses %s (%s), but containerd has a record of that name", img.Name, img.State)
+				}
+			}
+		}
+
+		// The key taken out: the image it verified loses every name.
+		if err := os.WriteFile(filepath.Join(s.policyDir, "platform.pub"), sigtest.PublicPEM(t, sigtest.NewKey(t)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "no name of the image whose key was taken out", func() bool {
+			_, tag := d.record(t, s.signed)
+			_, byDigest := d.record(t, names[s.signed])
+			return !tag && !byDigest
+		})
+		a.stop(t)
+	})
+}
+
+// TestPolicyInForceInTheNamespace: holdfast run --policy puts its policy in
+// force in the namespace: a holdfast import beside the agent, with no
+// --policy and another data dir, judges by it and names no refused image;
+// one with another --policy is refused; status without --policy shows the
+// agent's verdicts.
+func TestPolicyInForceInTheNamespace(t *testing.T) {
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
+		s := writeSignedScene(t, imagesDir)
+		pol := s.writeTagPolicy(t, "enforce")
+		a := startAgent(t, d, dataDir, []string{imagesDir}, "--policy", pol, "--resync", "2s")
+		eventually(t, "the signed image pinned", func() bool { return d.isPinned(t, s.signed) })
 
 		// holdfast import beside the agent, as another data dir would run it.
 		late := build(t, fixture.ImageSpec{Names: []string{"e2e.local/sig/late:v1"}})
@@ -140,37 +185,6 @@ func TestEnforceNamesNoRefusedImage(t *testing.T) {
 			t.Errorf("status without --policy: %s verified %v, refused %v", s.signed, verified, refused)
 		}
 
-		// verify and the store agree.
-		res = holdfast(t, "verify", "--policy", pol, "-o", "json", s.archive)
-		var v struct {
-			Images []struct{ Name, State string } `json:"images"`
-		}
-		if err := json.Unmarshal([]byte(res.Stdout), &v); err != nil || len(v.Images) == 0 {
-			t.Fatalf("verify -o json: %v\n%s%s", err, res.Stdout, res.Stderr)
-		}
-		for _, img := range v.Images {
-			_, named := d.record(t, img.Name)
-			switch img.State {
-			case "verified", "unchecked":
-				if !d.isPinned(t, img.Name) {
-					t.Errorf("verify accepts %s (%s), but it is not pinned", img.Name, img.State)
-				}
-			default:
-				if named {
-					t.Errorf("verify refuses %s (%s), but containerd has a record of that name", img.Name, img.State)
-				}
-			}
-		}
-
-		// The key taken out: the image it verified loses every name.
-		if err := os.WriteFile(filepath.Join(s.policyDir, "platform.pub"), sigtest.PublicPEM(t, sigtest.NewKey(t)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, "no name of the image whose key was taken out", func() bool {
-			_, tag := d.record(t, s.signed)
-			_, byDigest := d.record(t, names[s.signed])
-			return !tag && !byDigest
-		})
 		a.stop(t)
 	})
 }
