@@ -118,20 +118,7 @@ otherwise, 2 on bad usage or bad input: a document that does not parse is named
 			if err != nil {
 				return err
 			}
-			failed := false
-			for _, v := range workload.Judge(set.Images(), records) {
-				ci := CheckImage{Ref: v.Ref, State: v.State, Target: v.Target, Others: v.Others, UsedBy: []string{}}
-				for _, u := range v.Uses {
-					ci.UsedBy = append(ci.UsedBy, u.String())
-				}
-				report.Images = append(report.Images, ci)
-				if v.State != workload.Pinned && (!allowUnpinned || v.State != workload.Present) {
-					failed = true
-				}
-			}
-			if report.Images == nil {
-				report.Images = []CheckImage{}
-			}
+			failed := judgeCheck(&report, set, records, allowUnpinned)
 			report.Errors = sayErrors(cmd, set.Errors)
 			return finishCheck(cmd, output, report, func(w io.Writer) error { return writeCheck(w, report) }, len(set.Errors) > 0, failed)
 		},
@@ -147,6 +134,24 @@ otherwise, 2 on bad usage or bad input: a document that does not parse is named
 	f.StringVar(&kube.Context, "context", "", "with --cluster: the kubeconfig context; default its current-context")
 	f.StringVarP(&selector, "selector", "l", "", "with --cluster: only the nodes this label selector matches (node-role.kubernetes.io/worker, zone=a)")
 	return cmd
+}
+
+// judgeCheck puts into report where each image of set stands among
+// records, and says whether the check failed: an image not pinned (with
+// allowUnpinned, not present).
+func judgeCheck(report *CheckReport, set *workload.Set, records []runtime.Image, allowUnpinned bool) (failed bool) {
+	report.Images = []CheckImage{}
+	for _, v := range workload.Judge(set.Images(), records) {
+		ci := CheckImage{Ref: v.Ref, State: v.State, Target: v.Target, Others: v.Others, UsedBy: []string{}}
+		for _, u := range v.Uses {
+			ci.UsedBy = append(ci.UsedBy, u.String())
+		}
+		report.Images = append(report.Images, ci)
+		if v.State != workload.Pinned && (!allowUnpinned || v.State != workload.Present) {
+			failed = true
+		}
+	}
+	return failed
 }
 
 // readSet reads the manifests of files into a set.
