@@ -101,26 +101,21 @@ otherwise, 2 on bad usage or bad input: a document that does not parse is named
 				return err
 			}
 			defer s.close()
-			report := CheckReport{Sandbox: sandboxImage}
-			if report.Sandbox == "" && !withoutSandbox {
-				report.Sandbox, err = s.rt.SandboxImage(ctx)
+			sandbox := sandboxImage
+			if sandbox == "" && !withoutSandbox {
+				sandbox, err = s.rt.SandboxImage(ctx)
 				if err != nil && !errors.Is(err, runtime.ErrNoCRI) {
 					return err
 				}
-				if report.Sandbox == "" {
+				if sandbox == "" {
 					o.log.Warn("containerd's CRI does not say which sandbox (pause) image it runs pods with (containerd 2.x); give it with --sandbox-image to check it too")
 				}
-			}
-			if report.Sandbox != "" {
-				set.Add(report.Sandbox, workload.Use{File: "the pod sandbox image"})
 			}
 			records, err := s.rt.Records(ctx)
 			if err != nil {
 				return err
 			}
-			failed := judgeCheck(&report, set, records, allowUnpinned)
-			report.Errors = sayErrors(cmd, set.Errors)
-			return finishCheck(cmd, output, report, func(w io.Writer) error { return writeCheck(w, report) }, len(set.Errors) > 0, failed)
+			return checkNode(cmd, set, records, sandbox, output, allowUnpinned)
 		},
 	}
 	f := cmd.Flags()
@@ -134,6 +129,18 @@ otherwise, 2 on bad usage or bad input: a document that does not parse is named
 	f.StringVar(&kube.Context, "context", "", "with --cluster: the kubeconfig context; default its current-context")
 	f.StringVarP(&selector, "selector", "l", "", "with --cluster: only the nodes this label selector matches (node-role.kubernetes.io/worker, zone=a)")
 	return cmd
+}
+
+// checkNode judges set and the sandbox image (empty: none) against the
+// node's records, writes the report and returns the exit status.
+func checkNode(cmd *cobra.Command, set *workload.Set, records []runtime.Image, sandbox, output string, allowUnpinned bool) error {
+	report := CheckReport{Sandbox: sandbox}
+	if sandbox != "" {
+		set.Add(sandbox, workload.Use{File: "the pod sandbox image"})
+	}
+	failed := judgeCheck(&report, set, records, allowUnpinned)
+	report.Errors = sayErrors(cmd, set.Errors)
+	return finishCheck(cmd, output, report, func(w io.Writer) error { return writeCheck(w, report) }, len(set.Errors) > 0, failed)
 }
 
 // judgeCheck puts into report where each image of set stands among

@@ -7,14 +7,10 @@
 package workload
 
 import (
-	"bytes"
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/holdfast-project/holdfast/internal/pattern"
 )
@@ -97,62 +93,68 @@ func (s *Set) Add(ref string, u Use) {
 	img.Uses = append(img.Uses, u)
 }
 
-// docSeparator is a YAML document separator line.
-var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
-
 // Read reads one file of manifests, or of references a line each, into s.
 // A document that does not parse is an error naming file and its index;
 // the other documents are still read.
 func (s *Set) Read(file string, data []byte) {
-	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a byte order mark some editors write
-	docs := split(data)
-	values := make([]any, len(docs))
-	errs := make([]error, len(docs))
-	for i, doc := range docs {
-		errs[i] = yaml.Unmarshal(doc, &values[i])
+	data, err := utf8Text(data)
+	if err != nil {
+		s.Errors = append(s.Errors, fmt.Errorf("%s: %w", file, err))
+		return
 	}
-	if refLines(values, errs) {
+	docs, sepErrs := decodeStream(data)
+	if len(sepErrs) == 0 && refLines(docs) {
 		s.readLines(file, data)
 		return
 	}
-	for i, v := range values {
-		if errs[i] != nil {
-			s.Errors = append(s.Errors, fmt.Errorf("%s: document %d: %w", file, i+1, errs[i]))
-			continue
+	for _, e := range sepErrs {
+		s.Errors = append(s.Errors, fmt.Errorf("%s:%d: %w", file, e.line, e.err))
+	}
+	for _, d := range docs {
+		fail := func(err error) {
+			s.Errors = append(s.Errors, fmt.Errorf("%s:%d: document %d: %w", file, d.line, d.index, err))
 		}
-		if v == nil {
+		switch {
+		case d.err != nil:
+			fail(d.err)
+			continue
+		case d.more != nil:
+			fail(d.more)
+		}
+		if d.value == nil {
 			continue // an empty document, or comments only
 		}
-		obj, ok := v.(map[string]any)
+		obj, ok := d.value.(map[string]any)
 		if !ok {
-			s.Errors = append(s.Errors, fmt.Errorf("%s: document %d: not a Kubernetes object (a %T)", file, i+1, v))
+			fail(fmt.Errorf("not a Kubernetes object (%s)", what(d.value)))
 			continue
 		}
-		s.object(obj, Use{File: file, Doc: i + 1})
+		s.object(obj, Use{File: file, Doc: d.index}, d.line)
 	}
 }
 
-// split cuts a YAML stream into its documents (a JSON file is one).
-func split(data []byte) [][]byte {
-	var docs [][]byte
-	idx := docSeparator.FindAllIndex(data, -1)
-	start := 0
-	for _, m := range idx {
-		docs = append(docs, data[start:m[0]])
-		start = m[1]
+// what names the kind of a decoded value for an error.
+func what(v any) string {
+	switch v.(type) {
+	case []any:
+		return "a list"
+	case string:
+		return "a string"
+	case map[string]any:
+		return "an object"
 	}
-	return append(docs, data[start:])
+	return fmt.Sprintf("a %T", v)
 }
 
 // refLines says whether the input is lines of references: every document
 // parses, none is a mapping or a sequence, and one is a string.
-func refLines(values []any, errs []error) bool {
+func refLines(docs []document) bool {
 	content := false
-	for i, v := range values {
-		if errs[i] != nil {
+	for _, d := range docs {
+		if d.err != nil {
 			return false
 		}
-		switch v.(type) {
+		switch d.value.(type) {
 		case nil:
 		case string:
 			content = true
@@ -191,14 +193,29 @@ var podSpecPaths = map[string][]string{
 var containerLists = []string{"initContainers", "containers", "ephemeralContainers"}
 
 // object reads one object: a List's items, a known kind's pod spec, or any
-// other object's pod templates wherever they are.
-func (s *Set) object(obj map[string]any, u Use) {
+// other object's pod templates wherever they are. An object without a kind
+// is an error naming the document and the line it begins at; so is a
+// List's item that is not an object with a kind.
+func (s *Set) object(obj map[string]any, u Use, line int) {
 	kind, _ := obj["kind"].(string)
+	if kind == "" {
+		s.Errors = append(s.Errors, fmt.Errorf("%s:%d: document %d: not a Kubernetes object: no kind", u.File, line, u.Doc))
+		return
+	}
 	if items, ok := obj["items"].([]any); ok && (kind == "List" || strings.HasSuffix(kind, "List")) {
-		for _, it := range items {
-			if m, ok := it.(map[string]any); ok {
-				s.object(m, u)
+		for i, it := range items {
+			m, ok := it.(map[string]any)
+			if k, _ := m["kind"].(string); !ok || k == "" {
+				// A typed list as the API server writes it (DeploymentList,
+				// from kubectl get --raw) leaves its items' kind out.
+				if ok && kind != "List" {
+					m["kind"] = strings.TrimSuffix(kind, "List")
+				} else {
+					s.Errors = append(s.Errors, fmt.Errorf("%s:%d: document %d: %s items[%d]: not a Kubernetes object", u.File, line, u.Doc, kind, i))
+					continue
+				}
 			}
+			s.object(m, u, line)
 		}
 		return
 	}
