@@ -222,3 +222,31 @@ func BenchmarkJudgeCluster(b *testing.B) {
 		})
 	}
 }
+
+// TestJudgeClusterImageVolume: an image volume is judged on the nodes its
+// pod may run on, as a container's image is.
+func TestJudgeClusterImageVolume(t *testing.T) {
+	var set workload.Set
+	set.Read("ml.yaml", []byte(checkImageVolume))
+	if len(set.Errors) > 0 {
+		t.Fatal(set.Errors)
+	}
+	server := required.HeldImage{Name: "registry.example.com/ml/server:1", Digest: digest.FromString("server").String(), Pinned: true}
+	tools := required.HeldImage{Name: "registry.example.com/ml/tools:2", Digest: digest.FromString("tools").String(), Pinned: true}
+	nodes := []clusterNode{node(t, "gpu-1", map[string]string{"gpu": "yes"}, ""), node(t, "cpu-1", map[string]string{}, "")}
+	reports := map[string]required.NodeImages{
+		"gpu-1": heldReport("gpu-1", required.Held{server, tools}, nil),
+		"cpu-1": heldReport("cpu-1", required.Held{server, tools}, nil),
+	}
+	r, errs := judgeCluster(nodes, reports, &set, false)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	cpu, gpu := r.Nodes[0], r.Nodes[1]
+	if len(gpu.NotReady) != 1 || gpu.NotReady[0].Ref != "registry.example.com/ml/model:7" || gpu.NotReady[0].State != "missing" || gpu.Ready {
+		t.Errorf("gpu-1: %+v, want the model volume missing", gpu)
+	}
+	if !cpu.Ready || cpu.Counts["pinned"] != 2 {
+		t.Errorf("cpu-1 (the Deployment cannot land there): %+v", cpu)
+	}
+}

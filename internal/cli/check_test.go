@@ -156,3 +156,46 @@ func TestCheckGarbageDocument(t *testing.T) {
 		})
 	}
 }
+
+const checkImageVolume = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: infer, namespace: ml}
+spec:
+  template:
+    spec:
+      nodeSelector: {gpu: "yes"}
+      containers:
+        - name: server
+          image: registry.example.com/ml/server:1
+          volumeMounts: [{name: model, mountPath: /models}]
+      volumes:
+        - name: model
+          image: {reference: "registry.example.com/ml/model:7", pullPolicy: IfNotPresent}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bare, namespace: ml}
+spec:
+  containers: [{name: c, image: registry.example.com/ml/server:1}]
+  volumes: [{name: tools, image: {reference: "registry.example.com/ml/tools:2"}}]
+`
+
+// TestCheckImageVolume: the images of image volumes are judged as the
+// containers' are: the node lacks the model, and check says so.
+func TestCheckImageVolume(t *testing.T) {
+	records := []runtime.Image{pinnedRecord("registry.example.com/ml/server:1"), pinnedRecord("registry.example.com/ml/tools:2")}
+	r := runCheck(t, records, writeFile(t, "ml.yaml", []byte(checkImageVolume)))
+	got := map[string]CheckImage{}
+	for _, img := range r.report.Images {
+		got[img.Ref] = img
+	}
+	if m := got["registry.example.com/ml/model:7"]; m.State != "missing" || len(m.UsedBy) != 1 || !strings.HasSuffix(m.UsedBy[0], "ml.yaml#1 Deployment ml/infer volumes/model") {
+		t.Errorf("the model volume: %+v", m)
+	}
+	if tl := got["registry.example.com/ml/tools:2"]; tl.State != "pinned" || len(tl.UsedBy) != 1 || !strings.HasSuffix(tl.UsedBy[0], "ml.yaml#2 Pod ml/bare volumes/tools") {
+		t.Errorf("the tools volume: %+v", tl)
+	}
+	if r.code != 1 || len(got) != 3 {
+		t.Errorf("exit %d with %d images, want 1 with 3", r.code, len(got))
+	}
+}

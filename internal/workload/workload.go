@@ -2,8 +2,8 @@
 // their manifests: multi-document YAML or JSON as kubectl, helm template or
 // kubectl get -o yaml write them, Lists included, or plain lines of image
 // references. It reads what each pod template names (containers, init
-// containers, ephemeral containers) and nothing else; it never talks to a
-// cluster.
+// containers, ephemeral containers, image volumes) and nothing else; it
+// never talks to a cluster.
 package workload
 
 import (
@@ -23,7 +23,7 @@ type Use struct {
 	Kind      string // the object's kind: Deployment, Pod, …
 	Namespace string
 	Name      string
-	Container string // "initContainers/setup", "containers/app"
+	Container string // "initContainers/setup", "containers/app"; "volumes/models" for an image volume
 	// Found says how a pod template was found in an object holdfast does
 	// not know: the path to it ("spec.template.spec"); empty for known kinds.
 	Found string
@@ -297,6 +297,25 @@ func (s *Set) podSpec(spec map[string]any, u Use) {
 			}
 			s.Add(img, cu)
 		}
+	}
+	// An image volume (GA in Kubernetes 1.36): the kubelet pulls its
+	// reference as it pulls a container's image, before the pod starts.
+	vols, _ := spec["volumes"].([]any)
+	for _, v := range vols {
+		vm, _ := v.(map[string]any)
+		src, ok := vm["image"].(map[string]any)
+		if !ok {
+			continue
+		}
+		name, _ := vm["name"].(string)
+		ref, _ := src["reference"].(string)
+		vu := u
+		vu.Container = "volumes/" + name
+		if ref == "" {
+			s.Errors = append(s.Errors, fmt.Errorf("%s: no image reference", vu))
+			continue
+		}
+		s.Add(ref, vu)
 	}
 }
 
