@@ -63,3 +63,44 @@ func TestImageVolumes(t *testing.T) {
 		t.Errorf("errors %v", s.Errors)
 	}
 }
+
+// TestPullPolicies: each use carries its image as written and its pull
+// policy, defaulted as the API server defaults it; a line of references
+// gets the default, the sandbox image none.
+func TestPullPolicies(t *testing.T) {
+	d := "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+	var s Set
+	s.Read("p.yaml", []byte(`kind: Pod
+metadata: {name: p}
+spec:
+  containers:
+    - {name: never, image: "a:1", imagePullPolicy: Never}
+    - {name: tagged, image: "b:1"}
+    - {name: untagged, image: "c"}
+    - {name: latest, image: "d:latest"}
+    - {name: digest, image: "e@`+d+`"}
+    - {name: latestdigest, image: "f:latest@`+d+`"}
+  volumes:
+    - {name: v, image: {reference: "g:2"}}
+    - {name: w, image: {reference: "h", pullPolicy: Never}}
+`))
+	s.Read("l.txt", []byte("i:3\nj\n"))
+	s.Add("registry.k8s.io/pause:3.10", Use{File: "the pod sandbox image"})
+	got := map[string]string{}
+	for _, img := range s.Images() {
+		u := img.Uses[0]
+		got[u.Image] = u.PullPolicy
+	}
+	want := map[string]string{
+		"a:1": "Never", "b:1": "IfNotPresent", "c": "Always", "d:latest": "Always", "e@" + d: "IfNotPresent", "f:latest@" + d: "Always",
+		"g:2": "IfNotPresent", "h": "Never", "i:3": "IfNotPresent", "j": "Always", "": "",
+	}
+	if len(got) != len(want) {
+		t.Errorf("uses %v, want %v", got, want)
+	}
+	for img, p := range want {
+		if got[img] != p {
+			t.Errorf("%q: pull policy %q, want %q", img, got[img], p)
+		}
+	}
+}

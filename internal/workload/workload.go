@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/distribution/reference"
+
 	"github.com/holdfast-project/holdfast/internal/pattern"
 )
 
@@ -29,6 +31,36 @@ type Use struct {
 	Found string
 	// Placement is where the pod may run; nil: anywhere.
 	Placement *Placement
+	// Image is the reference as written. PullPolicy is the container's
+	// imagePullPolicy or the image volume's pullPolicy, defaulted as the API
+	// server defaults it (DefaultPullPolicy), that default for a line of
+	// references, and empty for the sandbox image (the CRI pulls it).
+	Image      string
+	PullPolicy string
+}
+
+// DefaultPullPolicy is the pull policy the API server gives a container or
+// an image volume that names ref without one: Always for a :latest tag or
+// no tag and no digest, else IfNotPresent; empty when ref does not parse.
+func DefaultPullPolicy(ref string) string {
+	n, err := reference.ParseNormalizedNamed(strings.TrimSpace(ref))
+	if err != nil {
+		return ""
+	}
+	tagged, hasTag := n.(reference.Tagged)
+	_, hasDigest := n.(reference.Digested)
+	if (hasTag && tagged.Tag() == "latest") || (!hasTag && !hasDigest) {
+		return "Always"
+	}
+	return "IfNotPresent"
+}
+
+// pullPolicy is policy as written, else ref's default.
+func pullPolicy(policy any, ref string) string {
+	if s, _ := policy.(string); s != "" {
+		return s
+	}
+	return DefaultPullPolicy(ref)
 }
 
 // String names the use for a person: "app.yaml#2 Deployment web/api
@@ -172,7 +204,7 @@ func (s *Set) readLines(file string, data []byte) {
 		if line == "" || line == "---" {
 			continue
 		}
-		s.Add(line, Use{File: file, Line: i + 1})
+		s.Add(line, Use{File: file, Line: i + 1, Image: line, PullPolicy: DefaultPullPolicy(line)})
 	}
 }
 
@@ -291,6 +323,7 @@ func (s *Set) podSpec(spec map[string]any, u Use) {
 			name, _ := cm["name"].(string)
 			cu := u
 			cu.Container = list + "/" + name
+			cu.Image, cu.PullPolicy = img, pullPolicy(cm["imagePullPolicy"], img)
 			if img == "" {
 				s.Errors = append(s.Errors, fmt.Errorf("%s: no image", cu))
 				continue
@@ -311,6 +344,7 @@ func (s *Set) podSpec(spec map[string]any, u Use) {
 		ref, _ := src["reference"].(string)
 		vu := u
 		vu.Container = "volumes/" + name
+		vu.Image, vu.PullPolicy = ref, pullPolicy(src["pullPolicy"], ref)
 		if ref == "" {
 			s.Errors = append(s.Errors, fmt.Errorf("%s: no image reference", vu))
 			continue
