@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf16"
@@ -79,8 +81,10 @@ func decodeJSON(data []byte) ([]document, bool) {
 	dec.UseNumber()
 	var docs []document
 	end := 0 // where the last value decoded ends
+	lineAt := lineCounter(data)
 	for {
 		start := end + len(data[end:]) - len(bytes.TrimLeftFunc(data[end:], unicode.IsSpace))
+		endLine, startLine := lineAt(end), lineAt(start)
 		var v any
 		err := dec.Decode(&v)
 		if err == io.EOF {
@@ -92,8 +96,8 @@ func decodeJSON(data []byte) ([]document, bool) {
 			if errors.As(err, &se) {
 				at = int(se.Offset)
 			}
-			jerr := document{index: len(docs) + 1, line: lineAt(data, start),
-				err: fmt.Errorf("%w (line %d); the objects after it are not read", err, lineAt(data, at))}
+			jerr := document{index: len(docs) + 1, line: startLine,
+				err: fmt.Errorf("%w (line %d); the objects after it are not read", err, lineAt(at))}
 			if len(docs) > 1 {
 				return append(docs, jerr), true
 			}
@@ -101,7 +105,7 @@ func decodeJSON(data []byte) ([]document, bool) {
 				return nil, false
 			}
 			// One value, then something else: the rest may be YAML.
-			rest, errs := decodeYAML(data[end:], lineAt(data, end), 2)
+			rest, errs := decodeYAML(data[end:], endLine, 2)
 			for _, d := range rest {
 				if d.err != nil || d.more != nil {
 					return append(docs, jerr), true
@@ -112,14 +116,23 @@ func decodeJSON(data []byte) ([]document, bool) {
 			}
 			return append(docs, rest...), true
 		}
-		docs = append(docs, document{index: len(docs) + 1, line: lineAt(data, start), value: v})
+		docs = append(docs, document{index: len(docs) + 1, line: startLine, value: v})
 		end = int(dec.InputOffset())
 	}
 }
 
-// lineAt is the line of data's byte at offset, from 1.
-func lineAt(data []byte, offset int) int {
-	return bytes.Count(data[:min(offset, len(data))], []byte("\n")) + 1
+// lineCounter returns a function that says the line, from 1, of data's
+// byte at an offset; each offset asked is at least the one before.
+func lineCounter(data []byte) func(offset int) int {
+	at, line := 0, 1
+	return func(offset int) int {
+		offset = min(offset, len(data))
+		if offset > at {
+			line += bytes.Count(data[at:offset], []byte("\n"))
+			at = offset
+		}
+		return line
+	}
 }
 
 // lineError is an error at a line of the file.
@@ -181,24 +194,25 @@ func decodeYAML(data []byte, first, index int) (docs []document, errs []lineErro
 // unread.
 func decodeDoc(text []byte, index, line int) document {
 	d := document{index: index, line: line}
-	d.err = yaml.Unmarshal(text, &d.value)
-	if d.err == nil {
-		d.more = unread(text)
-	}
-	if d.err != nil || d.more != nil {
-		// Again, after as many empty lines as precede it in the file, for
-		// the parser to name the file's line.
-		padded := append(bytes.Repeat([]byte("\n"), line-1), text...)
-		if d.err != nil {
-			d.value = nil
-			if err := yaml.Unmarshal(padded, new(any)); err != nil {
-				d.err = err
-			}
-		} else if err := unread(padded); err != nil {
-			d.more = err
-		}
+	if err := yaml.Unmarshal(text, &d.value); err != nil {
+		d.value, d.err = nil, inFile(err, line)
+	} else if err := unread(text); err != nil {
+		d.more = inFile(err, line)
 	}
 	return d
+}
+
+// yamlLine is how YAML parsers name a line in their errors.
+var yamlLine = regexp.MustCompile(`yaml: line (\d+):`)
+
+// inFile turns the lines a YAML parser names in err, counted in a document
+// that begins at line of the file, into the file's.
+func inFile(err error, line int) error {
+	msg := yamlLine.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		n, _ := strconv.Atoi(yamlLine.FindStringSubmatch(m)[1])
+		return fmt.Sprintf("yaml: line %d:", n+line-1)
+	})
+	return errors.New(msg)
 }
 
 // unread says what a YAML decoder leaves of text after its first document,

@@ -130,7 +130,7 @@ func TestGarbageDocument(t *testing.T) {
 		want       []string // prefixes of the errors
 	}{
 		{"yaml", strings.Replace(twoDeployments, "---\n", "---\n}{ not: [yaml\n---\n", 1),
-			[]string{"in:9: document 2: error converting YAML to JSON: yaml: line 8: did not find expected node content"}},
+			[]string{"in:9: document 2: error converting YAML to JSON: yaml: did not find expected node content"}},
 		{"binary", strings.Replace(twoDeployments, "---\n", "---\n\x00\x01\x02\x03\n---\n", 1),
 			[]string{"in:9: document 2: error converting YAML to JSON: yaml: control characters are not allowed"}},
 		{"no kind", strings.Replace(twoDeployments, "---\n", "---\nfoo: bar\n---\n", 1),
