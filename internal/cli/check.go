@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -179,16 +180,23 @@ configuration that does not parse is named.`,
 // readKubelet reads the kubelet configuration of paths, else the
 // distribution's that is on this machine; nil when there is none. One that
 // cannot be read is an error of set's input.
+// A distribution's that this user may not read is said, and not judged.
 func readKubelet(o *options, paths []string, set *workload.Set) *kubelet.Config {
+	found := false
 	if len(paths) == 0 {
 		if paths = kubelet.Find("/"); paths == nil {
 			o.log.Debug("no kubelet configuration found (--kubelet-config): the kubelet's pull credential verification is not judged")
 			return nil
 		}
+		found = true
 		o.log.Debug("reading the kubelet configuration", "path", paths[0])
 	}
 	kc, err := kubelet.Load(paths)
-	if err != nil {
+	switch {
+	case err != nil && found && errors.Is(err, fs.ErrPermission):
+		o.log.Warn("the kubelet's pull credential verification is not judged", "error", err)
+		return nil
+	case err != nil:
 		set.Errors = append(set.Errors, err)
 		return nil
 	}
