@@ -125,9 +125,10 @@ func (s *Set) Add(ref string, u Use) {
 	img.Uses = append(img.Uses, u)
 }
 
-// Read reads one file of manifests, or of references a line each, into s.
-// A document that does not parse is an error naming file and its index;
-// the other documents are still read.
+// Read reads one file of manifests, or of references a line each, into s,
+// as decodeStream cuts it (stream.go). A document that is not understood is
+// an error naming the file, the line it begins at and its index
+// ("app.yaml:12: document 3: …"); the other documents are still read.
 func (s *Set) Read(file string, data []byte) {
 	data, err := utf8Text(data)
 	if err != nil {
