@@ -16,6 +16,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/kubeapi"
+	"github.com/holdfast-project/holdfast/internal/kubelet"
 	"github.com/holdfast-project/holdfast/internal/required"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/workload"
@@ -28,7 +29,22 @@ type ClusterReport struct {
 	Manifests bool          `json:"manifests"`
 	Nodes     []ClusterNode `json:"nodes"`
 	Totals    ClusterTotals `json:"totals"`
-	Errors    []string      `json:"errors,omitempty"`
+	// Kubelet is the kubelet configuration given (--kubelet-config), taken
+	// as every node's; ForcedPulls the images of the manifests it would
+	// have the kubelet pull again on the nodes that hold them.
+	Kubelet     *kubelet.Config     `json:"kubelet,omitempty"`
+	ForcedPulls []ClusterForcedPull `json:"forcedPulls,omitempty"`
+	Errors      []string            `json:"errors,omitempty"`
+}
+
+// ClusterForcedPull is an image the kubelet would pull again although
+// nodes hold it.
+type ClusterForcedPull struct {
+	Ref string `json:"ref"`
+	ForcedPull
+	// Nodes are the nodes that hold it (pinned or present) and may run
+	// its pods, sorted.
+	Nodes []string `json:"nodes"`
 }
 
 // ClusterNode is one node in `holdfast check --cluster -o json`.
@@ -51,6 +67,8 @@ type ClusterNode struct {
 	// counts those the node's report left out of its list.
 	NotReady []ClusterImage `json:"notReady"`
 	Cut      int            `json:"cut,omitempty"`
+
+	held []string // of the manifests' images, those the node holds
 }
 
 // ClusterCondition is a Node's HoldfastImagesReady condition.
@@ -186,6 +204,9 @@ func judgeCluster(nodes []clusterNode, reports map[string]required.NodeImages, s
 			}
 			for _, v := range verdicts {
 				cn.Counts[string(v.State)]++
+				if v.State == workload.Pinned || v.State == workload.Present {
+					cn.held = append(cn.held, v.Ref)
+				}
 				if v.State != workload.Pinned {
 					ci := ClusterImage{Ref: v.Ref, State: string(v.State)}
 					for _, u := range v.Uses {
@@ -229,6 +250,27 @@ func judgeCluster(nodes []clusterNode, reports map[string]required.NodeImages, s
 	}
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
 	return out, errs
+}
+
+// clusterForcedPulls lists the images of set that kc would have the
+// kubelet pull again, each with the nodes of r that hold it.
+func clusterForcedPulls(r ClusterReport, set *workload.Set, kc *kubelet.Config) []ClusterForcedPull {
+	nodes := map[string][]string{}
+	for _, n := range r.Nodes {
+		for _, ref := range n.held {
+			nodes[ref] = append(nodes[ref], n.Name)
+		}
+	}
+	var out []ClusterForcedPull
+	for _, img := range set.Images() {
+		if len(nodes[img.Ref]) == 0 {
+			continue
+		}
+		if f := forcedPull(kc, img); f != nil {
+			out = append(out, ClusterForcedPull{Ref: img.Ref, ForcedPull: *f, Nodes: nodes[img.Ref]})
+		}
+	}
+	return out
 }
 
 // judgments remembers verdicts by what a node holds (its held hash) and

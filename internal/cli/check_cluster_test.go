@@ -9,6 +9,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/holdfast-project/holdfast/internal/kubelet"
 	"github.com/holdfast-project/holdfast/internal/required"
 	"github.com/holdfast-project/holdfast/internal/workload"
 )
@@ -220,5 +221,71 @@ func BenchmarkJudgeCluster(b *testing.B) {
 			}
 			b.ReportMetric(float64(size), "objects-bytes")
 		})
+	}
+}
+
+// TestJudgeClusterImageVolume: an image volume is judged on the nodes its
+// pod may run on, as a container's image is.
+func TestJudgeClusterImageVolume(t *testing.T) {
+	var set workload.Set
+	set.Read("ml.yaml", []byte(checkImageVolume))
+	if len(set.Errors) > 0 {
+		t.Fatal(set.Errors)
+	}
+	server := required.HeldImage{Name: "registry.example.com/ml/server:1", Digest: digest.FromString("server").String(), Pinned: true}
+	tools := required.HeldImage{Name: "registry.example.com/ml/tools:2", Digest: digest.FromString("tools").String(), Pinned: true}
+	nodes := []clusterNode{node(t, "gpu-1", map[string]string{"gpu": "yes"}, ""), node(t, "cpu-1", map[string]string{}, "")}
+	reports := map[string]required.NodeImages{
+		"gpu-1": heldReport("gpu-1", required.Held{server, tools}, nil),
+		"cpu-1": heldReport("cpu-1", required.Held{server, tools}, nil),
+	}
+	r, errs := judgeCluster(nodes, reports, &set, false)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	cpu, gpu := r.Nodes[0], r.Nodes[1]
+	if len(gpu.NotReady) != 1 || gpu.NotReady[0].Ref != "registry.example.com/ml/model:7" || gpu.NotReady[0].State != "missing" || gpu.Ready {
+		t.Errorf("gpu-1: %+v, want the model volume missing", gpu)
+	}
+	if !cpu.Ready || cpu.Counts["pinned"] != 2 {
+		t.Errorf("cpu-1 (the Deployment cannot land there): %+v", cpu)
+	}
+}
+
+// TestClusterForcedPulls: with a kubelet configuration given, the images of
+// the manifests it would have the kubelet pull again are listed with the
+// nodes that hold them; a node that lacks one already says it is missing.
+func TestClusterForcedPulls(t *testing.T) {
+	var set workload.Set
+	set.Read("ml.yaml", []byte(checkImageVolume))
+	kc, err := kubelet.Load([]string{writeFile(t, "config.yaml", []byte(kubeletAlwaysVerify))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := required.HeldImage{Name: "registry.example.com/ml/server:1", Digest: digest.FromString("server").String(), Pinned: true}
+	model := required.HeldImage{Name: "registry.example.com/ml/model:7", Digest: digest.FromString("model").String()}
+	nodes := []clusterNode{node(t, "gpu-1", map[string]string{"gpu": "yes"}, ""), node(t, "gpu-2", map[string]string{"gpu": "yes"}, ""), node(t, "cpu-1", map[string]string{}, "")}
+	reports := map[string]required.NodeImages{
+		"gpu-1": heldReport("gpu-1", required.Held{server, model}, nil),
+		"gpu-2": heldReport("gpu-2", required.Held{server}, nil),
+		"cpu-1": heldReport("cpu-1", required.Held{server, model}, nil),
+	}
+	r, errs := judgeCluster(nodes, reports, &set, false)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	got := map[string]string{}
+	for _, f := range clusterForcedPulls(r, &set, kc) {
+		got[f.Ref] = strings.Join(f.Nodes, ",")
+		if f.Policy != "AlwaysVerify" || f.Message == "" {
+			t.Errorf("%s: %+v", f.Ref, f.ForcedPull)
+		}
+	}
+	// The model: on gpu-1 (cpu-1 holds it, but the Deployment cannot land
+	// there; gpu-2 lacks it). The server: on every node, for the bare Pod.
+	want := map[string]string{"registry.example.com/ml/model:7": "gpu-1", "registry.example.com/ml/server:1": "cpu-1,gpu-1,gpu-2"}
+	if len(got) != len(want) || got["registry.example.com/ml/model:7"] != want["registry.example.com/ml/model:7"] ||
+		got["registry.example.com/ml/server:1"] != want["registry.example.com/ml/server:1"] {
+		t.Errorf("forced pulls %v, want %v", got, want)
 	}
 }

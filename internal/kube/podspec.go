@@ -67,13 +67,15 @@ func finished(j *batchv1.Job) bool {
 }
 
 // containerImage is an image a pod spec names, as written, and the
-// container naming it: "containers/web", "initContainers/setup".
+// container or image volume naming it: "containers/web",
+// "initContainers/setup", "volumes/models".
 type containerImage struct {
 	Image, Container string
 }
 
 // imagesOf lists the images of a pod spec's init, regular and ephemeral
-// containers.
+// containers, and of its image volumes (the kubelet pulls those too, before
+// the pod starts).
 func imagesOf(spec *corev1.PodSpec) []containerImage {
 	var out []containerImage
 	for _, c := range spec.InitContainers {
@@ -84,6 +86,11 @@ func imagesOf(spec *corev1.PodSpec) []containerImage {
 	}
 	for _, c := range spec.EphemeralContainers {
 		out = append(out, containerImage{c.Image, "ephemeralContainers/" + c.Name})
+	}
+	for _, v := range spec.Volumes {
+		if v.Image != nil {
+			out = append(out, containerImage{v.Image.Reference, "volumes/" + v.Name})
+		}
 	}
 	return out
 }

@@ -74,9 +74,11 @@ func TestImagesOf(t *testing.T) {
 		InitContainers:      []corev1.Container{{Name: "setup", Image: "busybox"}},
 		Containers:          []corev1.Container{{Name: "web", Image: "nginx:1.27"}, {Name: "side", Image: "envoy"}},
 		EphemeralContainers: []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "alpine"}}},
+		Volumes:             []corev1.Volume{{Name: "conf", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}}, imageVolume("model", "registry.example.com/model:1")},
 	}
 	got := imagesOf(&spec)
-	want := []containerImage{{"busybox", "initContainers/setup"}, {"nginx:1.27", "containers/web"}, {"envoy", "containers/side"}, {"alpine", "ephemeralContainers/debug"}}
+	want := []containerImage{{"busybox", "initContainers/setup"}, {"nginx:1.27", "containers/web"}, {"envoy", "containers/side"}, {"alpine", "ephemeralContainers/debug"},
+		{"registry.example.com/model:1", "volumes/model"}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("imagesOf: %v, want %v", got, want)
 	}
@@ -163,5 +165,51 @@ func TestRequiredSet(t *testing.T) {
 	}
 	if got := set.Images[0].UsedBy; len(got) != shownUsers+1 || got[0] != "Deployment many/d0 containers/c0" || got[shownUsers] != "and 2 more" {
 		t.Errorf("busybox used by %q, want 5 users and \"and 2 more\"", got)
+	}
+}
+
+// imageVolume is a pod volume of an image (Kubernetes 1.36).
+func imageVolume(name, ref string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: ref, PullPolicy: corev1.PullIfNotPresent}}}
+}
+
+// TestRequiredSetImageVolumes: the reference of an image volume is required
+// like a container's image, of a Pod bound to the node and of a workload
+// that may land on it, and not of one that cannot; a volume of another
+// kind names none.
+func TestRequiredSetImageVolumes(t *testing.T) {
+	labels := map[string]string{"kubernetes.io/hostname": "node-1", "gpu": "yes"}
+	withVolumes := func(spec corev1.PodSpec, vols ...corev1.Volume) corev1.PodSpec {
+		spec.Volumes = append([]corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}, vols...)
+		return spec
+	}
+	gpu := withVolumes(podSpec("registry.example.com/ml/server:1"), imageVolume("model", "registry.example.com/ml/model:7"))
+	gpu.NodeSelector = map[string]string{"gpu": "yes"}
+	tpu := withVolumes(podSpec("registry.example.com/ml/server:1"), imageVolume("model", "registry.example.com/ml/tpu-model:1"))
+	tpu.NodeSelector = map[string]string{"tpu": "yes"}
+	bound := withVolumes(podSpec("registry.example.com/ml/server:1"), imageVolume("tools", "registry.example.com/ml/tools:2"))
+	bound.NodeName = "node-1"
+	objs := []any{
+		deployment("ml", "infer", gpu),
+		deployment("ml", "tpu", tpu),
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "debug"}, Spec: bound},
+	}
+	set := requiredSet(objs, "node-1", labels, slog.New(slog.DiscardHandler))
+	got := map[string][]string{}
+	for _, img := range set.Images {
+		got[img.Ref] = img.UsedBy
+	}
+	want := map[string][]string{
+		"registry.example.com/ml/model:7":  {"Deployment ml/infer volumes/model"},
+		"registry.example.com/ml/server:1": {"Deployment ml/infer containers/c0", "Pod ml/debug containers/c0"},
+		"registry.example.com/ml/tools:2":  {"Pod ml/debug volumes/tools"},
+	}
+	if len(got) != len(want) {
+		t.Errorf("set %v, want %v", got, want)
+	}
+	for ref, users := range want {
+		if !slices.Equal(got[ref], users) {
+			t.Errorf("%s used by %q, want %q", ref, got[ref], users)
+		}
 	}
 }

@@ -2,19 +2,17 @@
 // their manifests: multi-document YAML or JSON as kubectl, helm template or
 // kubectl get -o yaml write them, Lists included, or plain lines of image
 // references. It reads what each pod template names (containers, init
-// containers, ephemeral containers) and nothing else; it never talks to a
-// cluster.
+// containers, ephemeral containers, image volumes) and nothing else; it
+// never talks to a cluster.
 package workload
 
 import (
-	"bytes"
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/distribution/reference"
 
 	"github.com/holdfast-project/holdfast/internal/pattern"
 )
@@ -27,12 +25,42 @@ type Use struct {
 	Kind      string // the object's kind: Deployment, Pod, …
 	Namespace string
 	Name      string
-	Container string // "initContainers/setup", "containers/app"
+	Container string // "initContainers/setup", "containers/app"; "volumes/models" for an image volume
 	// Found says how a pod template was found in an object holdfast does
 	// not know: the path to it ("spec.template.spec"); empty for known kinds.
 	Found string
 	// Placement is where the pod may run; nil: anywhere.
 	Placement *Placement
+	// Image is the reference as written. PullPolicy is the container's
+	// imagePullPolicy or the image volume's pullPolicy, defaulted as the API
+	// server defaults it (DefaultPullPolicy), that default for a line of
+	// references, and empty for the sandbox image (the CRI pulls it).
+	Image      string
+	PullPolicy string
+}
+
+// DefaultPullPolicy is the pull policy the API server gives a container or
+// an image volume that names ref without one: Always for a :latest tag or
+// no tag and no digest, else IfNotPresent; empty when ref does not parse.
+func DefaultPullPolicy(ref string) string {
+	n, err := reference.ParseNormalizedNamed(strings.TrimSpace(ref))
+	if err != nil {
+		return ""
+	}
+	tagged, hasTag := n.(reference.Tagged)
+	_, hasDigest := n.(reference.Digested)
+	if (hasTag && tagged.Tag() == "latest") || (!hasTag && !hasDigest) {
+		return "Always"
+	}
+	return "IfNotPresent"
+}
+
+// pullPolicy is policy as written, else ref's default.
+func pullPolicy(policy any, ref string) string {
+	if s, _ := policy.(string); s != "" {
+		return s
+	}
+	return DefaultPullPolicy(ref)
 }
 
 // String names the use for a person: "app.yaml#2 Deployment web/api
@@ -97,62 +125,69 @@ func (s *Set) Add(ref string, u Use) {
 	img.Uses = append(img.Uses, u)
 }
 
-// docSeparator is a YAML document separator line.
-var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
-
-// Read reads one file of manifests, or of references a line each, into s.
-// A document that does not parse is an error naming file and its index;
-// the other documents are still read.
+// Read reads one file of manifests, or of references a line each, into s,
+// as decodeStream cuts it (stream.go). A document that is not understood is
+// an error naming the file, the line it begins at and its index
+// ("app.yaml:12: document 3: …"); the other documents are still read.
 func (s *Set) Read(file string, data []byte) {
-	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // a byte order mark some editors write
-	docs := split(data)
-	values := make([]any, len(docs))
-	errs := make([]error, len(docs))
-	for i, doc := range docs {
-		errs[i] = yaml.Unmarshal(doc, &values[i])
+	data, err := utf8Text(data)
+	if err != nil {
+		s.Errors = append(s.Errors, fmt.Errorf("%s: %w", file, err))
+		return
 	}
-	if refLines(values, errs) {
+	docs, sepErrs := decodeStream(data)
+	if len(sepErrs) == 0 && refLines(docs) {
 		s.readLines(file, data)
 		return
 	}
-	for i, v := range values {
-		if errs[i] != nil {
-			s.Errors = append(s.Errors, fmt.Errorf("%s: document %d: %w", file, i+1, errs[i]))
-			continue
+	for _, e := range sepErrs {
+		s.Errors = append(s.Errors, fmt.Errorf("%s:%d: %w", file, e.line, e.err))
+	}
+	for _, d := range docs {
+		fail := func(err error) {
+			s.Errors = append(s.Errors, fmt.Errorf("%s:%d: document %d: %w", file, d.line, d.index, err))
 		}
-		if v == nil {
+		switch {
+		case d.err != nil:
+			fail(d.err)
+			continue
+		case d.more != nil:
+			fail(d.more)
+		}
+		if d.value == nil {
 			continue // an empty document, or comments only
 		}
-		obj, ok := v.(map[string]any)
+		obj, ok := d.value.(map[string]any)
 		if !ok {
-			s.Errors = append(s.Errors, fmt.Errorf("%s: document %d: not a Kubernetes object (a %T)", file, i+1, v))
+			fail(fmt.Errorf("not a Kubernetes object (%s)", what(d.value)))
 			continue
 		}
-		s.object(obj, Use{File: file, Doc: i + 1})
+		s.object(obj, Use{File: file, Doc: d.index}, d.line)
 	}
 }
 
-// split cuts a YAML stream into its documents (a JSON file is one).
-func split(data []byte) [][]byte {
-	var docs [][]byte
-	idx := docSeparator.FindAllIndex(data, -1)
-	start := 0
-	for _, m := range idx {
-		docs = append(docs, data[start:m[0]])
-		start = m[1]
+// what names the kind of a decoded value for an error.
+func what(v any) string {
+	switch v.(type) {
+	case []any:
+		return "a list"
+	case string:
+		return "a string"
+	case map[string]any:
+		return "an object"
 	}
-	return append(docs, data[start:])
+	return fmt.Sprintf("a %T", v)
 }
 
 // refLines says whether the input is lines of references: every document
 // parses, none is a mapping or a sequence, and one is a string.
-func refLines(values []any, errs []error) bool {
+func refLines(docs []document) bool {
 	content := false
-	for i, v := range values {
-		if errs[i] != nil {
+	for _, d := range docs {
+		if d.err != nil {
 			return false
 		}
-		switch v.(type) {
+		switch d.value.(type) {
 		case nil:
 		case string:
 			content = true
@@ -170,7 +205,7 @@ func (s *Set) readLines(file string, data []byte) {
 		if line == "" || line == "---" {
 			continue
 		}
-		s.Add(line, Use{File: file, Line: i + 1})
+		s.Add(line, Use{File: file, Line: i + 1, Image: line, PullPolicy: DefaultPullPolicy(line)})
 	}
 }
 
@@ -191,14 +226,29 @@ var podSpecPaths = map[string][]string{
 var containerLists = []string{"initContainers", "containers", "ephemeralContainers"}
 
 // object reads one object: a List's items, a known kind's pod spec, or any
-// other object's pod templates wherever they are.
-func (s *Set) object(obj map[string]any, u Use) {
+// other object's pod templates wherever they are. An object without a kind
+// is an error naming the document and the line it begins at; so is a
+// List's item that is not an object with a kind.
+func (s *Set) object(obj map[string]any, u Use, line int) {
 	kind, _ := obj["kind"].(string)
+	if kind == "" {
+		s.Errors = append(s.Errors, fmt.Errorf("%s:%d: document %d: not a Kubernetes object: no kind", u.File, line, u.Doc))
+		return
+	}
 	if items, ok := obj["items"].([]any); ok && (kind == "List" || strings.HasSuffix(kind, "List")) {
-		for _, it := range items {
-			if m, ok := it.(map[string]any); ok {
-				s.object(m, u)
+		for i, it := range items {
+			m, ok := it.(map[string]any)
+			if k, _ := m["kind"].(string); !ok || k == "" {
+				// A typed list as the API server writes it (DeploymentList,
+				// from kubectl get --raw) leaves its items' kind out.
+				if ok && kind != "List" {
+					m["kind"] = strings.TrimSuffix(kind, "List")
+				} else {
+					s.Errors = append(s.Errors, fmt.Errorf("%s:%d: document %d: %s items[%d]: not a Kubernetes object", u.File, line, u.Doc, kind, i))
+					continue
+				}
 			}
+			s.object(m, u, line)
 		}
 		return
 	}
@@ -274,12 +324,33 @@ func (s *Set) podSpec(spec map[string]any, u Use) {
 			name, _ := cm["name"].(string)
 			cu := u
 			cu.Container = list + "/" + name
+			cu.Image, cu.PullPolicy = img, pullPolicy(cm["imagePullPolicy"], img)
 			if img == "" {
 				s.Errors = append(s.Errors, fmt.Errorf("%s: no image", cu))
 				continue
 			}
 			s.Add(img, cu)
 		}
+	}
+	// An image volume (GA in Kubernetes 1.36): the kubelet pulls its
+	// reference as it pulls a container's image, before the pod starts.
+	vols, _ := spec["volumes"].([]any)
+	for _, v := range vols {
+		vm, _ := v.(map[string]any)
+		src, ok := vm["image"].(map[string]any)
+		if !ok {
+			continue
+		}
+		name, _ := vm["name"].(string)
+		ref, _ := src["reference"].(string)
+		vu := u
+		vu.Container = "volumes/" + name
+		vu.Image, vu.PullPolicy = ref, pullPolicy(src["pullPolicy"], ref)
+		if ref == "" {
+			s.Errors = append(s.Errors, fmt.Errorf("%s: no image reference", vu))
+			continue
+		}
+		s.Add(ref, vu)
 	}
 }
 

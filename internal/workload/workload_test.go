@@ -103,8 +103,8 @@ func TestChart(t *testing.T) {
 	}
 }
 
-// TestBadInput: a document that does not parse is an error naming the file
-// and its index, and the next one is still read; so is an image reference
+// TestBadInput: a document that does not parse is an error naming the file,
+// the line it begins at and its index, and the next one is still read; so is an image reference
 // that does not parse, and a container without an image.
 func TestBadInput(t *testing.T) {
 	var s Set
@@ -117,7 +117,7 @@ spec: {containers: [{name: c, image: "nginx:1"
 ---
 kind: Deployment
 metadata: {name: d}
-spec: {template: {spec: {containers: [{name: x, image: "Not A Ref"}, {name: y}]}}}
+spec: {template: {spec: {containers: [{name: x, image: "Not A Ref"}, {name: w}]}}}
 ---
 - just
 - a list
@@ -133,7 +133,7 @@ spec: {containers: [{name: c, image: "redis:7"}]}
 	for _, e := range s.Errors {
 		errs = append(errs, e.Error())
 	}
-	for _, want := range []string{"bad.yaml: document 2: ", "bad.yaml#3 Deployment d containers/x: image invalid reference", "bad.yaml#3 Deployment d containers/y: no image", "bad.yaml: document 4: not a Kubernetes object"} {
+	for _, want := range []string{"bad.yaml:5: document 2: error converting YAML to JSON: yaml: line 6: ", "bad.yaml#3 Deployment d containers/x: image invalid reference", "bad.yaml#3 Deployment d containers/w: no image", "bad.yaml:12: document 4: not a Kubernetes object (a list)"} {
 		if !slices.ContainsFunc(errs, func(e string) bool { return strings.HasPrefix(e, want) }) {
 			t.Errorf("no error starting %q in:\n%s", want, strings.Join(errs, "\n"))
 		}

@@ -148,7 +148,7 @@ spec:
 			t.Fatal(err)
 		}
 		r, res = d.check(t, dataDir, "--no-sandbox-image", broken)
-		if res.Code != 2 || len(r.Images) != 4 || len(r.Errors) != 1 || !strings.HasPrefix(r.Errors[0], broken+": document 1:") {
+		if res.Code != 2 || len(r.Images) != 4 || len(r.Errors) != 1 || !strings.HasPrefix(r.Errors[0], broken+":1: document 1:") {
 			t.Errorf("check of a broken document: exit %d, %d images, errors %q", res.Code, len(r.Images), r.Errors)
 		}
 
