@@ -124,7 +124,7 @@ holdfast sync refuses with a message naming the running agent.`,
 	pf.StringVar(&o.contentRoot, "content-root", "", "containerd's content store directory as holdfast sees it, whose filesystem imports check for free space; default: what containerd reports")
 	pf.Var(&o.minFree, "min-free", "free space an import must leave on the content store's filesystem: a size (2GiB, 500MB; 0: the archive must only fit) or a percentage of the filesystem (5%); default 5% of the filesystem, at most 1GiB; see docs/how-it-works.md#disk-space")
 	pf.Var(&o.writePath, "write-path", "how imports write blobs: stream (through containerd's content API), direct (into the content store's directory, recorded by metadata only; imports fail when it is not usable) or auto (direct when usable, else stream); see docs/how-it-works.md#write-path")
-	pf.BoolVar(&o.insecurePerms, "insecure-perms", false, "read images dirs, spool dirs and pull/pin lists that users other than root and holdfast's own can change (group- or world-writable, or another user's, up to /); without it each such path is a failed source naming the path and why; see docs/security.md")
+	pf.BoolVar(&o.insecurePerms, "insecure-perms", false, "read images dirs, spool dirs, pull/pin lists and the signature policy's files (--policy, its keys and trusted roots) that users other than root and holdfast's own can change (group- or world-writable, or another user's, up to /); without it each such dir or list is a failed source, and such a policy file a bad policy, naming the path and why; see docs/security.md")
 	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for one pull of a pull-list entry")
 	pf.StringVar(&o.policyFile, "policy", "", "signature policy file: which keys or keyless identities must have signed which images; under mode enforce an image that is not verified is not pinned, under warn its verdict is reported; see docs/signatures.md")
 	withEnv(pf, "address", "images", "spool", "data-dir", "namespace", "log-level", "log-format", "registry-config",
@@ -160,7 +160,7 @@ func (o *options) complete(cmd *cobra.Command) error {
 		if abs, err := filepath.Abs(o.policyFile); err == nil {
 			o.policyFile = abs
 		}
-		if o.policy, err = policy.Load(o.policyFile); err != nil {
+		if o.policy, err = policy.LoadWith(o.policyFile, policy.Options{InsecurePerms: o.insecurePerms}); err != nil {
 			return &usageError{fmt.Errorf("signature policy:\n%w", err)}
 		}
 	}

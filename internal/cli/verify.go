@@ -83,7 +83,9 @@ bad usage or a bad policy (each mistake printed as FILE:LINE: cause).`,
 			}
 			ctx := cmd.Context()
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
-			pol, err := policy.Load(policyFile)
+			// --insecure-perms is the root's flag, as for every command.
+			insecure, _ := cmd.Flags().GetBool("insecure-perms")
+			pol, err := policy.LoadWith(policyFile, policy.Options{InsecurePerms: insecure})
 			if err != nil {
 				for _, e := range flatten(err) {
 					fmt.Fprintf(errOut, "error: %v\n", e)

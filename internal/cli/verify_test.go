@@ -285,6 +285,65 @@ func TestVerifyBadPolicy(t *testing.T) {
 	}
 }
 
+// TestVerifyLooseKey: a user other than root rewrote the policy's key, a
+// file writable by others (mode 0666) in a directory writable by others,
+// with a key of their own that signed their image: verify refuses the
+// policy (exit 2, the key file and its mode named at the policy's line) and
+// reads no archive, rather than finding the image verified by the key.
+// --insecure-perms reads the key all the same.
+func TestVerifyLooseKey(t *testing.T) {
+	s := newSignedSet(t)
+	path := s.writeOCI(t, filepath.Join(s.dir, "images.tar"), fixture.OCIOptions{})
+	keys := filepath.Join(s.dir, "keys")
+	if err := os.Mkdir(keys, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(keys, "k1.pub")
+	writeFile(t, key, string(sigtest.PublicPEM(t, s.other))) // the forger's
+	for p, mode := range map[string]os.FileMode{keys: 0o777, key: 0o666} {
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pol := filepath.Join(s.dir, "policy.yaml")
+	writeFile(t, pol, "mode: enforce\nrules:\n  - images: [\""+s.forged.Names[0]+"\"]\n    keys: [keys/k1.pub]\n")
+
+	out, errOut, code := holdfast(t, "verify", "--policy", pol, path)
+	want := "error: " + pol + ":4: key " + key + " is writable by others (mode 0666); fix the mode or owner, or pass --insecure-perms"
+	if code != 2 || out != "" || !strings.Contains(errOut, want) {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 2, nothing, and %q", code, out, errOut, want)
+	}
+
+	got, _, code := verifyJSON(t, "--insecure-perms", "--policy", pol, path)
+	if code != 0 {
+		t.Errorf("--insecure-perms: exit %d, want 0", code)
+	}
+	wantVerdict(t, got, s.forged, path, "verified", key, "")
+}
+
+// TestPolicyLooseKeyEveryCommand: every command that takes --policy refuses
+// a policy whose key others may write, as a bad policy (exit 2, the key
+// file and its mode named), before it reaches containerd.
+func TestPolicyLooseKeyEveryCommand(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "k1.pub")
+	writeFile(t, key, string(sigtest.PublicPEM(t, sigtest.NewKey(t))))
+	if err := os.Chmod(key, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	pol := filepath.Join(dir, "policy.yaml")
+	writeFile(t, pol, "mode: enforce\nrules:\n  - images: [\"*\"]\n    keys: [k1.pub]\n")
+	want := pol + ":4: key " + key + " is writable by others (mode 0666)"
+	for _, args := range [][]string{
+		{"sync"}, {"run"}, {"plan"}, {"status"}, {"import", filepath.Join(dir, "a.tar")}, {"verify", filepath.Join(dir, "a.tar")},
+	} {
+		args = append(args, "--data-dir", filepath.Join(dir, "data"), "--address", filepath.Join(dir, "none.sock"), "--policy", pol)
+		if _, errOut, code := holdfast(t, args...); code != 2 || !strings.Contains(errOut, want) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", args, code, errOut, want)
+		}
+	}
+}
+
 // TestVerifyUsage: no --policy, no path, --name with two paths, a bad -o
 // are usage errors; HOLDFAST_POLICY gives the policy.
 func TestVerifyUsage(t *testing.T) {

@@ -39,8 +39,9 @@ type Config struct {
 	PullTimeout    time.Duration // for one pull of a pull list entry
 	// Credentials per registry host for pulls (from K3s's registries.yaml).
 	Credentials map[string]registries.Credential
-	// InsecurePerms reads images dirs, spool dirs and lists that users other
-	// than root and holdfast's own may change (source.CheckPerms).
+	// InsecurePerms reads images dirs, spool dirs, lists and the policy's
+	// files that users other than root and holdfast's own may change
+	// (source.CheckPerms).
 	InsecurePerms bool
 	Log           *slog.Logger
 	// Progress, when set, follows the bytes imports read from archive files.

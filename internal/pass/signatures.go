@@ -34,7 +34,7 @@ func (p *Runner) loadPolicy(sum *Summary) {
 	if p.cfg.Policy == "" {
 		return
 	}
-	pol, err := policy.Reload(p.sigs.pol, p.cfg.Policy)
+	pol, err := policy.Reload(p.sigs.pol, p.cfg.Policy, policy.Options{InsecurePerms: p.cfg.InsecurePerms})
 	// The same policy read again stays the same value, so that the judge
 	// keeps its verdicts.
 	if pol != p.sigs.pol && !reflect.DeepEqual(pol, p.sigs.pol) {

@@ -55,3 +55,49 @@ func TestPolicyReloadKeepsAnUnchangedPolicy(t *testing.T) {
 		t.Errorf("%d events for one bad edit read twice, want 1", n)
 	}
 }
+
+// TestPolicyReloadRefusesLooseKey: the reload before each pass judges the
+// policy's files as a start does: a key made writable by others and
+// rewritten is refused, the last good policy (with the key as it was)
+// stays, and the warning names the key and its mode; with InsecurePerms the
+// rewritten key is taken.
+func TestPolicyReloadRefusesLooseKey(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "k.pub")
+	good := sigtest.PublicPEM(t, sigtest.NewKey(t))
+	if err := os.WriteFile(key, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(path, []byte("mode: enforce\nrules:\n  - images: [\"*\"]\n    keys: [k.pub]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := New(fake.New(), Config{Policy: path})
+	var sum Summary
+	p.loadPolicy(&sum)
+	first := p.sigs.pol
+	if first == nil || len(sum.Failures) != 0 {
+		t.Fatalf("policy %v, failures %v", first, sum.Failures)
+	}
+
+	forged := sigtest.PublicPEM(t, sigtest.NewKey(t))
+	if err := os.Chmod(key, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, forged, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	p.loadPolicy(&sum)
+	if p.sigs.pol != first || string(p.sigs.pol.Rules[0].Keys[0].PEM) != string(good) {
+		t.Errorf("a rewritten key others may write was taken (the last good policy kept: %v)", p.sigs.pol == first)
+	}
+	if want := "key " + key + " is writable by others (mode 0666)"; !strings.Contains(p.sigs.badErr, want) || len(sum.Failures) != 0 {
+		t.Errorf("reported %q, failures %v; want %q", p.sigs.badErr, sum.Failures, want)
+	}
+
+	insecure := New(fake.New(), Config{Policy: path, InsecurePerms: true})
+	insecure.loadPolicy(&sum)
+	if pol := insecure.sigs.pol; pol == nil || string(pol.Rules[0].Keys[0].PEM) != string(forged) {
+		t.Errorf("InsecurePerms: policy read %v, failures %v; want the key as it is now", pol != nil, sum.Failures)
+	}
+}

@@ -31,7 +31,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		path := filepath.Join(dir, "policy.yaml")
-		p, err := parse(path, data)
+		p, err := parse(path, data, Options{})
 		if err != nil {
 			if p != nil {
 				t.Fatal("parse returned a policy with its error")

@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/holdfast-project/holdfast/internal/pattern"
+	"github.com/holdfast-project/holdfast/internal/source"
 )
 
 // Bounds on the files a policy reads: a larger one is refused before it is
@@ -26,21 +27,57 @@ const (
 	MaxTrustedRootBytes = 4 << 20
 )
 
-// Load reads and checks the policy file at path, and the key and trusted-root
-// files it names. A file that cannot be read (or is too large) is one error
-// naming it; otherwise every mistake found is reported, joined, each a
-// LineError.
+// Options tune LoadWith.
+type Options struct {
+	// InsecurePerms reads a policy file, keys and trusted roots that users
+	// other than root and holdfast's own may change (--insecure-perms).
+	InsecurePerms bool
+}
+
+// Load is LoadWith without options.
 func Load(path string) (*Policy, error) {
-	data, err := readLimit(path, MaxPolicyBytes, "a policy file")
+	return LoadWith(path, Options{})
+}
+
+// LoadWith reads and checks the policy file at path, and the key and
+// trusted-root files it names. A file that cannot be read (or is too large)
+// is one error naming it, as is a policy file that users other than root
+// and holdfast's own may change (unless o.InsecurePerms); otherwise every
+// mistake found is reported, joined, each a LineError: a key or trusted
+// root others may change is one.
+func LoadWith(path string, o Options) (*Policy, error) {
+	real, err := o.trusted("policy file", path)
+	if err != nil {
+		return nil, err
+	}
+	data, err := readLimit(real, MaxPolicyBytes, "a policy file")
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	return parse(path, data)
+	return parse(path, data, o)
+}
+
+// trusted judges a file the policy trusts (the policy file, a key, a
+// trusted root), what naming it, by the rules of pin lists
+// (source.CheckPerms), unless o.InsecurePerms. It returns the path to read:
+// path with its symlinks resolved, so that what is read is what was judged.
+// A path that does not resolve is returned as it is, for reading it to say
+// why.
+func (o Options) trusted(what, path string) (string, error) {
+	if o.InsecurePerms {
+		return path, nil
+	}
+	real, err := source.CheckResolved(what, path, os.Geteuid())
+	if err != nil || real == "" {
+		return path, err
+	}
+	return real, nil
 }
 
 // parser collects the mistakes of one policy file.
 type parser struct {
 	path  string
+	opts  Options
 	lines int // in the file, at least 1
 	errs  []LineError
 }
@@ -57,8 +94,8 @@ func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
 }
 
 // parse parses the bytes of the policy file at path.
-func parse(path string, data []byte) (*Policy, error) {
-	p := &parser{path: path, lines: max(lineCount(data), 1)}
+func parse(path string, data []byte, o Options) (*Policy, error) {
+	p := &parser{path: path, opts: o, lines: max(lineCount(data), 1)}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
@@ -250,7 +287,12 @@ func (p *parser) key(n *yaml.Node, s string) (Key, bool) {
 		return Key{}, false
 	}
 	path := resolve(p.path, s)
-	data, err := readLimit(path, MaxKeyBytes, "a key file")
+	real, err := p.opts.trusted("key", path)
+	if err != nil {
+		p.errorf(n, "%v", err)
+		return Key{}, false
+	}
+	data, err := readLimit(real, MaxKeyBytes, "a key file")
 	if err != nil {
 		p.errorf(n, "key %s: %v", path, err)
 		return Key{}, false
@@ -278,11 +320,13 @@ func (p *parser) keyless(n *yaml.Node) *Keyless {
 			p.errorf(tn, "trustedRoot: empty path")
 		} else {
 			k.TrustedRoot = resolve(p.path, s)
-			data, err := readTrustedRoot(k.TrustedRoot)
-			if err != nil {
+			if real, err := p.opts.trusted("trustedRoot", k.TrustedRoot); err != nil {
+				p.errorf(tn, "%v", err)
+			} else if data, err := readTrustedRoot(real); err != nil {
 				p.errorf(tn, "trustedRoot %s: %v", k.TrustedRoot, err)
+			} else {
+				k.TrustedRootJSON = data
 			}
-			k.TrustedRootJSON = data
 		}
 	}
 	if in := f["identities"]; in == nil {

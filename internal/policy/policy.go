@@ -112,11 +112,11 @@ func (p *Policy) RuleFor(name string) (*Rule, bool) {
 	return nil, false
 }
 
-// Reload loads the policy at path again. When the new file is bad it returns
-// old, unchanged, with the error, so that the caller keeps the last good
-// policy.
-func Reload(old *Policy, path string) (*Policy, error) {
-	p, err := Load(path)
+// Reload loads the policy at path again (LoadWith). When the new file is bad
+// it returns old, unchanged, with the error, so that the caller keeps the
+// last good policy.
+func Reload(old *Policy, path string, o Options) (*Policy, error) {
+	p, err := LoadWith(path, o)
 	if err != nil {
 		return old, err
 	}

@@ -516,13 +516,13 @@ func TestReload(t *testing.T) {
 	}
 
 	write(t, path, "mode: enforce\nrules:\n  - images: [nginx]\n    keys: [a.pub]\n")
-	p, err := Reload(old, path)
+	p, err := Reload(old, path, Options{})
 	if err != nil || p == old || p.Mode != Enforce {
 		t.Fatalf("Reload of a good file = %+v, %v", p, err)
 	}
 
 	write(t, path, "mode: enforce\nrules:\n  - images: [nginx]\n    keys: [gone.pub]\n")
-	again, err := Reload(p, path)
+	again, err := Reload(p, path, Options{})
 	if err == nil || !strings.Contains(err.Error(), path+":4: ") {
 		t.Errorf("Reload of a bad file: error %v", err)
 	}
@@ -533,7 +533,7 @@ func TestReload(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	if kept, err := Reload(p, path); err == nil || kept != p {
+	if kept, err := Reload(p, path, Options{}); err == nil || kept != p {
 		t.Errorf("Reload of a missing file = %p, %v; want the last good policy %p and an error", kept, err, p)
 	}
 }

@@ -54,13 +54,23 @@ const InsecurePermsHint = "fix the mode or owner, or pass --insecure-perms (HOLD
 //
 // A path that does not resolve is not refused here: reading it reports that.
 func CheckPerms(what, path string, uid int) error {
+	_, err := CheckResolved(what, path, uid)
+	return err
+}
+
+// CheckResolved is CheckPerms, returning also the path it judged: path with
+// every symlink resolved, made absolute ("" when path does not resolve). To
+// read what was judged, read that path, not path: no other user can change
+// it, while a symlink on the way to it may lie in a directory they can
+// write, and point elsewhere by the time path is opened.
+func CheckResolved(what, path string, uid int) (string, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return nil
+		return "", nil
 	}
 	real, err = filepath.Abs(real)
 	if err != nil {
-		return nil
+		return "", nil
 	}
 	shown := path
 	if real != filepath.Clean(path) {
@@ -69,16 +79,17 @@ func CheckPerms(what, path string, uid int) error {
 	for p := real; ; p = filepath.Dir(p) {
 		fi, err := os.Lstat(p)
 		if err != nil {
-			return nil
+			// It went after it resolved: judge it again when it stays.
+			return "", fmt.Errorf("%s %s: %w", what, shown, err)
 		}
 		if why := unsafeBy(p, fi, uid, p != real); why != "" {
 			if p == real {
-				return fmt.Errorf("%s %s is %s; %s", what, shown, why, InsecurePermsHint)
+				return "", fmt.Errorf("%s %s is %s; %s", what, shown, why, InsecurePermsHint)
 			}
-			return fmt.Errorf("%s %s: directory %s is %s; %s", what, shown, p, why, InsecurePermsHint)
+			return "", fmt.Errorf("%s %s: directory %s is %s; %s", what, shown, p, why, InsecurePermsHint)
 		}
 		if p == filepath.Dir(p) {
-			return nil
+			return real, nil
 		}
 	}
 }

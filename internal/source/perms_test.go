@@ -179,3 +179,28 @@ func TestScanPermsSpoolDir(t *testing.T) {
 		t.Fatalf("errors %v, want %q", res.Errors, want)
 	}
 }
+
+// TestCheckResolved: the path judged, to be read in place of the path
+// given, is the file a symlink resolves to, absolute; a path that does not
+// resolve is not judged (reading it says why).
+func TestCheckResolved(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	target := filepath.Join(dir, "real", "k.pub")
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(target, []byte("key\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "k.pub")
+	if err := os.Symlink(filepath.Join("real", "k.pub"), link); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := CheckResolved("key", link, os.Geteuid()); got != target || err != nil {
+		t.Errorf("CheckResolved(%s) = %q, %v; want %q", link, got, err, target)
+	}
+	if got, err := CheckResolved("key", filepath.Join(dir, "gone.pub"), os.Geteuid()); got != "" || err != nil {
+		t.Errorf("CheckResolved of a missing file = %q, %v; want nothing", got, err)
+	}
+}
