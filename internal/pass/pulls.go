@@ -47,9 +47,13 @@ func (p *Runner) pullLists(ctx context.Context, lists []source.Source, v *view, 
 		for _, le := range pl.Errors {
 			sum.Failures = append(sum.Failures, le)
 		}
-		wants, errs := p.resolvePulls(ctx, pl, have, leasedBefore(states, src.Path))
+		wants, errs, done := p.resolvePulls(ctx, pl, have, leasedBefore(states, src.Path))
 		sum.Failures = append(sum.Failures, errs...)
-		if !p.leaseList(ctx, "pull list", src, src.MtimeNs, wants, v, failuresBefore, sum, imported, present) {
+		leased := p.leaseList(ctx, "pull list", src, src.MtimeNs, wants, v, failuresBefore, sum, imported, present)
+		// Only now may what was pulled lose its temporary lease: the list's
+		// own holds it, or the GC may take it.
+		done()
+		if !leased {
 			unknown = append(unknown, src.Path)
 		}
 	}
@@ -79,13 +83,16 @@ func leasedBefore(states []hfruntime.SourceState, path string) map[string]hfrunt
 // resolvePulls finds each entry's target: in what the list leased before,
 // in the store, or from its registry. What the list leased comes first: a
 // record re-pointed while no agent healed it (ctr tag --force, a pull) is
-// drift to restore, never what the list wants from then on.
-func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, have, before map[string]hfruntime.Want) ([]hfruntime.Want, []error) {
+// drift to restore, never what the list wants from then on. What it pulls
+// is held by a temporary lease until done is called: call it once the list's
+// own lease holds the content.
+func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, have, before map[string]hfruntime.Want) (_ []hfruntime.Want, _ []error, done func()) {
 	var (
 		mu    sync.Mutex
 		wants []hfruntime.Want
 		errs  []error
 	)
+	done = func() {}
 	var toPull []source.PullEntry
 	for _, e := range pl.Entries {
 		if w, ok := before[e.Ref]; ok {
@@ -111,9 +118,9 @@ func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, have,
 	if len(toPull) > 0 {
 		lease, err := p.rt.TempLease(ctx)
 		if err != nil {
-			return wants, []error{fmt.Errorf("pull list %s: %w", pl.Path, err)}
+			return wants, []error{fmt.Errorf("pull list %s: %w", pl.Path, err)}, done
 		}
-		defer func() { _ = p.rt.Release(context.WithoutCancel(ctx), lease) }()
+		done = func() { _ = p.rt.Release(context.WithoutCancel(ctx), lease) }
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(4)
 		for _, e := range toPull {
@@ -138,7 +145,7 @@ func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, have,
 		sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	}
 	sort.Slice(wants, func(i, j int) bool { return wants[i].Name < wants[j].Name })
-	return wants, errs
+	return wants, errs, done
 }
 
 // pull tries one reference a few times, with backoff.
