@@ -166,10 +166,10 @@ func NewIndex(ctx context.Context, candidates []ocispec.Descriptor, b Blobs) *In
 
 // readCandidate reads a candidate manifest: its signatures, and for each the
 // image its payload names ("" for a bundle, or a payload that names none).
-// A manifest that is none (or an OCI one it does not say it is), or a
-// bundle referrer of an attestation, has no signatures. On error, m is the
-// manifest when it could be read: with a subject, the error is only that
-// image's.
+// A blob that is no manifest (or whose mediaType says it is another thing),
+// or a bundle referrer of an attestation, has no signatures. On error, m is
+// the manifest when it could be read: with a subject, the error is only
+// that image's.
 func readCandidate(ctx context.Context, b Blobs, c ocispec.Descriptor) (m *ocispec.Manifest, sigs []Signature, named []digest.Digest, err error) {
 	raw, err := read(ctx, b, c)
 	if err != nil {
@@ -256,8 +256,11 @@ func (x *Index) Find(image ocispec.Descriptor) ([]Signature, []error) {
 	return sigs, errs
 }
 
-// sigTags are the tags SigTag gives that name d (named): the whole of each
-// of its names, and each part of one after a colon, that ends with .sig.
+// sigTags are the tags d is named with. A name of d
+// (org.opencontainers.image.ref.name or io.containerd.image.name) is named
+// with a tag when it is the tag or ends with a colon and the tag: so each
+// name whole, and each part of it after a colon, that ends with .sig. Find
+// looks SigTag(image) up among them.
 func sigTags(d ocispec.Descriptor) []string {
 	var out []string
 	for _, k := range []string{ocispec.AnnotationRefName, annotationContainerdName} {
