@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -495,4 +496,35 @@ func TestVerifyZarf(t *testing.T) {
 		t.Errorf("exit %d, images %v; want 1 and one image", code, got)
 	}
 	wantVerdict(t, got, s.signed, path, "invalid", "", "no trusted key verifies it")
+}
+
+// TestVerifyGenerated: the images fixture.Generate writes with Count and
+// Sign (tools/imagegen -images N -sign-key) are each verified by the key.
+func TestVerifyGenerated(t *testing.T) {
+	s := newSignedSet(t)
+	path := filepath.Join(s.dir, "generated.tar")
+	const n = 3
+	err := fixture.Generate(context.Background(), fixture.GenerateConfig{
+		Output: path, Format: fixture.FormatOCI, Count: n,
+		Image: fixture.ImageSpec{Names: []string{verifyRepo + "gen:1"}, Layers: fixture.UniformLayers(1, 512, false, 1)},
+		Sign:  func(p []byte) (string, error) { return sigtest.Sign(t, s.trusted, p), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, errOut, code := verifyJSON(t, "--policy", s.policy(t, "enforce", verifyRepo+"*"), path)
+	if code != 0 || len(got) != n {
+		t.Fatalf("exit %d, %d images (stderr %q): %v; want 0 and %d", code, len(got), errOut, got, n)
+	}
+	digests := map[string]bool{}
+	for i := 1; i <= n; i++ {
+		v, ok := got[fmt.Sprintf("%sgen-%d:1", verifyRepo, i)]
+		if !ok || v.State != "verified" || v.By != s.keyPath {
+			t.Errorf("image %d: %+v, want verified by %s", i, v, s.keyPath)
+		}
+		digests[v.Digest] = true
+	}
+	if len(digests) != n {
+		t.Errorf("%d digests among %d images", len(digests), n)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -32,7 +33,7 @@ type Image struct {
 // and its signatures are not looked for; each target is verified once per
 // rule, whatever number of names it has.
 func Check(ctx context.Context, pol *policy.Policy, res *archive.Result, b signature.Blobs) []Image {
-	candidates := Candidates(res)
+	find := finder(ctx, Candidates(res), b)
 	type key struct {
 		target digest.Digest
 		rule   *policy.Rule
@@ -54,7 +55,7 @@ func Check(ctx context.Context, pol *policy.Policy, res *archive.Result, b signa
 		if !ok {
 			f, ok := found[img.Target.Digest]
 			if !ok {
-				f = find(ctx, img.Target, candidates, b)
+				f = find(img.Target)
 				if res.Package != nil {
 					f.packages = append(f.packages, *res.Package)
 				}
@@ -92,10 +93,10 @@ func judgedByImage(imgs []Image) []Image {
 }
 
 // Candidates are the manifests of res that may be signatures: the index
-// entries the walk skipped (signatures, referrers, and the rest, which Find
-// passes over), named with the name each carried (so that a
-// <repo>:sha256-<hex>.sig name claims its image), and the images named with
-// a cosign tag.
+// entries the walk skipped (signatures, referrers, and the rest, which
+// signature.NewIndex passes over), named with the name each carried (so
+// that a <repo>:sha256-<hex>.sig name claims its image), and the images
+// named with a cosign tag.
 func Candidates(res *archive.Result) []ocispec.Descriptor {
 	var out []ocispec.Descriptor
 	for _, s := range res.Skipped {
@@ -124,27 +125,16 @@ type found struct {
 	unreadable []error
 }
 
-// find looks for target's signatures among candidates one manifest at a
-// time, so that one that cannot be read leaves the others found.
-func find(ctx context.Context, target ocispec.Descriptor, candidates []ocispec.Descriptor, b signature.Blobs) found {
-	var order []digest.Digest
-	byDigest := map[digest.Digest][]ocispec.Descriptor{}
-	for _, c := range candidates {
-		if _, ok := byDigest[c.Digest]; !ok {
-			order = append(order, c.Digest)
-		}
-		byDigest[c.Digest] = append(byDigest[c.Digest], c)
+// finder returns a function that finds the signatures of an image among
+// candidates. Its first call reads every candidate, once
+// (signature.NewIndex); one that cannot be read leaves the others found,
+// and is unreadable for the images it may claim.
+func finder(ctx context.Context, candidates []ocispec.Descriptor, b signature.Blobs) func(target ocispec.Descriptor) found {
+	index := sync.OnceValue(func() *signature.Index { return signature.NewIndex(ctx, candidates, b) })
+	return func(target ocispec.Descriptor) found {
+		sigs, unreadable := index().Find(target)
+		return found{sigs: sigs, unreadable: unreadable}
 	}
-	var f found
-	for _, d := range order {
-		sigs, err := signature.Find(ctx, target, byDigest[d], b)
-		if err != nil {
-			f.unreadable = append(f.unreadable, fmt.Errorf("manifest %s: %w", d, err))
-			continue
-		}
-		f.sigs = append(f.sigs, sigs...)
-	}
-	return f
 }
 
 // judge is the verdict of rule on target, whose signatures are f.

@@ -26,6 +26,7 @@ func Carried(ctx context.Context, res *archive.Result) map[digest.Digest][]signa
 	if len(candidates) == 0 {
 		return nil
 	}
+	find := finder(ctx, candidates, Docs(res))
 	out := map[digest.Digest][]signature.Signature{}
 	for _, img := range res.Images {
 		if _, tag := archive.CosignTag(img.Name); tag {
@@ -34,7 +35,7 @@ func Carried(ctx context.Context, res *archive.Result) map[digest.Digest][]signa
 		if _, ok := out[img.Target.Digest]; ok {
 			continue
 		}
-		if f := find(ctx, img.Target, candidates, Docs(res)); len(f.sigs) > 0 {
+		if f := find(img.Target); len(f.sigs) > 0 {
 			out[img.Target.Digest] = f.sigs
 		}
 	}
@@ -150,7 +151,7 @@ func (j *Judge) own(ctx context.Context, pol *policy.Policy, name string, target
 	if ok {
 		return v
 	}
-	f := find(ctx, target, candidates, b)
+	f := finder(ctx, candidates, b)(target)
 	for _, p := range pkgs {
 		m, merr := b.Read(ctx, p.Manifest)
 		bu, berr := b.Read(ctx, p.Bundle)

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/opencontainers/go-digest"
@@ -42,7 +43,7 @@ const (
 	mediaTypeDockerManifest = "application/vnd.docker.distribution.manifest.v2+json"
 )
 
-// maxBlob bounds what Find reads of a signature manifest or layer: payloads
+// maxBlob bounds what NewIndex reads of a signature manifest or layer: payloads
 // and bundles are a few KiB.
 const maxBlob = 4 << 20
 
@@ -59,7 +60,7 @@ type Blobs interface {
 	Read(ctx context.Context, desc ocispec.Descriptor) ([]byte, error)
 }
 
-// Signature is one signature Find found for an image: its content, checked
+// Signature is one signature Index.Find found for an image: its content, checked
 // against its digest, and where it came from. Nothing in it is verified.
 type Signature struct {
 	Kind     string
@@ -78,9 +79,134 @@ func SigTag(image digest.Digest) string {
 	return image.Algorithm().String() + "-" + image.Encoded() + ".sig"
 }
 
-// Find returns the signatures among candidates that claim to be of image.
-// Candidates are manifests: the index entries an archive skipped as
-// signatures or referrers, or records named <repo>:sha256-<hex>.sig.
+// Index holds the signatures among an archive's candidates by the image
+// each claims, so that finding those of one image reads nothing: NewIndex
+// reads and parses each candidate manifest, and each simple-signing layer,
+// once.
+type Index struct {
+	manifests []indexed
+	// byImage lists the manifests that claim an image by their subject, or
+	// the simple-signing layers whose payload names it, in candidate order.
+	byImage map[digest.Digest][]claim
+	// byTag lists the manifests without a subject named with a tag
+	// (SigTag of the image they claim), in candidate order.
+	byTag map[string][]claim
+	// unknown lists the manifests that could not be read and have no
+	// subject: they may be any image's.
+	unknown []claim
+}
+
+// indexed is what NewIndex read of one candidate manifest: its signatures
+// (every simple-signing layer of it, or its bundle), or why it could not be
+// read.
+type indexed struct {
+	sigs []Signature
+	err  error
+}
+
+// claim is a manifest of Index.manifests that may hold an image's
+// signatures: all of them, or only its layer-th.
+type claim struct {
+	manifest int
+	layer    int // -1 for every signature of the manifest
+}
+
+// NewIndex reads candidates and indexes the signatures among them by the
+// image each claims (see Find). Candidates are manifests: the index entries
+// an archive skipped as signatures or referrers, or records named
+// <repo>:sha256-<hex>.sig. A candidate that cannot be read is kept with its
+// error, which Find reports for the images it may claim.
+func NewIndex(ctx context.Context, candidates []ocispec.Descriptor, b Blobs) *Index {
+	x := &Index{byImage: map[digest.Digest][]claim{}, byTag: map[string][]claim{}}
+	// A manifest may be among the candidates under several names.
+	tags := map[digest.Digest][]string{}
+	for _, c := range candidates {
+		for _, t := range sigTags(c) {
+			if !slices.Contains(tags[c.Digest], t) {
+				tags[c.Digest] = append(tags[c.Digest], t)
+			}
+		}
+	}
+	seen := map[digest.Digest]bool{}
+	for _, c := range candidates {
+		if seen[c.Digest] || !isManifest(c.MediaType) {
+			continue
+		}
+		seen[c.Digest] = true
+		i := len(x.manifests)
+		m, sigs, named, err := readCandidate(ctx, b, c)
+		if err != nil {
+			x.manifests = append(x.manifests, indexed{err: fmt.Errorf("manifest %s: %w", c.Digest, err)})
+			if m != nil && m.Subject != nil {
+				x.byImage[m.Subject.Digest] = append(x.byImage[m.Subject.Digest], claim{i, -1})
+			} else {
+				x.unknown = append(x.unknown, claim{i, -1})
+			}
+			continue
+		}
+		if len(sigs) == 0 {
+			continue
+		}
+		x.manifests = append(x.manifests, indexed{sigs: sigs})
+		if m.Subject != nil {
+			x.byImage[m.Subject.Digest] = append(x.byImage[m.Subject.Digest], claim{i, -1})
+			continue
+		}
+		for _, t := range tags[c.Digest] {
+			x.byTag[t] = append(x.byTag[t], claim{i, -1})
+		}
+		for l, d := range named {
+			if d != "" {
+				x.byImage[d] = append(x.byImage[d], claim{i, l})
+			}
+		}
+	}
+	return x
+}
+
+// readCandidate reads a candidate manifest: its signatures, and for each the
+// image its payload names ("" for a bundle, or a payload that names none).
+// A blob that is no manifest (or whose mediaType says it is another thing),
+// or a bundle referrer of an attestation, has no signatures. On error, m is
+// the manifest when it could be read: with a subject, the error is only
+// that image's.
+func readCandidate(ctx context.Context, b Blobs, c ocispec.Descriptor) (m *ocispec.Manifest, sigs []Signature, named []digest.Digest, err error) {
+	raw, err := read(ctx, b, c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	m = &ocispec.Manifest{}
+	if json.Unmarshal(raw, m) != nil || !isManifest(m.MediaType) {
+		return nil, nil, nil, nil
+	}
+	if isBundleReferrer(*m) {
+		if p, ok := m.Annotations[annotationPredicateType]; ok && p != predicateSign {
+			return m, nil, nil, nil
+		}
+		l := m.Layers[0]
+		content, err := read(ctx, b, l)
+		if err != nil {
+			return m, nil, nil, err
+		}
+		return m, []Signature{{Kind: KindBundle, Manifest: c, Layer: l, Content: content}}, []digest.Digest{""}, nil
+	}
+	for _, l := range m.Layers {
+		if l.MediaType != MediaTypeSimpleSigning {
+			continue
+		}
+		p, err := read(ctx, b, l)
+		if err != nil {
+			return m, nil, nil, err
+		}
+		sigs = append(sigs, Signature{Kind: KindSimpleSigning, Manifest: c, Layer: l, Content: p})
+		named = append(named, claims(p))
+	}
+	return m, sigs, named, nil
+}
+
+// Find returns the signatures among the candidates that claim to be of
+// image, and the errors of the candidates that could not be read and may
+// have claimed it, each naming its manifest.
 //
 // A manifest whose subject is another image is that image's, and is left
 // out. A bundle referrer of image is kept unless its annotations say it
@@ -90,60 +216,67 @@ func SigTag(image digest.Digest) string {
 // being named with SigTag(image) (org.opencontainers.image.ref.name or
 // io.containerd.image.name); Verify then judges it even if its payload names
 // another image. Anything else (attestations, SBOMs, charts, images) is
-// ignored. Nothing is verified here. Errors are those of b, and of content
-// that does not match its descriptor.
-func Find(ctx context.Context, image ocispec.Descriptor, candidates []ocispec.Descriptor, b Blobs) ([]Signature, error) {
-	var out []Signature
-	tagged := map[digest.Digest]bool{} // a manifest may be among the candidates under several names
-	for _, c := range candidates {
-		if named(c, SigTag(image.Digest)) {
-			tagged[c.Digest] = true
+// ignored. Nothing is verified here. A candidate that could not be read
+// (an error of the Blobs, or content that does not match its descriptor)
+// gives none of its signatures: its error concerns the image of its
+// subject, or, without one, every image. Signatures and errors come in the
+// order of the candidates.
+func (x *Index) Find(image ocispec.Descriptor) ([]Signature, []error) {
+	var hits []claim
+	hits = append(hits, x.byImage[image.Digest]...)
+	hits = append(hits, x.byTag[SigTag(image.Digest)]...)
+	hits = append(hits, x.unknown...)
+	slices.SortFunc(hits, func(a, b claim) int {
+		if a.manifest != b.manifest {
+			return a.manifest - b.manifest
+		}
+		return a.layer - b.layer
+	})
+	var sigs []Signature
+	var errs []error
+	for i := 0; i < len(hits); {
+		c := hits[i]
+		m := x.manifests[c.manifest]
+		j := i
+		for j < len(hits) && hits[j].manifest == c.manifest {
+			j++
+		}
+		switch {
+		case m.err != nil:
+			errs = append(errs, m.err)
+		case c.layer < 0: // the whole manifest (sorted first)
+			sigs = append(sigs, m.sigs...)
+		default: // layers whose payload names the image, each once
+			for _, h := range hits[i:j] {
+				sigs = append(sigs, m.sigs[h.layer])
+			}
+		}
+		i = j
+	}
+	return sigs, errs
+}
+
+// sigTags are the tags d is named with. A name of d
+// (org.opencontainers.image.ref.name or io.containerd.image.name) is named
+// with a tag when it is the tag or ends with a colon and the tag: so each
+// name whole, and each part of it after a colon, that ends with .sig. Find
+// looks SigTag(image) up among them.
+func sigTags(d ocispec.Descriptor) []string {
+	var out []string
+	for _, k := range []string{ocispec.AnnotationRefName, annotationContainerdName} {
+		n := d.Annotations[k]
+		for {
+			if strings.HasSuffix(n, ".sig") && !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+			i := strings.Index(n, ":")
+			if i < 0 {
+				break
+			}
+			n = n[i+1:]
 		}
 	}
-	seen := map[digest.Digest]bool{}
-	for _, c := range candidates {
-		if seen[c.Digest] || !isManifest(c.MediaType) {
-			continue
-		}
-		seen[c.Digest] = true
-		raw, err := read(ctx, b, c)
-		if err != nil {
-			return nil, err
-		}
-		var m ocispec.Manifest
-		if json.Unmarshal(raw, &m) != nil || !isManifest(m.MediaType) {
-			continue
-		}
-		if m.Subject != nil && m.Subject.Digest != image.Digest {
-			continue
-		}
-		if isBundleReferrer(m) {
-			if p, ok := m.Annotations[annotationPredicateType]; ok && p != predicateSign {
-				continue
-			}
-			l := m.Layers[0]
-			content, err := read(ctx, b, l)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, Signature{Kind: KindBundle, Manifest: c, Layer: l, Content: content})
-			continue
-		}
-		claimed := m.Subject != nil || tagged[c.Digest]
-		for _, l := range m.Layers {
-			if l.MediaType != MediaTypeSimpleSigning {
-				continue
-			}
-			p, err := read(ctx, b, l)
-			if err != nil {
-				return nil, err
-			}
-			if claimed || claims(p) == image.Digest {
-				out = append(out, Signature{Kind: KindSimpleSigning, Manifest: c, Layer: l, Content: p})
-			}
-		}
-	}
-	return out, nil
+	return out
 }
 
 // isBundleReferrer says whether m is the manifest cosign v3 pushes for a
@@ -181,16 +314,6 @@ func read(ctx context.Context, b Blobs, d ocispec.Descriptor) ([]byte, error) {
 // or Docker manifest, or a descriptor that does not say.
 func isManifest(mediaType string) bool {
 	return mediaType == "" || mediaType == ocispec.MediaTypeImageManifest || mediaType == mediaTypeDockerManifest
-}
-
-// named says whether a descriptor is named with tag.
-func named(d ocispec.Descriptor, tag string) bool {
-	for _, k := range []string{ocispec.AnnotationRefName, annotationContainerdName} {
-		if n := d.Annotations[k]; n == tag || strings.HasSuffix(n, ":"+tag) {
-			return true
-		}
-	}
-	return false
 }
 
 // simpleSigning is what holdfast reads of a cosign simple-signing payload.

@@ -100,9 +100,9 @@ func tagged(d ocispec.Descriptor, image digest.Digest) ocispec.Descriptor {
 
 func find(t *testing.T, b blobs, image ocispec.Descriptor, candidates ...ocispec.Descriptor) []Signature {
 	t.Helper()
-	sigs, err := Find(context.Background(), image, candidates, b)
-	if err != nil {
-		t.Fatal(err)
+	sigs, errs := NewIndex(context.Background(), candidates, b).Find(image)
+	if len(errs) > 0 {
+		t.Fatal(errs)
 	}
 	return sigs
 }

@@ -59,8 +59,8 @@ type Trust struct {
 	Identities  []Identity // who may sign keyless
 }
 
-// Verify says whether one of sigs, found by Find for image, verifies under
-// trust and names the image's digest.
+// Verify says whether one of sigs, found by Index.Find for image, verifies
+// under trust and names the image's digest.
 //
 // A signature made with a key is verified with the key alone
 // (verify.WithNoObserverTimestamps): a Rekor entry or timestamp it carries

@@ -3,10 +3,17 @@
 //
 //	imagegen -o app.tar -format oci -name example.com/demo/app:1.0 -layers 3 -layer-size 1048576
 //	imagegen -o haul.tar.zst -format haul -compress zstd -zstd-window 8388608 -signatures -name nginx:1.25
+//	imagegen -o signed.tar -format oci -images 1000 -layer-size 512 -sign-key key.pem -name example.com/bench/app:1
 package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"flag"
 	"fmt"
 	"os"
@@ -39,6 +46,8 @@ func run(ctx context.Context, args []string) int {
 		layerComp    = fs.String("layer-compression", "none", "compression of OCI layer blobs: none, gzip, zstd")
 		indexLast    = fs.Bool("index-last", false, "oci: write index.json after the blobs")
 		signatures   = fs.Bool("signatures", false, "haul, zarf: add cosign .sig/.att manifests (dummy signatures)")
+		count        = fs.Int("images", 1, "number of images; image i is named with -i after each name's repository (app-1:1.0)")
+		signKey      = fs.String("sign-key", "", "oci, oci-dir: sign each image with the ECDSA private key in PEM `FILE` (openssl ecparam -genkey -name prime256v1 -noout), as cosign sign --key does")
 		names        []string
 	)
 	fs.Func("name", "full image reference `REF` (repeatable; none = untagged)", func(s string) error {
@@ -61,6 +70,13 @@ func run(ctx context.Context, args []string) int {
 	cfg.Haul.Signatures, cfg.Zarf.Signatures = *signatures, *signatures
 	cfg.Image.Names = names
 	cfg.Image.Layers = fixture.UniformLayers(*layers, *layerSize, *compressible, *seed)
+	cfg.Count = *count
+	if *signKey != "" {
+		if cfg.Sign, err = signer(*signKey); err != nil {
+			fmt.Fprintf(os.Stderr, "imagegen: %v\n", err)
+			return 2
+		}
+	}
 	if err := fixture.Generate(ctx, cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "imagegen: %v\n", err)
 		return 1
@@ -97,4 +113,49 @@ func join[T ~string](vs []T) string {
 		s[i] = string(v)
 	}
 	return strings.Join(s, ", ")
+}
+
+// signer reads an ECDSA private key (PEM: "EC PRIVATE KEY" or PKCS #8
+// "PRIVATE KEY") and signs payloads with it as cosign sign --key does: an
+// ASN.1 signature over the payload's sha256, in base64.
+func signer(path string) (func([]byte) (string, error), error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	var block *pem.Block
+	for rest := raw; ; {
+		if block, rest = pem.Decode(rest); block == nil || block.Type != "EC PARAMETERS" {
+			break
+		}
+	}
+	if block == nil {
+		return nil, fmt.Errorf("reading %s: no PEM private key", path)
+	}
+	var key *ecdsa.PrivateKey
+	switch block.Type {
+	case "EC PRIVATE KEY":
+		key, err = x509.ParseECPrivateKey(block.Bytes)
+	case "PRIVATE KEY":
+		var k any
+		if k, err = x509.ParsePKCS8PrivateKey(block.Bytes); err == nil {
+			var ok bool
+			if key, ok = k.(*ecdsa.PrivateKey); !ok {
+				err = fmt.Errorf("a %T, not an ECDSA key", k)
+			}
+		}
+	default:
+		err = fmt.Errorf("a %q PEM block, not an ECDSA private key", block.Type)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return func(p []byte) (string, error) {
+		sum := sha256.Sum256(p)
+		sig, err := ecdsa.SignASN1(rand.Reader, key, sum[:])
+		if err != nil {
+			return "", err
+		}
+		return base64.StdEncoding.EncodeToString(sig), nil
+	}, nil
 }
