@@ -27,7 +27,7 @@ func walkDir(ctx context.Context, dir string, st Store, opts WalkOptions, lim li
 	w.deferred = w.concurrency > 1
 	var n int64
 	for _, name := range []string{nameOCILayout, nameIndexJSON, nameManifestJSON} {
-		b, err := readFileLimit(root, name, lim.docSize)
+		b, err := readFileLimit(root, name, lim.metaSize)
 		if errors.Is(err, fs.ErrNotExist) {
 			if name == nameManifestJSON || name == nameOCILayout && hasBlobsDir(root) {
 				continue // a store saved for containerd (hauler --containerd) has no oci-layout

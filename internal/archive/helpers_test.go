@@ -439,6 +439,7 @@ func names(res *Result) []string {
 func smallLimits() limits {
 	l := defaultLimits()
 	l.docSize = 4 << 10
+	l.metaSize = 4 << 10
 	return l
 }
 

@@ -225,8 +225,8 @@ func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader, again 
 
 // readMeta reads a small file that describes the archive.
 func (w *walker) readMeta(name string, size int64, r io.Reader) ([]byte, error) {
-	if size > w.lim.docSize {
-		return nil, fmt.Errorf("%s: %d bytes is too large (limit %d)", name, size, w.lim.docSize)
+	if size > w.lim.metaSize {
+		return nil, fmt.Errorf("%s: %d bytes is too large (limit %d)", name, size, w.lim.metaSize)
 	}
 	b, err := readN(r, size)
 	if err != nil {

@@ -27,6 +27,7 @@ var (
 // limits bound what a walk holds in memory, whatever the archive says.
 type limits struct {
 	docSize    int64 // entries up to this size are read into memory (JSON ones become documents)
+	metaSize   int64 // a file that describes the archive (index.json, manifest.json, oci-layout)
 	docBytes   int64 // all JSON documents held together
 	heldBytes  int64 // small non-JSON entries not named by digest, held until manifest.json says whether they are layers
 	entries    int   // tar entries (or blobs of a layout directory)
@@ -40,6 +41,7 @@ type limits struct {
 func defaultLimits() limits {
 	return limits{
 		docSize:    8 << 20,
+		metaSize:   32 << 20, // index.json of 65 536 descriptors (indexItems), annotations and all
 		docBytes:   256 << 20,
 		heldBytes:  64 << 20,
 		entries:    1 << 17, // each costs ~230 bytes held, twice that at the GC's peak
