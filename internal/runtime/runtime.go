@@ -44,6 +44,9 @@ const (
 	// it was imported (RFC 3339).
 	LabelKept       = "io.holdfast.kept"
 	LabelImportedAt = "io.holdfast.imported-at"
+	// LabelProbe marks a lease that is no source's: it holds the blob that
+	// proves the content store's directory (value "content-root").
+	LabelProbe = "io.holdfast.probe"
 )
 
 // ErrNotFound is returned when a record, lease or blob does not exist.

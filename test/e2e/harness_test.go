@@ -357,7 +357,8 @@ func (d *daemon) recordNames(t *testing.T) []string {
 	return names
 }
 
-// holdfastLeases lists holdfast's leases.
+// holdfastLeases lists holdfast's leases, but those of content-root probes
+// (invProbeLeases checks them).
 func (d *daemon) holdfastLeases(t *testing.T) []leases.Lease {
 	t.Helper()
 	all, err := d.Client.LeasesService().List(d.ctx())
@@ -366,7 +367,7 @@ func (d *daemon) holdfastLeases(t *testing.T) []leases.Lease {
 	}
 	var out []leases.Lease
 	for _, l := range all {
-		if strings.HasPrefix(l.ID, "holdfast/") {
+		if strings.HasPrefix(l.ID, "holdfast/") && l.Labels[invProbe] == "" {
 			out = append(out, l)
 		}
 	}

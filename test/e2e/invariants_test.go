@@ -47,7 +47,8 @@ const (
 //     prior pin (io.holdfast.prior-pin: the CRI label was a user's first);
 //   - no record holdfast owns is unwanted (an unpin left undone);
 //   - every holdfast/ lease is accounted for: its source is a file in dirs
-//     (one lease per source, with its state blob), or it is a kept source's;
+//     (one lease per source, with its state blob), or it is a kept source's,
+//     a pull's temporary lease or a content-root probe's (invProbeLeases);
 //   - no holdfast ingest is left in the content store;
 //   - every entry of the data dir's state cache (<data-dir>/state) that a
 //     pass would use (the store names it as the state of a lease that exists)
@@ -208,6 +209,7 @@ func invCheck(t *testing.T, d *daemon, dataDir string, dirs []string, sources ma
 		}
 	}
 
+	bad = append(bad, invProbeLeases(t, d)...)
 	bad = append(bad, invCache(t, d, dataDir, leaseList, states)...)
 	sort.Strings(bad)
 	return bad

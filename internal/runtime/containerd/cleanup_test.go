@@ -1,6 +1,7 @@
 package containerd
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,9 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/leases"
+
+	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
 func TestStaleIngests(t *testing.T) {
@@ -32,6 +36,22 @@ func TestStaleIngests(t *testing.T) {
 		if got := r.stale(content.Status{Ref: tc.ref, UpdatedAt: tc.updated}, now); got != tc.stale {
 			t.Errorf("stale(%s, updated %s ago) = %v, want %v", tc.ref, now.Sub(tc.updated).Round(time.Minute), got, tc.stale)
 		}
+	}
+}
+
+// A probe killed mid-write leaves an ingest the next run of its data dir
+// aborts, and this run does not.
+func TestStaleProbeIngest(t *testing.T) {
+	t.Parallel()
+	r := &Runtime{owner: "0123456789abcdef", run: "01234567"}
+	later := &Runtime{owner: r.owner, run: "76543210"}
+	ref := r.probeRef()
+	now := time.Now()
+	if r.stale(content.Status{Ref: ref, UpdatedAt: now}, now) {
+		t.Errorf("the probe ingest %s is stale to its own run", ref)
+	}
+	if !later.stale(content.Status{Ref: ref, UpdatedAt: now}, now) {
+		t.Errorf("the probe ingest %s of an earlier run is not stale to a later run of its owner", ref)
 	}
 }
 
@@ -75,5 +95,37 @@ func TestOwnIngests(t *testing.T) {
 	}
 	if err := (&Runtime{}).OwnIngests(filepath.Join(path, "sub")); err == nil || !strings.Contains(err.Error(), ownerFile) {
 		t.Errorf("OwnIngests under a file: %v, want an error naming %s", err, ownerFile)
+	}
+}
+
+func TestProbeExpired(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	at := func(d time.Duration) string { return now.Add(d).UTC().Format(time.RFC3339) }
+	probe := map[string]string{runtime.LabelProbe: "content-root"}
+	with := func(labels map[string]string, extra ...string) map[string]string {
+		out := maps.Clone(labels)
+		for i := 0; i+1 < len(extra); i += 2 {
+			out[extra[i]] = extra[i+1]
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		lease   leases.Lease
+		expired bool
+	}{
+		{"expired", leases.Lease{ID: "holdfast/probe-aa", CreatedAt: now.Add(-time.Hour), Labels: with(probe, gcExpireLabel, at(-time.Minute))}, true},
+		{"live", leases.Lease{ID: "holdfast/probe-bb", CreatedAt: now.Add(-time.Hour), Labels: with(probe, gcExpireLabel, at(time.Minute))}, false},
+		{"no expiry, old", leases.Lease{ID: "holdfast/probe-cc", CreatedAt: now.Add(-2 * probeLife), Labels: probe}, true},
+		{"no expiry, new", leases.Lease{ID: "holdfast/probe-dd", CreatedAt: now.Add(-time.Minute), Labels: probe}, false},
+		{"bad expiry, new", leases.Lease{ID: "holdfast/probe-ee", CreatedAt: now, Labels: with(probe, gcExpireLabel, "soon")}, false},
+		{"a source's, named like a probe's", leases.Lease{ID: "holdfast/probe-app.tar-aabbccddeeff-00112233", CreatedAt: now.Add(-2 * probeLife),
+			Labels: map[string]string{runtime.LabelSource: "/images/probe-app.tar", gcExpireLabel: at(-time.Minute)}}, false},
+		{"not holdfast's", leases.Lease{ID: "probe-ff", CreatedAt: now.Add(-2 * probeLife), Labels: with(probe, gcExpireLabel, at(-time.Minute))}, false},
+	} {
+		if got := probeExpired(tc.lease, now); got != tc.expired {
+			t.Errorf("%s: probeExpired(%s %v) = %v, want %v", tc.name, tc.lease.ID, tc.lease.Labels, got, tc.expired)
+		}
 	}
 }

@@ -210,7 +210,8 @@ func (r *Runtime) Server(ctx context.Context) (runtime.ServerInfo, error) {
 // process of this owner runs), and any holdfast ingest nobody has written for
 // staleIngestAge. Another holdfast's live import (another data dir, the same
 // containerd) is left alone. With direct writes, it also removes the temp
-// files of writers that are gone.
+// files of writers that are gone. It deletes the leases of content-root
+// probes whose life is over (sweepProbes).
 func (r *Runtime) Cleanup(ctx context.Context) error {
 	ctx = r.ns(ctx)
 	cs := r.client.ContentStore()
@@ -227,7 +228,7 @@ func (r *Runtime) Cleanup(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("aborting ingest %s: %w", st.Ref, err))
 		}
 	}
-	errs = append(errs, r.direct.sweep(ctx, r))
+	errs = append(errs, r.sweepProbes(ctx, time.Now()), r.direct.sweep(ctx, r))
 	return errors.Join(errs...)
 }
 

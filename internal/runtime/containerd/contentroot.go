@@ -3,15 +3,20 @@ package containerd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
 // The content store's directory as holdfast sees it: found (from
@@ -103,19 +108,33 @@ func (d *directWriter) resolve(ctx context.Context, r *Runtime) (string, error) 
 	return root, nil
 }
 
+// probeLife is how long the lease of a probe blob lasts. A probe is read
+// back at once; its lease outlives that only so that deleting it does not
+// set containerd's GC off in the middle of the first import (see probeRoot).
+// Once it has expired, containerd's next GC may collect it, and Cleanup
+// deletes it: a process killed while it held one leaves nothing for longer.
+const probeLife = 10 * time.Minute
+
+// probeLeasePrefix starts the ID of a probe's lease. Its label
+// (runtime.LabelProbe), not its ID, tells it from a source's lease: an
+// archive named probe-… has a lease whose ID starts the same.
+const probeLeasePrefix = runtime.LeasePrefix + "probe-"
+
 // probeRoot proves root is the directory containerd keeps its blobs in:
 // a small blob of its own, written through containerd's content API under a
 // lease, must appear there with its bytes. Blobs being there is no proof: a
 // directory holdfast (or anyone) once filled with copies has them too. The
-// probe stays until the Runtime is closed (see dropProbe): removing it now
-// would set containerd's GC off in the middle of the first import, and a GC
-// removes the files of blobs linked and not yet committed.
+// probe stays until the Runtime is closed (see dropProbe) or its lease
+// expires (probeLife): removing it now would set containerd's GC off in the
+// middle of the first import, and a GC removes the files of blobs linked and
+// not yet committed (their commits then stream them after all).
 func (r *Runtime) probeRoot(ctx context.Context, root string) error {
 	data := []byte("holdfast: a probe of the content store's directory " + randomHex(16) + "\n")
 	desc := ocispec.Descriptor{MediaType: "application/octet-stream", Digest: digest.FromBytes(data), Size: int64(len(data))}
 	file := filepath.Join(root, "blobs", desc.Digest.Algorithm().String(), desc.Digest.Encoded())
 	ls := r.client.LeasesService()
-	l, err := ls.Create(ctx, leases.WithRandomID(), leases.WithExpiration(24*time.Hour))
+	l, err := ls.Create(ctx, leases.WithID(probeLeasePrefix+randomHex(8)), leases.WithExpiration(probeLife),
+		leases.WithLabel(runtime.LabelProbe, "content-root"))
 	if err != nil {
 		return fmt.Errorf("probing %s: creating a lease: %w", root, err)
 	}
@@ -127,7 +146,7 @@ func (r *Runtime) probeRoot(ctx context.Context, root string) error {
 		}
 		_ = ls.Delete(ctx, l)
 	}
-	if err := content.WriteBlob(leases.WithLease(ctx, l.ID), cs, refPrefix+"probe-"+randomHex(8), bytes.NewReader(data), desc); err != nil {
+	if err := content.WriteBlob(leases.WithLease(ctx, l.ID), cs, r.probeRef(), bytes.NewReader(data), desc); err != nil {
 		return fmt.Errorf("probing %s: writing a blob through containerd: %w", root, err)
 	}
 	got, err := os.ReadFile(file)
@@ -135,6 +154,13 @@ func (r *Runtime) probeRoot(ctx context.Context, root string) error {
 		return fmt.Errorf("%s is not containerd's content store: a blob written through containerd (%s) is not there", root, desc.Digest)
 	}
 	return nil
+}
+
+// probeRef is the ingest ref of a probe blob: this Runtime's owner and run
+// are in it, as in an import's, so that a later run of the same data dir
+// aborts the ingest of a probe killed mid-write (Cleanup).
+func (r *Runtime) probeRef() string {
+	return refPrefix + r.owner + "-" + r.run + "-probe-" + randomHex(6)
 }
 
 // dropProbe removes the probe blob, if one was written.
@@ -152,6 +178,46 @@ func (d *directWriter) dropProbe(ctx context.Context) {
 		probe(ctx)
 	}
 }
+
+// sweepProbes deletes the leases of probes whose life is over, left by a
+// holdfast killed before it closed its Runtime: nobody relies on an expired
+// lease (containerd's GC may collect it at any time), so one of a live
+// process is fair game too. Deleting it sets containerd's GC off, which
+// collects the probe blob.
+func (r *Runtime) sweepProbes(ctx context.Context, now time.Time) error {
+	ls := r.client.LeasesService()
+	probes, err := ls.List(ctx, fmt.Sprintf(`labels.%q`, runtime.LabelProbe))
+	if err != nil {
+		return fmt.Errorf("listing probe leases: %w", err)
+	}
+	var errs []error
+	for _, l := range probes {
+		if !probeExpired(l, now) {
+			continue
+		}
+		if err := ls.Delete(ctx, l); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting probe lease %s: %w", l.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// probeExpired reports whether l is a probe's lease of holdfast's whose life
+// is over: its expiry (containerd.io/gc.expire) has passed, or, without a
+// readable one, probeLife since its creation.
+func probeExpired(l leases.Lease, now time.Time) bool {
+	if l.Labels[runtime.LabelProbe] == "" || !strings.HasPrefix(l.ID, runtime.LeasePrefix) {
+		return false
+	}
+	if exp, err := time.Parse(time.RFC3339, l.Labels[gcExpireLabel]); err == nil {
+		return now.After(exp)
+	}
+	return now.Sub(l.CreatedAt) > probeLife
+}
+
+// gcExpireLabel is the label containerd's GC reads a lease's expiry from
+// (leases.WithExpiration sets it).
+const gcExpireLabel = "containerd.io/gc.expire"
 
 // contentPolicy is the metadata plugin's content sharing policy; "" when it
 // does not say.

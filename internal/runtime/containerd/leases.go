@@ -23,7 +23,8 @@ import (
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
-// holdfastLeases lists holdfast's leases by ID.
+// holdfastLeases lists holdfast's leases by ID, those of content-root probes
+// (runtime.LabelProbe) left out: they hold no source.
 func (r *Runtime) holdfastLeases(ctx context.Context) (map[string]leases.Lease, error) {
 	all, err := r.client.LeasesService().List(ctx)
 	if err != nil {
@@ -31,7 +32,7 @@ func (r *Runtime) holdfastLeases(ctx context.Context) (map[string]leases.Lease, 
 	}
 	out := map[string]leases.Lease{}
 	for _, l := range all {
-		if strings.HasPrefix(l.ID, runtime.LeasePrefix) {
+		if strings.HasPrefix(l.ID, runtime.LeasePrefix) && l.Labels[runtime.LabelProbe] == "" {
 			out[l.ID] = l
 		}
 	}
