@@ -427,12 +427,21 @@ var sabotages = []sabotage{
 		tests: []tests{{e2e, []string{"TestLostBlobFileReimported"}, nil}},
 	},
 	{
+		name: "probe-leases-never-swept",
+		// The content-root probe's lease a killed holdfast left is never
+		// deleted: each kill -9 holds one more blob.
+		edits: []edit{{"internal/runtime/containerd/containerd.go",
+			"errs = append(errs, r.sweepProbes(ctx, time.Now()), r.direct.sweep(ctx, r))",
+			"errs = append(errs, r.direct.sweep(ctx, r))"}},
+		tests: []tests{{e2e, []string{"TestProbeLeaseIsShortLivedAndSwept"}, nil}},
+	},
+	{
 		name: "direct-temp-left-by-quiet-pass",
 		// Only a pass that writes a blob sweeps the temp files a killed
 		// writer left; a pass with nothing to import leaves them forever.
 		edits: []edit{{"internal/runtime/containerd/containerd.go",
-			"\terrs = append(errs, r.direct.sweep(ctx, r))\n",
-			""}},
+			"errs = append(errs, r.sweepProbes(ctx, time.Now()), r.direct.sweep(ctx, r))",
+			"errs = append(errs, r.sweepProbes(ctx, time.Now()))"}},
 		tests: []tests{{e2e, []string{"TestDirectWritePathSweepsWithoutImporting"}, nil}},
 	},
 	{
