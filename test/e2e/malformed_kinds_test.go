@@ -271,8 +271,8 @@ func malformedKinds(t *testing.T) []malformed {
 	add("index-json-null", ".tar", "index.json lists no images", func(im *smallImage) []byte {
 		return tarBytes(t, replaceEntry(im.entries(t), "index.json", reg("index.json", []byte("null"))))
 	})
-	add("index-json-huge", ".tar", "index.json: 9437184 bytes is too large (limit 8388608)", func(im *smallImage) []byte {
-		pad := strings.Repeat(" ", 9<<20-len(indexOf(t, im.manifestDesc())))
+	add("index-json-huge", ".tar", "index.json: 34603008 bytes is too large (limit 33554432)", func(im *smallImage) []byte {
+		pad := strings.Repeat(" ", 33<<20-len(indexOf(t, im.manifestDesc())))
 		return tarBytes(t, replaceEntry(im.entries(t), "index.json", reg("index.json", append(indexOf(t, im.manifestDesc()), pad...))))
 	})
 	add("index-json-missing-manifest", ".tar", "is not in the archive", func(im *smallImage) []byte {
@@ -302,9 +302,9 @@ func malformedKinds(t *testing.T) []malformed {
 	add("manifest-json-null", ".tar", "manifest.json lists no images", func(im *smallImage) []byte {
 		return tarBytes(t, dockerSave(im, []byte("null")))
 	})
-	add("manifest-json-huge", ".tar", "manifest.json: 9437184 bytes is too large (limit 8388608)", func(im *smallImage) []byte {
+	add("manifest-json-huge", ".tar", "manifest.json: 34603008 bytes is too large (limit 33554432)", func(im *smallImage) []byte {
 		mj := goodMJ(im)
-		return tarBytes(t, dockerSave(im, append(mj, strings.Repeat("\n", 9<<20-len(mj))...)))
+		return tarBytes(t, dockerSave(im, append(mj, strings.Repeat("\n", 33<<20-len(mj))...)))
 	})
 	add("manifest-json-missing-layer", ".tar", `layer "l1/layer.tar" is not in the archive`, func(im *smallImage) []byte {
 		es := dockerSave(im, goodMJ(im))
