@@ -86,12 +86,9 @@ func (r *Runtime) Pin(ctx context.Context, w runtime.Want, opts ...runtime.PinOp
 func (r *Runtime) Unpin(ctx context.Context, name string) error {
 	ctx = r.ns(ctx)
 	is := r.client.ImageService()
-	img, err := is.Get(ctx, name)
-	if errdefs.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading record %s: %w", name, err)
+	img, found, err := r.record(ctx, name)
+	if err != nil || !found {
+		return err
 	}
 	if img.Labels[runtime.LabelPinned] != runtime.PinnedValue {
 		return nil
@@ -130,12 +127,9 @@ func (r *Runtime) Records(ctx context.Context) ([]runtime.Image, error) {
 func (r *Runtime) Delete(ctx context.Context, name string, target digest.Digest) error {
 	ctx = r.ns(ctx)
 	is := r.client.ImageService()
-	img, err := is.Get(ctx, name)
-	if errdefs.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading record %s: %w", name, err)
+	img, found, err := r.record(ctx, name)
+	if err != nil || !found {
+		return err
 	}
 	if img.Labels[runtime.LabelCreated] != "true" || img.Target.Digest != target {
 		return nil
@@ -144,4 +138,17 @@ func (r *Runtime) Delete(ctx context.Context, name string, target digest.Digest)
 		return fmt.Errorf("deleting record %s: %w", name, err)
 	}
 	return nil
+}
+
+// record reads the record name (ctx carries the namespace); found is false
+// when there is none.
+func (r *Runtime) record(ctx context.Context, name string) (img images.Image, found bool, err error) {
+	img, err = r.client.ImageService().Get(ctx, name)
+	if errdefs.IsNotFound(err) {
+		return img, false, nil
+	}
+	if err != nil {
+		return img, false, fmt.Errorf("reading record %s: %w", name, err)
+	}
+	return img, true, nil
 }
