@@ -56,7 +56,7 @@ func (o *options) adoptPolicy(ctx context.Context, s *session, command string) e
 	case !ok:
 		return nil
 	case o.policyFile == "":
-		pol, err := policy.Load(inForce.Path)
+		pol, err := policy.LoadWith(inForce.Path, policy.Options{InsecurePerms: o.insecurePerms})
 		if err != nil {
 			err = fmt.Errorf("namespace %s: the signature policy in force, %s (put in force by %s), cannot be used:\n%w", ns, inForce.Path, inForce.By, err)
 			if writers[command] {

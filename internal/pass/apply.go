@@ -70,7 +70,6 @@ func (p *Runner) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 		p.log.Info("deleted the record of a refused image", "name", d.Name, "target", d.Target, "reason", d.Reason)
 		p.journal.Record(journal.Normal, journal.ReasonUnpinned, fmt.Sprintf("deleted %s, the record holdfast made of an image the signature policy refuses", d.Name))
 	}
-
 	p.rec.SetPinned(plan.Wanted)
 	for _, h := range plan.Held {
 		p.log.Debug("kept while a source is still being written", "lease", h.Lease, "source", h.Source)
