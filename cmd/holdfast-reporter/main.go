@@ -4,7 +4,7 @@
 // needs, sends them to the agent (PUT /required) and keeps the node condition
 // HoldfastImagesReady and the node's NodeImages object (what it holds, for
 // holdfast check --cluster). It is its own binary so that holdfast itself
-// never loads client-go.
+// never loads client-go's clientset and informers.
 package main
 
 import (

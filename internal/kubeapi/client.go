@@ -1,58 +1,44 @@
 package kubeapi
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
-	"os"
 	"strings"
-	"sync"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 )
 
 // Client reads from one API server.
 type Client struct {
-	server string
-	source string
-	agent  string
-	http   *http.Client
-	cfg    *config
-	exec   *execCache // nil without an exec plugin
+	server  string
+	source  string
+	dynamic dynamic.Interface
+	exec    bool // an exec credential plugin gives the credentials
 }
 
 // Connect loads the configuration and makes a client; it does no network
-// I/O.
+// I/O (an exec credential plugin runs at the first request).
 func Connect(o Options) (*Client, error) {
-	cfg, err := load(o)
+	cfg, source, err := load(o)
 	if err != nil {
 		return nil, err
 	}
-	tr, err := cfg.transport()
+	cfg.Timeout = 30 * time.Second
+	if o.UserAgent != "" {
+		cfg.UserAgent = o.UserAgent
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", source, err)
 	}
-	c := &Client{server: strings.TrimSuffix(cfg.cluster.Server, "/"), source: cfg.source, agent: o.UserAgent, cfg: cfg,
-		http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
-	if cfg.user.Exec != nil {
-		c.exec = &execCache{cfg: cfg.user.Exec, dir: cfg.user.dir}
-		tr.TLSClientConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			cred, err := c.exec.get()
-			if err != nil || cred.cert == nil {
-				return &tls.Certificate{}, err
-			}
-			return cred.cert, nil
-		}
-	}
-	if _, err := url.Parse(c.server); err != nil {
-		return nil, fmt.Errorf("%s: server %q: %w", cfg.source, c.server, err)
-	}
-	return c, nil
+	return &Client{server: strings.TrimSuffix(cfg.Host, "/"), source: source, dynamic: dyn, exec: cfg.ExecProvider != nil}, nil
 }
 
 // Server is the API server's URL.
@@ -61,183 +47,98 @@ func (c *Client) Server() string { return c.server }
 // Source says where the configuration came from.
 func (c *Client) Source() string { return c.source }
 
-// StatusError is an API server's answer that is not a success.
-type StatusError struct {
-	Code    int
-	Reason  string // the Status object's reason: NotFound, Forbidden, …
-	Message string
-	URL     string
-}
-
-func (e *StatusError) Error() string {
-	msg := e.Message
-	if msg == "" {
-		msg = e.Reason
-	}
-	return fmt.Sprintf("GET %s: %d %s: %s", e.URL, e.Code, http.StatusText(e.Code), msg)
-}
-
 // IsNotFound says whether err is the API server's 404: an object, or a
 // resource the server does not serve.
-func IsNotFound(err error) bool {
-	var se *StatusError
-	return errors.As(err, &se) && se.Code == http.StatusNotFound
-}
+func IsNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
-// Get reads one object's JSON.
+// pageSize is how many items a page of a list holds.
+const pageSize = 500
+
+// Get reads one object's JSON (path: /api/v1/nodes/node-1,
+// /apis/GROUP/VERSION/namespaces/NS/RESOURCE/NAME, …).
 func (c *Client) Get(ctx context.Context, path string) (json.RawMessage, error) {
-	return c.get(ctx, c.server+path)
-}
-
-// List reads a collection (path: /api/v1/nodes, with a query or not) a page
-// of 500 at a time and calls each with every item's JSON, in order.
-func (c *Client) List(ctx context.Context, path string, each func(item json.RawMessage) error) error {
-	u, err := url.Parse(c.server + path)
-	if err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
-	}
-	q := u.Query()
-	q.Set("limit", "500")
-	for {
-		u.RawQuery = q.Encode()
-		body, err := c.get(ctx, u.String())
-		if err != nil {
-			return err
-		}
-		var page struct {
-			Metadata struct {
-				Continue string `json:"continue"`
-			} `json:"metadata"`
-			Items []json.RawMessage `json:"items"`
-		}
-		if err := json.Unmarshal(body, &page); err != nil {
-			return fmt.Errorf("GET %s: decoding the list: %w", u.Redacted(), err)
-		}
-		for _, it := range page.Items {
-			if err := each(it); err != nil {
-				return err
-			}
-		}
-		if page.Metadata.Continue == "" {
-			return nil
-		}
-		q.Set("continue", page.Metadata.Continue)
-	}
-}
-
-// maxBody bounds one answer: a page of 500 large objects fits.
-const maxBody = 512 << 20
-
-func (c *Client) get(ctx context.Context, u string) ([]byte, error) {
-	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
-			return nil, fmt.Errorf("GET %s: %w", u, err)
-		}
-		req.Header.Set("Accept", "application/json")
-		if c.agent != "" {
-			req.Header.Set("User-Agent", c.agent)
-		}
-		if err := c.authorize(req); err != nil {
-			return nil, err
-		}
-		resp, err := c.http.Do(req)
-		if err != nil {
-			return nil, err // it names the method and URL
-		}
-		body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
-		resp.Body.Close()
-		if err != nil {
-			return nil, fmt.Errorf("GET %s: %w", u, err)
-		}
-		if len(body) > maxBody {
-			return nil, fmt.Errorf("GET %s: answer larger than %d bytes", u, maxBody)
-		}
-		if resp.StatusCode == http.StatusUnauthorized && c.exec != nil && attempt == 0 {
-			c.exec.expire() // the plugin's credential may have been revoked early: ask it once more
-			continue
-		}
-		if resp.StatusCode/100 != 2 {
-			return nil, statusError(u, resp.StatusCode, body)
-		}
-		return body, nil
-	}
-}
-
-func statusError(u string, code int, body []byte) error {
-	se := &StatusError{Code: code, URL: u}
-	var st struct {
-		Kind    string `json:"kind"`
-		Reason  string `json:"reason"`
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(body, &st) == nil && st.Kind == "Status" {
-		se.Reason, se.Message = st.Reason, st.Message
-		return se
-	}
-	msg := strings.TrimSpace(string(body))
-	if len(msg) > 512 {
-		msg = msg[:512] + "…"
-	}
-	se.Message = msg
-	return se
-}
-
-// authorize adds the user's credentials: a token (from its file when one
-// is named, read each time: it rotates), basic auth, or the exec plugin's
-// token.
-func (c *Client) authorize(req *http.Request) error {
-	u := c.cfg.user
-	switch {
-	case u.TokenFile != "": // it wins over token, as in client-go
-		p := resolve(u.dir, u.TokenFile)
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return fmt.Errorf("%s: reading tokenFile %s: %w", c.source, p, err)
-		}
-		req.Header.Set("Authorization", "Bearer "+string(bytes.TrimSpace(b)))
-	case u.Token != "":
-		req.Header.Set("Authorization", "Bearer "+u.Token)
-	case u.Username != "" || u.Password != "":
-		req.SetBasicAuth(u.Username, u.Password)
-	case c.exec != nil:
-		cred, err := c.exec.get()
-		if err != nil {
-			return fmt.Errorf("%s: %w", c.source, err)
-		}
-		if cred.token != "" {
-			req.Header.Set("Authorization", "Bearer "+cred.token)
-		}
-	}
-	return nil
-}
-
-// execCache runs an exec credential plugin and keeps what it said until it
-// expires.
-type execCache struct {
-	cfg *execConfig
-	dir string
-
-	mu   sync.Mutex
-	cred *execCred
-}
-
-func (e *execCache) get() (*execCred, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.cred != nil && (e.cred.expires.IsZero() || time.Now().Before(e.cred.expires)) {
-		return e.cred, nil
-	}
-	cred, err := e.cfg.run(e.dir)
+	t, err := parsePath(path)
 	if err != nil {
 		return nil, err
 	}
-	e.cred = cred
-	return cred, nil
+	if t.name == "" {
+		return nil, fmt.Errorf("GET %s: the path names a collection, not an object", path)
+	}
+	var obj *unstructured.Unstructured
+	err = c.retry(func() (err error) {
+		obj, err = c.resource(t).Get(ctx, t.name, metav1.GetOptions{})
+		return err
+	})
+	if err != nil {
+		return nil, c.failed(path, err)
+	}
+	return obj.MarshalJSON()
 }
 
-func (e *execCache) expire() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.cred = nil
+// List reads a collection (path: /api/v1/nodes, with a labelSelector or
+// fieldSelector query or not) a page of 500 at a time and calls each with
+// every item's JSON, in order.
+func (c *Client) List(ctx context.Context, path string, each func(item json.RawMessage) error) error {
+	t, err := parsePath(path)
+	if err != nil {
+		return err
+	}
+	if t.name != "" {
+		return fmt.Errorf("GET %s: the path names an object, not a collection", path)
+	}
+	opts := t.list
+	opts.Limit = pageSize
+	for {
+		var page *unstructured.UnstructuredList
+		err := c.retry(func() (err error) {
+			page, err = c.resource(t).List(ctx, opts)
+			return err
+		})
+		if err != nil {
+			return c.failed(path, err)
+		}
+		for i := range page.Items {
+			item, err := page.Items[i].MarshalJSON()
+			if err != nil {
+				return fmt.Errorf("GET %s: encoding an item: %w", path, err)
+			}
+			if err := each(item); err != nil {
+				return err
+			}
+		}
+		if page.GetContinue() == "" {
+			return nil
+		}
+		opts.Continue = page.GetContinue()
+	}
+}
+
+func (c *Client) resource(t target) dynamic.ResourceInterface {
+	r := c.dynamic.Resource(t.resource)
+	if t.namespace != "" {
+		return r.Namespace(t.namespace)
+	}
+	return r
+}
+
+// retry asks once more after a 401 when an exec credential plugin gives
+// the credentials: client-go has run the plugin again on the 401 (its
+// credential may have been revoked before it expired).
+func (c *Client) retry(call func() error) error {
+	err := call()
+	if c.exec && apierrors.IsUnauthorized(err) {
+		err = call()
+	}
+	return err
+}
+
+// failed names the request of an API server's answer that is not a
+// success, with its status; client-go's other errors name it already.
+func (c *Client) failed(path string, err error) error {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return err
+	}
+	code := int(status.Status().Code)
+	return fmt.Errorf("GET %s%s: %d %s: %w", c.server, path, code, http.StatusText(code), err)
 }

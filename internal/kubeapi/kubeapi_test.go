@@ -70,8 +70,9 @@ func (p *pki) issue(t *testing.T, cn string, server bool) (certPEM, keyPEM []byt
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
 }
 
-// apiServer answers GET /api/v1/nodes in pages of one, 401 while
-// unauthorized says so, and records who asked.
+// apiServer answers GET /api/v1/nodes in pages of one and
+// /api/v1/nodes/node-1, 401 while unauthorized says so, 403 to secrets,
+// 404 to anything else, as an API server does; and records who asked.
 type apiServer struct {
 	srv *httptest.Server
 
@@ -107,23 +108,25 @@ func newAPIServer(t *testing.T, p *pki) *apiServer {
 		switch {
 		case unauth:
 			w.WriteHeader(http.StatusUnauthorized)
-			_, _ = w.Write([]byte(`{"kind":"Status","reason":"Unauthorized","message":"Unauthorized","code":401}`))
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Unauthorized","message":"Unauthorized","code":401}`))
 		case r.URL.Path == "/api/v1/nodes" && r.Header.Get("Accept") == "application/json":
 			cont := r.URL.Query().Get("continue")
 			switch cont {
 			case "":
-				_, _ = w.Write([]byte(`{"kind":"NodeList","metadata":{"continue":"page2"},"items":[{"metadata":{"name":"node-1"}}]}`))
+				_, _ = w.Write([]byte(`{"kind":"NodeList","apiVersion":"v1","metadata":{"continue":"page2"},"items":[{"metadata":{"name":"node-1"}}]}`))
 			case "page2":
-				_, _ = w.Write([]byte(`{"kind":"NodeList","metadata":{"continue":"page3"},"items":[{"metadata":{"name":"node-2"}}]}`))
+				_, _ = w.Write([]byte(`{"kind":"NodeList","apiVersion":"v1","metadata":{"continue":"page3"},"items":[{"metadata":{"name":"node-2"}}]}`))
 			default:
-				_, _ = w.Write([]byte(`{"kind":"NodeList","metadata":{},"items":[{"metadata":{"name":"node-3"}}]}`))
+				_, _ = w.Write([]byte(`{"kind":"NodeList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"name":"node-3"}}]}`))
 			}
-		case r.URL.Path == "/api/v1/secrets":
+		case r.URL.Path == "/api/v1/nodes/node-1" && r.Header.Get("Accept") == "application/json":
+			_, _ = w.Write([]byte(`{"kind":"Node","apiVersion":"v1","metadata":{"name":"node-1"}}`))
+		case strings.Contains(r.URL.Path, "/secrets"):
 			w.WriteHeader(http.StatusForbidden)
-			_, _ = w.Write([]byte(`{"kind":"Status","reason":"Forbidden","message":"secrets is forbidden: User \"x\" cannot list resource \"secrets\"","code":403}`))
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","message":"secrets is forbidden: User \"x\" cannot get resource \"secrets\"","code":403}`))
 		default:
 			w.WriteHeader(http.StatusNotFound)
-			_, _ = w.Write([]byte(`{"kind":"Status","reason":"NotFound","message":"the server could not find the requested resource","code":404}`))
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","message":"the server could not find the requested resource","code":404}`))
 		}
 	}))
 	cert, key := p.issue(t, "127.0.0.1", true)
@@ -193,9 +196,13 @@ func kubeconfigText(server, current string, contexts map[string][2]string, clust
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
+// node is the path of an object the test API server holds.
+const node = "/api/v1/nodes/node-1"
+
 // TestClientCertificates: a client certificate from inline data and from
 // files named relative to the kubeconfig; the server sees its CN; every
-// page of a list comes, in order, with limit and continue.
+// page of a list comes, in order, with limit and continue (and client-go's
+// timeout).
 func TestClientCertificates(t *testing.T) {
 	p := newPKI(t)
 	a := newAPIServer(t, p)
@@ -228,12 +235,14 @@ func TestClientCertificates(t *testing.T) {
 	a.mu.Lock()
 	q := a.queries
 	a.mu.Unlock()
-	if len(q) != 6 || q[0] != "limit=500" || q[1] != "continue=page2&limit=500" || q[2] != "continue=page3&limit=500" {
+	if len(q) != 6 || q[0] != "limit=500&timeout=30s" || q[1] != "continue=page2&limit=500&timeout=30s" || q[2] != "continue=page3&limit=500&timeout=30s" {
 		t.Errorf("queries %q", q)
 	}
 }
 
-// TestTokens: a token, a tokenFile read again after it changed, basic auth.
+// TestTokens: a token, a tokenFile (read again after it changed: by a
+// client made then; client-go's own client reads it again each minute),
+// basic auth.
 func TestTokens(t *testing.T) {
 	p := newPKI(t)
 	a := newAPIServer(t, p)
@@ -249,7 +258,7 @@ func TestTokens(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Get(context.Background(), "/api/v1/nodes"); err != nil {
+		if _, err := c.Get(context.Background(), node); err != nil {
 			t.Fatal(err)
 		}
 		who := a.who()
@@ -264,13 +273,9 @@ func TestTokens(t *testing.T) {
 	if w := get("both"); w != "bearer first" {
 		t.Errorf("token and tokenFile: %q, want the file's", w)
 	}
-	c, _ := Connect(Options{Kubeconfig: kc, Context: "file"})
 	writeFile(t, tokenFile, "second")
-	if _, err := c.Get(context.Background(), "/api/v1/nodes"); err != nil {
-		t.Fatal(err)
-	}
-	if who := a.who(); who[len(who)-1] != "bearer second" {
-		t.Errorf("tokenFile after it changed: %q", who[len(who)-1])
+	if w := get("file"); w != "bearer second" {
+		t.Errorf("tokenFile after it changed: %q", w)
 	}
 	if w := get("basic"); w != "basic ann:pw" {
 		t.Errorf("basic: %q", w)
@@ -294,14 +299,14 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
 	}
 	kc := writeFile(t, filepath.Join(dir, "config"), kubeconfigText(a.srv.URL, "c", map[string][2]string{"c": {"test", "u"}},
 		"    certificate-authority-data: "+b64(p.caPEM)+"\n",
-		"- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: ./plugin.sh\n      env: [{name: TOKEN_PREFIX, value: tok}]\n"))
+		"- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: ./plugin.sh\n      interactiveMode: Never\n      env: [{name: TOKEN_PREFIX, value: tok}]\n"))
 	c, err := Connect(Options{Kubeconfig: kc})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	for range 2 {
-		if _, err := c.Get(ctx, "/api/v1/nodes"); err != nil {
+		if _, err := c.Get(ctx, node); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -315,7 +320,7 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
 	a.mu.Lock()
 	a.unauthorized = 1
 	a.mu.Unlock()
-	if _, err := c.Get(ctx, "/api/v1/nodes"); err != nil {
+	if _, err := c.Get(ctx, node); err != nil {
 		t.Fatalf("after a 401: %v", err)
 	}
 	if count() != 2 {
@@ -340,7 +345,7 @@ func TestKubeconfigMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Get(context.Background(), "/api/v1/nodes"); err != nil {
+	if _, err := c.Get(context.Background(), node); err != nil {
 		t.Fatal(err)
 	}
 	if who := a.who(); c.Server() != a.srv.URL || who[len(who)-1] != "bearer from-first" {
@@ -350,7 +355,7 @@ func TestKubeconfigMerge(t *testing.T) {
 	if err != nil || c.Server() != a.srv.URL {
 		t.Fatalf("context two: %v", err)
 	}
-	if _, err := c.Get(context.Background(), "/api/v1/nodes"); err != nil {
+	if _, err := c.Get(context.Background(), node); err != nil {
 		t.Fatal(err)
 	}
 	if who := a.who(); who[len(who)-1] != "bearer two" {
@@ -412,7 +417,7 @@ func TestErrors(t *testing.T) {
 	if !IsNotFound(err) || !strings.Contains(err.Error(), "could not find the requested resource") {
 		t.Errorf("404: %v", err)
 	}
-	if _, err := c.Get(ctx, "/api/v1/secrets"); IsNotFound(err) || !strings.Contains(err.Error(), "403 Forbidden: secrets is forbidden") {
+	if _, err := c.Get(ctx, "/api/v1/namespaces/default/secrets/s"); IsNotFound(err) || !strings.Contains(err.Error(), "403 Forbidden: secrets is forbidden") {
 		t.Errorf("403: %v", err)
 	}
 	other := newPKI(t)
@@ -422,7 +427,7 @@ func TestErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Get(ctx, "/api/v1/nodes"); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if _, err := c.Get(ctx, node); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("a server the CA did not sign: %v", err)
 	}
 	kc3 := writeFile(t, filepath.Join(dir, "provider"), kubeconfigText(a.srv.URL, "c", map[string][2]string{"c": {"test", "u"}}, "",
@@ -434,5 +439,54 @@ func TestErrors(t *testing.T) {
 		"- name: u\n  user: {client-certificate: nope.crt, client-key: nope.key}\n"))
 	if _, err := Connect(Options{Kubeconfig: kc4}); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "nope.crt")) {
 		t.Errorf("a client certificate that is not there: %v", err)
+	}
+	bad := writeFile(t, filepath.Join(dir, "bad"), "clusters: [\n")
+	if _, err := Connect(Options{Kubeconfig: bad}); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("a kubeconfig that does not parse: %v", err)
+	}
+	if _, err := c.Get(ctx, "/api/v1/nodes"); err == nil || !strings.Contains(err.Error(), "not an object") {
+		t.Errorf("Get of a collection: %v", err)
+	}
+}
+
+// TestPaths: the REST paths holdfast reads name their resource, namespace,
+// object and selectors; the selectors reach the server.
+func TestPaths(t *testing.T) {
+	for path, want := range map[string]string{
+		"/api/v1/nodes":                                 "/v1, Resource=nodes  ",
+		"/api/v1/nodes/node-1":                          "/v1, Resource=nodes  node-1",
+		"/api/v1/namespaces":                            "/v1, Resource=namespaces  ",
+		"/api/v1/namespaces/shop":                       "/v1, Resource=namespaces  shop",
+		"/api/v1/namespaces/shop/pods/web":              "/v1, Resource=pods shop web",
+		"/apis/holdfast.io/v1alpha1/nodeimages":         "holdfast.io/v1alpha1, Resource=nodeimages  ",
+		"/apis/apps/v1/namespaces/shop/deployments?x=1": "error",
+		"/apis/apps/v1/namespaces/shop/deployments/web": "apps/v1, Resource=deployments shop web",
+		"/api/v1/nodes/node-1/status":                   "error",
+		"/api/v1//nodes":                                "error",
+		"/healthz":                                      "error",
+	} {
+		got := "error"
+		if tg, err := parsePath(path); err == nil {
+			got = fmt.Sprintf("%s %s %s", tg.resource, tg.namespace, tg.name)
+		}
+		if got != want {
+			t.Errorf("%s: %q, want %q", path, got, want)
+		}
+	}
+	p := newPKI(t)
+	a := newAPIServer(t, p)
+	dir := t.TempDir()
+	kc := writeFile(t, filepath.Join(dir, "config"), kubeconfigText(a.srv.URL, "c", map[string][2]string{"c": {"test", "u"}},
+		"    certificate-authority-data: "+b64(p.caPEM)+"\n", "- name: u\n  user: {token: t}\n"))
+	c, err := Connect(Options{Kubeconfig: kc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.List(context.Background(), "/api/v1/nodes?labelSelector=pool%3Dgpu&fieldSelector=spec.unschedulable%3Dfalse", func(json.RawMessage) error { return nil })
+	a.mu.Lock()
+	q := a.queries
+	a.mu.Unlock()
+	if err != nil || len(q) != 3 || q[0] != "fieldSelector=spec.unschedulable%3Dfalse&labelSelector=pool%3Dgpu&limit=500&timeout=30s" {
+		t.Errorf("selectors: %v, queries %q", err, q)
 	}
 }
