@@ -226,3 +226,24 @@ func BenchmarkJudge(b *testing.B) {
 		}
 	}
 }
+
+// TestReady: pinned is ready; present only when unpinned images are
+// allowed; missing and mismatch never.
+func TestReady(t *testing.T) {
+	for _, tc := range []struct {
+		state         report.State
+		strict, loose bool
+	}{
+		{report.Pinned, true, true},
+		{report.Present, false, true},
+		{report.Missing, false, false},
+		{report.Mismatch, false, false},
+	} {
+		if got := Ready(tc.state, false); got != tc.strict {
+			t.Errorf("Ready(%s, false) = %v", tc.state, got)
+		}
+		if got := Ready(tc.state, true); got != tc.loose {
+			t.Errorf("Ready(%s, true) = %v", tc.state, got)
+		}
+	}
+}

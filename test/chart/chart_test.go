@@ -1269,7 +1269,7 @@ func TestSignaturePolicyValues(t *testing.T) {
 // TestRequiredImages: requiredImages reaches the reporter's environment, and the RBAC grants read access
 // to pods only with it, and to the cluster's workloads and Nodes' lists only with clusterWorkloads too.
 // checkNodeImagesCRD: with the required images, the chart installs the NodeImages resource the reporter writes
-// and holdfast check --cluster reads (its group, name and kind as internal/required has them); without, none.
+// and holdfast check --cluster reads (its group, name and kind as internal/report has them); without, none.
 func checkNodeImagesCRD(t *testing.T, r rendered, want bool) {
 	t.Helper()
 	if !want {
