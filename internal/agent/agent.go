@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/journal"
 	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/pattern"
+	"github.com/holdfast-project/holdfast/internal/report"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/watch"
 )
@@ -39,15 +40,15 @@ type Recorder interface {
 	pass.Recorder
 	SetConnected(bool)
 	// SetRequired counts the required images by state.
-	SetRequired(counts map[string]int)
+	SetRequired(counts map[report.State]int)
 	SetBackoff(n int)
 }
 
 type noRecorder struct{ pass.NoRecorder }
 
-func (noRecorder) SetConnected(bool)          {}
-func (noRecorder) SetBackoff(int)             {}
-func (noRecorder) SetRequired(map[string]int) {}
+func (noRecorder) SetConnected(bool)                {}
+func (noRecorder) SetBackoff(int)                   {}
+func (noRecorder) SetRequired(map[report.State]int) {}
 
 // Agent is holdfast's daemon: it keeps containerd's records and leases in line
 // with the images dirs, passes triggered by start-up, directory changes, a

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/journal"
+	"github.com/holdfast-project/holdfast/internal/report"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
 	"github.com/holdfast-project/holdfast/internal/testenv/testimage"
@@ -72,8 +73,8 @@ func startReportingAgent(t *testing.T, rt *fake.Runtime, cfg Config, clock *fake
 	return a
 }
 
-func eventsOf(r journal.Report, reason string) []journal.Event {
-	var out []journal.Event
+func eventsOf(r report.Report, reason string) []report.Event {
+	var out []report.Event
 	for _, e := range r.Events {
 		if e.Reason == reason {
 			out = append(out, e)
@@ -124,7 +125,7 @@ func TestFailingArchiveReportedOnce(t *testing.T) {
 	if len(failed) != 1 || failed[0].Type != journal.Warning || failed[0].Message != broken+": unexpected EOF" {
 		t.Fatalf("SourceFailed events after 4 failed imports and a pass that skipped the archive: %+v", failed)
 	}
-	if !slices.Equal(r.Failing, []journal.Failure{{Source: broken, Error: "unexpected EOF"}}) {
+	if !slices.Equal(r.Failing, []report.Failure{{Source: broken, Error: "unexpected EOF"}}) {
 		t.Fatalf("failing: %+v", r.Failing)
 	}
 	if !r.Ready || r.Pinned != 2 {
@@ -157,7 +158,7 @@ func TestFailingArchiveReportedOnce(t *testing.T) {
 		return len(eventsOf(r, journal.ReasonUnpinned)) == 2 && len(eventsOf(r, journal.ReasonReleased)) == 1 // x:1 and its repo@digest name
 	})
 	r = a.Report(0)
-	if u := eventsOf(r, journal.ReasonUnpinned); !slices.ContainsFunc(u, func(e journal.Event) bool {
+	if u := eventsOf(r, journal.ReasonUnpinned); !slices.ContainsFunc(u, func(e report.Event) bool {
 		return strings.HasPrefix(e.Message, "unpinned "+want.Name+":") && e.Type == journal.Normal
 	}) {
 		t.Fatalf("Unpinned events %+v, want one for %s", u, want.Name)

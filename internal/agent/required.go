@@ -8,7 +8,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/journal"
 	"github.com/holdfast-project/holdfast/internal/pattern"
-	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/report"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/workload"
 )
@@ -17,18 +17,18 @@ import (
 // need: the set the reporter last sent, and where each stood when last
 // judged.
 type requiredState struct {
-	set    *required.Set     // nil until a reporter sends one
-	states map[string]string // ref → state, as last judged
-	report required.Report
-	held   required.Held // what the node held at the last judgment
+	set    *report.RequiredSet     // nil until a reporter sends one
+	states map[string]report.State // ref → state, as last judged
+	report report.Required
+	held   report.Held // what the node held at the last judgment
 }
 
 // SetRequired takes the set of images the node's workloads need (PUT
 // /required): each reference normalised; one that does not parse is an
 // error naming it, and the set is not taken. The set is judged before it
 // returns, and again after every pass and image event.
-func (a *Agent) SetRequired(ctx context.Context, set required.Set) error {
-	out := required.Set{Images: make([]required.Image, 0, len(set.Images))}
+func (a *Agent) SetRequired(ctx context.Context, set report.RequiredSet) error {
+	out := report.RequiredSet{Images: make([]report.RequiredImage, 0, len(set.Images))}
 	seen := map[string]int{}
 	for _, img := range set.Images {
 		ref, err := pattern.NormalizeRef(strings.TrimSpace(img.Ref))
@@ -40,7 +40,7 @@ func (a *Agent) SetRequired(ctx context.Context, set required.Set) error {
 			continue
 		}
 		seen[ref] = len(out.Images)
-		out.Images = append(out.Images, required.Image{Ref: ref, UsedBy: img.UsedBy})
+		out.Images = append(out.Images, report.RequiredImage{Ref: ref, UsedBy: img.UsedBy})
 	}
 	a.mu.Lock()
 	a.req.set = &out
@@ -81,15 +81,14 @@ func (a *Agent) judgeRequired(ctx context.Context) {
 		usedBy[img.Ref] = img.UsedBy
 	}
 	held := heldOf(records)
-	rep := required.Report{Known: true, Ready: true, Counts: map[string]int{}, HeldHash: held.Hash()}
-	states := map[string]string{}
+	rep := report.Required{Known: true, Ready: true, Counts: map[report.State]int{}, HeldHash: held.Hash()}
+	states := map[string]report.State{}
 	for _, v := range workload.Judge(imgs, records) {
-		st := string(v.State)
-		states[v.Ref] = st
-		rep.Counts[st]++
-		if v.State != workload.Pinned {
+		states[v.Ref] = v.State
+		rep.Counts[v.State]++
+		if !workload.Ready(v.State, false) {
 			rep.Ready = false
-			rep.NotReady = append(rep.NotReady, required.Verdict{Image: required.Image{Ref: v.Ref, UsedBy: usedBy[v.Ref]}, State: st})
+			rep.NotReady = append(rep.NotReady, report.Verdict{RequiredImage: report.RequiredImage{Ref: v.Ref, UsedBy: usedBy[v.Ref]}, State: v.State})
 		}
 	}
 	sort.Slice(rep.NotReady, func(i, j int) bool { return rep.NotReady[i].Ref < rep.NotReady[j].Ref })
@@ -115,12 +114,12 @@ func (a *Agent) judgeRequired(ctx context.Context) {
 			}
 			who += ")"
 		}
-		switch workload.State(now) {
-		case workload.Missing, workload.Mismatch:
-			changed[journal.ReasonImageMissing] = append(changed[journal.ReasonImageMissing], who+" is "+now)
-		case workload.Present:
+		switch now {
+		case report.Missing, report.Mismatch:
+			changed[journal.ReasonImageMissing] = append(changed[journal.ReasonImageMissing], who+" is "+string(now))
+		case report.Present:
 			changed[journal.ReasonImageUnpinned] = append(changed[journal.ReasonImageUnpinned], who)
-		case workload.Pinned:
+		case report.Pinned:
 			if was != "" {
 				changed[journal.ReasonImageReady] = append(changed[journal.ReasonImageReady], who)
 			}
@@ -150,18 +149,18 @@ const eventEach = 5
 
 // heldOf is what records say the node holds: every record but the CRI's
 // own sha256: ones.
-func heldOf(records []runtime.Image) required.Held {
-	held := make(required.Held, 0, len(records))
+func heldOf(records []runtime.Image) report.Held {
+	held := make(report.Held, 0, len(records))
 	for _, r := range records {
 		if !runtime.IsCRIRecord(r.Name) {
-			held = append(held, required.HeldImage{Name: r.Name, Digest: r.Target.Digest.String(), Pinned: r.Pinned()})
+			held = append(held, report.HeldImage{Name: r.Name, Digest: r.Target.Digest.String(), Pinned: r.Pinned()})
 		}
 	}
 	held.Sort()
 	return held
 }
 
-// Held is what the node holds (GET /held), in required.Held's text form, as
+// Held is what the node holds (GET /held), in report.Held's text form, as
 // of the last judgment of the required images; ok is false before the
 // first.
 func (a *Agent) Held() (text []byte, ok bool) {
@@ -173,12 +172,12 @@ func (a *Agent) Held() (text []byte, ok bool) {
 
 // requiredReport is the report's part on the required images: not Known
 // before a reporter sent a set and it was judged.
-func (a *Agent) requiredReport() *required.Report {
+func (a *Agent) requiredReport() *report.Required {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	rep := a.req.report
 	if rep.Counts == nil {
-		rep.Counts = map[string]int{}
+		rep.Counts = map[report.State]int{}
 	}
 	return &rep
 }

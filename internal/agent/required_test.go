@@ -10,7 +10,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/journal"
-	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/report"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
 )
@@ -40,10 +40,10 @@ func TestRequiredImages(t *testing.T) {
 	if _, ok := a.Held(); ok {
 		t.Error("held images before a set")
 	}
-	if err := a.SetRequired(context.Background(), required.Set{Images: []required.Image{{Ref: "Not A Ref"}}}); err == nil || !strings.Contains(err.Error(), `"Not A Ref"`) {
+	if err := a.SetRequired(context.Background(), report.RequiredSet{Images: []report.RequiredImage{{Ref: "Not A Ref"}}}); err == nil || !strings.Contains(err.Error(), `"Not A Ref"`) {
 		t.Errorf("a bad reference: %v, want an error naming it", err)
 	}
-	set := required.Set{Images: []required.Image{
+	set := report.RequiredSet{Images: []report.RequiredImage{
 		{Ref: "nginx:1.27", UsedBy: []string{"Deployment web/front containers/nginx"}},
 		{Ref: "registry.example.com/app:1", UsedBy: []string{"Deployment shop/app containers/app"}},
 		{Ref: "redis:7", UsedBy: []string{"StatefulSet shop/cache containers/redis"}},
@@ -61,7 +61,7 @@ func TestRequiredImages(t *testing.T) {
 		t.Errorf("not ready %+v", r.NotReady)
 	}
 	text, ok := a.Held()
-	held, err := required.ParseHeld(text)
+	held, err := report.ParseHeld(text)
 	if !ok || err != nil || len(held) != 2 || held[0].Name != "docker.io/library/nginx:1.27" || !held[0].Pinned ||
 		held[1].Name != "registry.example.com/app:1" || held[1].Pinned || held[1].Digest != d.String() || r.HeldHash != held.Hash() {
 		t.Errorf("held %q (%v, %v), hash %s", text, ok, err, r.HeldHash)
@@ -95,9 +95,9 @@ func TestRequiredImages(t *testing.T) {
 func TestRequiredImagesManyAtOnce(t *testing.T) {
 	t.Parallel()
 	a := startReportingAgent(t, fake.New(), dirsConfig(t.TempDir()), newFakeClock())
-	var set required.Set
+	var set report.RequiredSet
 	for i := range eventEach + 3 {
-		set.Images = append(set.Images, required.Image{Ref: fmt.Sprintf("registry.example.com/app-%d:1", i), UsedBy: []string{"Deployment shop/app containers/app"}})
+		set.Images = append(set.Images, report.RequiredImage{Ref: fmt.Sprintf("registry.example.com/app-%d:1", i), UsedBy: []string{"Deployment shop/app containers/app"}})
 	}
 	if err := a.SetRequired(context.Background(), set); err != nil {
 		t.Fatal(err)

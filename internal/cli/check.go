@@ -15,6 +15,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/kubeapi"
 	"github.com/holdfast-project/holdfast/internal/kubelet"
+	"github.com/holdfast-project/holdfast/internal/report"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/workload"
 )
@@ -33,11 +34,11 @@ type CheckReport struct {
 
 // CheckImage is one image in `holdfast check -o json`.
 type CheckImage struct {
-	Ref    string         `json:"ref"`
-	State  workload.State `json:"state"`
-	Target string         `json:"target,omitempty"`
-	Others []string       `json:"others,omitempty"`
-	UsedBy []string       `json:"usedBy"`
+	Ref    string       `json:"ref"`
+	State  report.State `json:"state"`
+	Target string       `json:"target,omitempty"`
+	Others []string     `json:"others,omitempty"`
+	UsedBy []string     `json:"usedBy"`
 	// ForcedPull says the kubelet would pull the image although the node
 	// holds it: its configuration has it verify the pull credentials of
 	// images it did not pull itself.
@@ -207,36 +208,36 @@ func readKubelet(o *options, paths []string, set *workload.Set) *kubelet.Config 
 // node's records and, when kc is not nil, the kubelet's configuration,
 // writes the report and returns the exit status.
 func checkNode(cmd *cobra.Command, set *workload.Set, records []runtime.Image, sandbox string, kc *kubelet.Config, output string, allowUnpinned bool) error {
-	report := CheckReport{Sandbox: sandbox, Kubelet: kc}
+	out := CheckReport{Sandbox: sandbox, Kubelet: kc}
 	if sandbox != "" {
 		set.Add(sandbox, workload.Use{File: "the pod sandbox image"})
 	}
-	failed := judgeCheck(&report, set, records, kc, allowUnpinned)
-	report.Errors = sayErrors(cmd, set.Errors)
-	for _, img := range report.Images {
+	failed := judgeCheck(&out, set, records, kc, allowUnpinned)
+	out.Errors = sayErrors(cmd, set.Errors)
+	for _, img := range out.Images {
 		if img.ForcedPull != nil {
 			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", img.ForcedPull.Message)
 		}
 	}
-	return finishCheck(cmd, output, report, func(w io.Writer) error { return writeCheck(w, report) }, len(set.Errors) > 0, failed)
+	return finishCheck(cmd, output, out, func(w io.Writer) error { return writeCheck(w, out) }, len(set.Errors) > 0, failed)
 }
 
-// judgeCheck puts into report where each image of set stands among
-// records, and what of the held ones kc would have the kubelet pull; it
-// says whether the check failed: an image not pinned (with allowUnpinned,
-// not present). A forced pull does not fail it.
-func judgeCheck(report *CheckReport, set *workload.Set, records []runtime.Image, kc *kubelet.Config, allowUnpinned bool) (failed bool) {
-	report.Images = []CheckImage{}
+// judgeCheck puts into out where each image of set stands among records,
+// and what of the held ones kc would have the kubelet pull; it says whether
+// the check failed: an image not ready (workload.Ready). A forced pull does
+// not fail it.
+func judgeCheck(out *CheckReport, set *workload.Set, records []runtime.Image, kc *kubelet.Config, allowUnpinned bool) (failed bool) {
+	out.Images = []CheckImage{}
 	for _, v := range workload.Judge(set.Images(), records) {
 		ci := CheckImage{Ref: v.Ref, State: v.State, Target: v.Target, Others: v.Others, UsedBy: []string{}}
 		for _, u := range v.Uses {
 			ci.UsedBy = append(ci.UsedBy, u.String())
 		}
-		if v.State == workload.Pinned || v.State == workload.Present {
+		if v.State == report.Pinned || v.State == report.Present {
 			ci.ForcedPull = forcedPull(kc, v.Image)
 		}
-		report.Images = append(report.Images, ci)
-		if v.State != workload.Pinned && (!allowUnpinned || v.State != workload.Present) {
+		out.Images = append(out.Images, ci)
+		if !workload.Ready(v.State, allowUnpinned) {
 			failed = true
 		}
 	}
@@ -409,7 +410,7 @@ func readInput(name string, stdin io.Reader) ([]byte, error) {
 func writeCheck(w io.Writer, r CheckReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "IMAGE\tSTATE\tUSED BY")
-	counts := map[workload.State]int{}
+	counts := map[report.State]int{}
 	for _, img := range r.Images {
 		counts[img.State]++
 		used := "-"
@@ -420,7 +421,7 @@ func writeCheck(w io.Writer, r CheckReport) error {
 			}
 		}
 		state := string(img.State)
-		if img.State == workload.Mismatch {
+		if img.State == report.Mismatch {
 			state += " (holds " + strings.Join(shortDigests(img.Others), ", ") + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", img.Ref, state, used)
@@ -429,7 +430,7 @@ func writeCheck(w io.Writer, r CheckReport) error {
 		return err
 	}
 	_, err := fmt.Fprintf(w, "%d images: %d pinned, %d present, %d missing, %d mismatch\n", len(r.Images),
-		counts[workload.Pinned], counts[workload.Present], counts[workload.Missing], counts[workload.Mismatch])
+		counts[report.Pinned], counts[report.Present], counts[report.Missing], counts[report.Mismatch])
 	return err
 }
 

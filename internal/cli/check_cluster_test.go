@@ -10,7 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/holdfast-project/holdfast/internal/kubelet"
-	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/report"
 	"github.com/holdfast-project/holdfast/internal/workload"
 )
 
@@ -20,7 +20,7 @@ func node(t *testing.T, name string, labels map[string]string, condStatus string
 	if condStatus != "" {
 		raw["status"] = map[string]any{"conditions": []map[string]string{
 			{"type": "Ready", "status": "True"},
-			{"type": imagesConditionType, "status": condStatus, "reason": "ImagesMissing", "message": "1 missing: x\nmore"},
+			{"type": report.ImagesConditionType, "status": condStatus, "reason": "ImagesMissing", "message": "1 missing: x\nmore"},
 		}}
 	}
 	b, _ := json.Marshal(raw)
@@ -31,8 +31,8 @@ func node(t *testing.T, name string, labels map[string]string, condStatus string
 	return n
 }
 
-func heldReport(name string, held required.Held, rep *required.Report) required.NodeImages {
-	return required.NodeImages{Metadata: required.ObjectMeta{Name: name}, Images: len(held), Held: held.Pack(), Required: rep}
+func heldReport(name string, held report.Held, rep *report.Required) report.NodeImages {
+	return report.NodeImages{Metadata: report.ObjectMeta{Name: name}, Images: len(held), Held: held.Pack(), Required: rep}
 }
 
 const clusterManifests = `apiVersion: apps/v1
@@ -70,26 +70,26 @@ func TestJudgeCluster(t *testing.T) {
 		t.Fatal(set.Errors)
 	}
 	other := digest.FromString("other c").String()
-	a := required.HeldImage{Name: "docker.io/library/a:1", Digest: digest.FromString("a").String(), Pinned: true}
+	a := report.HeldImage{Name: "docker.io/library/a:1", Digest: digest.FromString("a").String(), Pinned: true}
 	nodes := []clusterNode{
 		node(t, "node-b", map[string]string{"kubernetes.io/os": "linux"}, "True"),
 		node(t, "node-a", map[string]string{"gpu": "yes"}, "False"),
 		node(t, "node-c", nil, "False"),
 	}
-	reports := map[string]required.NodeImages{
-		"node-a": heldReport("node-a", required.Held{a, {Name: "docker.io/library/b:1", Digest: digest.FromString("b").String()}},
-			&required.Report{Known: true, Counts: map[string]int{"pinned": 40, "missing": 3, "present": 2},
-				NotReady: []required.Verdict{{Image: required.Image{Ref: "docker.io/library/x:1", UsedBy: []string{"Deployment a/x containers/x"}}, State: "missing"}}}),
-		"node-b": heldReport("node-b", required.Held{a, {Name: "docker.io/library/c@" + other, Digest: other, Pinned: true}},
-			&required.Report{Known: true, Ready: true, Counts: map[string]int{"pinned": 7}}),
+	reports := map[string]report.NodeImages{
+		"node-a": heldReport("node-a", report.Held{a, {Name: "docker.io/library/b:1", Digest: digest.FromString("b").String()}},
+			&report.Required{Known: true, Counts: map[report.State]int{"pinned": 40, "missing": 3, "present": 2},
+				NotReady: []report.Verdict{{RequiredImage: report.RequiredImage{Ref: "docker.io/library/x:1", UsedBy: []string{"Deployment a/x containers/x"}}, State: "missing"}}}),
+		"node-b": heldReport("node-b", report.Held{a, {Name: "docker.io/library/c@" + other, Digest: other, Pinned: true}},
+			&report.Required{Known: true, Ready: true, Counts: map[report.State]int{"pinned": 7}}),
 	}
 
 	r, errs := judgeCluster(nodes, reports, &set, false)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	states := func(n ClusterNode) map[string]string {
-		out := map[string]string{}
+	states := func(n workload.ClusterNode) map[string]report.State {
+		out := map[string]report.State{}
 		for _, img := range n.NotReady {
 			out[img.Ref] = img.State
 		}
@@ -110,7 +110,7 @@ func TestJudgeCluster(t *testing.T) {
 	if nc.Report || nc.Ready || nc.Condition == nil || nc.Condition.Status != "False" {
 		t.Errorf("node-c: %+v", nc)
 	}
-	if r.Totals != (ClusterTotals{Nodes: 3, Lacking: 2, NoReport: 1, Missing: 4, Unpinned: 1}) || !r.Manifests {
+	if r.Totals != (workload.ClusterTotals{Nodes: 3, Lacking: 2, NoReport: 1, Missing: 4, Unpinned: 1}) || !r.Manifests {
 		t.Errorf("totals %+v", r.Totals)
 	}
 	if !clusterFailed(r) {
@@ -141,7 +141,7 @@ func TestJudgeCluster(t *testing.T) {
 	if !nb.Ready || nb.Counts["pinned"] != 7 || r.Manifests {
 		t.Errorf("node-b from its report: %+v", nb)
 	}
-	if r.Totals != (ClusterTotals{Nodes: 3, Ready: 1, Lacking: 1, NoReport: 1, Missing: 3, Unpinned: 2}) {
+	if r.Totals != (workload.ClusterTotals{Nodes: 3, Ready: 1, Lacking: 1, NoReport: 1, Missing: 3, Unpinned: 2}) {
 		t.Errorf("totals %+v", r.Totals)
 	}
 
@@ -168,15 +168,15 @@ func BenchmarkJudgeCluster(b *testing.B) {
 	}
 	var set workload.Set
 	set.Read("release.yaml", []byte(manifests.String()))
-	heldBut := func(skip int) required.Held {
-		var held required.Held
+	heldBut := func(skip int) report.Held {
+		var held report.Held
 		for i := 20; i < 520; i++ {
 			if i == skip {
 				continue
 			}
 			repo := fmt.Sprintf("registry.example.com/team/service-%03d", i)
 			d := digest.FromString(repo).String()
-			held = append(held, required.HeldImage{Name: repo + ":v1", Digest: d, Pinned: true}, required.HeldImage{Name: repo + "@" + d, Digest: d, Pinned: true})
+			held = append(held, report.HeldImage{Name: repo + ":v1", Digest: d, Pinned: true}, report.HeldImage{Name: repo + "@" + d, Digest: d, Pinned: true})
 		}
 		held.Sort()
 		return held
@@ -199,16 +199,16 @@ func BenchmarkJudgeCluster(b *testing.B) {
 				if distinct {
 					held = heldBut(20 + i%500)
 				}
-				obj := heldReport(n.Metadata.Name, held, &required.Report{Known: true, Ready: true})
+				obj := heldReport(n.Metadata.Name, held, &report.Required{Known: true, Ready: true})
 				obj.HeldHash = held.Hash()
 				j, _ := json.Marshal(obj)
 				raw = append(raw, j)
 				size += len(j)
 			}
 			for b.Loop() {
-				reports := map[string]required.NodeImages{}
+				reports := map[string]report.NodeImages{}
 				for _, r := range raw {
-					var ni required.NodeImages
+					var ni report.NodeImages
 					if err := json.Unmarshal(r, &ni); err != nil {
 						b.Fatal(err)
 					}
@@ -232,12 +232,12 @@ func TestJudgeClusterImageVolume(t *testing.T) {
 	if len(set.Errors) > 0 {
 		t.Fatal(set.Errors)
 	}
-	server := required.HeldImage{Name: "registry.example.com/ml/server:1", Digest: digest.FromString("server").String(), Pinned: true}
-	tools := required.HeldImage{Name: "registry.example.com/ml/tools:2", Digest: digest.FromString("tools").String(), Pinned: true}
+	server := report.HeldImage{Name: "registry.example.com/ml/server:1", Digest: digest.FromString("server").String(), Pinned: true}
+	tools := report.HeldImage{Name: "registry.example.com/ml/tools:2", Digest: digest.FromString("tools").String(), Pinned: true}
 	nodes := []clusterNode{node(t, "gpu-1", map[string]string{"gpu": "yes"}, ""), node(t, "cpu-1", map[string]string{}, "")}
-	reports := map[string]required.NodeImages{
-		"gpu-1": heldReport("gpu-1", required.Held{server, tools}, nil),
-		"cpu-1": heldReport("cpu-1", required.Held{server, tools}, nil),
+	reports := map[string]report.NodeImages{
+		"gpu-1": heldReport("gpu-1", report.Held{server, tools}, nil),
+		"cpu-1": heldReport("cpu-1", report.Held{server, tools}, nil),
 	}
 	r, errs := judgeCluster(nodes, reports, &set, false)
 	if len(errs) > 0 {
@@ -262,13 +262,13 @@ func TestClusterForcedPulls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	server := required.HeldImage{Name: "registry.example.com/ml/server:1", Digest: digest.FromString("server").String(), Pinned: true}
-	model := required.HeldImage{Name: "registry.example.com/ml/model:7", Digest: digest.FromString("model").String()}
+	server := report.HeldImage{Name: "registry.example.com/ml/server:1", Digest: digest.FromString("server").String(), Pinned: true}
+	model := report.HeldImage{Name: "registry.example.com/ml/model:7", Digest: digest.FromString("model").String()}
 	nodes := []clusterNode{node(t, "gpu-1", map[string]string{"gpu": "yes"}, ""), node(t, "gpu-2", map[string]string{"gpu": "yes"}, ""), node(t, "cpu-1", map[string]string{}, "")}
-	reports := map[string]required.NodeImages{
-		"gpu-1": heldReport("gpu-1", required.Held{server, model}, nil),
-		"gpu-2": heldReport("gpu-2", required.Held{server}, nil),
-		"cpu-1": heldReport("cpu-1", required.Held{server, model}, nil),
+	reports := map[string]report.NodeImages{
+		"gpu-1": heldReport("gpu-1", report.Held{server, model}, nil),
+		"gpu-2": heldReport("gpu-2", report.Held{server}, nil),
+		"cpu-1": heldReport("cpu-1", report.Held{server, model}, nil),
 	}
 	r, errs := judgeCluster(nodes, reports, &set, false)
 	if len(errs) > 0 {

@@ -1,5 +1,5 @@
 // Package journal keeps what the agent did that an operator should hear of, for
-// GET /report: a bounded ring of events (a source that newly fails, a name
+// GET /report (report.Report): a bounded ring of events (a source that newly fails, a name
 // entering heal backoff, names unpinned, leases released) and a summary kept
 // current at the end of each pass and heal. Recording takes a mutex and never
 // waits for a reader: a pass is never held up by the reporter.
@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/report"
 )
 
 // DefaultSize is how many events the agent's journal keeps.
@@ -40,49 +40,13 @@ const (
 	ReasonImageReady    = "ImageReady"
 )
 
-// Event is one thing that happened.
-type Event struct {
-	Seq     uint64    `json:"seq"`
-	Time    time.Time `json:"time"`
-	Type    string    `json:"type"`
-	Reason  string    `json:"reason"`
-	Message string    `json:"message"`
-}
-
-// Failure is a source that is failing, and why. Source is empty for a
-// failure that names no source (an images dir that cannot be read, a store
-// that cannot be listed): Error then says what failed.
-type Failure struct {
-	Source string `json:"source"`
-	Error  string `json:"error"`
-}
-
-// Report is what GET /report returns.
-type Report struct {
-	Ready       bool      `json:"ready"`
-	Pinned      int       `json:"pinned"` // images (names other than name@digest) pinned
-	Sources     int       `json:"sources"`
-	Failing     []Failure `json:"failing"`
-	HealBackoff []string  `json:"healBackoff"`
-	Events      []Event   `json:"events"`
-	// Required is where the images the node's workloads need stand (the
-	// set a reporter sent); nil from a journal's own Report.
-	Required *required.Report `json:"required,omitempty"`
-	// Next is the sequence number the next event will get: a reader that
-	// has seen every event up to now asks with after=Next-1.
-	Next uint64 `json:"next"`
-	// Started is when this journal began (the agent process started): a
-	// reader whose cursor came from another journal starts from 0.
-	Started time.Time `json:"started"`
-}
-
 // Journal is the ring and the summary. Its zero value is not usable: use New.
 type Journal struct {
 	now     func() time.Time
 	started time.Time // by the wall clock, whatever now is: it tells journals apart
 
 	mu      sync.Mutex
-	ring    []Event // capacity fixed at New; oldest at start
+	ring    []report.Event // capacity fixed at New; oldest at start
 	start   int
 	next    uint64
 	pinned  int
@@ -97,7 +61,7 @@ func New(size int, now func() time.Time) *Journal {
 	if now == nil {
 		now = time.Now
 	}
-	return &Journal{now: now, started: time.Now(), ring: make([]Event, 0, max(size, 1)), next: 1,
+	return &Journal{now: now, started: time.Now(), ring: make([]report.Event, 0, max(size, 1)), next: 1,
 		failing: map[string]string{}, backoff: map[string]time.Time{}}
 }
 
@@ -109,7 +73,7 @@ func (j *Journal) Record(typ, reason, message string) {
 }
 
 func (j *Journal) recordLocked(typ, reason, message string) {
-	ev := Event{Seq: j.next, Time: j.now().UTC(), Type: typ, Reason: reason, Message: message}
+	ev := report.Event{Seq: j.next, Time: j.now().UTC(), Type: typ, Reason: reason, Message: message}
 	j.next++
 	if len(j.ring) < cap(j.ring) {
 		j.ring = append(j.ring, ev)
@@ -123,7 +87,7 @@ func (j *Journal) recordLocked(typ, reason, message string) {
 // and the sources failing now. A source failing for the first time, again
 // after it had recovered, or with another cause than last time, is recorded
 // as a SourceFailed event; one failing as before is not.
-func (j *Journal) Passed(pinned, sources int, failing []Failure) {
+func (j *Journal) Passed(pinned, sources int, failing []report.Failure) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.pinned, j.sources = pinned, sources
@@ -156,15 +120,15 @@ func (j *Journal) Backoff(name string, until time.Time) {
 
 // Report returns the summary and the events with a sequence number above
 // after, oldest first. ready is the agent's readiness, which it keeps itself.
-func (j *Journal) Report(after uint64, ready bool) Report {
+func (j *Journal) Report(after uint64, ready bool) report.Report {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	r := Report{Ready: ready, Pinned: j.pinned, Sources: j.sources, Next: j.next, Started: j.started,
-		Failing: []Failure{}, HealBackoff: []string{}, Events: []Event{}}
+	r := report.Report{Ready: ready, Pinned: j.pinned, Sources: j.sources, Next: j.next, Started: j.started,
+		Failing: []report.Failure{}, HealBackoff: []string{}, Events: []report.Event{}}
 	for src, cause := range j.failing {
-		r.Failing = append(r.Failing, Failure{Source: src, Error: cause})
+		r.Failing = append(r.Failing, report.Failure{Source: src, Error: cause})
 	}
-	slices.SortFunc(r.Failing, func(a, b Failure) int { return cmp.Compare(a.Source, b.Source) })
+	slices.SortFunc(r.Failing, func(a, b report.Failure) int { return cmp.Compare(a.Source, b.Source) })
 	now := j.now()
 	for name, until := range j.backoff {
 		if now.Before(until) {

@@ -5,13 +5,15 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/holdfast-project/holdfast/internal/report"
 )
 
 type clock struct{ t time.Time }
 
 func (c *clock) now() time.Time { return c.t }
 
-func reasons(evs []Event) []string {
+func reasons(evs []report.Event) []string {
 	var out []string
 	for _, e := range evs {
 		out = append(out, e.Reason+" "+e.Message)
@@ -24,22 +26,22 @@ func reasons(evs []Event) []string {
 // recovered and fails again is a new event; the summary lists what fails now.
 func TestRepeatedFailureRecordedOnce(t *testing.T) {
 	j := New(16, nil)
-	broken := Failure{Source: "/images/broken.tar.gz", Error: "unexpected EOF"}
+	broken := report.Failure{Source: "/images/broken.tar.gz", Error: "unexpected EOF"}
 	for range 5 {
-		j.Passed(3, 2, []Failure{broken})
+		j.Passed(3, 2, []report.Failure{broken})
 	}
 	r := j.Report(0, true)
 	if got, want := reasons(r.Events), []string{"SourceFailed /images/broken.tar.gz: unexpected EOF"}; !slices.Equal(got, want) {
 		t.Fatalf("events after 5 passes failing alike: %q, want %q", got, want)
 	}
-	if !slices.Equal(r.Failing, []Failure{broken}) || r.Pinned != 3 || r.Sources != 2 || !r.Ready {
+	if !slices.Equal(r.Failing, []report.Failure{broken}) || r.Pinned != 3 || r.Sources != 2 || !r.Ready {
 		t.Fatalf("summary %+v", r)
 	}
 
-	j.Passed(3, 2, []Failure{{Source: broken.Source, Error: "gzip: invalid header"}})
-	j.Passed(3, 2, []Failure{{Source: broken.Source, Error: "gzip: invalid header"}})
+	j.Passed(3, 2, []report.Failure{{Source: broken.Source, Error: "gzip: invalid header"}})
+	j.Passed(3, 2, []report.Failure{{Source: broken.Source, Error: "gzip: invalid header"}})
 	j.Passed(4, 2, nil) // recovered
-	j.Passed(4, 2, []Failure{broken})
+	j.Passed(4, 2, []report.Failure{broken})
 	r = j.Report(1, true)
 	want := []string{
 		"SourceFailed /images/broken.tar.gz: gzip: invalid header",

@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/report"
 )
 
 // FieldManager is the reporter's name in the server-side applies of the
@@ -38,7 +38,7 @@ func applyThrough(client kubernetes.Interface) Apply {
 // the report on the required images. It writes only what changed.
 type nodeImages struct {
 	apply   Apply
-	held    required.Held
+	held    report.Held
 	hash    string // of held
 	written [32]byte
 	failed  string // the last error logged, not to log it each round
@@ -46,7 +46,7 @@ type nodeImages struct {
 
 // publish writes the NodeImages object for rep (the report's required
 // part) when it says something new. The Node's uid makes it the owner.
-func (r *Reporter) publish(ctx context.Context, rep *required.Report) {
+func (r *Reporter) publish(ctx context.Context, rep *report.Required) {
 	p := r.images
 	if p == nil || p.apply == nil || rep == nil || !rep.Known || r.uid == "" {
 		return
@@ -70,13 +70,13 @@ func (r *Reporter) publish(ctx context.Context, rep *required.Report) {
 	if sum == p.written {
 		return
 	}
-	obj := required.NodeImages{
-		APIVersion: required.APIVersion,
-		Kind:       required.Kind,
-		Metadata: required.ObjectMeta{
+	obj := report.NodeImages{
+		APIVersion: report.APIVersion,
+		Kind:       report.Kind,
+		Metadata: report.ObjectMeta{
 			Name:            r.cfg.Node,
 			Labels:          map[string]string{"app.kubernetes.io/managed-by": FieldManager},
-			OwnerReferences: []required.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: r.cfg.Node, UID: string(r.uid)}},
+			OwnerReferences: []report.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: r.cfg.Node, UID: string(r.uid)}},
 		},
 		Updated:  r.now().UTC().Truncate(1e9),
 		Images:   len(p.held),
@@ -94,7 +94,7 @@ func (r *Reporter) publish(ctx context.Context, rep *required.Report) {
 		r.publishFailed(fmt.Errorf("encoding NodeImages %s: %w", r.cfg.Node, err))
 		return
 	}
-	if err := p.apply(ctx, required.NodeImagesPath+"/"+r.cfg.Node, body); err != nil {
+	if err := p.apply(ctx, report.NodeImagesPath+"/"+r.cfg.Node, body); err != nil {
 		r.publishFailed(fmt.Errorf("applying NodeImages %s (%d bytes): %w", r.cfg.Node, len(body), err))
 		return
 	}
@@ -110,17 +110,4 @@ func (r *Reporter) publishFailed(err error) {
 		r.images.failed = msg
 		r.log.Warn("writing the node's NodeImages (holdfast check --cluster reads it); trying again with the next report", "node", r.cfg.Node, "error", err)
 	}
-}
-
-// getHeld reads the agent's GET /held.
-func (r *Reporter) getHeld(ctx context.Context) (required.Held, error) {
-	body, u, err := r.getAgent(ctx, "/held", 64<<20)
-	if err != nil {
-		return nil, err
-	}
-	held, err := required.ParseHeld(body)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", u, err)
-	}
-	return held, nil
 }

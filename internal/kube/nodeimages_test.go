@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/report"
 )
 
 // applies records what the reporter applies, and fails while fail is set.
@@ -32,11 +32,11 @@ func (a *applies) apply(_ context.Context, path string, body []byte) error {
 	return nil
 }
 
-func (a *applies) last(t *testing.T) required.NodeImages {
+func (a *applies) last(t *testing.T) report.NodeImages {
 	t.Helper()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var obj required.NodeImages
+	var obj report.NodeImages
 	if len(a.bodies) == 0 {
 		t.Fatal("nothing applied")
 	}
@@ -65,14 +65,14 @@ func (a *applies) count() int {
 func TestNodeImages(t *testing.T) {
 	ctx := context.Background()
 	agent := newRequiredAgent(t)
-	held := required.Held{
+	held := report.Held{
 		{Name: "docker.io/library/a:1", Digest: "sha256:" + hex64("a"), Pinned: true},
 		{Name: "docker.io/library/b:1", Digest: "sha256:" + hex64("b")},
 	}
 	agent.mu.Lock()
 	agent.known, agent.held = true, held
-	agent.req = required.Report{Counts: map[string]int{"missing": 1, "pinned": 1}, HeldHash: held.Hash(),
-		NotReady: []required.Verdict{{Image: required.Image{Ref: "docker.io/library/c:1", UsedBy: []string{"u1", "u2", "u3", "u4", "u5"}}, State: "missing"}}}
+	agent.req = report.Required{Counts: map[report.State]int{"missing": 1, "pinned": 1}, HeldHash: held.Hash(),
+		NotReady: []report.Verdict{{RequiredImage: report.RequiredImage{Ref: "docker.io/library/c:1", UsedBy: []string{"u1", "u2", "u3", "u4", "u5"}}, State: "missing"}}}
 	agent.mu.Unlock()
 	client := fake.NewClientset(labelledNode())
 	var ap applies
@@ -91,11 +91,11 @@ func TestNodeImages(t *testing.T) {
 	if len(obj.Metadata.OwnerReferences) != 1 || obj.Metadata.OwnerReferences[0].UID != "uid-1" || obj.Metadata.OwnerReferences[0].Kind != "Node" {
 		t.Errorf("owner: %+v, want the Node (uid-1)", obj.Metadata.OwnerReferences)
 	}
-	got, err := required.Unpack(obj.Held)
+	got, err := report.Unpack(obj.Held)
 	if err != nil || !slices.Equal(got, held) || obj.Images != 2 || obj.Pinned != 1 || obj.HeldHash != held.Hash() {
 		t.Errorf("held: %+v (%v), images %d, pinned %d, hash %s; want %+v", got, err, obj.Images, obj.Pinned, obj.HeldHash, held)
 	}
-	if obj.Required == nil || len(obj.Required.NotReady) != 1 || len(obj.Required.NotReady[0].UsedBy) != required.MaxUsedBy ||
+	if obj.Required == nil || len(obj.Required.NotReady) != 1 || len(obj.Required.NotReady[0].UsedBy) != report.MaxUsedBy ||
 		obj.Required.Counts["missing"] != 1 || !obj.Updated.Equal(now) {
 		t.Errorf("required: %+v, updated %s", obj.Required, obj.Updated)
 	}
@@ -110,10 +110,10 @@ func TestNodeImages(t *testing.T) {
 	}
 
 	// The node pulls c: /held is read again and the object written.
-	held = append(held, required.HeldImage{Name: "docker.io/library/c:1", Digest: "sha256:" + hex64("c"), Pinned: true})
+	held = append(held, report.HeldImage{Name: "docker.io/library/c:1", Digest: "sha256:" + hex64("c"), Pinned: true})
 	agent.mu.Lock()
 	agent.held = held
-	agent.req = required.Report{Ready: true, Counts: map[string]int{"pinned": 2}, HeldHash: held.Hash()}
+	agent.req = report.Required{Ready: true, Counts: map[report.State]int{"pinned": 2}, HeldHash: held.Hash()}
 	agent.mu.Unlock()
 	ap.setFail(errors.New("the API server is away"))
 	if err := r.Once(ctx); err != nil {
@@ -127,7 +127,7 @@ func TestNodeImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	obj = ap.last(t)
-	if got, _ := required.Unpack(obj.Held); ap.count() != 2 || len(got) != 3 || obj.Images != 3 || obj.Pinned != 2 || !obj.Required.Ready {
+	if got, _ := report.Unpack(obj.Held); ap.count() != 2 || len(got) != 3 || obj.Images != 3 || obj.Pinned != 2 || !obj.Required.Ready {
 		t.Errorf("after the pull: %d applies, held %+v, %+v", ap.count(), got, obj)
 	}
 	if n := agent.heldGets(); n != 2 {

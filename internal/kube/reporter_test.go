@@ -21,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/holdfast-project/holdfast/internal/journal"
+	"github.com/holdfast-project/holdfast/internal/report"
 )
 
 const nodeName = "node-1"
@@ -31,7 +32,7 @@ type agentStub struct {
 	j       *journal.Journal
 	ready   bool
 	pinned  int
-	failing []journal.Failure
+	failing []report.Failure
 	srv     *httptest.Server
 }
 
@@ -52,7 +53,7 @@ func newAgentStub(t *testing.T) *agentStub {
 	return a
 }
 
-func (a *agentStub) set(ready bool, pinned int, failing ...journal.Failure) {
+func (a *agentStub) set(ready bool, pinned int, failing ...report.Failure) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.ready, a.pinned, a.failing = ready, pinned, failing
@@ -175,11 +176,11 @@ func TestConditionTransitions(t *testing.T) {
 
 	clock.t = clock.t.Add(10 * time.Second)
 	t2 := clock.t
-	agent.set(true, 42, journal.Failure{Source: "/var/lib/holdfast/images/broken.tar.gz", Error: "unexpected EOF"})
+	agent.set(true, 42, report.Failure{Source: "/var/lib/holdfast/images/broken.tar.gz", Error: "unexpected EOF"})
 	step("a source failing", corev1.ConditionFalse, ReasonSourcesFailing, "42 images pinned; failing: broken.tar.gz (unexpected EOF)", t2)
 
 	clock.t = clock.t.Add(10 * time.Second)
-	agent.set(true, 41, journal.Failure{Source: "/var/lib/holdfast/images/broken.tar.gz", Error: "gzip: invalid header"})
+	agent.set(true, 41, report.Failure{Source: "/var/lib/holdfast/images/broken.tar.gz", Error: "gzip: invalid header"})
 	step("failing otherwise", corev1.ConditionFalse, ReasonSourcesFailing, "41 images pinned; failing: broken.tar.gz (gzip: invalid header)", t2)
 
 	clock.t = clock.t.Add(10 * time.Second)
@@ -221,19 +222,19 @@ func TestConditionKeepsTransitionOfEarlierReporter(t *testing.T) {
 }
 
 func TestConditionMessages(t *testing.T) {
-	var failing []journal.Failure
+	var failing []report.Failure
 	for _, n := range []string{"a.tar", "b.tar", "c.tar", "d.tar", "e.tar"} {
-		failing = append(failing, journal.Failure{Source: "/images/" + n, Error: "unexpected EOF"})
+		failing = append(failing, report.Failure{Source: "/images/" + n, Error: "unexpected EOF"})
 	}
-	c := Condition(&journal.Report{Ready: true, Pinned: 7, Failing: failing})
+	c := Condition(&report.Report{Ready: true, Pinned: 7, Failing: failing})
 	if want := "7 images pinned; failing: a.tar (unexpected EOF), b.tar (unexpected EOF), c.tar (unexpected EOF) and 2 more"; c.Message != want {
 		t.Errorf("message %q, want %q", c.Message, want)
 	}
-	c = Condition(&journal.Report{Ready: true, Pinned: 1, Failing: []journal.Failure{{Error: "reading /images: permission denied"}}})
+	c = Condition(&report.Report{Ready: true, Pinned: 1, Failing: []report.Failure{{Error: "reading /images: permission denied"}}})
 	if want := "1 images pinned; failing: reading /images: permission denied"; c.Message != want {
 		t.Errorf("message %q, want %q", c.Message, want)
 	}
-	c = Condition(&journal.Report{Ready: true, Pinned: 2, HealBackoff: []string{"docker.io/library/nginx:1.27"}})
+	c = Condition(&report.Report{Ready: true, Pinned: 2, HealBackoff: []string{"docker.io/library/nginx:1.27"}})
 	if c.Status != corev1.ConditionFalse || c.Reason != ReasonHealBackoff || c.Message != "2 images pinned; heal backing off: docker.io/library/nginx:1.27" {
 		t.Errorf("heal backoff: %+v", c)
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -21,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/holdfast-project/holdfast/internal/pattern"
-	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/report"
 )
 
 // shownUsers is how many users of an image the set names; a last entry
@@ -188,20 +187,8 @@ func (w *requiredWatcher) send(ctx context.Context, force bool) error {
 		return nil
 	}
 	w.sent = nil
-	u := strings.TrimSuffix(w.cfg.Agent, "/") + "/required"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("PUT %s: %w", u, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := w.http.Do(req)
-	if err != nil {
+	if err := putRequired(ctx, w.http, w.cfg.Agent, body); err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("PUT %s: %s: %s", u, resp.Status, strings.TrimSpace(string(msg)))
 	}
 	w.sent = body
 	w.log.Info("sent the required images to the agent", "images", len(set.Images))
@@ -209,7 +196,7 @@ func (w *requiredWatcher) send(ctx context.Context, force bool) error {
 }
 
 // set is the set as the caches hold it now.
-func (w *requiredWatcher) set() required.Set {
+func (w *requiredWatcher) set() report.RequiredSet {
 	var labels map[string]string
 	if w.node != nil {
 		for _, o := range w.node.GetStore().List() {
@@ -233,7 +220,7 @@ func (w *requiredWatcher) set() required.Set {
 // requiredSet is the set of images the objects need on the node named node
 // with labels (nil: unknown): every Pod bound to it, and every workload
 // that may run there. A reference that does not parse is left out.
-func requiredSet(objs []any, node string, labels map[string]string, log *slog.Logger) required.Set {
+func requiredSet(objs []any, node string, labels map[string]string, log *slog.Logger) report.RequiredSet {
 	users := map[string][]string{}
 	for _, o := range objs {
 		wl, ok := workloadOf(o)
@@ -257,7 +244,7 @@ func requiredSet(objs []any, node string, labels map[string]string, log *slog.Lo
 			users[ref] = append(users[ref], user)
 		}
 	}
-	set := required.Set{Images: make([]required.Image, 0, len(users))}
+	set := report.RequiredSet{Images: make([]report.RequiredImage, 0, len(users))}
 	for _, ref := range slices.Sorted(maps.Keys(users)) {
 		u := users[ref]
 		slices.SortFunc(u, func(a, b string) int {
@@ -267,7 +254,7 @@ func requiredSet(objs []any, node string, labels map[string]string, log *slog.Lo
 		if more := len(u) - shownUsers; more > 0 {
 			u = append(u[:shownUsers:shownUsers], fmt.Sprintf("and %d more", more))
 		}
-		set.Images = append(set.Images, required.Image{Ref: ref, UsedBy: u})
+		set.Images = append(set.Images, report.RequiredImage{Ref: ref, UsedBy: u})
 	}
 	return set
 }

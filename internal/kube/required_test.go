@@ -15,8 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/holdfast-project/holdfast/internal/journal"
-	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/report"
 )
 
 // requiredAgent stands in for the agent: it records the sets PUT to
@@ -24,24 +23,24 @@ import (
 // part is Known once a set came, until forget.
 type requiredAgent struct {
 	mu      sync.Mutex
-	puts    []required.Set
+	puts    []report.RequiredSet
 	refuse  int // PUTs to answer 503, and not take
 	known   bool
-	req     required.Report
-	held    required.Held // served at /held
-	gets    int           // of /held
+	req     report.Required
+	held    report.Held // served at /held
+	gets    int         // of /held
 	started time.Time
 	srv     *httptest.Server
 }
 
 func newRequiredAgent(t *testing.T) *requiredAgent {
-	a := &requiredAgent{started: time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC), req: required.Report{Ready: true, Counts: map[string]int{}}}
+	a := &requiredAgent{started: time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC), req: report.Required{Ready: true, Counts: map[report.State]int{}}}
 	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		switch {
 		case r.URL.Path == "/required" && r.Method == http.MethodPut:
-			var set required.Set
+			var set report.RequiredSet
 			if err := json.NewDecoder(r.Body).Decode(&set); err != nil || r.Header.Get("Content-Type") != "application/json" {
 				http.Error(w, "bad set", http.StatusBadRequest)
 				return
@@ -60,7 +59,7 @@ func newRequiredAgent(t *testing.T) *requiredAgent {
 		case r.URL.Path == "/report":
 			req := a.req
 			req.Known = a.known
-			_ = json.NewEncoder(w).Encode(journal.Report{Ready: true, Next: 1, Started: a.started, Required: &req})
+			_ = json.NewEncoder(w).Encode(report.Report{Ready: true, Next: 1, Started: a.started, Required: &req})
 		default:
 			http.NotFound(w, r)
 		}
@@ -75,7 +74,7 @@ func (a *requiredAgent) forget() {
 	a.known = false
 }
 
-func (a *requiredAgent) sets() []required.Set {
+func (a *requiredAgent) sets() []report.RequiredSet {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Clone(a.puts)
@@ -83,7 +82,7 @@ func (a *requiredAgent) sets() []required.Set {
 
 // waitPut waits, on a generous deadline, for a PUT after the first after
 // ones that ok accepts, and returns it.
-func (a *requiredAgent) waitPut(t *testing.T, after int, what string, ok func(required.Set) bool) (required.Set, int) {
+func (a *requiredAgent) waitPut(t *testing.T, after int, what string, ok func(report.RequiredSet) bool) (report.RequiredSet, int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -96,7 +95,7 @@ func (a *requiredAgent) waitPut(t *testing.T, after int, what string, ok func(re
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("no PUT /required %s; the agent got %+v", what, a.sets())
-	return required.Set{}, 0
+	return report.RequiredSet{}, 0
 }
 
 func labelledNode() *corev1.Node {
@@ -128,7 +127,7 @@ func runRequired(t *testing.T, client *fake.Clientset, agent string) *Reporter {
 	return r
 }
 
-func refsOf(set required.Set) []string {
+func refsOf(set report.RequiredSet) []string {
 	var refs []string
 	for _, img := range set.Images {
 		refs = append(refs, img.Ref)
@@ -149,8 +148,8 @@ func TestRequiredReachesAgent(t *testing.T) {
 	client := fake.NewClientset(labelledNode(), web, elsewhere, linux)
 	runRequired(t, client, agent.srv.URL)
 
-	set, _ := agent.waitPut(t, 0, "naming nginx", func(s required.Set) bool { return slices.Contains(refsOf(s), "docker.io/library/nginx:1.27") })
-	want := []required.Image{
+	set, _ := agent.waitPut(t, 0, "naming nginx", func(s report.RequiredSet) bool { return slices.Contains(refsOf(s), "docker.io/library/nginx:1.27") })
+	want := []report.RequiredImage{
 		{Ref: "docker.io/library/nginx:1.27", UsedBy: []string{"Deployment shop/web containers/web"}},
 		{Ref: "docker.io/library/postgres:17", UsedBy: []string{"Deployment shop/db containers/db"}},
 	}
@@ -167,7 +166,7 @@ func TestRequiredRetried(t *testing.T) {
 	agent.refuse = 2
 	client := fake.NewClientset(labelledNode(), deployment("shop", "web", podSpec("nginx:1.27")))
 	runRequired(t, client, agent.srv.URL)
-	agent.waitPut(t, 0, "after two refusals", func(s required.Set) bool { return slices.Contains(refsOf(s), "docker.io/library/nginx:1.27") })
+	agent.waitPut(t, 0, "after two refusals", func(s report.RequiredSet) bool { return slices.Contains(refsOf(s), "docker.io/library/nginx:1.27") })
 	agent.mu.Lock()
 	defer agent.mu.Unlock()
 	if agent.refuse != 0 {
@@ -182,12 +181,12 @@ func TestRequiredWatches(t *testing.T) {
 	agent := newRequiredAgent(t)
 	client := fake.NewClientset(labelledNode(), deployment("shop", "web", podSpec("nginx:1.27")))
 	runRequired(t, client, agent.srv.URL)
-	_, n := agent.waitPut(t, 0, "naming nginx", func(s required.Set) bool { return slices.Contains(refsOf(s), "docker.io/library/nginx:1.27") })
+	_, n := agent.waitPut(t, 0, "naming nginx", func(s report.RequiredSet) bool { return slices.Contains(refsOf(s), "docker.io/library/nginx:1.27") })
 
 	if _, err := client.AppsV1().Deployments("shop").Create(context.Background(), deployment("shop", "cache", podSpec("redis:7")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	set, _ := agent.waitPut(t, n, "naming the new Deployment's redis", func(s required.Set) bool {
+	set, _ := agent.waitPut(t, n, "naming the new Deployment's redis", func(s report.RequiredSet) bool {
 		return slices.Contains(refsOf(s), "docker.io/library/redis:7")
 	})
 	if !slices.Contains(refsOf(set), "docker.io/library/nginx:1.27") {
@@ -215,7 +214,7 @@ func TestRequiredResentWhenAgentHasNone(t *testing.T) {
 	agent := newRequiredAgent(t)
 	client := fake.NewClientset(labelledNode(), deployment("shop", "web", podSpec("nginx:1.27")))
 	runRequired(t, client, agent.srv.URL)
-	first, n := agent.waitPut(t, 0, "naming nginx", func(s required.Set) bool { return len(s.Images) == 1 })
+	first, n := agent.waitPut(t, 0, "naming nginx", func(s report.RequiredSet) bool { return len(s.Images) == 1 })
 	// A report read since says the agent has the set.
 	deadline := time.Now().Add(30 * time.Second)
 	for conditionsOf(t, client)[ImagesConditionType].Status != corev1.ConditionTrue {
@@ -225,7 +224,7 @@ func TestRequiredResentWhenAgentHasNone(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	agent.forget()
-	again, _ := agent.waitPut(t, n, "after the agent forgot the set", func(required.Set) bool { return true })
+	again, _ := agent.waitPut(t, n, "after the agent forgot the set", func(report.RequiredSet) bool { return true })
 	if !slices.Equal(refsOf(again), refsOf(first)) {
 		t.Fatalf("sent again %v, want %v", refsOf(again), refsOf(first))
 	}
@@ -270,8 +269,8 @@ func conditionsOf(t *testing.T, client *fake.Clientset) map[corev1.NodeCondition
 	return m
 }
 
-func verdict(ref, state string, usedBy ...string) required.Verdict {
-	return required.Verdict{Image: required.Image{Ref: ref, UsedBy: usedBy}, State: state}
+func verdict(ref string, state report.State, usedBy ...string) report.Verdict {
+	return report.Verdict{RequiredImage: report.RequiredImage{Ref: ref, UsedBy: usedBy}, State: state}
 }
 
 // TestImagesCondition: HoldfastImagesReady on the Node follows the report's
@@ -285,28 +284,28 @@ func TestImagesCondition(t *testing.T) {
 	r.cfg.Required = true
 	r.req = newRequiredWatcher(client, r.cfg, r.log, r.http)
 
-	var many []required.Verdict
+	var many []report.Verdict
 	for _, ref := range []string{"a:1", "b:1", "c:1", "d:1", "e:1", "f:1"} {
 		many = append(many, verdict("docker.io/library/"+ref, "present", "Deployment x/"+ref[:1]))
 	}
 	for _, tc := range []struct {
 		name   string
 		known  bool
-		req    required.Report
+		req    report.Required
 		status corev1.ConditionStatus
 		reason string
 		msg    string
 	}{
-		{"no set", false, required.Report{}, corev1.ConditionUnknown, ReasonNoRequiredSet, "the agent has no set of required images yet"},
-		{"all pinned", true, required.Report{Ready: true, Counts: map[string]int{"pinned": 3}}, corev1.ConditionTrue, ReasonAllPinned, "3 required images pinned"},
-		{"missing", true, required.Report{Counts: map[string]int{"pinned": 2, "present": 1, "missing": 1}, NotReady: []required.Verdict{
+		{"no set", false, report.Required{}, corev1.ConditionUnknown, ReasonNoRequiredSet, "the agent has no set of required images yet"},
+		{"all pinned", true, report.Required{Ready: true, Counts: map[report.State]int{"pinned": 3}}, corev1.ConditionTrue, ReasonAllPinned, "3 required images pinned"},
+		{"missing", true, report.Required{Counts: map[report.State]int{"pinned": 2, "present": 1, "missing": 1}, NotReady: []report.Verdict{
 			verdict("docker.io/library/a:1", "present", "Pod x/a-1 containers/a"),
 			verdict("docker.io/library/x:1", "missing", "Deployment a/b containers/x", "Pod a/b-1 containers/x"),
 		}}, corev1.ConditionFalse, ReasonImagesMissing,
 			"docker.io/library/x:1 missing (Deployment a/b), docker.io/library/a:1 present (Pod x/a-1); 2 pinned, 1 present, 1 missing"},
-		{"mismatch", true, required.Report{Counts: map[string]int{"mismatch": 1}, NotReady: []required.Verdict{verdict("docker.io/library/m@sha256:"+strings.Repeat("0", 64), "mismatch")}},
+		{"mismatch", true, report.Required{Counts: map[report.State]int{"mismatch": 1}, NotReady: []report.Verdict{verdict("docker.io/library/m@sha256:"+strings.Repeat("0", 64), "mismatch")}},
 			corev1.ConditionFalse, ReasonImagesMissing, "docker.io/library/m@sha256:" + strings.Repeat("0", 64) + " mismatch; 1 mismatch"},
-		{"unpinned", true, required.Report{Counts: map[string]int{"pinned": 1, "present": 6}, NotReady: many}, corev1.ConditionFalse, ReasonImagesUnpinned,
+		{"unpinned", true, report.Required{Counts: map[report.State]int{"pinned": 1, "present": 6}, NotReady: many}, corev1.ConditionFalse, ReasonImagesUnpinned,
 			"docker.io/library/a:1 present (Deployment x/a), docker.io/library/b:1 present (Deployment x/b), docker.io/library/c:1 present (Deployment x/c), " +
 				"docker.io/library/d:1 present (Deployment x/d), docker.io/library/e:1 present (Deployment x/e) and 1 more; 1 pinned, 6 present"},
 	} {

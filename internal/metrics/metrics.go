@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/holdfast-project/holdfast/internal/report"
 )
 
 // Label values. The methods accept any string, but every series is created
@@ -267,17 +269,17 @@ func (m *Metrics) SetSignatures(counts map[string]int) {
 
 // SetRequired sets holdfast_required_images: every state is exported, at 0
 // when counts lacks it.
-func (m *Metrics) SetRequired(counts map[string]int) {
+func (m *Metrics) SetRequired(counts map[report.State]int) {
 	if m == nil {
 		return
 	}
 	for _, s := range requiredStates {
-		m.required.WithLabelValues(s).Set(float64(counts[s]))
+		m.required.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
 }
 
-// requiredStates are the states of workload.State.
-var requiredStates = []string{"pinned", "present", "missing", "mismatch"}
+// requiredStates are the states of an image on the node.
+var requiredStates = []report.State{report.Pinned, report.Present, report.Missing, report.Mismatch}
 
 // signatureStates are the states of policy.Verdict.
 var signatureStates = []string{"unchecked", "verified", "unsigned", "invalid"}

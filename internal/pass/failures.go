@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/backoff"
-	"github.com/holdfast-project/holdfast/internal/journal"
+	"github.com/holdfast-project/holdfast/internal/report"
 	"github.com/holdfast-project/holdfast/internal/source"
 )
 
@@ -116,7 +116,7 @@ const waitingNote = " (waiting before the next try)"
 // failing is what fails after a pass: the failures the pass met, by source
 // (the lines of a list together), and the sources whose import failed before
 // and waits for its retry. A failure that names no source has none.
-func (p *Runner) failing(errs []error) []journal.Failure {
+func (p *Runner) failing(errs []error) []report.Failure {
 	bySource := map[string][]string{}
 	for _, err := range errs {
 		src, cause := "", err.Error()
@@ -138,11 +138,11 @@ func (p *Runner) failing(errs []error) []journal.Failure {
 		bySource[path] = []string{f.err.Error()}
 	}
 	p.mu.Unlock()
-	out := make([]journal.Failure, 0, len(bySource))
+	out := make([]report.Failure, 0, len(bySource))
 	for _, src := range slices.Sorted(maps.Keys(bySource)) {
 		causes := bySource[src]
 		slices.Sort(causes)
-		out = append(out, journal.Failure{Source: src, Error: strings.Join(slices.Compact(causes), "; ")})
+		out = append(out, report.Failure{Source: src, Error: strings.Join(slices.Compact(causes), "; ")})
 	}
 	return out
 }

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/holdfast-project/holdfast/internal/journal"
-	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/report"
 )
 
 // TestReport: /report answers the JSON the reporter reads, with the events
@@ -21,10 +21,10 @@ import (
 func TestReport(t *testing.T) {
 	t.Parallel()
 	j := journal.New(8, nil)
-	j.Passed(42, 7, []journal.Failure{{Source: "/var/lib/holdfast/images/broken.tar.gz", Error: "unexpected EOF"}})
+	j.Passed(42, 7, []report.Failure{{Source: "/var/lib/holdfast/images/broken.tar.gz", Error: "unexpected EOF"}})
 	j.Record(journal.Normal, journal.ReasonUnpinned, "unpinned example.com/a:1: no source wants it")
 	s := New("127.0.0.1:0", nil, nil, nil)
-	s.Report(func(after uint64) journal.Report { return j.Report(after, true) })
+	s.Report(func(after uint64) report.Report { return j.Report(after, true) })
 	_, base, _ := start(t, s)
 
 	code, body := get(t, base+"/report")
@@ -40,12 +40,12 @@ func TestReport(t *testing.T) {
 			t.Errorf("no %q in %s", key, body)
 		}
 	}
-	var r journal.Report
+	var r report.Report
 	if err := json.Unmarshal([]byte(body), &r); err != nil {
 		t.Fatal(err)
 	}
 	if !r.Ready || r.Pinned != 42 || r.Sources != 7 || r.Next != 3 || len(r.Events) != 2 ||
-		!slices.Equal(r.Failing, []journal.Failure{{Source: "/var/lib/holdfast/images/broken.tar.gz", Error: "unexpected EOF"}}) {
+		!slices.Equal(r.Failing, []report.Failure{{Source: "/var/lib/holdfast/images/broken.tar.gz", Error: "unexpected EOF"}}) {
 		t.Fatalf("report %s", body)
 	}
 	if e := r.Events[0]; e.Seq != 1 || e.Type != "Warning" || e.Reason != "SourceFailed" || e.Time.IsZero() {
@@ -72,11 +72,11 @@ func TestRequired(t *testing.T) {
 	t.Parallel()
 	var (
 		mu     sync.Mutex
-		handed []required.Set
+		handed []report.RequiredSet
 	)
-	got := func() []required.Set { mu.Lock(); defer mu.Unlock(); return slices.Clone(handed) }
+	got := func() []report.RequiredSet { mu.Lock(); defer mu.Unlock(); return slices.Clone(handed) }
 	s := New("127.0.0.1:0", nil, nil, nil)
-	s.Required(func(_ context.Context, set required.Set) error {
+	s.Required(func(_ context.Context, set report.RequiredSet) error {
 		if len(set.Images) > 0 && set.Images[0].Ref == "bad" {
 			return errors.New(`image "bad": invalid reference`)
 		}
@@ -136,10 +136,10 @@ func TestHeld(t *testing.T) {
 		t.Errorf("before: %d %s", code, body)
 	}
 	mu.Lock()
-	text = required.Held{{Name: "docker.io/library/a:1", Digest: "sha256:aa", Pinned: true}}.Text()
+	text = report.Held{{Name: "docker.io/library/a:1", Digest: "sha256:aa", Pinned: true}}.Text()
 	mu.Unlock()
 	code, body := get(t, base+"/held")
-	if held, err := required.ParseHeld([]byte(body)); code != http.StatusOK || err != nil || len(held) != 1 || !held[0].Pinned {
+	if held, err := report.ParseHeld([]byte(body)); code != http.StatusOK || err != nil || len(held) != 1 || !held[0].Pinned {
 		t.Errorf("after: %d %q (%v)", code, body, err)
 	}
 }

@@ -18,8 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/holdfast-project/holdfast/internal/journal"
-	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/report"
 )
 
 // DefaultAddr is the address the CLI listens on unless told otherwise.
@@ -76,7 +75,7 @@ func New(addr string, gatherer prometheus.Gatherer, health func(context.Context)
 // Report serves GET /report?after=N from report: the agent's summary and the
 // journal's events with a sequence number above N (0 when absent). Call it
 // before Run.
-func (s *Server) Report(report func(after uint64) journal.Report) {
+func (s *Server) Report(report func(after uint64) report.Report) {
 	s.mux.HandleFunc("GET /report", func(w http.ResponseWriter, r *http.Request) {
 		var after uint64
 		if v := r.URL.Query().Get("after"); v != "" {
@@ -101,7 +100,7 @@ func (s *Server) Report(report func(after uint64) journal.Report) {
 }
 
 // Held serves GET /held from held: what the node holds, a line per image
-// record (required.Held's text form); 503 before the agent first judged the
+// record (report.Held's text form); 503 before the agent first judged the
 // required images, which is when it first lists them for this.
 func (s *Server) Held(held func() ([]byte, bool)) {
 	s.mux.HandleFunc("GET /held", func(w http.ResponseWriter, r *http.Request) {
@@ -122,11 +121,11 @@ const maxRequired = 8 << 20
 
 // Required serves PUT /required from the node's reporter, in the same pod
 // or on the same host: the set of images the node's workloads need
-// (required.Set as JSON), handed to set. Only a loopback peer may send it:
+// (report.RequiredSet as JSON), handed to set. Only a loopback peer may send it:
 // the agent listens on the pod network, and a set from anyone else would
 // make the node's condition and Events say what that peer wants. A body that
 // does not decode, or that set refuses, is 400 with the cause; 204 else.
-func (s *Server) Required(set func(context.Context, required.Set) error) {
+func (s *Server) Required(set func(context.Context, report.RequiredSet) error) {
 	s.mux.HandleFunc("PUT /required", func(w http.ResponseWriter, r *http.Request) {
 		noCache(w)
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
@@ -134,7 +133,7 @@ func (s *Server) Required(set func(context.Context, required.Set) error) {
 			http.Error(w, "PUT /required is taken from loopback only (the node's reporter)", http.StatusForbidden)
 			return
 		}
-		var body required.Set
+		var body report.RequiredSet
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequired))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&body); err != nil {

@@ -5,23 +5,22 @@ import (
 
 	"github.com/distribution/reference"
 
+	"github.com/holdfast-project/holdfast/internal/report"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
-// State is where an image stands on a node.
-type State string
-
-const (
-	Pinned   State = "pinned"   // a record of that name, pinned: the kubelet's GC keeps it
-	Present  State = "present"  // a record of that name, not pinned: the kubelet's GC may delete it
-	Missing  State = "missing"  // no record of that name: the kubelet would pull it
-	Mismatch State = "mismatch" // a digest reference whose repository the node holds at other digests only
-)
+// Ready is the one rule of what counts as ready for an image on a node,
+// which the agent's report, holdfast check and check --cluster all apply:
+// pinned, or, when unpinned images are allowed (check --allow-unpinned),
+// present. The agent's report and the node's condition allow none.
+func Ready(s report.State, allowUnpinned bool) bool {
+	return s == report.Pinned || (allowUnpinned && s == report.Present)
+}
 
 // Verdict is where one image stands.
 type Verdict struct {
 	Image
-	State State `json:"state"`
+	State report.State `json:"state"`
 	// Target is the digest the record of that name points at.
 	Target string `json:"target,omitempty"`
 	// Others are, for a mismatch, the digests the node holds the
@@ -58,7 +57,7 @@ func Judge(images []Image, records []runtime.Image) []Verdict {
 	}
 	out := make([]Verdict, 0, len(images))
 	for _, img := range images {
-		v := Verdict{Image: img, State: Missing}
+		v := Verdict{Image: img, State: report.Missing}
 		name := img.Ref
 		n, err := reference.ParseNormalizedNamed(img.Ref)
 		var dg string
@@ -71,13 +70,13 @@ func Judge(images []Image, records []runtime.Image) []Verdict {
 		}
 		if r, ok := byName[name]; ok {
 			v.Target = r.Target.Digest.String()
-			v.State = Present
+			v.State = report.Present
 			if r.Pinned() {
-				v.State = Pinned
+				v.State = report.Pinned
 			}
 		} else if dg != "" {
 			if others := repoDigests(n.Name()); len(others) > 0 && !slices.Contains(others, dg) {
-				v.State, v.Others = Mismatch, slices.Sorted(slices.Values(others))
+				v.State, v.Others = report.Mismatch, slices.Sorted(slices.Values(others))
 			}
 		}
 		out = append(out, v)

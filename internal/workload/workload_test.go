@@ -10,6 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/report"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -179,21 +180,21 @@ func TestJudge(t *testing.T) {
 	}
 	var s Set
 	s.Read("x.txt", []byte("nginx:1.27\nnginx@"+d1.String()+"\nnginx:9@"+d1.String()+"\nredis:7\npostgres:16\nregistry.example.com/app@"+d2.String()+"\nregistry.example.com/new@"+d2.String()+"\n"))
-	got := map[string]State{}
+	got := map[string]report.State{}
 	for _, v := range Judge(s.Images(), records) {
 		got[v.Ref] = v.State
-		if v.State == Mismatch && (len(v.Others) != 1 || v.Others[0] != d1.String()) {
+		if v.State == report.Mismatch && (len(v.Others) != 1 || v.Others[0] != d1.String()) {
 			t.Errorf("%s: others %v, want %s", v.Ref, v.Others, d1)
 		}
 	}
-	want := map[string]State{
-		"docker.io/library/nginx:1.27":             Pinned,
-		"docker.io/library/nginx@" + d1.String():   Pinned,
-		"docker.io/library/nginx:9@" + d1.String(): Pinned,
-		"docker.io/library/redis:7":                Present,
-		"docker.io/library/postgres:16":            Missing,
-		"registry.example.com/app@" + d2.String():  Mismatch,
-		"registry.example.com/new@" + d2.String():  Missing,
+	want := map[string]report.State{
+		"docker.io/library/nginx:1.27":             report.Pinned,
+		"docker.io/library/nginx@" + d1.String():   report.Pinned,
+		"docker.io/library/nginx:9@" + d1.String(): report.Pinned,
+		"docker.io/library/redis:7":                report.Present,
+		"docker.io/library/postgres:16":            report.Missing,
+		"registry.example.com/app@" + d2.String():  report.Mismatch,
+		"registry.example.com/new@" + d2.String():  report.Missing,
 	}
 	for ref, st := range want {
 		if got[ref] != st {
@@ -222,6 +223,27 @@ func BenchmarkJudge(b *testing.B) {
 	for b.Loop() {
 		if vs := Judge(imgs, records); len(vs) != 2000 {
 			b.Fatal(len(vs))
+		}
+	}
+}
+
+// TestReady: pinned is ready; present only when unpinned images are
+// allowed; missing and mismatch never.
+func TestReady(t *testing.T) {
+	for _, tc := range []struct {
+		state         report.State
+		strict, loose bool
+	}{
+		{report.Pinned, true, true},
+		{report.Present, false, true},
+		{report.Missing, false, false},
+		{report.Mismatch, false, false},
+	} {
+		if got := Ready(tc.state, false); got != tc.strict {
+			t.Errorf("Ready(%s, false) = %v", tc.state, got)
+		}
+		if got := Ready(tc.state, true); got != tc.loose {
+			t.Errorf("Ready(%s, true) = %v", tc.state, got)
 		}
 	}
 }

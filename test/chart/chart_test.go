@@ -33,7 +33,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/policy"
-	hfrequired "github.com/holdfast-project/holdfast/internal/required"
+	hfreport "github.com/holdfast-project/holdfast/internal/report"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 	"github.com/holdfast-project/holdfast/internal/source"
 	"github.com/holdfast-project/holdfast/internal/testenv"
@@ -1269,7 +1269,7 @@ func TestSignaturePolicyValues(t *testing.T) {
 // TestRequiredImages: requiredImages reaches the reporter's environment, and the RBAC grants read access
 // to pods only with it, and to the cluster's workloads and Nodes' lists only with clusterWorkloads too.
 // checkNodeImagesCRD: with the required images, the chart installs the NodeImages resource the reporter writes
-// and holdfast check --cluster reads (its group, name and kind as internal/required has them); without, none.
+// and holdfast check --cluster reads (its group, name and kind as internal/report has them); without, none.
 func checkNodeImagesCRD(t *testing.T, r rendered, want bool) {
 	t.Helper()
 	if !want {
@@ -1282,8 +1282,8 @@ func checkNodeImagesCRD(t *testing.T, r rendered, want bool) {
 		t.Fatalf("%d CustomResourceDefinitions, want the NodeImages one", len(r.CRDs))
 	}
 	c := r.CRDs[0]
-	if c.Metadata.Name != "nodeimages."+hfrequired.Group || c.Spec.Group != hfrequired.Group || c.Spec.Scope != "Cluster" ||
-		c.Spec.Names.Kind != hfrequired.Kind || "/apis/"+c.Spec.Group+"/"+c.Spec.Versions[0].Name+"/"+c.Spec.Names.Plural != hfrequired.NodeImagesPath {
+	if c.Metadata.Name != "nodeimages."+hfreport.Group || c.Spec.Group != hfreport.Group || c.Spec.Scope != "Cluster" ||
+		c.Spec.Names.Kind != hfreport.Kind || "/apis/"+c.Spec.Group+"/"+c.Spec.Versions[0].Name+"/"+c.Spec.Names.Plural != hfreport.NodeImagesPath {
 		t.Errorf("CustomResourceDefinition %s: %+v", c.Metadata.Name, c.Spec)
 	}
 	v := c.Spec.Versions[0]

@@ -17,7 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/report"
 )
 
 // Load of the reporter-under-load step: workloads, and distinct images the node does not hold (two a workload).
@@ -84,11 +84,11 @@ func (s *scenario) reporterUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d Deployments created in %.1fs; %s False %.1fs after the first, counting %s after %.1fs", loadWorkloads, created.Seconds(),
 		imagesReady, firstFalse.Seconds(), want, time.Since(start).Seconds())
-	var ni required.NodeImages
+	var ni report.NodeImages
 	var raw []byte
 	if err := waitFor("NodeImages counting "+want, time.Minute, func() (bool, error) {
 		var err error
-		raw, err = c.client.CoreV1().RESTClient().Get().AbsPath(required.NodeImagesPath, nodeName).DoRaw(ctx)
+		raw, err = c.client.CoreV1().RESTClient().Get().AbsPath(report.NodeImagesPath, nodeName).DoRaw(ctx)
 		if err != nil {
 			return false, err
 		}
@@ -99,8 +99,8 @@ func (s *scenario) reporterUnderLoad(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if len(ni.Required.NotReady) != required.MaxNotReady {
-		t.Errorf("NodeImages lists %d images not ready, want %d (cut)", len(ni.Required.NotReady), required.MaxNotReady)
+	if len(ni.Required.NotReady) != report.MaxNotReady {
+		t.Errorf("NodeImages lists %d images not ready, want %d (cut)", len(ni.Required.NotReady), report.MaxNotReady)
 	}
 	node, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {

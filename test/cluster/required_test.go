@@ -20,7 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/holdfast-project/holdfast/internal/required"
+	"github.com/holdfast-project/holdfast/internal/report"
 )
 
 // Images of the required-images step.
@@ -150,22 +150,22 @@ func (s *scenario) waitCheckCluster(t *testing.T, what string, code int, want, u
 // pause image pinned; its size is logged.
 func (s *scenario) checkNodeImages(t *testing.T) {
 	t.Helper()
-	raw, err := s.c.client.CoreV1().RESTClient().Get().AbsPath(required.NodeImagesPath, nodeName).DoRaw(context.Background())
+	raw, err := s.c.client.CoreV1().RESTClient().Get().AbsPath(report.NodeImagesPath, nodeName).DoRaw(context.Background())
 	if err != nil {
 		t.Fatalf("reading NodeImages %s: %v", nodeName, err)
 	}
-	var ni required.NodeImages
+	var ni report.NodeImages
 	if err := json.Unmarshal(raw, &ni); err != nil {
 		t.Fatal(err)
 	}
-	held, err := required.Unpack(ni.Held)
+	held, err := report.Unpack(ni.Held)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(ni.Metadata.OwnerReferences) != 1 || ni.Metadata.OwnerReferences[0].Kind != "Node" || ni.Metadata.OwnerReferences[0].Name != nodeName {
 		t.Errorf("NodeImages owners %+v, want the Node", ni.Metadata.OwnerReferences)
 	}
-	if !slices.ContainsFunc(held, func(h required.HeldImage) bool { return h.Name == pauseImage && h.Pinned }) || ni.Images != len(held) || held.Hash() != ni.HeldHash {
+	if !slices.ContainsFunc(held, func(h report.HeldImage) bool { return h.Name == pauseImage && h.Pinned }) || ni.Images != len(held) || held.Hash() != ni.HeldHash {
 		t.Errorf("NodeImages holds %d (%d listed, hash %s): %+v; want %s pinned among them", ni.Images, len(held), ni.HeldHash, held, pauseImage)
 	}
 	t.Logf("NodeImages %s: %d bytes for %d image records (%d pinned)", nodeName, len(raw), ni.Images, ni.Pinned)

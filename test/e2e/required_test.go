@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
-	"github.com/holdfast-project/holdfast/internal/journal"
+	"github.com/holdfast-project/holdfast/internal/report"
 )
 
 // TestRequiredImagesUnderRun: holdfast run takes the set of images the
@@ -44,9 +44,9 @@ func TestRequiredImagesUnderRun(t *testing.T) {
 		if resp.StatusCode != http.StatusNoContent {
 			t.Fatalf("PUT /required: %s", resp.Status)
 		}
-		report := func() journal.Report {
+		report := func() report.Report {
 			_, b := a.get(t, "/report")
-			var r journal.Report
+			var r report.Report
 			if err := json.Unmarshal([]byte(b), &r); err != nil {
 				t.Fatalf("decoding /report: %v\n%s", err, b)
 			}

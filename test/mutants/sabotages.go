@@ -19,6 +19,17 @@ var sabotages = []sabotage{
 		tests: []tests{{"./internal/workload", []string{"TestJudge"}, nil}, {e2e, []string{"TestCheck"}, nil}},
 	},
 	{
+		name: "unpinned-image-counted-ready",
+		// The readiness rule takes an image the node holds unpinned for a
+		// ready one without --allow-unpinned: the agent's report, holdfast
+		// check and check --cluster say ready while the kubelet's GC may
+		// delete it.
+		edits: []edit{{"internal/workload/state.go",
+			"return s == report.Pinned || (allowUnpinned && s == report.Present)",
+			"return s == report.Pinned || s == report.Present"}},
+		tests: []tests{{"./internal/workload", []string{"TestReady"}, nil}, {"./internal/agent", []string{"TestRequiredImages"}, nil}},
+	},
+	{
 		name: "placement-ignored",
 		// A workload's nodeSelector is not judged: every node is told it
 		// needs the images of workloads that can never land on it, and

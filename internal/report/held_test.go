@@ -1,4 +1,4 @@
-package required
+package report
 
 import (
 	"bytes"
@@ -86,10 +86,10 @@ func TestUnpackBounded(t *testing.T) {
 // × 1,000 nodes is what holdfast check --cluster reads.
 func BenchmarkNodeImages(b *testing.B) {
 	h := heldOf(500)
-	rep := Report{Known: true, Counts: map[string]int{"pinned": 480, "missing": 20}, HeldHash: h.Hash()}
+	rep := Required{Known: true, Counts: map[State]int{Pinned: 480, Missing: 20}, HeldHash: h.Hash()}
 	for i := range 20 {
-		rep.NotReady = append(rep.NotReady, Verdict{Image: Image{Ref: fmt.Sprintf("registry.example.com/team-01/new-%02d:v2.0.0", i),
-			UsedBy: []string{fmt.Sprintf("Deployment shop/new-%02d containers/app", i)}}, State: "missing"})
+		rep.NotReady = append(rep.NotReady, Verdict{RequiredImage: RequiredImage{Ref: fmt.Sprintf("registry.example.com/team-01/new-%02d:v2.0.0", i),
+			UsedBy: []string{fmt.Sprintf("Deployment shop/new-%02d containers/app", i)}}, State: Missing})
 	}
 	var body []byte
 	for b.Loop() {

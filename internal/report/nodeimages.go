@@ -1,4 +1,4 @@
-package required
+package report
 
 import "time"
 
@@ -21,6 +21,11 @@ const (
 	MaxUsedBy   = 3
 )
 
+// ImagesConditionType is the Node condition the reporter keeps from the
+// agent's Required: whether the node holds, pinned, the images its
+// workloads need. check --cluster shows it for a node without a report.
+const ImagesConditionType = "HoldfastImagesReady"
+
 // NodeImages is what one node holds, and where the images its workloads
 // need stand there.
 type NodeImages struct {
@@ -39,7 +44,7 @@ type NodeImages struct {
 	Held []byte `json:"held"`
 	// Required is the agent's report on the images the node's workloads
 	// need, its list cut to MaxNotReady images of MaxUsedBy users each.
-	Required *Report `json:"required,omitempty"`
+	Required *Required `json:"required,omitempty"`
 }
 
 // ObjectMeta is what holdfast writes and reads of an object's metadata.
@@ -60,7 +65,7 @@ type OwnerReference struct {
 
 // Cut is r with its list of images not ready cut to MaxNotReady, and each
 // image's users to MaxUsedBy.
-func (r Report) Cut() Report {
+func (r Required) Cut() Required {
 	if len(r.NotReady) > MaxNotReady {
 		r.NotReady = r.NotReady[:MaxNotReady]
 	}

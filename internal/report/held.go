@@ -1,4 +1,4 @@
-package required
+package report
 
 import (
 	"bufio"

@@ -1,0 +1,107 @@
+package kube
+
+// The reporter's client of the agent's HTTP server: GET /report, GET /held
+// and PUT /required.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/holdfast-project/holdfast/internal/report"
+)
+
+// fetch reads /report?after=N. When the agent's journal is behind the
+// cursor, the agent started again: its journal is read from the start.
+func (r *Reporter) fetch(ctx context.Context) (*report.Report, error) {
+	rep, err := r.get(ctx, r.after)
+	if err != nil {
+		return nil, err
+	}
+	if rep.Next == 0 || rep.Next-1 < r.after || (!r.journal.IsZero() && !rep.Started.Equal(r.journal)) {
+		r.log.Info("the agent's journal starts again (the agent restarted)", "cursor", r.after, "next", rep.Next)
+		r.after = 0
+		if rep, err = r.get(ctx, 0); err != nil {
+			return nil, err
+		}
+	}
+	r.journal = rep.Started
+	if len(rep.Events) > 0 && rep.Events[0].Seq > r.after+1 {
+		r.log.Warn("journal events dropped by the agent before they were read", "from", r.after+1, "to", rep.Events[0].Seq-1)
+	}
+	return rep, nil
+}
+
+func (r *Reporter) get(ctx context.Context, after uint64) (*report.Report, error) {
+	body, u, err := r.getAgent(ctx, "/report?after="+url.QueryEscape(fmt.Sprint(after)), 4<<20)
+	if err != nil {
+		return nil, err
+	}
+	var rep report.Report
+	if err := json.Unmarshal(body, &rep); err != nil {
+		return nil, fmt.Errorf("GET %s: decoding: %w", u, err)
+	}
+	return &rep, nil
+}
+
+// getAgent GETs path from the agent: the body (at most limit bytes) of a
+// 200, and the URL asked, for errors.
+func (r *Reporter) getAgent(ctx context.Context, path string, limit int64) (body []byte, u string, err error) {
+	u = strings.TrimSuffix(r.cfg.Agent, "/") + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, u, fmt.Errorf("GET %s: %w", u, err)
+	}
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return nil, u, err
+	}
+	defer resp.Body.Close()
+	body, err = io.ReadAll(io.LimitReader(resp.Body, limit))
+	if err != nil {
+		return nil, u, fmt.Errorf("GET %s: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, u, fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, u, nil
+}
+
+// getHeld reads the agent's GET /held.
+func (r *Reporter) getHeld(ctx context.Context) (report.Held, error) {
+	body, u, err := r.getAgent(ctx, "/held", 64<<20)
+	if err != nil {
+		return nil, err
+	}
+	held, err := report.ParseHeld(body)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", u, err)
+	}
+	return held, nil
+}
+
+// putRequired sends the agent at agent the set of required images (body,
+// report.RequiredSet as JSON): PUT /required, which answers 204.
+func putRequired(ctx context.Context, hc *http.Client, agent string, body []byte) error {
+	u := strings.TrimSuffix(agent, "/") + "/required"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("PUT %s: %w", u, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("PUT %s: %s: %s", u, resp.Status, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
