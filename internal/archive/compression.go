@@ -14,7 +14,6 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 	xzdec "github.com/therootcompany/xz"
-	"github.com/ulikunitz/xz/lzma"
 
 	"github.com/holdfast-project/holdfast/internal/units"
 )
@@ -283,8 +282,8 @@ func checkXzDict(head []byte, limit int64) error {
 		props := blk[pos : pos+int(n)]
 		pos += int(n)
 		if id == 0x21 && len(props) == 1 { // LZMA2
-			dict, err := lzma.DecodeDictCap(props[0])
-			if err != nil {
+			dict, ok := lzma2Dict(props[0])
+			if !ok {
 				return nil // the decoder reports it
 			}
 			if dict > limit {
@@ -293,6 +292,18 @@ func checkXzDict(head []byte, limit int64) error {
 		}
 	}
 	return nil
+}
+
+// lzma2Dict is the dictionary size an LZMA2 filter's property byte declares
+// (the .xz format, section 5.3.1: 40 is 4 GiB less a byte, above it none).
+func lzma2Dict(p byte) (int64, bool) {
+	switch {
+	case p > 40:
+		return 0, false
+	case p == 40:
+		return 1<<32 - 1, true
+	}
+	return int64(2|p&1) << (p/2 + 11), true
 }
 
 // decoder wraps a decompressing reader: it names the compression in errors,
