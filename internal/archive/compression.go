@@ -14,7 +14,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 	xzdec "github.com/therootcompany/xz"
-	"github.com/ulikunitz/xz/lzma"
+
+	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 const (
@@ -228,7 +229,7 @@ func checkZstdWindow(head []byte, limit uint64) error {
 		w = h.FrameContentSize
 	}
 	if w > limit {
-		return fmt.Errorf("zstd: a frame declares a %s window, more than the %s holdfast decodes%s", sizeString(w), sizeString(limit), zstdHint)
+		return fmt.Errorf("zstd: a frame declares a %s window, more than the %s holdfast decodes%s", units.Whole(w), units.Whole(limit), zstdHint)
 	}
 	return nil
 }
@@ -281,28 +282,28 @@ func checkXzDict(head []byte, limit int64) error {
 		props := blk[pos : pos+int(n)]
 		pos += int(n)
 		if id == 0x21 && len(props) == 1 { // LZMA2
-			dict, err := lzma.DecodeDictCap(props[0])
-			if err != nil {
+			dict, ok := lzma2Dict(props[0])
+			if !ok {
 				return nil // the decoder reports it
 			}
 			if dict > limit {
-				return fmt.Errorf("xz: the stream declares a %s dictionary, more than the %s holdfast decodes%s", sizeString(uint64(dict)), sizeString(uint64(limit)), xzHint)
+				return fmt.Errorf("xz: the stream declares a %s dictionary, more than the %s holdfast decodes%s", units.Whole(uint64(dict)), units.Whole(uint64(limit)), xzHint)
 			}
 		}
 	}
 	return nil
 }
 
-// sizeString formats a size as whole MiB, or GiB when it is a multiple.
-func sizeString(n uint64) string {
-	mib := (n + 1<<20 - 1) >> 20
-	if mib >= 1024 && mib%1024 == 0 {
-		return fmt.Sprintf("%d GiB", mib>>10)
+// lzma2Dict is the dictionary size an LZMA2 filter's property byte declares
+// (the .xz format, section 5.3.1: 40 is 4 GiB less a byte, above it none).
+func lzma2Dict(p byte) (int64, bool) {
+	switch {
+	case p > 40:
+		return 0, false
+	case p == 40:
+		return 1<<32 - 1, true
 	}
-	if n < 1<<20 {
-		return fmt.Sprintf("%d KiB", (n+1023)>>10)
-	}
-	return fmt.Sprintf("%d MiB", mib)
+	return int64(2|p&1) << (p/2 + 11), true
 }
 
 // decoder wraps a decompressing reader: it names the compression in errors,
@@ -324,7 +325,7 @@ func (d *decoder) Read(p []byte) (int, error) {
 		if d.c == Xz {
 			err = xzError(err)
 		} else if d.c == Zstd && (errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded)) {
-			err = fmt.Errorf("zstd: a frame declares a window larger than the %s holdfast decodes%s: %w", sizeString(d.limit), zstdHint, err)
+			err = fmt.Errorf("zstd: a frame declares a window larger than the %s holdfast decodes%s: %w", units.Whole(d.limit), zstdHint, err)
 		} else if d.c != "" && d.c != None {
 			err = wrapDecodeErr(d.c, err)
 		}
@@ -353,7 +354,7 @@ func (d *decoder) Close() error {
 func xzError(err error) error {
 	switch {
 	case errors.Is(err, xzdec.ErrMemlimit):
-		return fmt.Errorf("xz: a block declares a dictionary larger than the %s holdfast decodes%s", sizeString(xzMaxDict), xzHint)
+		return fmt.Errorf("xz: a block declares a dictionary larger than the %s holdfast decodes%s", units.Whole(xzMaxDict), xzHint)
 	case errors.Is(err, xzdec.ErrBuf), errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("xz: %w", io.ErrUnexpectedEOF)
 	}

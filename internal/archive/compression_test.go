@@ -13,6 +13,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 	"github.com/pierrec/lz4/v4"
+	"github.com/ulikunitz/xz/lzma"
 )
 
 // compressible returns n bytes of pseudo-random text that compresses a bit.
@@ -454,5 +455,21 @@ func BenchmarkDecompress(b *testing.B) {
 			}
 			b.ReportMetric(float64(len(comp))/float64(len(data)), "ratio")
 		})
+	}
+}
+
+// TestLZMA2Dict: an LZMA2 property byte declares the dictionary the .xz
+// format gives it, as ulikunitz/xz's encoder writes it.
+func TestLZMA2Dict(t *testing.T) {
+	for p, want := range map[byte]int64{0: 4 << 10, 1: 6 << 10, 18: 2 << 20, 22: 8 << 20, 23: 12 << 20, 26: 32 << 20, 28: 64 << 20, 39: 3 << 30, 40: 1<<32 - 1} {
+		if got, ok := lzma2Dict(p); !ok || got != want {
+			t.Errorf("lzma2Dict(%d) = %d, %v; want %d", p, got, ok, want)
+		}
+		if p < 40 && lzma.EncodeDictCap(want) != p {
+			t.Errorf("ulikunitz/xz encodes a %d-byte dictionary as %d, not %d", want, lzma.EncodeDictCap(want), p)
+		}
+	}
+	if _, ok := lzma2Dict(41); ok {
+		t.Error("lzma2Dict(41) is a dictionary; want none")
 	}
 }

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/bounded"
 )
 
 // walkDir is WalkDirWith with chosen limits (tests use small ones).
@@ -97,14 +98,11 @@ func readFileLimit(root *os.Root, name string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
+	b, err := bounded.ReadAll(f, limit)
+	if errors.Is(err, bounded.ErrTooLarge) {
 		return nil, fmt.Errorf("larger than %d bytes", limit)
 	}
-	return b, nil
+	return b, err
 }
 
 // dirWalker follows the references of a layout directory's index.json (and

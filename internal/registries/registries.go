@@ -11,7 +11,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,6 +19,9 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/holdfast-project/holdfast/internal/bounded"
+	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 // Marker starts every file this package writes; a hosts.toml without it is
@@ -73,12 +75,12 @@ func Load(path string) (File, error) {
 		return File{}, fmt.Errorf("reading %s: %w", path, err)
 	}
 	defer fh.Close()
-	data, err := io.ReadAll(io.LimitReader(fh, MaxFileBytes+1))
+	data, err := bounded.ReadAll(fh, MaxFileBytes)
+	if errors.Is(err, bounded.ErrTooLarge) {
+		return File{}, fmt.Errorf("reading %s: larger than %s, more than a registries.yaml may have", path, units.Whole(MaxFileBytes))
+	}
 	if err != nil {
 		return File{}, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if len(data) > MaxFileBytes {
-		return File{}, fmt.Errorf("reading %s: larger than %d MiB, more than a registries.yaml may have", path, MaxFileBytes>>20)
 	}
 	return Parse(path, data)
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -14,6 +15,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/holdfast-project/holdfast/internal/bounded"
+	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 // Split bundles: an archive cut into parts to fit removable media. The parts
@@ -295,12 +299,12 @@ func readZarfMeta(path string) (zarfMeta, error) {
 		return zarfMeta{}, fmt.Errorf("reading %s: %w", name, cause(err))
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxZarfMeta+1))
+	b, err := bounded.ReadAll(f, maxZarfMeta)
+	if errors.Is(err, bounded.ErrTooLarge) {
+		return zarfMeta{}, fmt.Errorf("%s is larger than a part list (%s at most)", name, units.Whole(maxZarfMeta))
+	}
 	if err != nil {
 		return zarfMeta{}, fmt.Errorf("reading %s: %w", name, cause(err))
-	}
-	if len(b) > maxZarfMeta {
-		return zarfMeta{}, fmt.Errorf("%s is larger than a part list (%d KiB at most)", name, maxZarfMeta>>10)
 	}
 	var m zarfMeta
 	if err := json.Unmarshal(b, &m); err != nil {

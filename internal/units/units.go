@@ -26,3 +26,17 @@ func BytesExact(n int64) string {
 	}
 	return fmt.Sprintf("%s (%d bytes)", Bytes(n), n)
 }
+
+// Whole renders a limit, or a size a file declares against one, in whole
+// units for messages: KiB below 1 MiB and MiB above, both rounded up, GiB
+// when a whole number of them: "64 KiB", "128 MiB", "2 GiB".
+func Whole(n uint64) string {
+	mib := (n + 1<<20 - 1) >> 20
+	if mib >= 1024 && mib%1024 == 0 {
+		return fmt.Sprintf("%d GiB", mib>>10)
+	}
+	if n < 1<<20 {
+		return fmt.Sprintf("%d KiB", (n+1023)>>10)
+	}
+	return fmt.Sprintf("%d MiB", mib)
+}

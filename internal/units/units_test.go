@@ -22,3 +22,24 @@ func TestBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestWhole(t *testing.T) {
+	for _, c := range []struct {
+		n    uint64
+		want string
+	}{
+		{0, "0 KiB"},
+		{1, "1 KiB"},
+		{64 << 10, "64 KiB"},
+		{1<<20 - 1, "1024 KiB"},
+		{1 << 20, "1 MiB"},
+		{1<<20 + 1, "2 MiB"},
+		{128 << 20, "128 MiB"},
+		{1536 << 20, "1536 MiB"},
+		{2 << 30, "2 GiB"},
+	} {
+		if got := Whole(c.n); got != c.want {
+			t.Errorf("Whole(%d) = %q, want %q", c.n, got, c.want)
+		}
+	}
+}

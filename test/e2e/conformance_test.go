@@ -6,9 +6,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
@@ -36,7 +38,7 @@ func TestRuntimeConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = rt.Close() })
-		runtimetest.Run(t, "e2e.local/conformance/"+d.Name+"/", func(t *testing.T) runtimetest.Backend {
+		backend := func(t *testing.T) runtimetest.Backend {
 			return runtimetest.Backend{
 				Runtime: rt,
 				CreateRecord: func(t *testing.T, img runtime.Image) {
@@ -59,6 +61,43 @@ func TestRuntimeConformance(t *testing.T) {
 				Archive: func() (io.ReadCloser, error) { return os.Open(archive) },
 				Name:    "e2e.local/conformance/imported:1",
 			}
+		}
+		runtimetest.Run(t, "e2e.local/conformance/"+d.Name+"/", backend)
+		runtimetest.RunFurther(t, "e2e.local/conformance/"+d.Name+"/", func(t *testing.T) runtimetest.Store {
+			return runtimetest.Store{
+				Backend: backend(t),
+				Can:     runtimetest.Capabilities{PinEvents: true, Ingests: true},
+				DeleteBlob: func(t *testing.T, dg digest.Digest) {
+					if err := d.Client.ContentStore().Delete(d.ctx(), dg); err != nil {
+						t.Fatalf("deleting blob %s: %v", dg, err)
+					}
+				},
+				NoCRI: func(t *testing.T) runtime.Runtime { return conformanceRuntime(t, d, "holdfast-conformance-nocri") },
+				// A one-off sync beside an agent: another data dir's owner.
+				Another: func(t *testing.T) runtime.Runtime {
+					return conformanceRuntime(t, d, namespace, hfcontainerd.WithOwner(tempDir(t)))
+				},
+				Ingests: func(t *testing.T) []string {
+					var refs []string
+					for _, ref := range d.ingests(t) {
+						if strings.HasPrefix(ref, "holdfast-") {
+							refs = append(refs, ref)
+						}
+					}
+					return refs
+				},
+			}
 		})
 	})
+}
+
+// conformanceRuntime is a runtime of d's store in namespace, closed when t ends.
+func conformanceRuntime(t *testing.T, d *daemon, ns string, opts ...hfcontainerd.Option) *hfcontainerd.Runtime {
+	t.Helper()
+	rt, err := hfcontainerd.New(context.Background(), d.Address, ns, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	return rt
 }

@@ -168,7 +168,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/runtime/containerd/records.go",
 			"\tif img.Labels[runtime.LabelPinned] != runtime.PinnedValue {\n\t\treturn nil\n\t}\n",
 			""}},
-		tests: []tests{{e2e, []string{"TestRuntimePinUnpinOwnership"}, nil}},
+		tests: []tests{{e2e, []string{"TestRuntimeConformance"}, nil}},
 	},
 	{
 		name: "diff-unpins-wanted",
@@ -229,7 +229,7 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/runtime/containerd/containerd.go",
 			"return strings.HasPrefix(st.Ref, refPrefix) && now.Sub(st.UpdatedAt) > staleIngestAge",
 			"return strings.HasPrefix(st.Ref, refPrefix) || now.Sub(st.UpdatedAt) > staleIngestAge"}},
-		tests: []tests{{"./internal/runtime/containerd", []string{"TestStaleIngests"}, nil}},
+		tests: []tests{{"./internal/runtime/containerd", []string{"TestStaleIngests"}, nil}, {e2e, []string{"TestRuntimeConformance"}, nil}},
 	},
 	{
 		name: "unmounted-volume-judged",
@@ -292,7 +292,7 @@ var sabotages = []sabotage{
 				"return strings.HasPrefix(st.Ref, refPrefix) && now.Sub(st.UpdatedAt) > staleIngestAge",
 				"return now.Sub(st.UpdatedAt) >= 0"},
 		},
-		tests: []tests{{e2e, []string{"TestOthersIngestsAndLeasesUntouched"}, nil}},
+		tests: []tests{{e2e, []string{"TestOthersIngestsAndLeasesUntouched", "TestRuntimeConformance"}, nil}},
 	},
 	{
 		name: "embedded-stop-leaves-mounts",

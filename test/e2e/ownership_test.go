@@ -321,3 +321,50 @@ func TestSyncAbortsOnlyStaleIngests(t *testing.T) {
 		}
 	})
 }
+
+// TestOthersIngestsAndLeasesUntouched: a sync aborts only holdfast's own stale
+// ingests and releases only holdfast's leases: another client's upload in
+// progress and its lease stay.
+func TestOthersIngestsAndLeasesUntouched(t *testing.T) {
+	d, imagesDir, dataDir := embeddedScene(t)
+	writeDockerSave(t, filepath.Join(imagesDir, "app.tar"), build(t, fixture.ImageSpec{Names: []string{"e2e.local/others/app:1"}}))
+
+	lease, err := d.Client.LeasesService().Create(d.ctx(), leases.WithID("someone-else/upload"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx := leases.WithLease(d.ctx(), lease.ID)
+	data := bytes.Repeat([]byte("partial upload "), 4096)
+	ref := "someone-else-upload-1"
+	cw, err := content.OpenWriter(lctx, d.Client.ContentStore(), content.WithRef(ref),
+		content.WithDescriptor(ocispec.Descriptor{Digest: digest.FromBytes(data), Size: int64(len(data))}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cw.Write(data[:len(data)/2]); err != nil {
+		t.Fatal(err)
+	}
+	cw.Close()
+
+	d.syncOK(t, dataDir, imagesDir)
+	d.syncOK(t, dataDir, imagesDir)
+	d.requirePinned(t, "e2e.local/others/app:1")
+	st, err := d.Client.ContentStore().Status(d.ctx(), ref)
+	if err != nil {
+		t.Fatalf("another client's ingest is gone after a sync: %v", err)
+	}
+	if st.Offset != int64(len(data)/2) {
+		t.Errorf("another client's ingest is at %d bytes, want %d", st.Offset, len(data)/2)
+	}
+	all, err := d.Client.LeasesService().List(d.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, l := range all {
+		found = found || l.ID == lease.ID
+	}
+	if !found {
+		t.Errorf("another client's lease %s was deleted", lease.ID)
+	}
+}

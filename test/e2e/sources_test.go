@@ -7,22 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
-	"github.com/containerd/containerd/v2/core/content"
-	"github.com/containerd/containerd/v2/core/images"
-	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/opencontainers/go-digest"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
-	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
-	hfcontainerd "github.com/holdfast-project/holdfast/internal/runtime/containerd"
 )
 
 // TestLargeSharedLayerLeasedBySecondSource: a layer above the size up to which
@@ -205,53 +198,6 @@ func TestRenamedImageNeverLosesItsPin(t *testing.T) {
 	}
 }
 
-// TestOthersIngestsAndLeasesUntouched: a sync aborts only holdfast's own stale
-// ingests and releases only holdfast's leases: another client's upload in
-// progress and its lease stay.
-func TestOthersIngestsAndLeasesUntouched(t *testing.T) {
-	d, imagesDir, dataDir := embeddedScene(t)
-	writeDockerSave(t, filepath.Join(imagesDir, "app.tar"), build(t, fixture.ImageSpec{Names: []string{"e2e.local/others/app:1"}}))
-
-	lease, err := d.Client.LeasesService().Create(d.ctx(), leases.WithID("someone-else/upload"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lctx := leases.WithLease(d.ctx(), lease.ID)
-	data := bytes.Repeat([]byte("partial upload "), 4096)
-	ref := "someone-else-upload-1"
-	cw, err := content.OpenWriter(lctx, d.Client.ContentStore(), content.WithRef(ref),
-		content.WithDescriptor(ocispec.Descriptor{Digest: digest.FromBytes(data), Size: int64(len(data))}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cw.Write(data[:len(data)/2]); err != nil {
-		t.Fatal(err)
-	}
-	cw.Close()
-
-	d.syncOK(t, dataDir, imagesDir)
-	d.syncOK(t, dataDir, imagesDir)
-	d.requirePinned(t, "e2e.local/others/app:1")
-	st, err := d.Client.ContentStore().Status(d.ctx(), ref)
-	if err != nil {
-		t.Fatalf("another client's ingest is gone after a sync: %v", err)
-	}
-	if st.Offset != int64(len(data)/2) {
-		t.Errorf("another client's ingest is at %d bytes, want %d", st.Offset, len(data)/2)
-	}
-	all, err := d.Client.LeasesService().List(d.ctx())
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, l := range all {
-		found = found || l.ID == lease.ID
-	}
-	if !found {
-		t.Errorf("another client's lease %s was deleted", lease.ID)
-	}
-}
-
 // TestTamperedLayerRefused: a layer whose bytes do not match the digest its
 // archive names it by is refused, in an uncompressed (seekable) archive and a
 // compressed (streamed) one: the sync fails naming the file, and no record,
@@ -384,74 +330,4 @@ func gapProcState(t *testing.T, pid int) string {
 		t.Fatalf("reading the state of pid %d: %q", pid, s)
 	}
 	return f[0]
-}
-
-// TestRuntimePinUnpinOwnership holds the containerd runtime to its contract on
-// labels, whatever the plan asks of it: Unpin leaves a record holdfast does not
-// own exactly as it was; Pin on a record the user pinned notes the prior pin,
-// and Unpin then takes only holdfast's labels off; every other label stays.
-func TestRuntimePinUnpinOwnership(t *testing.T) {
-	d, _, _ := embeddedScene(t)
-	ctx := context.Background()
-	rt, err := hfcontainerd.New(ctx, d.Address, namespace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	img := build(t, fixture.ImageSpec{Names: []string{"e2e.local/own/app:1"}})
-	labels := func(name string) map[string]string {
-		t.Helper()
-		rec, ok := d.record(t, name)
-		if !ok {
-			t.Fatalf("%s: no record", name)
-		}
-		delete(rec.Labels, "io.cri-containerd.image") // the CRI's own, added when it likes
-		return rec.Labels
-	}
-	create := func(name string, l map[string]string) {
-		t.Helper()
-		if _, err := d.Client.ImageService().Create(d.ctx(), images.Image{Name: name, Target: img.Target, Labels: l}); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	// Not holdfast's: Unpin changes nothing.
-	userLabels := map[string]string{"io.cri-containerd.pinned": "pinned", "owner": "ops"}
-	create("e2e.local/own/user:1", userLabels)
-	if err := rt.Unpin(ctx, "e2e.local/own/user:1"); err != nil {
-		t.Fatal(err)
-	}
-	if got := labels("e2e.local/own/user:1"); !maps.Equal(got, userLabels) {
-		t.Errorf("Unpin changed a record holdfast does not own: %v, want %v", got, userLabels)
-	}
-
-	// Pinned by the user first, then by holdfast (its first pin of the
-	// name): the prior pin is noted, and Unpin leaves the user's pin and label.
-	create("e2e.local/own/app:1", map[string]string{"io.cri-containerd.pinned": "pinned", "owner": "ops"})
-	if _, err := rt.Pin(ctx, hfruntime.Want{Name: "e2e.local/own/app:1", Target: img.Target}, hfruntime.FirstPin(true)); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{"io.cri-containerd.pinned": "pinned", "owner": "ops", "io.holdfast.pinned": "pinned", "io.holdfast.prior-pin": "true"}
-	if got := labels("e2e.local/own/app:1"); !maps.Equal(got, want) {
-		t.Errorf("Pin on a record the user pinned: %v, want %v", got, want)
-	}
-	if err := rt.Unpin(ctx, "e2e.local/own/app:1"); err != nil {
-		t.Fatal(err)
-	}
-	want = map[string]string{"io.cri-containerd.pinned": "pinned", "owner": "ops"}
-	if got := labels("e2e.local/own/app:1"); !maps.Equal(got, want) {
-		t.Errorf("Unpin of a record the user pinned first: %v, want %v", got, want)
-	}
-
-	// Pinned by holdfast alone: Unpin takes both pins, and only them.
-	create("e2e.local/own/mine:1", map[string]string{"owner": "ops"})
-	if _, err := rt.Pin(ctx, hfruntime.Want{Name: "e2e.local/own/mine:1", Target: img.Target}, hfruntime.FirstPin(true)); err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Unpin(ctx, "e2e.local/own/mine:1"); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := labels("e2e.local/own/mine:1"), map[string]string{"owner": "ops"}; !maps.Equal(got, want) {
-		t.Errorf("Unpin of holdfast's own pin: %v, want %v", got, want)
-	}
 }
