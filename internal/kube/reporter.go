@@ -4,10 +4,10 @@
 // needs, sends that set to the agent, and keeps the HoldfastImagesReady
 // condition and the node's NodeImages object from what the agent says of it
 // and of what the node holds. It is the only package that imports
-// client-go, and it runs in its own binary (holdfast-reporter), so that the
-// node CLI starts without client-go's init cost and the agent never waits
-// for the API server; holdfast check --cluster reads what it writes through
-// internal/kubeapi, a plain REST reader.
+// client-go's clientset and informers, and it runs in its own binary
+// (holdfast-reporter), so that the node CLI does not link them and the agent
+// never waits for the API server; holdfast check --cluster reads what it
+// writes through internal/kubeapi (client-go's clientcmd and dynamic client).
 package kube
 
 import (
