@@ -15,8 +15,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/holdfast-project/holdfast/internal/bounded"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/source"
+	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 // Bounds on the files a policy reads: a larger one is refused before it is
@@ -494,12 +496,12 @@ func readLimit(path string, limit int64, what string) ([]byte, error) {
 	} else if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("not a regular file (%s)", fileKind(st.Mode()))
 	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	data, err := bounded.ReadAll(f, limit)
+	if errors.Is(err, bounded.ErrTooLarge) {
+		return nil, fmt.Errorf("larger than %s, more than %s may have", units.Whole(uint64(limit)), what)
+	}
 	if err != nil {
 		return nil, cause(err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("larger than %s, more than %s may have", size(limit), what)
 	}
 	return data, nil
 }
@@ -517,13 +519,6 @@ func fileKind(m os.FileMode) string {
 		return "a device"
 	}
 	return m.Type().String()
-}
-
-func size(n int64) string {
-	if n >= 1<<20 {
-		return fmt.Sprintf("%d MiB", n>>20)
-	}
-	return fmt.Sprintf("%d KiB", n>>10)
 }
 
 // cause drops the operation and path an *os.PathError repeats.
