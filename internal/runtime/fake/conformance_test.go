@@ -6,6 +6,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
@@ -27,8 +28,7 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	archive := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil }
-	runtimetest.Run(t, "fake.example/conformance/", func(t *testing.T) runtimetest.Backend {
-		rt := fake.New()
+	backend := func(t *testing.T, rt *fake.Runtime) runtimetest.Backend {
 		a, b := testimage.Stored(t, rt, "fake.example/conformance/a:1"), testimage.Stored(t, rt, "fake.example/conformance/b:1")
 		return runtimetest.Backend{
 			Runtime:      rt,
@@ -36,6 +36,18 @@ func TestConformance(t *testing.T) {
 			Targets:      [2]ocispec.Descriptor{a.Target, b.Target},
 			Archive:      archive,
 			Name:         "fake.example/conformance/imported:1",
+		}
+	}
+	runtimetest.Run(t, "fake.example/conformance/", func(t *testing.T) runtimetest.Backend { return backend(t, fake.New()) })
+	// The cases that need more of a store than the runtime's interface,
+	// within what the fake can do (its Capabilities).
+	runtimetest.RunFurther(t, "fake.example/conformance/", func(t *testing.T) runtimetest.Store {
+		rt := fake.New()
+		return runtimetest.Store{
+			Backend:    backend(t, rt),
+			DeleteBlob: func(_ *testing.T, d digest.Digest) { rt.DeleteBlob(d) },
+			NoCRI:      func(*testing.T) runtime.Runtime { rt.SetNoCRI(true); return rt },
+			Another:    func(*testing.T) runtime.Runtime { return rt },
 		}
 	})
 }
