@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/holdfast-project/holdfast/internal/bounded"
+	"github.com/holdfast-project/holdfast/internal/lineerr"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/source"
 	"github.com/holdfast-project/holdfast/internal/units"
@@ -488,11 +489,11 @@ func describe(n *yaml.Node) string {
 func readLimit(path string, limit int64, what string) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, cause(err)
+		return nil, lineerr.Cause(err)
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err != nil {
-		return nil, cause(err)
+		return nil, lineerr.Cause(err)
 	} else if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("not a regular file (%s)", fileKind(st.Mode()))
 	}
@@ -501,7 +502,7 @@ func readLimit(path string, limit int64, what string) ([]byte, error) {
 		return nil, fmt.Errorf("larger than %s, more than %s may have", units.Whole(uint64(limit)), what)
 	}
 	if err != nil {
-		return nil, cause(err)
+		return nil, lineerr.Cause(err)
 	}
 	return data, nil
 }
@@ -519,13 +520,4 @@ func fileKind(m os.FileMode) string {
 		return "a device"
 	}
 	return m.Type().String()
-}
-
-// cause drops the operation and path an *os.PathError repeats.
-func cause(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }

@@ -130,7 +130,7 @@ type listLine struct {
 func readList(path string) ([]byte, error) {
 	data, err := readFileLimit(path, MaxListBytes)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, cause(err))
+		return nil, fmt.Errorf("reading %s: %w", path, lineerr.Cause(err))
 	}
 	if n := lineCount(data); n > MaxListLines {
 		return nil, fmt.Errorf("reading %s: %d lines, more than a list may have (%d)", path, n, MaxListLines)

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/holdfast-project/holdfast/internal/lineerr"
 )
 
 // Identify classifies and identifies one path an operator named (holdfast
@@ -21,7 +23,7 @@ func Identify(path string) (Source, error) {
 		}
 	}
 	if err != nil {
-		return Source{}, fmt.Errorf("reading %s: %w", path, cause(err))
+		return Source{}, fmt.Errorf("reading %s: %w", path, lineerr.Cause(err))
 	}
 	if fi.IsDir() {
 		if !isLayout(path) {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/lineerr"
 )
 
 // Kind is what a source is.
@@ -103,7 +104,7 @@ func ScanWith(dirs []string, opts ScanOptions) Result {
 	for _, dir := range dirs {
 		root, err := filepath.EvalSymlinks(dir)
 		if err != nil {
-			res.Errors = append(res.Errors, fmt.Errorf("reading %s: %w", dir, cause(err)))
+			res.Errors = append(res.Errors, fmt.Errorf("reading %s: %w", dir, lineerr.Cause(err)))
 			res.Unreadable = append(res.Unreadable, dir)
 			continue
 		}
@@ -126,7 +127,7 @@ func ScanWith(dirs []string, opts ScanOptions) Result {
 			path := filepath.Join(dir, strings.TrimPrefix(real, root))
 			isRoot := real == root
 			if err != nil {
-				res.Errors = append(res.Errors, fmt.Errorf("reading %s: %w", path, cause(err)))
+				res.Errors = append(res.Errors, fmt.Errorf("reading %s: %w", path, lineerr.Cause(err)))
 				res.Unreadable = append(res.Unreadable, path)
 				if d != nil && d.IsDir() && !isRoot {
 					return fs.SkipDir
@@ -233,7 +234,7 @@ func notRegular(path string, d fs.DirEntry) (string, error) {
 	if link {
 		fi, err := os.Stat(path)
 		if err != nil {
-			return "", fmt.Errorf("reading %s: %w", path, cause(err))
+			return "", fmt.Errorf("reading %s: %w", path, lineerr.Cause(err))
 		}
 		mode = fi.Mode().Type()
 	}
@@ -305,7 +306,7 @@ func classify(path string) (Kind, string, error) {
 		return "", "not a regular file", nil // swapped since the walk
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("reading %s: %w", path, cause(err))
+		return "", "", fmt.Errorf("reading %s: %w", path, lineerr.Cause(err))
 	}
 	defer f.Close()
 	head := make([]byte, 512)
@@ -369,7 +370,7 @@ func identify(path string, kind Kind) (Source, error) {
 	}
 	fi, err := os.Stat(target)
 	if err != nil {
-		return Source{}, fmt.Errorf("reading %s: %w", target, cause(err))
+		return Source{}, fmt.Errorf("reading %s: %w", target, lineerr.Cause(err))
 	}
 	src := Source{Path: path, Kind: kind, Size: fi.Size(), MtimeNs: fi.ModTime().UnixNano()}
 	var ino uint64
@@ -380,13 +381,4 @@ func identify(path string, kind Kind) (Source, error) {
 	}
 	src.Identity = fmt.Sprintf("size=%d,mtime=%d,ino=%d,ctime=%d", src.Size, src.MtimeNs, ino, ctime)
 	return src, nil
-}
-
-// cause drops the path from a *fs.PathError, which the caller names already.
-func cause(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }

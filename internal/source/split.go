@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/holdfast-project/holdfast/internal/bounded"
+	"github.com/holdfast-project/holdfast/internal/lineerr"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
 
@@ -296,7 +297,7 @@ func readZarfMeta(path string) (zarfMeta, error) {
 	name := filepath.Base(path)
 	f, err := Open(path)
 	if err != nil {
-		return zarfMeta{}, fmt.Errorf("reading %s: %w", name, cause(err))
+		return zarfMeta{}, fmt.Errorf("reading %s: %w", name, lineerr.Cause(err))
 	}
 	defer f.Close()
 	b, err := bounded.ReadAll(f, maxZarfMeta)
@@ -304,7 +305,7 @@ func readZarfMeta(path string) (zarfMeta, error) {
 		return zarfMeta{}, fmt.Errorf("%s is larger than a part list (%s at most)", name, units.Whole(maxZarfMeta))
 	}
 	if err != nil {
-		return zarfMeta{}, fmt.Errorf("reading %s: %w", name, cause(err))
+		return zarfMeta{}, fmt.Errorf("reading %s: %w", name, lineerr.Cause(err))
 	}
 	var m zarfMeta
 	if err := json.Unmarshal(b, &m); err != nil {
