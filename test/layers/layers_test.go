@@ -67,8 +67,6 @@ var debts = map[string]bool{
 	"func internal/pass/pass.go Run":                  true,
 	"func internal/source/source.go ScanWith":         true,
 	"func internal/fixture/zarf.go zarfEntries":       true,
-	// The docker-save half of resolve.go is still to get its own file.
-	"file internal/archive/resolve.go": true,
 }
 
 const (
