@@ -198,8 +198,65 @@ func (p *Runner) Run(ctx context.Context, opts Options) (Summary, Result) {
 	var pr Result
 	mark := p.hand.Begin()
 	p.loadPolicy(&sum)
-	// What the pass reads first, read at once: stale ingests go (before any
-	// import starts its own), the store is listed, the images dirs scanned.
+	v, scan, spool := p.listAndScan(ctx)
+	// The leases as listed, before this pass's imports.
+	states, _, serr := v.now()
+	for _, s := range scan.Skipped {
+		p.log.Debug("skipped", "path", s.Path, "reason", s.Reason)
+	}
+	sum.Failures = append(sum.Failures, scan.Errors...)
+	if serr == nil {
+		sum.Failures = append(sum.Failures, lostKept(states)...)
+	}
+	p.checkMarkers(scan, states, serr, &sum)
+
+	all := append(append([]source.Source{}, scan.Sources...), spool.Sources...)
+	if opts.Settle {
+		p.forgetUnseen(all)
+	}
+	sorted := p.sortSources(&scan, states, opts, now, &sum, &pr)
+
+	imported := p.importAll(ctx, sorted.todo, knownStates(states, serr), states, v, &sum)
+	spooled := p.importSpool(ctx, spool, opts, now, states, v, &sum, &pr)
+	for _, s := range spooled {
+		if s.fresh {
+			imported[s.lease] = true
+		}
+	}
+	lists, unread := p.pullLists(ctx, sorted.pullLists, v, &sum, imported)
+	pins, unreadPins := p.pinLists(ctx, sorted.pinLists, scan, v, &sum, imported)
+	for path, pres := range pins {
+		lists[path] = pres
+	}
+	// A list that could not be read or leased keeps what it had, as an
+	// unreadable archive does.
+	scan.Unreadable = append(append(scan.Unreadable, unread...), unreadPins...)
+	scan.Sources = slices.DeleteFunc(scan.Sources, func(s source.Source) bool { return slices.Contains(sorted.gone, s.Path) })
+
+	// The view, unless an image event since the listing may have made it
+	// stale: then planWith lists the store again.
+	var current *view
+	if !p.hand.Changed(mark) {
+		current = v
+	}
+	var verdict verdictFunc
+	plan, err := planWith(ctx, p.rt, scan, imported, lists, current, func(path string) bool { return under(sorted.writing, path) }, namedBy(sorted.waitingLists), p.judging(ctx, &verdict))
+	if err != nil {
+		sum.Failures = append(sum.Failures, err)
+	} else {
+		p.reportSignatures(plan, verdictsOf(plan, verdict), &sum)
+		p.recordPlan(plan)
+		p.apply(ctx, plan, &sum)
+		p.removeSpooled(ctx, spooled, &sum)
+	}
+	p.finish(all, start, err == nil, &sum, &pr)
+	return sum, pr
+}
+
+// listAndScan reads what the pass reads first, at once: stale ingests go
+// (before any import starts its own), the store is listed, the images dirs
+// and the spool dirs scanned.
+func (p *Runner) listAndScan(ctx context.Context) (*view, source.Result, source.Result) {
 	var (
 		v     *view
 		reads sync.WaitGroup
@@ -213,62 +270,62 @@ func (p *Runner) Run(ctx context.Context, opts Options) (Summary, Result) {
 	scan := source.ScanWith(p.cfg.ImageDirs, source.ScanOptions{InsecurePerms: p.cfg.InsecurePerms})
 	spool := p.scanSpool()
 	reads.Wait()
-	// The leases as listed, before this pass's imports.
-	states, _, serr := v.now()
-	for _, s := range scan.Skipped {
-		p.log.Debug("skipped", "path", s.Path, "reason", s.Reason)
-	}
-	sum.Failures = append(sum.Failures, scan.Errors...)
-	if serr == nil {
-		sum.Failures = append(sum.Failures, lostKept(states)...)
-	}
-	p.checkMarkers(scan, states, serr, &sum)
+	return v, scan, spool
+}
 
-	// Sources still being written, or failed and not yet due, are left for
-	// later: their leases stay as they are. While one is being written, the
-	// sources gone from its images dir keep their pins and leases too, as it
-	// may want the same images (pin eagerly, unpin lazily); one waiting to
-	// retry a failed import holds nothing back, as it may never import.
-	all := append(append([]source.Source{}, scan.Sources...), spool.Sources...)
-	if opts.Settle {
-		p.forgetUnseen(all)
-	}
-	var todo, pinLists, pullLists []source.Source
-	var writing []string             // images dirs holding a source still being written
-	var waitingLists []source.Source // lists left for later: what they want now is not unpinned
-	var gone []string                // split archives missing a part: no longer sources
+// sortedSources is the images dirs' sources sorted by what the pass does
+// with them.
+type sortedSources struct {
+	todo, pinLists, pullLists []source.Source
+	writing                   []string        // images dirs holding a source still being written
+	waitingLists              []source.Source // lists left for later: what they want now is not unpinned
+	gone                      []string        // split archives missing a part: no longer sources
+}
+
+// sortSources sorts the scan's sources into archives to import, pull lists
+// and pin lists. Sources still being written, or failed and not yet due, are
+// left for later: their leases stay as they are (their paths go into
+// scan.Unreadable). While one is being written, the sources gone from its
+// images dir keep their pins and leases too, as it may want the same images
+// (pin eagerly, unpin lazily); one waiting to retry a failed import holds
+// nothing back, as it may never import.
+func (p *Runner) sortSources(scan *source.Result, states []hfruntime.SourceState, opts Options, now time.Time, sum *Summary, pr *Result) sortedSources {
+	var out sortedSources
 	for _, src := range scan.Sources {
-		if wait, settling := p.waits(src, opts, now, &sum, &pr); wait {
+		if wait, settling := p.waits(src, opts, now, sum, pr); wait {
 			if settling {
-				writing = append(writing, dirOf(scan.Dirs, src.Path))
+				out.writing = append(out.writing, dirOf(scan.Dirs, src.Path))
 			}
 			if src.Kind == source.PinList || src.Kind == source.PullList {
-				waitingLists = append(waitingLists, src)
+				out.waitingLists = append(out.waitingLists, src)
 			}
 			scan.Unreadable = append(scan.Unreadable, src.Path)
 			continue
 		}
-		switch {
-		case src.Incomplete != "":
+		if src.Incomplete != "" {
 			// A split archive missing a part, settled: it is no longer a
 			// source. What it had is released as for a deleted archive;
 			// the missing part is reported.
-			p.incompleteSource(src, states, &sum)
-			gone = append(gone, src.Path)
+			p.incompleteSource(src, states, sum)
+			out.gone = append(out.gone, src.Path)
 			continue
 		}
 		switch src.Kind {
 		case source.PinList:
-			pinLists = append(pinLists, src)
+			out.pinLists = append(out.pinLists, src)
 		case source.PullList:
-			pullLists = append(pullLists, src)
+			out.pullLists = append(out.pullLists, src)
 		default:
-			todo = append(todo, src)
+			out.todo = append(out.todo, src)
 		}
 	}
+	return out
+}
 
-	// The leases as they are, read once: an unchanged source is then checked
-	// without reading its lease again.
+// knownStates is the complete leases as listed, read once, by source and
+// identity: an unchanged source is then checked without reading its lease
+// again.
+func knownStates(states []hfruntime.SourceState, serr error) map[string]*hfruntime.SourceState {
 	known := map[string]*hfruntime.SourceState{}
 	if serr == nil {
 		for _, st := range states {
@@ -277,54 +334,29 @@ func (p *Runner) Run(ctx context.Context, opts Options) (Summary, Result) {
 			}
 		}
 	}
-	imported := p.importAll(ctx, todo, known, states, v, &sum)
-	spooled := p.importSpool(ctx, spool, opts, now, states, v, &sum, &pr)
-	for _, s := range spooled {
-		if s.fresh {
-			imported[s.lease] = true
-		}
-	}
-	lists, unread := p.pullLists(ctx, pullLists, v, &sum, imported)
-	pins, unreadPins := p.pinLists(ctx, pinLists, scan, v, &sum, imported)
-	for path, pres := range pins {
-		lists[path] = pres
-	}
-	// A list that could not be read or leased keeps what it had, as an
-	// unreadable archive does.
-	scan.Unreadable = append(append(scan.Unreadable, unread...), unreadPins...)
+	return known
+}
 
-	scan.Sources = slices.DeleteFunc(scan.Sources, func(s source.Source) bool { return slices.Contains(gone, s.Path) })
-	// The view, unless an image event since the listing may have made it
-	// stale: then planWith lists the store again.
-	var current *view
-	if !p.hand.Changed(mark) {
-		current = v
+// namedBy says which names the lists left to settle want as their files
+// stand: a list just written (`holdfast pin`, say) has no lease yet, and may
+// want what the plan would unpin. Nil when no list waits.
+func namedBy(waitingLists []source.Source) func(string) bool {
+	if len(waitingLists) == 0 {
+		return nil
 	}
-	// A list just written (`holdfast pin`, say) that the pass leaves to
-	// settle has no lease yet: as its file stands, it may want what the plan
-	// would unpin.
-	var named func(string) bool
-	if len(waitingLists) > 0 {
-		standing := standingOf(waitingLists, nil)
-		named = func(name string) bool { return standing.Err != nil || standing.Wants(name) }
-	}
-	var verdict verdictFunc
-	plan, err := planWith(ctx, p.rt, scan, imported, lists, current, func(path string) bool { return under(writing, path) }, named, p.judging(ctx, &verdict))
-	if err != nil {
-		sum.Failures = append(sum.Failures, err)
-	} else {
-		p.reportSignatures(plan, verdictsOf(plan, verdict), &sum)
-		p.recordPlan(plan)
-		p.apply(ctx, plan, &sum)
-		p.removeSpooled(ctx, spooled, &sum)
-	}
+	standing := standingOf(waitingLists, nil)
+	return func(name string) bool { return standing.Err != nil || standing.Wants(name) }
+}
+
+// finish sets when the next check is due and records the pass: its summary,
+// the journal and the metrics.
+func (p *Runner) finish(all []source.Source, start time.Time, planned bool, sum *Summary, pr *Result) {
 	if next := p.nextRetry(all); !next.IsZero() && (pr.NextCheck.IsZero() || next.Before(pr.NextCheck)) {
 		pr.NextCheck = next
 	}
 	sum.Failed = len(sum.Failures)
 	sum.Duration = time.Since(start)
 	p.journal.Passed(sum.Images, len(all), p.failing(sum.Failures))
-	p.rec.ReconcileDone(sum.Duration, err == nil)
+	p.rec.ReconcileDone(sum.Duration, planned)
 	p.rec.SetSources(sum.sourceCounts())
-	return sum, pr
 }

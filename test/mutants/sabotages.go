@@ -530,7 +530,7 @@ var sabotages = []sabotage{
 		name: "waiting-list-wants-unpinned",
 		// A pin list left to settle has no lease yet: a pass unpins what it
 		// was just given.
-		edits: []edit{{"internal/pass/pass.go", "if len(waitingLists) > 0 {", "if false {"}},
+		edits: []edit{{"internal/pass/pass.go", "if len(waitingLists) == 0 {\n\t\treturn nil", "if true {\n\t\treturn nil"}},
 		tests: []tests{{e2e, []string{"TestReleaseUnderRunKeepsAFreshPin"}, nil}},
 	},
 	{
