@@ -98,129 +98,167 @@ func Scan(dirs []string) Result { return ScanWith(dirs, ScanOptions{}) }
 // may change (CheckPerms) is refused: an error naming it and what is wrong,
 // and it counts as unreadable (what holdfast has from it is kept).
 func ScanWith(dirs []string, opts ScanOptions) Result {
-	res := Result{Dirs: dirs, Links: map[string]string{}}
-	seen := map[string]bool{}
-	uid := opts.uid()
+	sc := scanner{res: Result{Dirs: dirs, Links: map[string]string{}}, seen: map[string]bool{}, opts: opts, uid: opts.uid()}
 	for _, dir := range dirs {
-		root, err := filepath.EvalSymlinks(dir)
-		if err != nil {
-			res.Errors = append(res.Errors, fmt.Errorf("reading %s: %w", dir, lineerr.Cause(err)))
-			res.Unreadable = append(res.Unreadable, dir)
+		root, ok := sc.openDir(dir)
+		if !ok {
 			continue
 		}
-		if !opts.InsecurePerms {
-			if err := CheckPerms(opts.what(), dir, uid); err != nil {
-				res.Errors = append(res.Errors, err)
-				res.Unreadable = append(res.Unreadable, dir)
-				continue
-			}
+		sc.dir, sc.root, sc.groups = dir, root, map[string][]part{}
+		if err := filepath.WalkDir(root, sc.visit); err != nil {
+			sc.res.Errors = append(sc.res.Errors, fmt.Errorf("reading %s: %w", dir, err))
 		}
-		if root != filepath.Clean(dir) {
-			res.Links[dir] = root
-		}
-		if _, err := os.Lstat(filepath.Join(root, Marker)); errors.Is(err, fs.ErrNotExist) && unix.Access(root, unix.W_OK) == nil {
-			res.Unmarked = append(res.Unmarked, dir)
-		}
-		groups := map[string][]part{} // split parts, by bundle path
-		err = filepath.WalkDir(root, func(real string, d fs.DirEntry, err error) error {
-			// Named under the dir as given, read where it resolved to.
-			path := filepath.Join(dir, strings.TrimPrefix(real, root))
-			isRoot := real == root
-			if err != nil {
-				res.Errors = append(res.Errors, fmt.Errorf("reading %s: %w", path, lineerr.Cause(err)))
-				res.Unreadable = append(res.Unreadable, path)
-				if d != nil && d.IsDir() && !isRoot {
-					return fs.SkipDir
-				}
-				return nil
-			}
-			if !isRoot && Ignored(d.Name()) {
-				res.Skipped = append(res.Skipped, Skipped{Path: path, Reason: "hidden or temporary name"})
-				if d.IsDir() {
-					return fs.SkipDir
-				}
-				return nil
-			}
-			if d.IsDir() && !isRoot && !opts.InsecurePerms {
-				if fi, err := d.Info(); err == nil {
-					if why := unsafeBy(real, fi, uid, false); why != "" {
-						res.Errors = append(res.Errors, fmt.Errorf("%s %s: directory %s is %s; %s", opts.what(), dir, path, why, InsecurePermsHint))
-						res.Unreadable = append(res.Unreadable, path)
-						return fs.SkipDir
-					}
-				}
-			}
-			if d.IsDir() {
-				if isLayout(real) {
-					if isRoot {
-						res.Errors = append(res.Errors, fmt.Errorf("images dir %s is itself an OCI layout; put it in a subdirectory", dir))
-						return fs.SkipDir
-					}
-					if src, err := identify(path, OCIDir); err != nil {
-						res.Errors = append(res.Errors, err)
-						res.Unreadable = append(res.Unreadable, path)
-					} else if !seen[src.Path] {
-						seen[src.Path] = true
-						res.Sources = append(res.Sources, src)
-					}
-					return fs.SkipDir
-				}
-				return nil
-			}
-			if reason, err := notRegular(path, d); err != nil {
-				res.Errors = append(res.Errors, err)
-				res.Unreadable = append(res.Unreadable, path)
-				if base, _, ok := parsePart(d.Name()); ok {
-					// What holdfast has from the split archive stays too.
-					res.Unreadable = append(res.Unreadable, filepath.Join(filepath.Dir(path), base))
-				}
-				return nil
-			} else if reason != "" {
-				res.Skipped = append(res.Skipped, Skipped{Path: path, Reason: reason})
-				return nil
-			}
-			if base, p, ok := parsePart(d.Name()); ok && isPart(path, p) {
-				p.path = path
-				bundle := filepath.Join(filepath.Dir(path), base)
-				groups[bundle] = append(groups[bundle], p)
-				return nil
-			}
-			kind, reason, err := classify(path)
-			if err != nil {
-				res.Errors = append(res.Errors, err)
-				res.Unreadable = append(res.Unreadable, path)
-				return nil
-			}
-			if kind == "" {
-				res.Skipped = append(res.Skipped, Skipped{Path: path, Reason: reason})
-				return nil
-			}
-			if (kind == PullList || kind == PinList) && !opts.InsecurePerms {
-				if err := CheckPerms(strings.ReplaceAll(string(kind), "-", " "), path, uid); err != nil {
-					res.Errors = append(res.Errors, err)
-					res.Unreadable = append(res.Unreadable, path)
-					return nil
-				}
-			}
-			src, err := identify(path, kind)
-			if err != nil {
-				res.Errors = append(res.Errors, err)
-				res.Unreadable = append(res.Unreadable, path)
-				return nil
-			}
-			if !seen[src.Path] {
-				seen[src.Path] = true
-				res.Sources = append(res.Sources, src)
-			}
-			return nil
-		})
-		if err != nil {
-			res.Errors = append(res.Errors, fmt.Errorf("reading %s: %w", dir, err))
-		}
-		res.addBundles(groups, seen)
+		sc.res.addBundles(sc.groups, sc.seen)
 	}
+	res := sc.res
 	sort.Slice(res.Sources, func(i, j int) bool { return res.Sources[i].Path < res.Sources[j].Path })
 	return res
+}
+
+// scanner is one scan: what it found so far, and the images dir it walks.
+type scanner struct {
+	res  Result
+	seen map[string]bool // source paths already found
+	opts ScanOptions
+	uid  int
+
+	dir, root string            // the images dir as given, and where it resolved to
+	groups    map[string][]part // split parts, by bundle path
+}
+
+// fail records an error about path, which counts as unreadable.
+func (sc *scanner) fail(path string, err error) {
+	sc.res.Errors = append(sc.res.Errors, err)
+	sc.res.Unreadable = append(sc.res.Unreadable, path)
+}
+
+func (sc *scanner) skip(path, reason string) {
+	sc.res.Skipped = append(sc.res.Skipped, Skipped{Path: path, Reason: reason})
+}
+
+func (sc *scanner) add(src Source) {
+	if !sc.seen[src.Path] {
+		sc.seen[src.Path] = true
+		sc.res.Sources = append(sc.res.Sources, src)
+	}
+}
+
+// openDir resolves an images dir and checks it; false when it cannot be
+// scanned (the error is recorded).
+func (sc *scanner) openDir(dir string) (string, bool) {
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		sc.fail(dir, fmt.Errorf("reading %s: %w", dir, lineerr.Cause(err)))
+		return "", false
+	}
+	if !sc.opts.InsecurePerms {
+		if err := CheckPerms(sc.opts.what(), dir, sc.uid); err != nil {
+			sc.fail(dir, err)
+			return "", false
+		}
+	}
+	if root != filepath.Clean(dir) {
+		sc.res.Links[dir] = root
+	}
+	if _, err := os.Lstat(filepath.Join(root, Marker)); errors.Is(err, fs.ErrNotExist) && unix.Access(root, unix.W_OK) == nil {
+		sc.res.Unmarked = append(sc.res.Unmarked, dir)
+	}
+	return root, true
+}
+
+// visit is the walk of one images dir: each entry named under the dir as
+// given, read where it resolved to.
+func (sc *scanner) visit(real string, d fs.DirEntry, err error) error {
+	path := filepath.Join(sc.dir, strings.TrimPrefix(real, sc.root))
+	isRoot := real == sc.root
+	if err != nil {
+		sc.fail(path, fmt.Errorf("reading %s: %w", path, lineerr.Cause(err)))
+		if d != nil && d.IsDir() && !isRoot {
+			return fs.SkipDir
+		}
+		return nil
+	}
+	if !isRoot && Ignored(d.Name()) {
+		sc.skip(path, "hidden or temporary name")
+		if d.IsDir() {
+			return fs.SkipDir
+		}
+		return nil
+	}
+	if d.IsDir() {
+		return sc.visitDir(real, path, d, isRoot)
+	}
+	sc.visitFile(path, d)
+	return nil
+}
+
+// visitDir checks a directory's permissions and takes an OCI layout dir as
+// one source, not descended into.
+func (sc *scanner) visitDir(real, path string, d fs.DirEntry, isRoot bool) error {
+	if !isRoot && !sc.opts.InsecurePerms {
+		if fi, err := d.Info(); err == nil {
+			if why := unsafeBy(real, fi, sc.uid, false); why != "" {
+				sc.fail(path, fmt.Errorf("%s %s: directory %s is %s; %s", sc.opts.what(), sc.dir, path, why, InsecurePermsHint))
+				return fs.SkipDir
+			}
+		}
+	}
+	if !isLayout(real) {
+		return nil
+	}
+	if isRoot {
+		sc.res.Errors = append(sc.res.Errors, fmt.Errorf("images dir %s is itself an OCI layout; put it in a subdirectory", sc.dir))
+		return fs.SkipDir
+	}
+	if src, err := identify(path, OCIDir); err != nil {
+		sc.fail(path, err)
+	} else {
+		sc.add(src)
+	}
+	return fs.SkipDir
+}
+
+// visitFile classifies a file: a split part joins its group, an archive or
+// a list becomes a source, anything else is skipped or an error.
+func (sc *scanner) visitFile(path string, d fs.DirEntry) {
+	if reason, err := notRegular(path, d); err != nil {
+		sc.fail(path, err)
+		if base, _, ok := parsePart(d.Name()); ok {
+			// What holdfast has from the split archive stays too.
+			sc.res.Unreadable = append(sc.res.Unreadable, filepath.Join(filepath.Dir(path), base))
+		}
+		return
+	} else if reason != "" {
+		sc.skip(path, reason)
+		return
+	}
+	if base, p, ok := parsePart(d.Name()); ok && isPart(path, p) {
+		p.path = path
+		bundle := filepath.Join(filepath.Dir(path), base)
+		sc.groups[bundle] = append(sc.groups[bundle], p)
+		return
+	}
+	kind, reason, err := classify(path)
+	if err != nil {
+		sc.fail(path, err)
+		return
+	}
+	if kind == "" {
+		sc.skip(path, reason)
+		return
+	}
+	if (kind == PullList || kind == PinList) && !sc.opts.InsecurePerms {
+		if err := CheckPerms(strings.ReplaceAll(string(kind), "-", " "), path, sc.uid); err != nil {
+			sc.fail(path, err)
+			return
+		}
+	}
+	src, err := identify(path, kind)
+	if err != nil {
+		sc.fail(path, err)
+		return
+	}
+	sc.add(src)
 }
 
 // notRegular says why a directory entry that is not a directory is no

@@ -64,7 +64,6 @@ var debts = map[string]bool{
 	"internal/runtime/containerd links sigstore": true,
 	// Functions still to be cut into named steps.
 	"func internal/importer/importer.go importLeased": true,
-	"func internal/source/source.go ScanWith":         true,
 	"func internal/fixture/zarf.go zarfEntries":       true,
 }
 
