@@ -218,72 +218,13 @@ func abandon(ctx context.Context, s Store, sink Sink, id string, dropLease bool)
 }
 
 func importLeased(ctx context.Context, s Store, sink Sink, lease string, req runtime.ImportRequest, res *runtime.ImportResult) (runtime.SourceState, error) {
-	var (
-		walked *archive.Result
-		err    error
-	)
-	// A layout dir's signatures are read too, as a tar's are, to be kept.
-	opts := archive.WalkOptions{Name: req.Name, ReadSkipped: true}
-	if req.Dir {
-		walked, err = archive.WalkDirWith(ctx, req.Source, sink, opts)
-	} else {
-		var rc io.ReadCloser
-		if rc, err = req.Open(); err != nil {
-			return runtime.SourceState{}, err
-		}
-		walked, err = archive.WalkWith(ctx, rc, sink, opts)
-		if cerr := rc.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}
-	var skipped map[string]int
-	if walked != nil {
-		res.BytesRead = walked.BytesRead
-		res.Format = string(walked.Format)
-		for _, e := range walked.Skipped {
-			if skipped == nil {
-				skipped = map[string]int{}
-			}
-			skipped[e.Reason]++
-			res.Skipped = append(res.Skipped, strings.TrimSpace(e.Name+" "+e.Digest.String())+": "+e.Reason)
-		}
-	}
+	walked, skipped, err := walkSource(ctx, sink, req, res)
 	if err != nil {
 		return runtime.SourceState{}, err
 	}
-
-	wants := Wants(walked.Images)
-	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
-		if b, ok := walked.Docs[desc.Digest]; ok {
-			return b, nil
-		}
-		if desc.Size > MaxDocSize {
-			return nil, fmt.Errorf("%s %s: %d bytes is too large for an image document (at most %d)", Kind(desc.MediaType), desc.Digest, desc.Size, MaxDocSize)
-		}
-		if b, ok, err := sink.ReadPending(desc.Digest); ok || err != nil {
-			return b, err
-		}
-		return s.ReadBlob(ctx, desc)
-	}
-	platform := s.Platform()
-	// Everything the images need, parents before children.
-	var need []BlobRef
-	index := map[digest.Digest]int{}
-	names := Names{}
-	for _, img := range walked.Images {
-		refs, err := Closure(ctx, img.Target, read, platform, s.IsNotFound)
-		if err != nil {
-			return runtime.SourceState{}, fmt.Errorf("image %s: %w", img.Name, err)
-		}
-		names.add(img.Name, Digests(refs))
-		for _, ref := range refs {
-			if i, ok := index[ref.Desc.Digest]; ok {
-				need[i].Required = need[i].Required || ref.Required
-				continue
-			}
-			index[ref.Desc.Digest] = len(need)
-			need = append(need, ref)
-		}
+	need, names, err := needOf(ctx, s, sink, walked)
+	if err != nil {
+		return runtime.SourceState{}, err
 	}
 	// Blobs held back are made durable together and committed now that
 	// their images, so their labels, are known.
@@ -293,51 +234,16 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 	}
 	res.Written = sink.Stats().Written
 	// Check completeness before writing anything that points at other blobs.
-	var toLease []digest.Digest
-	for _, ref := range need {
-		d := ref.Desc.Digest
-		if _, ok := walked.Docs[d]; ok {
-			continue
-		}
-		if _, ok := walked.Blobs[d]; ok {
-			if !sink.Committed(d) {
-				toLease = append(toLease, d)
-			}
-			continue
-		}
-		has, err := s.Has(ctx, d)
-		if err != nil {
-			return runtime.SourceState{}, fmt.Errorf("checking blob %s: %w", d, err)
-		}
-		if has {
-			res.Present++
-			toLease = append(toLease, d)
-			continue
-		}
-		if ref.Required {
-			return runtime.SourceState{}, fmt.Errorf("%s %s %s is neither in the archive nor in the store", platform, Kind(ref.Desc.MediaType), d)
-		}
+	toLease, err := checkComplete(ctx, s, sink, walked, need, res)
+	if err != nil {
+		return runtime.SourceState{}, err
 	}
 	res.Present += sink.Stats().Present
-	// Documents, children first: a document commits only once what it
-	// names is there.
-	for i := len(need) - 1; i >= 0; i-- {
-		desc := need[i].Desc
-		data, ok := walked.Docs[desc.Digest]
-		if !ok {
-			continue
-		}
-		committed, err := sink.WriteDoc(ctx, desc, data, names[desc.Digest])
-		if err != nil {
-			return runtime.SourceState{}, err
-		}
-		if committed {
-			res.Written++
-			labelled[desc.Digest] = true
-		} else {
-			toLease = append(toLease, desc.Digest)
-		}
+	docs, err := writeDocs(ctx, sink, walked, need, names, labelled, res)
+	if err != nil {
+		return runtime.SourceState{}, err
 	}
+	toLease = append(toLease, docs...)
 	sigs, pkg, sigLease, err := keepSignatures(ctx, sink, walked)
 	if err != nil {
 		return runtime.SourceState{}, err
@@ -363,12 +269,144 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 			size += ref.Desc.Size
 		}
 	}
-	state := runtime.SourceState{Lease: lease, Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: wants, Blobs: required, Size: size,
+	state := runtime.SourceState{Lease: lease, Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: Wants(walked.Images), Blobs: required, Size: size,
 		Format: res.Format, Skipped: skipped, Signatures: sigs, SignaturesRecorded: true, Package: pkg}
 	if err := sink.WriteState(ctx, state); err != nil {
 		return runtime.SourceState{}, err
 	}
 	return written(state), nil
+}
+
+// walkSource walks the archive or the layout dir into the sink, and records
+// in res what it read and what it skipped (counted by reason).
+func walkSource(ctx context.Context, sink Sink, req runtime.ImportRequest, res *runtime.ImportResult) (*archive.Result, map[string]int, error) {
+	var (
+		walked *archive.Result
+		err    error
+	)
+	// A layout dir's signatures are read too, as a tar's are, to be kept.
+	opts := archive.WalkOptions{Name: req.Name, ReadSkipped: true}
+	if req.Dir {
+		walked, err = archive.WalkDirWith(ctx, req.Source, sink, opts)
+	} else {
+		var rc io.ReadCloser
+		if rc, err = req.Open(); err != nil {
+			return nil, nil, err
+		}
+		walked, err = archive.WalkWith(ctx, rc, sink, opts)
+		if cerr := rc.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}
+	var skipped map[string]int
+	if walked != nil {
+		res.BytesRead = walked.BytesRead
+		res.Format = string(walked.Format)
+		for _, e := range walked.Skipped {
+			if skipped == nil {
+				skipped = map[string]int{}
+			}
+			skipped[e.Reason]++
+			res.Skipped = append(res.Skipped, strings.TrimSpace(e.Name+" "+e.Digest.String())+": "+e.Reason)
+		}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return walked, skipped, nil
+}
+
+// needOf is everything the walked images need, parents before children, and
+// the names each blob is needed by.
+func needOf(ctx context.Context, s Store, sink Sink, walked *archive.Result) ([]BlobRef, Names, error) {
+	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
+		if b, ok := walked.Docs[desc.Digest]; ok {
+			return b, nil
+		}
+		if desc.Size > MaxDocSize {
+			return nil, fmt.Errorf("%s %s: %d bytes is too large for an image document (at most %d)", Kind(desc.MediaType), desc.Digest, desc.Size, MaxDocSize)
+		}
+		if b, ok, err := sink.ReadPending(desc.Digest); ok || err != nil {
+			return b, err
+		}
+		return s.ReadBlob(ctx, desc)
+	}
+	var need []BlobRef
+	index := map[digest.Digest]int{}
+	names := Names{}
+	for _, img := range walked.Images {
+		refs, err := Closure(ctx, img.Target, read, s.Platform(), s.IsNotFound)
+		if err != nil {
+			return nil, nil, fmt.Errorf("image %s: %w", img.Name, err)
+		}
+		names.add(img.Name, Digests(refs))
+		for _, ref := range refs {
+			if i, ok := index[ref.Desc.Digest]; ok {
+				need[i].Required = need[i].Required || ref.Required
+				continue
+			}
+			index[ref.Desc.Digest] = len(need)
+			need = append(need, ref)
+		}
+	}
+	return need, names, nil
+}
+
+// checkComplete makes sure every required blob is in the archive or in the
+// store, and returns those the lease must take beyond what the sink
+// committed under it: walked blobs it did not commit, and blobs found present.
+func checkComplete(ctx context.Context, s Store, sink Sink, walked *archive.Result, need []BlobRef, res *runtime.ImportResult) ([]digest.Digest, error) {
+	var toLease []digest.Digest
+	for _, ref := range need {
+		d := ref.Desc.Digest
+		if _, ok := walked.Docs[d]; ok {
+			continue
+		}
+		if _, ok := walked.Blobs[d]; ok {
+			if !sink.Committed(d) {
+				toLease = append(toLease, d)
+			}
+			continue
+		}
+		has, err := s.Has(ctx, d)
+		if err != nil {
+			return nil, fmt.Errorf("checking blob %s: %w", d, err)
+		}
+		if has {
+			res.Present++
+			toLease = append(toLease, d)
+			continue
+		}
+		if ref.Required {
+			return nil, fmt.Errorf("%s %s %s is neither in the archive nor in the store", s.Platform(), Kind(ref.Desc.MediaType), d)
+		}
+	}
+	return toLease, nil
+}
+
+// writeDocs writes the documents, children first: a document commits only
+// once what it names is there. It returns the documents that were there
+// already, for the lease to take.
+func writeDocs(ctx context.Context, sink Sink, walked *archive.Result, need []BlobRef, names Names, labelled map[digest.Digest]bool, res *runtime.ImportResult) ([]digest.Digest, error) {
+	var present []digest.Digest
+	for i := len(need) - 1; i >= 0; i-- {
+		desc := need[i].Desc
+		data, ok := walked.Docs[desc.Digest]
+		if !ok {
+			continue
+		}
+		committed, err := sink.WriteDoc(ctx, desc, data, names[desc.Digest])
+		if err != nil {
+			return nil, err
+		}
+		if committed {
+			res.Written++
+			labelled[desc.Digest] = true
+		} else {
+			present = append(present, desc.Digest)
+		}
+	}
+	return present, nil
 }
 
 // written is st as Sources reads it once its blob is stored: complete, with

@@ -63,7 +63,6 @@ var debts = map[string]bool{
 	"internal/importer links sigstore":           true,
 	"internal/runtime/containerd links sigstore": true,
 	// Functions still to be cut into named steps.
-	"func internal/importer/importer.go importLeased": true,
 	"func internal/fixture/zarf.go zarfEntries":       true,
 }
 

@@ -278,8 +278,8 @@ var sabotages = []sabotage{
 		// A host-platform blob neither in the archive nor in the store does
 		// not stop the import.
 		edits: []edit{{"internal/importer/importer.go",
-			"\t\tif ref.Required {\n\t\t\treturn runtime.SourceState{}, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\"",
-			"\t\tif false {\n\t\t\treturn runtime.SourceState{}, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\""}},
+			"\t\tif ref.Required {\n\t\t\treturn nil, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\"",
+			"\t\tif false {\n\t\t\treturn nil, fmt.Errorf(\"%s %s %s is neither in the archive nor in the store\""}},
 		tests: []tests{{e2e, []string{"TestBadInputs"}, nil}},
 	},
 	{
