@@ -62,8 +62,6 @@ var debts = map[string]bool{
 	// which holds the sigstore verification too.
 	"internal/importer links sigstore":           true,
 	"internal/runtime/containerd links sigstore": true,
-	// Functions still to be cut into named steps.
-	"func internal/fixture/zarf.go zarfEntries":       true,
 }
 
 const (
