@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/backoff"
-	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/journal"
 	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/pattern"
@@ -88,7 +87,7 @@ type Agent struct {
 }
 
 // New makes an agent. rec may be nil.
-func New(rt importer.Backend, cfg Config, rec Recorder) *Agent {
+func New(rt hfruntime.Backend, cfg Config, rec Recorder) *Agent {
 	if rec == nil {
 		rec = noRecorder{}
 	}

@@ -17,10 +17,12 @@ import (
 // blobs are hashed and dropped; the documents it would write are kept in
 // memory and read back as the store's (a signature judged after the
 // import).
-func DryRun(s Store) Store { return dryStore{s, &docMemo{m: map[digest.Digest][]byte{}}} }
+func DryRun(s runtime.Store) runtime.Store {
+	return dryStore{s, &docMemo{m: map[digest.Digest][]byte{}}}
+}
 
 type dryStore struct {
-	Store
+	runtime.Store
 	docs *docMemo
 }
 
@@ -43,19 +45,19 @@ func (dryStore) Prepare(context.Context, runtime.ImportRequest) error         { 
 func (dryStore) CreateLease(context.Context, string, map[string]string) error { return nil }
 func (dryStore) DeleteLease(context.Context, string) error                    { return nil }
 func (dryStore) AddToLease(context.Context, string, []digest.Digest) error    { return nil }
-func (dryStore) LabelSources(context.Context, Names) error                    { return nil }
+func (dryStore) LabelSources(context.Context, runtime.Names) error            { return nil }
 func (dryStore) Sync(context.Context) error                                   { return nil }
 
-func (s dryStore) NewSink(string, string) Sink {
+func (s dryStore) NewSink(string, string) runtime.Sink {
 	return &drySink{s: s.Store, docs: s.docs, put: map[digest.Digest]bool{}}
 }
 
 // drySink hashes what it is given and keeps only the digests.
 type drySink struct {
-	s     Store
+	s     runtime.Store
 	docs  *docMemo
 	put   map[digest.Digest]bool
-	stats Stats
+	stats runtime.Stats
 }
 
 func (k *drySink) Has(ctx context.Context, d digest.Digest) (bool, error) {
@@ -80,7 +82,7 @@ func (k *drySink) Reserve(context.Context, int, int64) error { return nil }
 
 func (k *drySink) ReadPending(digest.Digest) ([]byte, bool, error) { return nil, false, nil }
 
-func (k *drySink) CommitPending(context.Context, Names) (map[digest.Digest]bool, error) {
+func (k *drySink) CommitPending(context.Context, runtime.Names) (map[digest.Digest]bool, error) {
 	return map[digest.Digest]bool{}, nil
 }
 
@@ -95,6 +97,6 @@ func (k *drySink) WriteDoc(ctx context.Context, desc ocispec.Descriptor, data []
 }
 
 func (k *drySink) WriteState(context.Context, runtime.SourceState) error { return nil }
-func (k *drySink) Stats() Stats                                          { return k.stats }
+func (k *drySink) Stats() runtime.Stats                                  { return k.stats }
 func (k *drySink) Abandon(context.Context)                               {}
 func (k *drySink) Close(context.Context)                                 {}

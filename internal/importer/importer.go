@@ -3,9 +3,10 @@
 // images need, check that the host platform's content is complete, write the
 // documents, lease everything, and record the source's desired state on its
 // lease. It owns the lease's ID and labels and the state it records
-// (internal/runtime's lease.go); a backend gives it a Store and, per import,
-// a Sink that writes blobs (containerd's adapter has two: through the content
-// API, or into the store's directory).
+// (internal/runtime's lease.go); a backend gives it a runtime.Store and, per
+// import, a runtime.Sink that writes blobs (the ports, internal/runtime's
+// ports.go; containerd's adapter has two sinks: through the content API, or
+// into the store's directory).
 package importer
 
 import (
@@ -33,107 +34,18 @@ const MaxDocSize = 16 << 20
 // abandonTimeout bounds the clean-up of a failed or cancelled import.
 const abandonTimeout = 30 * time.Second
 
-// Names are, for each blob, the names of the images that hold it.
-type Names map[digest.Digest][]string
-
-func (n Names) add(name string, ds []digest.Digest) {
-	for _, d := range ds {
-		if !slices.Contains(n[d], name) {
-			n[d] = append(n[d], name)
-		}
-	}
-}
-
-// Backend is a runtime whose content an import writes through Store.
-type Backend interface {
-	runtime.Runtime
-	ImportStore() Store
-}
-
-// Store is what an import needs of a content store and its leases.
-type Store interface {
-	// Prepare readies the store for the import of req, before it reads its
-	// lease (containerd's adapter forgets the records of blobs whose files
-	// are gone, so they are written again); its error fails the import.
-	Prepare(ctx context.Context, req runtime.ImportRequest) error
-	// CreateLease makes a lease that never expires, with labels; one that
-	// exists is left as it is.
-	CreateLease(ctx context.Context, id string, labels map[string]string) error
-	// DeleteLease removes a lease, and so what only it held.
-	DeleteLease(ctx context.Context, id string) error
-	// ReadState reads a lease's state: Complete is false for a lease without
-	// one; an error wrapping runtime.ErrNotFound for no lease.
-	ReadState(ctx context.Context, id string) (runtime.SourceState, error)
-	// Intact says whether every blob a complete state needs is in the store.
-	Intact(ctx context.Context, st runtime.SourceState) (bool, error)
-	// Has says whether the store holds a blob.
-	Has(ctx context.Context, d digest.Digest) (bool, error)
-	// ReadBlob reads a small blob; its error says when it is not there
-	// (IsNotFound).
-	ReadBlob(ctx context.Context, desc ocispec.Descriptor) ([]byte, error)
-	// IsNotFound says whether an error of ReadBlob means the blob is not there.
-	IsNotFound(err error) bool
-	// AddToLease puts blobs on a lease.
-	AddToLease(ctx context.Context, id string, ds []digest.Digest) error
-	// LabelSources labels blobs already in the store with where the images
-	// that hold them come from (containerd: distribution source labels).
-	LabelSources(ctx context.Context, names Names) error
-	// Sync makes what the import wrote durable, where the store does not.
-	Sync(ctx context.Context) error
-	// NewSink starts the writes of one import of source under lease.
-	NewSink(lease, source string) Sink
-	// Platform is the platform whose content an import requires.
-	Platform() Platform
-}
-
-// Sink writes the blobs of one import under its lease.
-type Sink interface {
-	// Has and Put take the blobs the walk meets (archive.Store); Reserve
-	// is told what a walk is about to write (archive.Reserver).
-	archive.Store
-	archive.Reserver
-	// ReadPending reads a blob Put holds back to commit later, if it does.
-	ReadPending(d digest.Digest) ([]byte, bool, error)
-	// CommitPending commits the blobs held back, with the names of the
-	// images that hold each, and returns the blobs it committed labelled.
-	CommitPending(ctx context.Context, names Names) (map[digest.Digest]bool, error)
-	// Committed says whether this import committed a blob (so it is on the
-	// lease already).
-	Committed(d digest.Digest) bool
-	// WriteDoc writes an index, a manifest or another small blob the walk
-	// read whole, with the names of the images that hold it; it reports
-	// whether this call committed it (else it was there).
-	WriteDoc(ctx context.Context, desc ocispec.Descriptor, data []byte, names []string) (bool, error)
-	// WriteState records a lease's state (runtime.EncodeState), held by the
-	// lease.
-	WriteState(ctx context.Context, st runtime.SourceState) error
-	// Stats are what the import wrote and found.
-	Stats() Stats
-	// Abandon undoes what a failed import left in flight.
-	Abandon(ctx context.Context)
-	// Close ends the import's writes, failed or not.
-	Close(ctx context.Context)
-}
-
-// Stats count the blobs of one import.
-type Stats struct {
-	Written int // committed by this import
-	Present int // found in the store already
-	Direct  int // of those written, placed in the store's directory by holdfast
-}
-
 // Import imports one source under its lease (runtime.LeaseID, or
 // runtime.KeptLeaseID for a kept source). A source whose lease holds a
 // complete, intact import at the same identity is unchanged: nothing is
 // read. On any error nothing of the source is left but what its lease
 // already held from an earlier complete import. An error that says the disk
 // is full wraps runtime.ErrNoSpace.
-func Import(ctx context.Context, s Store, req runtime.ImportRequest) (runtime.ImportResult, error) {
+func Import(ctx context.Context, s runtime.Store, req runtime.ImportRequest) (runtime.ImportResult, error) {
 	res, err := importSource(ctx, s, req)
 	return res, runtime.NoSpace(err)
 }
 
-func importSource(ctx context.Context, s Store, req runtime.ImportRequest) (runtime.ImportResult, error) {
+func importSource(ctx context.Context, s runtime.Store, req runtime.ImportRequest) (runtime.ImportResult, error) {
 	id := runtime.LeaseID(req.Source, req.Identity)
 	if req.Kept {
 		id = runtime.KeptLeaseID(req.Source, req.Identity)
@@ -180,7 +92,7 @@ func importSource(ctx context.Context, s Store, req runtime.ImportRequest) (runt
 // import whose content is intact, the source is unchanged and nothing more is
 // to be done; otherwise the lease is made (or kept) for a new import.
 // req.Prior is the state the caller read already, if any.
-func openLease(ctx context.Context, s Store, id string, req runtime.ImportRequest) (runtime.SourceState, bool, error) {
+func openLease(ctx context.Context, s runtime.Store, id string, req runtime.ImportRequest) (runtime.SourceState, bool, error) {
 	var prior runtime.SourceState
 	if known := req.Prior; known != nil && known.Lease == id && known.Complete {
 		if prior = *known; prior.Intact && (prior.SignaturesRecorded || !req.Signed) {
@@ -206,7 +118,7 @@ func openLease(ctx context.Context, s Store, id string, req runtime.ImportReques
 
 // abandon removes what a failed import left: its writes in flight and, when
 // the lease was made by this import, the lease and so every blob only it held.
-func abandon(ctx context.Context, s Store, sink Sink, id string, dropLease bool) {
+func abandon(ctx context.Context, s runtime.Store, sink runtime.Sink, id string, dropLease bool) {
 	// The import may have ended because ctx was cancelled (a shutdown): clean
 	// up all the same, for a bounded time.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
@@ -217,7 +129,7 @@ func abandon(ctx context.Context, s Store, sink Sink, id string, dropLease bool)
 	}
 }
 
-func importLeased(ctx context.Context, s Store, sink Sink, lease string, req runtime.ImportRequest, res *runtime.ImportResult) (runtime.SourceState, error) {
+func importLeased(ctx context.Context, s runtime.Store, sink runtime.Sink, lease string, req runtime.ImportRequest, res *runtime.ImportResult) (runtime.SourceState, error) {
 	walked, skipped, err := walkSource(ctx, sink, req, res)
 	if err != nil {
 		return runtime.SourceState{}, err
@@ -279,7 +191,7 @@ func importLeased(ctx context.Context, s Store, sink Sink, lease string, req run
 
 // walkSource walks the archive or the layout dir into the sink, and records
 // in res what it read and what it skipped (counted by reason).
-func walkSource(ctx context.Context, sink Sink, req runtime.ImportRequest, res *runtime.ImportResult) (*archive.Result, map[string]int, error) {
+func walkSource(ctx context.Context, sink runtime.Sink, req runtime.ImportRequest, res *runtime.ImportResult) (*archive.Result, map[string]int, error) {
 	var (
 		walked *archive.Result
 		err    error
@@ -318,28 +230,28 @@ func walkSource(ctx context.Context, sink Sink, req runtime.ImportRequest, res *
 
 // needOf is everything the walked images need, parents before children, and
 // the names each blob is needed by.
-func needOf(ctx context.Context, s Store, sink Sink, walked *archive.Result) ([]BlobRef, Names, error) {
+func needOf(ctx context.Context, s runtime.Store, sink runtime.Sink, walked *archive.Result) ([]runtime.BlobRef, runtime.Names, error) {
 	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
 		if b, ok := walked.Docs[desc.Digest]; ok {
 			return b, nil
 		}
 		if desc.Size > MaxDocSize {
-			return nil, fmt.Errorf("%s %s: %d bytes is too large for an image document (at most %d)", Kind(desc.MediaType), desc.Digest, desc.Size, MaxDocSize)
+			return nil, fmt.Errorf("%s %s: %d bytes is too large for an image document (at most %d)", runtime.Kind(desc.MediaType), desc.Digest, desc.Size, MaxDocSize)
 		}
 		if b, ok, err := sink.ReadPending(desc.Digest); ok || err != nil {
 			return b, err
 		}
 		return s.ReadBlob(ctx, desc)
 	}
-	var need []BlobRef
+	var need []runtime.BlobRef
 	index := map[digest.Digest]int{}
-	names := Names{}
+	names := runtime.Names{}
 	for _, img := range walked.Images {
-		refs, err := Closure(ctx, img.Target, read, s.Platform(), s.IsNotFound)
+		refs, err := runtime.Closure(ctx, img.Target, read, s.Platform(), s.IsNotFound)
 		if err != nil {
 			return nil, nil, fmt.Errorf("image %s: %w", img.Name, err)
 		}
-		names.add(img.Name, Digests(refs))
+		names.Add(img.Name, runtime.Digests(refs))
 		for _, ref := range refs {
 			if i, ok := index[ref.Desc.Digest]; ok {
 				need[i].Required = need[i].Required || ref.Required
@@ -355,7 +267,7 @@ func needOf(ctx context.Context, s Store, sink Sink, walked *archive.Result) ([]
 // checkComplete makes sure every required blob is in the archive or in the
 // store, and returns those the lease must take beyond what the sink
 // committed under it: walked blobs it did not commit, and blobs found present.
-func checkComplete(ctx context.Context, s Store, sink Sink, walked *archive.Result, need []BlobRef, res *runtime.ImportResult) ([]digest.Digest, error) {
+func checkComplete(ctx context.Context, s runtime.Store, sink runtime.Sink, walked *archive.Result, need []runtime.BlobRef, res *runtime.ImportResult) ([]digest.Digest, error) {
 	var toLease []digest.Digest
 	for _, ref := range need {
 		d := ref.Desc.Digest
@@ -378,7 +290,7 @@ func checkComplete(ctx context.Context, s Store, sink Sink, walked *archive.Resu
 			continue
 		}
 		if ref.Required {
-			return nil, fmt.Errorf("%s %s %s is neither in the archive nor in the store", s.Platform(), Kind(ref.Desc.MediaType), d)
+			return nil, fmt.Errorf("%s %s %s is neither in the archive nor in the store", s.Platform(), runtime.Kind(ref.Desc.MediaType), d)
 		}
 	}
 	return toLease, nil
@@ -387,7 +299,7 @@ func checkComplete(ctx context.Context, s Store, sink Sink, walked *archive.Resu
 // writeDocs writes the documents, children first: a document commits only
 // once what it names is there. It returns the documents that were there
 // already, for the lease to take.
-func writeDocs(ctx context.Context, sink Sink, walked *archive.Result, need []BlobRef, names Names, labelled map[digest.Digest]bool, res *runtime.ImportResult) ([]digest.Digest, error) {
+func writeDocs(ctx context.Context, sink runtime.Sink, walked *archive.Result, need []runtime.BlobRef, names runtime.Names, labelled map[digest.Digest]bool, res *runtime.ImportResult) ([]digest.Digest, error) {
 	var present []digest.Digest
 	for i := len(need) - 1; i >= 0; i-- {
 		desc := need[i].Desc
@@ -420,7 +332,7 @@ func written(st runtime.SourceState) runtime.SourceState {
 // that names images rather than holding them (a pin list), and records the
 // source's desired state. Wants whose host-platform content is not complete
 // are left out and reported; the others are leased.
-func LeaseWants(ctx context.Context, s Store, req runtime.LeaseRequest) (runtime.ImportResult, error) {
+func LeaseWants(ctx context.Context, s runtime.Store, req runtime.LeaseRequest) (runtime.ImportResult, error) {
 	id := runtime.LeaseID(req.Source, req.Identity)
 	res := runtime.ImportResult{Lease: id}
 	prior, unchanged, err := openLease(ctx, s, id, runtime.ImportRequest{Source: req.Source, Identity: req.Identity})
@@ -440,7 +352,7 @@ func LeaseWants(ctx context.Context, s Store, req runtime.LeaseRequest) (runtime
 		sigs     map[digest.Digest][]ocispec.Descriptor
 	)
 	for _, w := range req.Wants {
-		refs, err := Closure(ctx, w.Target, read, s.Platform(), s.IsNotFound)
+		refs, err := runtime.Closure(ctx, w.Target, read, s.Platform(), s.IsNotFound)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", w.Name, err))
 			continue
@@ -454,7 +366,7 @@ func LeaseWants(ctx context.Context, s Store, req runtime.LeaseRequest) (runtime
 			if ok, _ := s.Has(ctx, ref.Desc.Digest); ok {
 				have = append(have, ref.Desc.Digest)
 			} else if ref.Required {
-				errs = append(errs, fmt.Errorf("%s: %s %s is not in the store", w.Name, Kind(ref.Desc.MediaType), ref.Desc.Digest))
+				errs = append(errs, fmt.Errorf("%s: %s %s is not in the store", w.Name, runtime.Kind(ref.Desc.MediaType), ref.Desc.Digest))
 				complete = false
 				break
 			}
@@ -492,10 +404,10 @@ func LeaseWants(ctx context.Context, s Store, req runtime.LeaseRequest) (runtime
 // in the registry) that the store holds: the manifests and their layers,
 // for the list's lease. A signature that cannot be read is left out: the
 // policy then finds it missing.
-func signatureBlobs(ctx context.Context, s Store, w runtime.Want, read func(context.Context, ocispec.Descriptor) ([]byte, error)) []digest.Digest {
+func signatureBlobs(ctx context.Context, s runtime.Store, w runtime.Want, read func(context.Context, ocispec.Descriptor) ([]byte, error)) []digest.Digest {
 	var out []digest.Digest
 	for _, sig := range w.Signatures {
-		refs, err := Closure(ctx, sig, read, s.Platform(), s.IsNotFound)
+		refs, err := runtime.Closure(ctx, sig, read, s.Platform(), s.IsNotFound)
 		if err != nil {
 			continue
 		}
@@ -514,7 +426,7 @@ func signatureBlobs(ctx context.Context, s Store, w runtime.Want, read func(cont
 // policy so that a policy set later judges them without the archive. It
 // returns the manifests by image target, the package signature, and the
 // blobs that were in the store already, for the lease.
-func keepSignatures(ctx context.Context, sink Sink, walked *archive.Result) (map[digest.Digest][]ocispec.Descriptor, *runtime.PackageSignature, []digest.Digest, error) {
+func keepSignatures(ctx context.Context, sink runtime.Sink, walked *archive.Result) (map[digest.Digest][]ocispec.Descriptor, *runtime.PackageSignature, []digest.Digest, error) {
 	var toLease []digest.Digest
 	done := map[digest.Digest]bool{}
 	// keep writes a small blob (data, else what the walk read whole of it),

@@ -39,7 +39,7 @@ type Action struct {
 // the pass's view of the store takes in what each import would leave, as a
 // real pass's takes in what it wrote. A pull list reference not in the store
 // is reported as a pull, its pin follows it.
-func DryRun(ctx context.Context, rt importer.Backend, cfg Config) ([]Action, Summary) {
+func DryRun(ctx context.Context, rt hfruntime.Backend, cfg Config) ([]Action, Summary) {
 	r := New(dryRuntime{rt}, cfg)
 	r.actions = &actionLog{}
 	sum, _ := r.Run(ctx, Options{})
@@ -66,9 +66,9 @@ var errDryRun = errors.New("a dry run does not pull")
 
 // dryRuntime is a backend whose writes are left undone: imports and list
 // leases read and work out all they would, writing nothing.
-type dryRuntime struct{ importer.Backend }
+type dryRuntime struct{ hfruntime.Backend }
 
-func (d dryRuntime) ImportStore() importer.Store { return importer.DryRun(d.Backend.ImportStore()) }
+func (d dryRuntime) ImportStore() hfruntime.Store { return importer.DryRun(d.Backend.ImportStore()) }
 
 func (dryRuntime) Pull(context.Context, string, hfruntime.PullOptions) (hfruntime.Want, error) {
 	return hfruntime.Want{}, errDryRun

@@ -63,7 +63,7 @@ func (p *Runner) importAll(ctx context.Context, srcs []source.Source, known map[
 	return imported
 }
 
-func importSource(ctx context.Context, store importer.Store, src source.Source, prior *hfruntime.SourceState, progress Progress, signed bool) (hfruntime.ImportResult, error) {
+func importSource(ctx context.Context, store hfruntime.Store, src source.Source, prior *hfruntime.SourceState, progress Progress, signed bool) (hfruntime.ImportResult, error) {
 	req := importRequest(src, false, signed, progress)
 	req.Prior = prior
 	res, err := importer.Import(ctx, store, req)

@@ -58,7 +58,7 @@ type Kept struct {
 // kept import: its lease is released once the new one is complete, and the
 // names only it wanted are unpinned. A name the lists want as they stand
 // (see Standing) is not unpinned.
-func Keep(ctx context.Context, rt importer.Backend, path string, standing Standing, opts KeepOptions) (Kept, error) {
+func Keep(ctx context.Context, rt hfruntime.Backend, path string, standing Standing, opts KeepOptions) (Kept, error) {
 	k := Kept{Path: path}
 	if abs, err := filepath.Abs(path); err == nil {
 		k.Path = abs

@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/journal"
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
@@ -117,7 +116,7 @@ func (s Summary) String() string {
 // lease is complete and intact; then records are pinned, healed and unpinned
 // and leases released as reconcile.Diff plans. One source failing never stops
 // the others, and never unpins what it wanted before.
-func Sync(ctx context.Context, rt importer.Backend, cfg Config) Summary {
+func Sync(ctx context.Context, rt hfruntime.Backend, cfg Config) Summary {
 	sum, _ := New(rt, cfg).Run(ctx, Options{})
 	return sum
 }
@@ -142,7 +141,7 @@ type Result struct {
 // time: Run must not be called again before it returns.
 type Runner struct {
 	rt      hfruntime.Runtime
-	store   importer.Store // what imports write to
+	store   hfruntime.Store // what imports write to
 	cfg     Config
 	log     *slog.Logger
 	rec     Recorder
@@ -175,7 +174,7 @@ func WithJournal(j *journal.Journal) Option { return func(r *Runner) { r.journal
 func WithHandoff(h Handoff) Option { return func(r *Runner) { r.hand = h } }
 
 // New makes a Runner over rt.
-func New(rt importer.Backend, cfg Config, opts ...Option) *Runner {
+func New(rt hfruntime.Backend, cfg Config, opts ...Option) *Runner {
 	r := &Runner{rt: rt, store: rt.ImportStore(), cfg: cfg, log: cfg.Log, rec: NoRecorder{}, now: time.Now, hand: noHandoff{},
 		failed: map[string]failure{}, pullFailed: map[string]failure{}, seen: map[string]sighting{}}
 	if r.log == nil {

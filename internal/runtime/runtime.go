@@ -249,8 +249,8 @@ type PinResult struct {
 func (p PinResult) Changed() bool { return p.Created || p.Retargeted || p.Labelled }
 
 // Runtime is an image store holdfast reconciles: its records, leases, pins
-// and events. Imports write to its content through importer.Store, which a
-// backend offers beside this interface (importer.Backend).
+// and events. Imports write to its content through Store, which a
+// backend offers beside this interface (Backend).
 type Runtime interface {
 	Server(ctx context.Context) (ServerInfo, error)
 	// Pull fetches an image's host-platform content from its registry under

@@ -195,7 +195,7 @@ func candidateKey(ds []ocispec.Descriptor) string {
 }
 
 // BlobReader reads small blobs from a content store, as an import's store
-// (importer.Store) does.
+// (runtime.Store) does.
 type BlobReader interface {
 	ReadBlob(ctx context.Context, desc ocispec.Descriptor) ([]byte, error)
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -33,7 +32,7 @@ var chunkPool = sync.Pool{New: func() any { b := make([]byte, writeChunk); retur
 
 // ImportStore is containerd's content store and leases as an import writes
 // them (importer.Import, importer.LeaseWants).
-func (r *Runtime) ImportStore() importer.Store { return importStore{r} }
+func (r *Runtime) ImportStore() runtime.Store { return importStore{r} }
 
 // importStore is containerd's content store and leases as an import needs them.
 type importStore struct{ r *Runtime }
@@ -83,17 +82,17 @@ func (s importStore) AddToLease(ctx context.Context, id string, ds []digest.Dige
 	return s.r.addToLease(leases.WithLease(ctx, id), ds)
 }
 
-func (s importStore) LabelSources(ctx context.Context, names importer.Names) error {
+func (s importStore) LabelSources(ctx context.Context, names runtime.Names) error {
 	return s.r.labelSources(ctx, sourceLabelsOf(names))
 }
 
 func (s importStore) Sync(ctx context.Context) error { return s.r.syncBlobsDir(ctx) }
 
-func (s importStore) NewSink(lease, source string) importer.Sink {
+func (s importStore) NewSink(lease, source string) runtime.Sink {
 	return &leasedSink{ing: s.r.newIngester(), lease: lease, source: source}
 }
 
-func (s importStore) Platform() importer.Platform { return s.r.platform }
+func (s importStore) Platform() runtime.Platform { return s.r.platform }
 
 // leasedSink is one import's ingester, each write under the import's lease.
 type leasedSink struct {
@@ -120,7 +119,7 @@ func (s *leasedSink) Reserve(ctx context.Context, blobs int, bytes int64) error 
 
 func (s *leasedSink) ReadPending(d digest.Digest) ([]byte, bool, error) { return s.ing.readPending(d) }
 
-func (s *leasedSink) CommitPending(ctx context.Context, names importer.Names) (map[digest.Digest]bool, error) {
+func (s *leasedSink) CommitPending(ctx context.Context, names runtime.Names) (map[digest.Digest]bool, error) {
 	return s.ing.commitPending(s.leased(ctx), sourceLabelsOf(names))
 }
 
@@ -135,23 +134,23 @@ func (s *leasedSink) Committed(d digest.Digest) bool {
 // distribution source labels of its images.
 func (s *leasedSink) WriteDoc(ctx context.Context, desc ocispec.Descriptor, data []byte, names []string) (bool, error) {
 	var labels map[string]string
-	if importer.IsDoc(desc.MediaType) {
+	if runtime.IsDoc(desc.MediaType) {
 		var err error
 		if labels, err = gcLabels(desc, data); err != nil {
 			return false, err
 		}
 	}
-	return s.ing.writeDoc(s.leased(ctx), desc, data, labels, sourceLabelsOf(importer.Names{desc.Digest: names}).labelsOf(desc.Digest))
+	return s.ing.writeDoc(s.leased(ctx), desc, data, labels, sourceLabelsOf(runtime.Names{desc.Digest: names}).labelsOf(desc.Digest))
 }
 
 func (s *leasedSink) WriteState(ctx context.Context, st runtime.SourceState) error {
 	return s.ing.r.writeState(s.leased(ctx), s.ing, st)
 }
 
-func (s *leasedSink) Stats() importer.Stats {
+func (s *leasedSink) Stats() runtime.Stats {
 	s.ing.mu.Lock()
 	defer s.ing.mu.Unlock()
-	return importer.Stats{Written: s.ing.written, Present: s.ing.present, Direct: s.ing.direct}
+	return runtime.Stats{Written: s.ing.written, Present: s.ing.present, Direct: s.ing.direct}
 }
 
 // Abandon aborts the import's ingests still open.

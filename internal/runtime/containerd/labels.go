@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"fmt"
+	"github.com/holdfast-project/holdfast/internal/runtime"
 	"net"
 	"slices"
 	"sort"
@@ -14,7 +15,6 @@ import (
 	"github.com/containerd/containerd/v2/pkg/labels"
 	"github.com/containerd/containerd/v2/pkg/reference"
 	"github.com/containerd/errdefs"
-	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
@@ -133,7 +133,7 @@ func (r *Runtime) labelSources(ctx context.Context, want sourceLabels) error {
 
 // sourceLabelsOf is the distribution source labels the blobs need, from the
 // names of the images that hold each.
-func sourceLabelsOf(names importer.Names) sourceLabels {
+func sourceLabelsOf(names runtime.Names) sourceLabels {
 	s := sourceLabels{}
 	for d, ns := range names {
 		for _, n := range ns {
@@ -143,16 +143,16 @@ func sourceLabelsOf(names importer.Names) sourceLabels {
 	return s
 }
 
-// closure lists every blob reachable from target (importer.Closure for the
+// closure lists every blob reachable from target (runtime.Closure for the
 // host platform).
-func (r *Runtime) closure(ctx context.Context, target ocispec.Descriptor, read importer.DocFunc) ([]importer.BlobRef, error) {
-	return importer.Closure(ctx, target, read, r.platform, errdefs.IsNotFound)
+func (r *Runtime) closure(ctx context.Context, target ocispec.Descriptor, read runtime.DocFunc) ([]runtime.BlobRef, error) {
+	return runtime.Closure(ctx, target, read, r.platform, errdefs.IsNotFound)
 }
 
 // gcLabels are the labels a document needs so that containerd's GC keeps its
 // children while anything holds the document.
 func gcLabels(desc ocispec.Descriptor, data []byte) (map[string]string, error) {
-	children, err := importer.Children(desc, data)
+	children, err := runtime.Children(desc, data)
 	if err != nil || len(children) == 0 {
 		return nil, err
 	}

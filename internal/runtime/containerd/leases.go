@@ -19,7 +19,6 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -249,7 +248,7 @@ func (r *Runtime) intact(ctx context.Context, st runtime.SourceState) (bool, err
 			return false, nil
 		}
 		for _, ref := range refs {
-			if !ref.Required || importer.IsDoc(ref.Desc.MediaType) {
+			if !ref.Required || runtime.IsDoc(ref.Desc.MediaType) {
 				continue // documents were read by closure
 			}
 			if _, err := cs.Info(ctx, ref.Desc.Digest); err != nil {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -45,7 +44,7 @@ type Runtime struct {
 	streams []chan error // the open event streams' error channels
 }
 
-var _ importer.Backend = &Runtime{}
+var _ runtime.Backend = &Runtime{}
 
 // New makes an empty fake.
 func New() *Runtime {

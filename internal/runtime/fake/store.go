@@ -11,7 +11,6 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -20,7 +19,7 @@ import (
 
 // ImportStore is the fake's store as the import sees it: what every pass over
 // the fake imports through.
-func (r *Runtime) ImportStore() importer.Store { return store{r} }
+func (r *Runtime) ImportStore() runtime.Store { return store{r} }
 
 // LeaseHolds says whether the lease id holds blob d.
 func (r *Runtime) LeaseHolds(id string, d digest.Digest) bool {
@@ -93,7 +92,7 @@ type fakeLease struct {
 	held   map[digest.Digest]bool
 }
 
-// store is the fake as an importer.Store.
+// store is the fake as an runtime.Store.
 type store struct{ r *Runtime }
 
 func (s store) Prepare(_ context.Context, req runtime.ImportRequest) error {
@@ -175,16 +174,16 @@ func (s store) AddToLease(_ context.Context, id string, ds []digest.Digest) erro
 	return nil
 }
 
-func (store) LabelSources(context.Context, importer.Names) error { return nil }
+func (store) LabelSources(context.Context, runtime.Names) error { return nil }
 func (s store) Sync(context.Context) error {
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
 	s.r.syncs++
 	return nil
 }
-func (store) Platform() importer.Platform { return importer.HostPlatform() }
+func (store) Platform() runtime.Platform { return runtime.HostPlatform() }
 
-func (s store) NewSink(lease, _ string) importer.Sink {
+func (s store) NewSink(lease, _ string) runtime.Sink {
 	return &sink{s: s, lease: lease, committed: map[digest.Digest]bool{}}
 }
 
@@ -193,7 +192,7 @@ type sink struct {
 	s         store
 	lease     string
 	committed map[digest.Digest]bool
-	stats     importer.Stats
+	stats     runtime.Stats
 }
 
 func (k *sink) put(d digest.Digest, b []byte) bool {
@@ -235,7 +234,7 @@ func (k *sink) Put(_ context.Context, expected digest.Digest, size int64, rd io.
 
 func (k *sink) Reserve(context.Context, int, int64) error       { return nil }
 func (k *sink) ReadPending(digest.Digest) ([]byte, bool, error) { return nil, false, nil }
-func (k *sink) CommitPending(context.Context, importer.Names) (map[digest.Digest]bool, error) {
+func (k *sink) CommitPending(context.Context, runtime.Names) (map[digest.Digest]bool, error) {
 	return map[digest.Digest]bool{}, nil
 }
 func (k *sink) Committed(d digest.Digest) bool { return k.committed[d] }
@@ -268,6 +267,6 @@ func (k *sink) WriteState(_ context.Context, st runtime.SourceState) error {
 	return nil
 }
 
-func (k *sink) Stats() importer.Stats   { return k.stats }
+func (k *sink) Stats() runtime.Stats    { return k.stats }
 func (k *sink) Abandon(context.Context) {}
 func (k *sink) Close(context.Context)   {}

@@ -23,7 +23,7 @@ import (
 
 // Backend is one store under test.
 type Backend struct {
-	Runtime importer.Backend
+	Runtime runtime.Backend
 	// CreateRecord makes an image record as a user, a pull or the CRI would,
 	// with exactly these labels.
 	CreateRecord func(t *testing.T, img runtime.Image)

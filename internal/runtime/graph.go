@@ -1,4 +1,4 @@
-package importer
+package runtime
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-
-	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
 // Media types of the Docker image formats beside OCI's.
@@ -52,7 +50,7 @@ type BlobRef struct {
 	Required bool
 }
 
-// DocFunc returns a document's bytes, or an error wrapping runtime.ErrNotFound
+// DocFunc returns a document's bytes, or an error wrapping ErrNotFound
 // (or containerd's not-found) when it is not there.
 type DocFunc func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error)
 
@@ -111,7 +109,7 @@ func Closure(ctx context.Context, target ocispec.Descriptor, read DocFunc, p Pla
 		}
 		data, err := read(ctx, desc)
 		if err != nil {
-			missing := errors.Is(err, runtime.ErrNotFound) || isNotFound(err)
+			missing := errors.Is(err, ErrNotFound) || isNotFound(err)
 			if missing && !required {
 				return nil
 			}

@@ -1,4 +1,4 @@
-package importer
+package runtime
 
 import (
 	"github.com/containerd/platforms"
