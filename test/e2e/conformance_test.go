@@ -14,6 +14,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
+	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	hfcontainerd "github.com/holdfast-project/holdfast/internal/runtime/containerd"
 	"github.com/holdfast-project/holdfast/internal/runtime/runtimetest"
@@ -40,7 +41,9 @@ func TestRuntimeConformance(t *testing.T) {
 		t.Cleanup(func() { _ = rt.Close() })
 		backend := func(t *testing.T) runtimetest.Backend {
 			return runtimetest.Backend{
-				Runtime: rt,
+				Runtime:    rt,
+				Import:     importer.Import,
+				LeaseWants: importer.LeaseWants,
 				CreateRecord: func(t *testing.T, img runtime.Image) {
 					// Made as the CRI makes its records (managed): the CRI
 					// labels a record made without it, target included,

@@ -55,9 +55,6 @@ var useCases = []string{"internal/importer", "internal/pass", "internal/agent", 
 // fails when one is gone (take it out of the list) as well as when a new one
 // appears, so the list only shrinks.
 var debts = map[string]bool{
-	// The conformance suite runs the import itself (importer.Import and
-	// LeaseWants) over each backend's store.
-	"internal/runtime/runtimetest imports internal/importer": true,
 	// The importer finds signature manifests through internal/signature,
 	// which holds the sigstore verification too.
 	"internal/importer links sigstore": true,

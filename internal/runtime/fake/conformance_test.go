@@ -10,6 +10,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
+	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
 	"github.com/holdfast-project/holdfast/internal/runtime/runtimetest"
@@ -32,6 +33,8 @@ func TestConformance(t *testing.T) {
 		a, b := testimage.Stored(t, rt, "fake.example/conformance/a:1"), testimage.Stored(t, rt, "fake.example/conformance/b:1")
 		return runtimetest.Backend{
 			Runtime:      rt,
+			Import:       importer.Import,
+			LeaseWants:   importer.LeaseWants,
 			CreateRecord: func(_ *testing.T, img runtime.Image) { rt.Create(img) },
 			Targets:      [2]ocispec.Descriptor{a.Target, b.Target},
 			Archive:      archive,

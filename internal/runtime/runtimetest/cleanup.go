@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
-	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -38,7 +37,7 @@ func cleanupSparesLiveImport(t *testing.T, s Store, name string) {
 	done := make(chan outcome, 1)
 	go func() {
 		req := runtime.ImportRequest{Source: sourcePath(name, ".tar"), Identity: "id-1", Open: func() (io.ReadCloser, error) { return gate, nil }}
-		res, err := importer.Import(ctx, s.Runtime.ImportStore(), req)
+		res, err := s.Import(ctx, s.Runtime.ImportStore(), req)
 		done <- outcome{res, err}
 	}()
 	select {

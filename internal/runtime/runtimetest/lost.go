@@ -7,7 +7,6 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -18,7 +17,7 @@ import (
 func lostBlobMissing(t *testing.T, s Store, name string) {
 	ctx := context.Background()
 	req := runtime.ImportRequest{Source: sourcePath(name, ".tar"), Identity: "id-1", Kept: true, Open: s.Archive}
-	res, err := importer.Import(ctx, s.Runtime.ImportStore(), req)
+	res, err := s.Import(ctx, s.Runtime.ImportStore(), req)
 	if err != nil {
 		t.Fatalf("import: %v", err)
 	}
@@ -38,7 +37,7 @@ func lostBlobMissing(t *testing.T, s Store, name string) {
 	}
 
 	req.Prior = &st
-	again, err := importer.Import(ctx, s.Runtime.ImportStore(), req)
+	again, err := s.Import(ctx, s.Runtime.ImportStore(), req)
 	if err != nil || again.Unchanged {
 		t.Fatalf("the same identity again over a lost blob: %+v, %v; want it read again", again, err)
 	}

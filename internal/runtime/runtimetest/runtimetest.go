@@ -17,7 +17,6 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/holdfast-project/holdfast/internal/importer"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -33,6 +32,11 @@ type Backend struct {
 	// Archive opens an archive of one image, named Name.
 	Archive func() (io.ReadCloser, error)
 	Name    string
+	// Import and LeaseWants are the import use case (importer.Import and
+	// importer.LeaseWants), handed in by the caller: the runtime's packages
+	// import no use case.
+	Import     func(context.Context, runtime.Store, runtime.ImportRequest) (runtime.ImportResult, error)
+	LeaseWants func(context.Context, runtime.Store, runtime.LeaseRequest) (runtime.ImportResult, error)
 }
 
 // Run runs the suite; newBackend makes a fresh store for each test. Record
@@ -171,7 +175,7 @@ func importLeases(t *testing.T, b Backend, name string) {
 	ctx := context.Background()
 	source := "/conformance/" + strings.NewReplacer("/", "_", ":", "_").Replace(name) + ".tar"
 	req := runtime.ImportRequest{Source: source, Identity: "id-1", Open: b.Archive}
-	res, err := importer.Import(ctx, b.Runtime.ImportStore(), req)
+	res, err := b.Import(ctx, b.Runtime.ImportStore(), req)
 	if err != nil {
 		t.Fatalf("import: %v", err)
 	}
@@ -184,7 +188,7 @@ func importLeases(t *testing.T, b Backend, name string) {
 	}
 	req.Prior = &st
 	req.Open = func() (io.ReadCloser, error) { t.Error("an unchanged source was opened"); return b.Archive() }
-	if again, err := importer.Import(ctx, b.Runtime.ImportStore(), req); err != nil || !again.Unchanged {
+	if again, err := b.Import(ctx, b.Runtime.ImportStore(), req); err != nil || !again.Unchanged {
 		t.Errorf("the same identity again: %+v, %v; want unchanged", again, err)
 	}
 	if err := b.Runtime.Release(ctx, res.Lease); err != nil {
@@ -227,7 +231,7 @@ func stateAsListed(t *testing.T, b Backend, res runtime.ImportResult) runtime.So
 // imported target.
 func importWritesNoRecord(t *testing.T, b Backend, _ string) {
 	ctx := context.Background()
-	res, err := importer.Import(ctx, b.Runtime.ImportStore(), runtime.ImportRequest{Source: "/conformance/records.tar", Identity: "id-1", Open: b.Archive})
+	res, err := b.Import(ctx, b.Runtime.ImportStore(), runtime.ImportRequest{Source: "/conformance/records.tar", Identity: "id-1", Open: b.Archive})
 	if err != nil {
 		t.Fatalf("import: %v", err)
 	}
@@ -258,7 +262,7 @@ func leaseWants(t *testing.T, b Backend, name string) {
 	missing := runtime.Want{Name: name + "-missing", Target: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest,
 		Digest: digest.FromString("not in the store " + name), Size: 123}}
 	req := runtime.LeaseRequest{Source: source, Identity: "id-1", Wants: []runtime.Want{there, missing}}
-	res, err := importer.LeaseWants(ctx, b.Runtime.ImportStore(), req)
+	res, err := b.LeaseWants(ctx, b.Runtime.ImportStore(), req)
 	if err == nil || !strings.Contains(err.Error(), missing.Name) {
 		t.Errorf("leasing a want whose content is not there: error %v, want one naming %s", err, missing.Name)
 	}
@@ -270,7 +274,7 @@ func leaseWants(t *testing.T, b Backend, name string) {
 	if !st.Complete || !st.Intact || len(st.Images) != 1 || len(st.Blobs) < 2 || !slices.Contains(st.Blobs, b.Targets[0].Digest) {
 		t.Errorf("Sources reports %+v; want it complete, wanting %s, its manifest among at least 2 blobs", st, there.Name)
 	}
-	again, err := importer.LeaseWants(ctx, b.Runtime.ImportStore(), runtime.LeaseRequest{Source: source, Identity: "id-1", Wants: req.Wants})
+	again, err := b.LeaseWants(ctx, b.Runtime.ImportStore(), runtime.LeaseRequest{Source: source, Identity: "id-1", Wants: req.Wants})
 	if err != nil || !again.Unchanged || len(again.Images) != 1 {
 		t.Errorf("the same identity again: %+v, %v; want unchanged", again, err)
 	}
