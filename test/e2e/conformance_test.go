@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/opencontainers/go-digest"
@@ -63,6 +64,19 @@ func TestRuntimeConformance(t *testing.T) {
 				Targets: targets,
 				Archive: func() (io.ReadCloser, error) { return os.Open(archive) },
 				Name:    "e2e.local/conformance/imported:1",
+				Settled: func(t *testing.T, name string) {
+					// The CRI has labelled the record: its write is done. A
+					// line that never labels is waited for no longer than
+					// the deadline; nothing is asserted here.
+					deadline := time.Now().Add(10 * time.Second)
+					for time.Now().Before(deadline) {
+						img, err := d.Client.ImageService().Get(d.ctx(), name)
+						if err == nil && img.Labels["io.cri-containerd.image"] == "managed" {
+							return
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
+				},
 			}
 		}
 		runtimetest.Run(t, "e2e.local/conformance/"+d.Name+"/", backend)
