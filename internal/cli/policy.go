@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/holdfast-project/holdfast/internal/policy"
 	"github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/signature"
 )
 
 // writers are the commands that name and pin images in the namespace: each
@@ -56,7 +56,7 @@ func (o *options) adoptPolicy(ctx context.Context, s *session, command string) e
 	case !ok:
 		return nil
 	case o.policyFile == "":
-		pol, err := policy.LoadWith(inForce.Path, policy.Options{InsecurePerms: o.insecurePerms})
+		pol, err := signature.LoadWith(inForce.Path, signature.Options{InsecurePerms: o.insecurePerms})
 		if err != nil {
 			err = fmt.Errorf("namespace %s: the signature policy in force, %s (put in force by %s), cannot be used:\n%w", ns, inForce.Path, inForce.By, err)
 			if writers[command] {

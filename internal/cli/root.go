@@ -18,9 +18,9 @@ import (
 	"github.com/holdfast-project/holdfast/internal/agent"
 	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/pass"
-	"github.com/holdfast-project/holdfast/internal/policy"
 	"github.com/holdfast-project/holdfast/internal/registries"
 	"github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/signature"
 )
 
 // ExitError carries a process exit code out of a command.
@@ -80,7 +80,7 @@ type options struct {
 	writePath   writePathValue
 
 	policyFile string
-	policy     *policy.Policy // loaded from policyFile by complete, or adopted (adoptPolicy)
+	policy     *signature.Policy // loaded from policyFile by complete, or adopted (adoptPolicy)
 	// policyInForce is the policy an agent put in force in the namespace,
 	// when the command judges by it (adoptPolicy).
 	policyInForce *runtime.PolicyInForce
@@ -160,7 +160,7 @@ func (o *options) complete(cmd *cobra.Command) error {
 		if abs, err := filepath.Abs(o.policyFile); err == nil {
 			o.policyFile = abs
 		}
-		if o.policy, err = policy.LoadWith(o.policyFile, policy.Options{InsecurePerms: o.insecurePerms}); err != nil {
+		if o.policy, err = signature.LoadWith(o.policyFile, signature.Options{InsecurePerms: o.insecurePerms}); err != nil {
 			return &usageError{fmt.Errorf("signature policy:\n%w", err)}
 		}
 	}

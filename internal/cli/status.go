@@ -18,10 +18,10 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast-project/holdfast/internal/policy"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	"github.com/holdfast-project/holdfast/internal/runtime"
-	"github.com/holdfast-project/holdfast/internal/sigcheck"
+	"github.com/holdfast-project/holdfast/internal/signature"
+	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
 
@@ -50,7 +50,7 @@ type StatusImage struct {
 	CRI *runtime.CRIImage `json:"cri,omitempty"`
 	// Signature is the verdict of the signature policy (--policy) on the
 	// image, when a source wants it.
-	Signature *policy.Verdict `json:"signature,omitempty"`
+	Signature *signature.Verdict `json:"signature,omitempty"`
 }
 
 // ConflictingSource is a source that wants a name with a target it did not get.
@@ -102,8 +102,8 @@ type Status struct {
 
 // StatusPolicy is the signature policy status judges by.
 type StatusPolicy struct {
-	Path string      `json:"path"`
-	Mode policy.Mode `json:"mode"`
+	Path string         `json:"path"`
+	Mode signature.Mode `json:"mode"`
 	// InForceBy says who put it in force in the namespace, when an agent
 	// did (holdfast run --policy).
 	InForceBy string `json:"inForceBy,omitempty"`
@@ -111,10 +111,10 @@ type StatusPolicy struct {
 
 // StatusRefused is an image a source wants that the policy refuses.
 type StatusRefused struct {
-	Name      string         `json:"name"`
-	Target    string         `json:"target"`
-	Source    string         `json:"source"`
-	Signature policy.Verdict `json:"signature"`
+	Name      string            `json:"name"`
+	Target    string            `json:"target"`
+	Source    string            `json:"source"`
+	Signature signature.Verdict `json:"signature"`
 }
 
 func newStatus(o *options) *cobra.Command {
@@ -364,22 +364,22 @@ func skippedWord(skipped map[string]int) string {
 // addSignatures gives each image a source wants the policy's verdict, and
 // lists the wants the policy refuses, judged by the signatures the sources
 // keep in the store.
-func addSignatures(ctx context.Context, pol *policy.Policy, store sigcheck.BlobReader, srcs []runtime.SourceState, st *Status) {
-	var judge sigcheck.Judge
-	verdict := judge.Verdicts(ctx, pol, srcs, sigcheck.StoreBlobs(store))
+func addSignatures(ctx context.Context, pol *signature.Policy, store layout.BlobReader, srcs []runtime.SourceState, st *Status) {
+	judge := signature.Judge{Policy: pol, Blobs: layout.StoreBlobs(store)}
+	judgment := judge.For(ctx, srcs)
 	for i := range st.Images {
 		img := &st.Images[i]
 		if len(img.Sources) == 0 {
 			continue
 		}
-		v := verdict(img.Name, ocispec.Descriptor{Digest: digest.Digest(img.Digest)})
+		v := judgment.Of(img.Name, ocispec.Descriptor{Digest: digest.Digest(img.Digest)})
 		img.Signature = &v
 	}
 	var refused []reconcile.Refusal
-	verdicts := map[string]policy.Verdict{}
+	verdicts := map[string]signature.Verdict{}
 	for _, s := range srcs {
 		for _, w := range s.Images {
-			if v := verdict(w.Name, w.Target); pol.Mode.Refuses(v) {
+			if v := judgment.Of(w.Name, w.Target); pol.Mode.Refuses(v) {
 				refused = append(refused, reconcile.Refusal{Name: w.Name, Target: w.Target.Digest.String(), Source: s.Source})
 				verdicts[w.Name+"\x00"+w.Target.Digest.String()] = v
 			}

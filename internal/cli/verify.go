@@ -11,20 +11,20 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
-	"github.com/holdfast-project/holdfast/internal/policy"
-	"github.com/holdfast-project/holdfast/internal/sigcheck"
+	"github.com/holdfast-project/holdfast/internal/signature"
+	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/source"
 )
 
 // VerifyImage is one line of holdfast verify's output: the verdict on one
 // name an archive gives an image.
 type VerifyImage struct {
-	Path   string       `json:"path"`
-	Name   string       `json:"name"`
-	Digest string       `json:"digest"`
-	State  policy.State `json:"state"`
-	By     string       `json:"by,omitempty"`
-	Reason string       `json:"reason,omitempty"`
+	Path   string          `json:"path"`
+	Name   string          `json:"name"`
+	Digest string          `json:"digest"`
+	State  signature.State `json:"state"`
+	By     string          `json:"by,omitempty"`
+	Reason string          `json:"reason,omitempty"`
 }
 
 func newVerify() *cobra.Command {
@@ -85,7 +85,7 @@ bad usage or a bad policy (each mistake printed as FILE:LINE: cause).`,
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			// --insecure-perms is the root's flag, as for every command.
 			insecure, _ := cmd.Flags().GetBool("insecure-perms")
-			pol, err := policy.LoadWith(policyFile, policy.Options{InsecurePerms: insecure})
+			pol, err := signature.LoadWith(policyFile, signature.Options{InsecurePerms: insecure})
 			if err != nil {
 				for _, e := range flatten(err) {
 					fmt.Fprintf(errOut, "error: %v\n", e)
@@ -105,7 +105,7 @@ bad usage or a bad policy (each mistake printed as FILE:LINE: cause).`,
 					continue
 				}
 				for _, v := range vs {
-					if v.State != policy.Verified && v.State != policy.Unchecked {
+					if v.State != signature.Verified && v.State != signature.Unchecked {
 						failed = true
 					}
 				}
@@ -138,7 +138,7 @@ bad usage or a bad policy (each mistake printed as FILE:LINE: cause).`,
 // verifyPath reads the archive, bundle or layout dir at path as an import
 // would, keeping nothing but its documents, and judges its images against
 // pol.
-func verifyPath(ctx context.Context, pol *policy.Policy, path, name string) ([]VerifyImage, error) {
+func verifyPath(ctx context.Context, pol *signature.Policy, path, name string) ([]VerifyImage, error) {
 	src, err := source.Identify(path)
 	if err != nil {
 		return nil, err
@@ -164,7 +164,7 @@ func verifyPath(ctx context.Context, pol *policy.Policy, path, name string) ([]V
 		return nil, err
 	}
 	var out []VerifyImage
-	for _, img := range sigcheck.Check(ctx, pol, res, sigcheck.Docs(res)) {
+	for _, img := range signature.Check(ctx, pol, res, layout.Docs(res)) {
 		out = append(out, VerifyImage{Path: src.Path, Name: img.Name, Digest: img.Target.Digest.String(),
 			State: img.State, By: img.By, Reason: img.Reason})
 	}

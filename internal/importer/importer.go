@@ -23,8 +23,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/archive"
 	"github.com/holdfast-project/holdfast/internal/runtime"
-	"github.com/holdfast-project/holdfast/internal/sigcheck"
-	"github.com/holdfast-project/holdfast/internal/signature"
+	"github.com/holdfast-project/holdfast/internal/signature/layout"
 )
 
 // MaxDocSize bounds an index or manifest read back from the store (or a held
@@ -460,13 +459,13 @@ func keepSignatures(ctx context.Context, sink runtime.Sink, walked *archive.Resu
 	if p := walked.Package; p != nil {
 		pkg = &runtime.PackageSignature{
 			Manifest: ocispec.Descriptor{MediaType: MediaTypeZarfYAML, Digest: digest.FromBytes(p.Manifest), Size: int64(len(p.Manifest))},
-			Bundle:   ocispec.Descriptor{MediaType: signature.MediaTypeBundle, Digest: digest.FromBytes(p.Bundle), Size: int64(len(p.Bundle))},
+			Bundle:   ocispec.Descriptor{MediaType: layout.MediaTypeBundle, Digest: digest.FromBytes(p.Bundle), Size: int64(len(p.Bundle))},
 		}
 		if err := errors.Join(keep(pkg.Manifest, p.Manifest), keep(pkg.Bundle, p.Bundle)); err != nil {
 			return nil, nil, nil, err
 		}
 	}
-	carried := sigcheck.Carried(ctx, walked)
+	carried := layout.Carried(ctx, walked)
 	if len(carried) == 0 {
 		return nil, pkg, toLease, nil
 	}

@@ -12,10 +12,10 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/holdfast-project/holdfast/internal/importer"
-	"github.com/holdfast-project/holdfast/internal/policy"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
-	"github.com/holdfast-project/holdfast/internal/sigcheck"
+	"github.com/holdfast-project/holdfast/internal/signature"
+	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/source"
 )
 
@@ -33,7 +33,7 @@ type KeepOptions struct {
 	Name string
 	// Policy, when set, judges the images: under enforce one it refuses is
 	// not pinned, and Keep fails naming it (the others are pinned).
-	Policy *policy.Policy
+	Policy *signature.Policy
 }
 
 // Kept is what Keep did with one path.
@@ -46,7 +46,7 @@ type Kept struct {
 	Conflicts []reconcile.Conflict // names another source wants at another target
 	// Verdicts are the policy's verdicts on the names the import gave
 	// (KeepOptions.Policy), refused ones included.
-	Verdicts map[string]policy.Verdict
+	Verdicts map[string]signature.Verdict
 }
 
 // Keep imports one archive (a split one named by any part, or by its name
@@ -96,17 +96,15 @@ func Keep(ctx context.Context, rt hfruntime.Backend, path string, standing Stand
 	if !k.Result.Unchanged {
 		imported[k.Result.Lease] = true
 	}
-	var refused func(hfruntime.Want) (string, bool)
-	if opts.Policy != nil {
-		var judge sigcheck.Judge
-		verdict := judge.Verdicts(ctx, opts.Policy, states, sigcheck.StoreBlobs(rt.ImportStore()))
-		refused = refuser(opts.Policy, verdict)
-		k.Verdicts = map[string]policy.Verdict{}
+	judge := signature.Judge{Policy: opts.Policy, Blobs: layout.StoreBlobs(rt.ImportStore())}
+	judgment := judge.For(ctx, states)
+	if judgment != nil {
+		k.Verdicts = map[string]signature.Verdict{}
 		for _, w := range k.Result.Images {
-			k.Verdicts[w.Name] = verdict(w.Name, w.Target)
+			k.Verdicts[w.Name] = judgment.Of(w.Name, w.Target)
 		}
 	}
-	plan := planAsIs(states, records, imported, refused)
+	plan := planAsIs(states, records, imported, judgment.Refuses)
 	var errs []error
 	for _, r := range plan.Refusals {
 		if r.Lease == k.Result.Lease {

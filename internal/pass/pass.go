@@ -21,6 +21,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	"github.com/holdfast-project/holdfast/internal/registries"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/source"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
@@ -180,6 +181,7 @@ func New(rt hfruntime.Backend, cfg Config, opts ...Option) *Runner {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
+	r.sigs.judge.Blobs = layout.StoreBlobs(r.store)
 	for _, o := range opts {
 		o(r)
 	}
@@ -238,12 +240,11 @@ func (p *Runner) Run(ctx context.Context, opts Options) (Summary, Result) {
 	if !p.hand.Changed(mark) {
 		current = v
 	}
-	var verdict verdictFunc
-	plan, err := planWith(ctx, p.rt, scan, imported, lists, current, func(path string) bool { return under(sorted.writing, path) }, namedBy(sorted.waitingLists), p.judging(ctx, &verdict))
+	plan, judgment, err := planWith(ctx, p.rt, scan, imported, lists, current, func(path string) bool { return under(sorted.writing, path) }, namedBy(sorted.waitingLists), &p.sigs.judge)
 	if err != nil {
 		sum.Failures = append(sum.Failures, err)
 	} else {
-		p.reportSignatures(plan, verdictsOf(plan, verdict), &sum)
+		p.reportSignatures(plan, verdictsOf(plan, judgment), &sum)
 		p.recordPlan(plan)
 		p.apply(ctx, plan, &sum)
 		p.removeSpooled(ctx, spooled, &sum)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/signature"
 	"github.com/holdfast-project/holdfast/internal/source"
 )
 
@@ -15,21 +16,19 @@ import (
 // when v is nil or its listing failed), with scan would do. Sources that are
 // not archives (lists) are present as given in lists; hold says which gone
 // sources keep their leases this pass, named which names are not unpinned
-// (reconcile.Input); refusing, when set, gives for the leases what the
-// signature policy refuses.
+// (reconcile.Input). The judge's policy judges the images the leases want:
+// the plan leaves out what it refuses, and the judgment is returned for the
+// report (nil without a policy).
 func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imported map[string]bool, lists map[string]reconcile.Present,
-	v *view, hold, named func(string) bool, refusing func([]hfruntime.SourceState) func(hfruntime.Want) (string, bool)) (reconcile.Plan, error) {
+	v *view, hold, named func(string) bool, judge *signature.Judge) (reconcile.Plan, *signature.Judgment, error) {
 	if v == nil || v.err != nil {
 		v = list(ctx, rt)
 	}
 	leases, records, err := v.now()
 	if err != nil {
-		return reconcile.Plan{}, err
+		return reconcile.Plan{}, nil, err
 	}
-	var refused func(hfruntime.Want) (string, bool)
-	if refusing != nil {
-		refused = refusing(leases)
-	}
+	judgment := judge.For(ctx, leases)
 	present := map[string]reconcile.Present{}
 	for _, s := range scan.Sources {
 		if s.Kind == source.Archive || s.Kind == source.OCIDir {
@@ -40,7 +39,7 @@ func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imp
 		present[p] = pr
 	}
 	return reconcile.Diff(reconcile.Input{
-		Refused:  refused,
+		Refused:  judgment.Refuses,
 		Leases:   leases,
 		Present:  present,
 		Unknown:  unknown(scan, leases),
@@ -50,7 +49,7 @@ func planWith(ctx context.Context, rt hfruntime.Runtime, scan source.Result, imp
 		Records:  records,
 		// An unfinished kept import may be in flight in another process.
 		KeptStaleBefore: time.Now().Add(-KeptStaleAge),
-	}), nil
+	}), judgment, nil
 }
 
 // unknown reports the sources a pass cannot judge: those at or below a path

@@ -1,30 +1,27 @@
 package pass
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/journal"
-	"github.com/holdfast-project/holdfast/internal/policy"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
-	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
-	"github.com/holdfast-project/holdfast/internal/sigcheck"
+	"github.com/holdfast-project/holdfast/internal/signature"
 )
 
 // signatures is what a Runner keeps of the signature policy between passes.
 type signatures struct {
-	pol    *policy.Policy // the last good policy; nil: none
-	badErr string         // the last reload's error, reported once
+	// judge holds the last good policy (nil: none) and the verdicts it
+	// reached, which a policy file read again unchanged keeps.
+	judge  signature.Judge
+	badErr string // the last reload's error, reported once
 	// said are the warnings given once: records of refused images holdfast
 	// did not make, sources imported before signatures were kept.
-	said  map[string]bool
-	judge sigcheck.Judge
+	said map[string]bool
 }
 
 // loadPolicy reads the policy file again before a pass. A bad file keeps
@@ -34,12 +31,8 @@ func (p *Runner) loadPolicy(sum *Summary) {
 	if p.cfg.Policy == "" {
 		return
 	}
-	pol, err := policy.Reload(p.sigs.pol, p.cfg.Policy, policy.Options{InsecurePerms: p.cfg.InsecurePerms})
-	// The same policy read again stays the same value, so that the judge
-	// keeps its verdicts.
-	if pol != p.sigs.pol && !reflect.DeepEqual(pol, p.sigs.pol) {
-		p.sigs.pol = pol
-	}
+	pol, err := signature.Reload(p.sigs.judge.Policy, p.cfg.Policy, signature.Options{InsecurePerms: p.cfg.InsecurePerms})
+	p.sigs.judge.Policy = pol
 	if err == nil {
 		p.sigs.badErr = ""
 		return
@@ -55,49 +48,19 @@ func (p *Runner) loadPolicy(sum *Summary) {
 	}
 }
 
-// verdictFunc is the verdict of the policy in force on an image, by name
-// and target.
-type verdictFunc func(name string, target ocispec.Descriptor) policy.Verdict
-
-// judging returns, for the leases a plan reads, what the policy refuses
-// (nil under warn: verdicts are then only reported), and keeps the verdicts
-// in *verdict for the report; nil without a policy.
-func (p *Runner) judging(ctx context.Context, verdict *verdictFunc) func([]hfruntime.SourceState) func(hfruntime.Want) (string, bool) {
-	pol := p.sigs.pol
-	if pol == nil {
-		return nil
-	}
-	return func(states []hfruntime.SourceState) func(hfruntime.Want) (string, bool) {
-		*verdict = p.sigs.judge.Verdicts(ctx, pol, states, sigcheck.StoreBlobs(p.store))
-		return refuser(pol, *verdict)
-	}
-}
-
-// refuser says whether pol refuses a want, by its verdict, and why; nil
-// when pol does not enforce.
-func refuser(pol *policy.Policy, verdict verdictFunc) func(hfruntime.Want) (string, bool) {
-	if pol == nil || pol.Mode != policy.Enforce {
-		return nil
-	}
-	return func(w hfruntime.Want) (string, bool) {
-		v := verdict(w.Name, w.Target)
-		return v.String(), pol.Mode.Refuses(v)
-	}
-}
-
 // verdictsOf are the verdicts on the names a plan wants, and on those it
-// refuses; nil without verdicts (no policy).
-func verdictsOf(plan reconcile.Plan, verdict verdictFunc) map[string]policy.Verdict {
-	if verdict == nil {
+// refuses; nil without a judgment (no policy).
+func verdictsOf(plan reconcile.Plan, g *signature.Judgment) map[string]signature.Verdict {
+	if g == nil {
 		return nil
 	}
-	out := map[string]policy.Verdict{}
+	out := map[string]signature.Verdict{}
 	for name, w := range plan.WantedNames {
-		out[name] = verdict(name, w.Target)
+		out[name] = g.Of(name, w.Target)
 	}
 	for _, r := range plan.Refusals {
 		if _, ok := out[r.Name]; !ok {
-			out[r.Name] = verdict(r.Name, ocispec.Descriptor{Digest: digest.Digest(r.Target)})
+			out[r.Name] = g.Of(r.Name, ocispec.Descriptor{Digest: digest.Digest(r.Target)})
 		}
 	}
 	return out
@@ -106,7 +69,7 @@ func verdictsOf(plan reconcile.Plan, verdict verdictFunc) map[string]policy.Verd
 // reportSignatures counts the verdicts (the metric), warns of each image a
 // rule applies to that is not verified, and fails each source whose image
 // the policy refuses, naming the image and why.
-func (p *Runner) reportSignatures(plan reconcile.Plan, verdicts map[string]policy.Verdict, sum *Summary) {
+func (p *Runner) reportSignatures(plan reconcile.Plan, verdicts map[string]signature.Verdict, sum *Summary) {
 	if verdicts == nil {
 		return
 	}
@@ -117,7 +80,7 @@ func (p *Runner) reportSignatures(plan reconcile.Plan, verdicts map[string]polic
 			continue // its image is counted by its tag
 		}
 		counts[string(v.State)]++
-		if v.State == policy.Unsigned || v.State == policy.Invalid {
+		if v.State == signature.Unsigned || v.State == signature.Invalid {
 			if !refused[name] {
 				p.log.Warn("an image the signature policy applies to is not verified (mode warn: pinned all the same)", "name", name, "signature", v.String())
 			}
@@ -132,7 +95,7 @@ func (p *Runner) reportSignatures(plan reconcile.Plan, verdicts map[string]polic
 		}
 	}
 	for _, r := range reconcile.Tagged(plan.Refusals) {
-		if strings.HasSuffix(r.Reason, sigcheck.ImportedBeforeSignatures) && p.sigs.once("unrecorded "+r.Lease) {
+		if strings.HasSuffix(r.Reason, signature.ImportedBeforeSignatures) && p.sigs.once("unrecorded "+r.Lease) {
 			msg := fmt.Sprintf("%s was imported by a holdfast that did not keep signatures, and its archive is not read again: release it and import it again (docs/signatures.md)", r.Source)
 			p.log.Warn(msg, "lease", r.Lease)
 			p.journal.Record(journal.Warning, journal.ReasonPolicy, msg)

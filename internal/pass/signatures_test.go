@@ -3,6 +3,7 @@ package pass
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -11,7 +12,8 @@ import (
 )
 
 // TestPolicyReloadKeepsAnUnchangedPolicy: a policy read again unchanged is
-// the same value (its verdicts stay remembered); a changed one replaces it;
+// equal to the last, rule keys included (its verdicts stay remembered); a
+// changed one replaces it;
 // a bad edit keeps the last good one and says so once.
 func TestPolicyReloadKeepsAnUnchangedPolicy(t *testing.T) {
 	dir := t.TempDir()
@@ -28,24 +30,24 @@ func TestPolicyReloadKeepsAnUnchangedPolicy(t *testing.T) {
 	p := New(fake.New(), Config{Policy: path})
 	var sum Summary
 	p.loadPolicy(&sum)
-	first := p.sigs.pol
+	first := p.sigs.judge.Policy
 	if first == nil || len(sum.Failures) != 0 {
 		t.Fatalf("policy %v, failures %v", first, sum.Failures)
 	}
 	p.loadPolicy(&sum)
-	if p.sigs.pol != first {
-		t.Errorf("the same file read again is a new policy: its verdicts are forgotten")
+	if again := p.sigs.judge.Policy; !reflect.DeepEqual(again, first) {
+		t.Errorf("the same file read again is another policy (%+v, was %+v): its verdicts are forgotten", again, first)
 	}
 	write("mode: warn\nrules:\n  - images: [\"*\"]\n    keys: [k.pub]\n")
 	p.loadPolicy(&sum)
-	if p.sigs.pol == first || p.sigs.pol.Mode != "warn" {
-		t.Errorf("a changed policy is not taken: %+v", p.sigs.pol)
+	if p.sigs.judge.Policy == first || p.sigs.judge.Policy.Mode != "warn" {
+		t.Errorf("a changed policy is not taken: %+v", p.sigs.judge.Policy)
 	}
-	good := p.sigs.pol
+	good := p.sigs.judge.Policy
 	write("mode: enforce\nrules:\n  - images: [\"*\"]\n    keys: [missing.pub]\n")
 	p.loadPolicy(&sum)
 	p.loadPolicy(&sum)
-	if p.sigs.pol != good {
+	if p.sigs.judge.Policy != good {
 		t.Errorf("a bad edit replaced the last good policy")
 	}
 	if !strings.Contains(p.sigs.badErr, "missing.pub") || len(sum.Failures) != 0 {
@@ -75,7 +77,7 @@ func TestPolicyReloadRefusesLooseKey(t *testing.T) {
 	p := New(fake.New(), Config{Policy: path})
 	var sum Summary
 	p.loadPolicy(&sum)
-	first := p.sigs.pol
+	first := p.sigs.judge.Policy
 	if first == nil || len(sum.Failures) != 0 {
 		t.Fatalf("policy %v, failures %v", first, sum.Failures)
 	}
@@ -88,8 +90,8 @@ func TestPolicyReloadRefusesLooseKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.loadPolicy(&sum)
-	if p.sigs.pol != first || string(p.sigs.pol.Rules[0].Keys[0].PEM) != string(good) {
-		t.Errorf("a rewritten key others may write was taken (the last good policy kept: %v)", p.sigs.pol == first)
+	if p.sigs.judge.Policy != first || string(p.sigs.judge.Policy.Rules[0].Keys[0].PEM) != string(good) {
+		t.Errorf("a rewritten key others may write was taken (the last good policy kept: %v)", p.sigs.judge.Policy == first)
 	}
 	if want := "key " + key + " is writable by others (mode 0666)"; !strings.Contains(p.sigs.badErr, want) || len(sum.Failures) != 0 {
 		t.Errorf("reported %q, failures %v; want %q", p.sigs.badErr, sum.Failures, want)
@@ -97,7 +99,7 @@ func TestPolicyReloadRefusesLooseKey(t *testing.T) {
 
 	insecure := New(fake.New(), Config{Policy: path, InsecurePerms: true})
 	insecure.loadPolicy(&sum)
-	if pol := insecure.sigs.pol; pol == nil || string(pol.Rules[0].Keys[0].PEM) != string(forged) {
+	if pol := insecure.sigs.judge.Policy; pol == nil || string(pol.Rules[0].Keys[0].PEM) != string(forged) {
 		t.Errorf("InsecurePerms: policy read %v, failures %v; want the key as it is now", pol != nil, sum.Failures)
 	}
 }

@@ -14,19 +14,21 @@ import (
 	protocommon "github.com/sigstore/protobuf-specs/gen/pb-go/common/v1"
 	protorekor "github.com/sigstore/protobuf-specs/gen/pb-go/rekor/v1"
 	"github.com/sigstore/sigstore-go/pkg/bundle"
+
+	"github.com/holdfast-project/holdfast/internal/signature/layout"
 )
 
 // entity is the sigstore bundle of a signature: the one a referrer carries,
 // or one made of a legacy layer.
-func (s Signature) entity() (*bundle.Bundle, error) {
+func entity(s layout.Signature) (*bundle.Bundle, error) {
 	switch s.Kind {
-	case KindBundle, KindBlob:
+	case layout.KindBundle, layout.KindBlob:
 		var b bundle.Bundle
 		if err := b.UnmarshalJSON(s.Content); err != nil {
 			return nil, fmt.Errorf("bundle: %w", err)
 		}
 		return &b, nil
-	case KindSimpleSigning:
+	case layout.KindSimpleSigning:
 		return legacyBundle(s.Layer)
 	}
 	return nil, fmt.Errorf("unknown kind %q", s.Kind)
@@ -41,13 +43,13 @@ func (s Signature) entity() (*bundle.Bundle, error) {
 // chain, so the intermediates must be in the trusted root.
 func legacyBundle(layer ocispec.Descriptor) (*bundle.Bundle, error) {
 	ann := layer.Annotations
-	b64, ok := ann[AnnotationSignature]
+	b64, ok := ann[layout.AnnotationSignature]
 	if !ok || b64 == "" {
-		return nil, errors.New("no " + AnnotationSignature + " annotation")
+		return nil, errors.New("no " + layout.AnnotationSignature + " annotation")
 	}
 	sig, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", AnnotationSignature, err)
+		return nil, fmt.Errorf("%s: %w", layout.AnnotationSignature, err)
 	}
 	if layer.Digest.Algorithm() != digest.SHA256 {
 		return nil, fmt.Errorf("layer digest %s is not sha256", layer.Digest)
@@ -58,10 +60,10 @@ func legacyBundle(layer ocispec.Descriptor) (*bundle.Bundle, error) {
 	}
 
 	vm := &protobundle.VerificationMaterial{}
-	if c := ann[AnnotationCertificate]; c != "" {
+	if c := ann[layout.AnnotationCertificate]; c != "" {
 		block, _ := pem.Decode([]byte(c))
 		if block == nil || block.Type != "CERTIFICATE" {
-			return nil, errors.New(AnnotationCertificate + ": no PEM certificate")
+			return nil, errors.New(layout.AnnotationCertificate + ": no PEM certificate")
 		}
 		vm.Content = &protobundle.VerificationMaterial_X509CertificateChain{
 			X509CertificateChain: &protocommon.X509CertificateChain{
@@ -71,20 +73,20 @@ func legacyBundle(layer ocispec.Descriptor) (*bundle.Bundle, error) {
 	} else {
 		vm.Content = &protobundle.VerificationMaterial_PublicKey{PublicKey: &protocommon.PublicKeyIdentifier{}}
 	}
-	if rb := ann[AnnotationRekorBundle]; rb != "" {
+	if rb := ann[layout.AnnotationRekorBundle]; rb != "" {
 		entry, err := tlogEntry(rb)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", AnnotationRekorBundle, err)
+			return nil, fmt.Errorf("%s: %w", layout.AnnotationRekorBundle, err)
 		}
 		vm.TlogEntries = []*protorekor.TransparencyLogEntry{entry}
 	}
-	if ts := ann[AnnotationTimestamp]; ts != "" {
+	if ts := ann[layout.AnnotationTimestamp]; ts != "" {
 		var t struct{ SignedRFC3161Timestamp []byte }
 		if err := json.Unmarshal([]byte(ts), &t); err != nil {
-			return nil, fmt.Errorf("%s: %w", AnnotationTimestamp, err)
+			return nil, fmt.Errorf("%s: %w", layout.AnnotationTimestamp, err)
 		}
 		if len(t.SignedRFC3161Timestamp) == 0 {
-			return nil, errors.New(AnnotationTimestamp + ": no SignedRFC3161Timestamp")
+			return nil, errors.New(layout.AnnotationTimestamp + ": no SignedRFC3161Timestamp")
 		}
 		vm.TimestampVerificationData = &protobundle.TimestampVerificationData{
 			Rfc3161Timestamps: []*protocommon.RFC3161SignedTimestamp{{SignedTimestamp: t.SignedRFC3161Timestamp}},

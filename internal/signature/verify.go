@@ -15,52 +15,16 @@ import (
 	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/sigstore/sigstore-go/pkg/verify"
 	sigsig "github.com/sigstore/sigstore/pkg/signature"
+
+	"github.com/holdfast-project/holdfast/internal/signature/layout"
 )
 
-// State is the outcome of Verify.
-type State string
-
-const (
-	Verified State = "verified" // a signature verifies under the trust and names the image
-	Unsigned State = "unsigned" // no signature was found
-	Invalid  State = "invalid"  // signatures were found, none verifies
-)
-
-// Result is what Verify concludes of an image.
-type Result struct {
-	State State
-	// By is who signed: the key's name, or "<issuer> <subject>" of a
-	// keyless signature's certificate.
-	By string
-	// Reason says why an image is unsigned or invalid: for invalid, the
-	// most telling failure among its signatures.
-	Reason string
-}
-
-// Key is a trusted public key and the name Result.By gives it.
-type Key struct {
-	Name   string
-	Public crypto.PublicKey
-}
-
-// Identity is a trusted signer of keyless signatures: the OIDC issuer and
-// the certificate's subject (its SAN), each exact or a regular expression.
-type Identity struct {
-	Issuer, IssuerRegExp   string
-	Subject, SubjectRegExp string
-}
-
-// Trust is what signatures are verified against.
-type Trust struct {
-	Keys []Key // for signatures made with a key
-	// TrustedRoot is a sigstore trusted_root.json (CAs, Rekor and CT logs,
-	// timestamp authorities) for keyless signatures; nil for none.
-	TrustedRoot []byte
-	Identities  []Identity // who may sign keyless
-}
-
-// Verify says whether one of sigs, found by Index.Find for image, verifies
-// under trust and names the image's digest.
+// Verify says whether one of sigs, found for image (layout.Index.Find),
+// verifies under what rule trusts (its keys, its keyless trusted root and
+// identities) and names the image's digest: Verified, with By the key's
+// file or "<issuer> <subject>" of a keyless signature's certificate;
+// Unsigned without signatures; Invalid when none verifies, with Reason the
+// most telling failure among them.
 //
 // A signature made with a key is verified with the key alone
 // (verify.WithNoObserverTimestamps): a Rekor entry or timestamp it carries
@@ -73,21 +37,21 @@ type Trust struct {
 // never takes the current time, at which a Fulcio certificate has long
 // expired. When the root lists Rekor logs, an entry in one is required;
 // when it lists CT logs, an SCT in the certificate.
-func Verify(ctx context.Context, image ocispec.Descriptor, sigs []Signature, trust Trust) Result {
+func Verify(ctx context.Context, image ocispec.Descriptor, sigs []layout.Signature, rule *Rule) Verdict {
 	if len(sigs) == 0 {
-		return Result{State: Unsigned, Reason: "no signature found"}
+		return Verdict{State: Unsigned, Reason: "no signature found"}
 	}
-	v := newVerifier(trust)
+	v := newVerifier(rule)
 	var worst *failure
 	for _, s := range sigs {
 		if err := ctx.Err(); err != nil {
-			return Result{State: Invalid, Reason: err.Error()}
+			return Verdict{State: Invalid, Reason: err.Error()}
 		}
 		by, f := v.check(image.Digest, s)
 		if f == nil {
-			return Result{State: Verified, By: by}
+			return Verdict{State: Verified, By: by}
 		}
-		f.msg = s.describe() + ": " + f.msg
+		f.msg = sigName(s) + ": " + f.msg
 		if worst == nil || f.rank > worst.rank {
 			worst = f
 		}
@@ -96,23 +60,23 @@ func Verify(ctx context.Context, image ocispec.Descriptor, sigs []Signature, tru
 	if len(sigs) > 1 {
 		reason = fmt.Sprintf("none of %d signatures verifies; %s", len(sigs), reason)
 	}
-	return Result{State: Invalid, Reason: reason}
+	return Verdict{State: Invalid, Reason: reason}
 }
 
 // VerifyBlob says whether bundleJSON, a sigstore bundle made by signing a
 // file (cosign sign-blob --new-bundle-format; Zarf's zarf.bundle.sig over
-// zarf.yaml), verifies under trust as a signature of blob, as Verify
-// verifies an image's.
-func VerifyBlob(ctx context.Context, bundleJSON, blob []byte, trust Trust) Result {
+// zarf.yaml), verifies under what rule trusts as a signature of blob, as
+// Verify verifies an image's.
+func VerifyBlob(ctx context.Context, bundleJSON, blob []byte, rule *Rule) Verdict {
 	if err := ctx.Err(); err != nil {
-		return Result{State: Invalid, Reason: err.Error()}
+		return Verdict{State: Invalid, Reason: err.Error()}
 	}
-	s := Signature{Kind: KindBlob, Content: bundleJSON, Blob: blob}
-	by, f := newVerifier(trust).check("", s)
+	s := layout.Signature{Kind: layout.KindBlob, Content: bundleJSON, Blob: blob}
+	by, f := newVerifier(rule).check("", s)
 	if f != nil {
-		return Result{State: Invalid, Reason: f.msg}
+		return Verdict{State: Invalid, Reason: f.msg}
 	}
-	return Result{State: Verified, By: by}
+	return Verdict{State: Verified, By: by}
 }
 
 // failure is why a signature does not verify; the higher its rank, the more
@@ -134,12 +98,12 @@ func fail(rank int, format string, args ...any) *failure {
 	return &failure{rank: rank, msg: fmt.Sprintf(format, args...)}
 }
 
-// describe names a signature in a reason.
-func (s Signature) describe() string {
+// sigName names a signature in a reason.
+func sigName(s layout.Signature) string {
 	return fmt.Sprintf("%s signature %s", s.Kind, s.Layer.Digest)
 }
 
-// verifier is a Trust made ready for sigstore-go.
+// verifier is what a rule trusts, made ready for sigstore-go.
 type verifier struct {
 	keys       []keyVerifier
 	keyless    *verify.Verifier
@@ -154,17 +118,23 @@ type keyVerifier struct {
 	err  error
 }
 
-func newVerifier(t Trust) *verifier {
+// newVerifier readies what rule trusts: its keys, each named by its file,
+// and its keyless trusted root and identities.
+func newVerifier(rule *Rule) *verifier {
 	v := &verifier{}
-	for i, k := range t.Keys {
-		kv := keyVerifier{name: k.Name}
+	for i, k := range rule.Keys {
+		kv := keyVerifier{name: k.Path}
 		if kv.name == "" {
 			kv.name = fmt.Sprintf("key %d", i+1)
 		}
 		kv.v, kv.err = keyOnly(k.Public)
 		v.keys = append(v.keys, kv)
 	}
-	for i, id := range t.Identities {
+	var kl Keyless
+	if rule.Keyless != nil {
+		kl = *rule.Keyless
+	}
+	for i, id := range kl.Identities {
 		ci, err := verify.NewShortCertificateIdentity(id.Issuer, id.IssuerRegExp, id.Subject, id.SubjectRegExp)
 		if err != nil {
 			v.noKeyless = fmt.Sprintf("identity %d: %v", i+1, err)
@@ -173,12 +143,12 @@ func newVerifier(t Trust) *verifier {
 		v.identities = append(v.identities, ci)
 	}
 	switch {
-	case len(t.TrustedRoot) == 0:
+	case len(kl.TrustedRootJSON) == 0:
 		v.noKeyless = "it is keyless and no trusted root is given"
 	case len(v.identities) == 0:
 		v.noKeyless = "it is keyless and no identity is trusted"
 	default:
-		tr, err := root.NewTrustedRootFromJSON(t.TrustedRoot)
+		tr, err := root.NewTrustedRootFromJSON(kl.TrustedRootJSON)
 		if err != nil {
 			v.noKeyless = fmt.Sprintf("trusted root: %v", err)
 			return v
@@ -212,8 +182,8 @@ func keyOnly(pub crypto.PublicKey) (*verify.Verifier, error) {
 }
 
 // check verifies one signature; it returns who signed, or why it fails.
-func (v *verifier) check(image digest.Digest, s Signature) (string, *failure) {
-	e, err := s.entity()
+func (v *verifier) check(image digest.Digest, s layout.Signature) (string, *failure) {
+	e, err := entity(s)
 	if err != nil {
 		return "", fail(rankMalformed, "%v", err)
 	}
@@ -234,7 +204,7 @@ func (v *verifier) check(image digest.Digest, s Signature) (string, *failure) {
 	if f != nil {
 		return "", f
 	}
-	if s.Kind == KindBlob {
+	if s.Kind == layout.KindBlob {
 		return by, nil // sigstore-go checked the signature over the blob itself
 	}
 	if err := signedFor(image, s, res); err != nil {
@@ -243,7 +213,7 @@ func (v *verifier) check(image digest.Digest, s Signature) (string, *failure) {
 	return by, nil
 }
 
-func (v *verifier) checkKey(e *bundle.Bundle, s Signature) (*verify.VerificationResult, string, *failure) {
+func (v *verifier) checkKey(e *bundle.Bundle, s layout.Signature) (*verify.VerificationResult, string, *failure) {
 	if len(v.keys) == 0 {
 		return nil, "", fail(rankUntrusted, "it is signed with a key and no key is trusted")
 	}
@@ -253,7 +223,7 @@ func (v *verifier) checkKey(e *bundle.Bundle, s Signature) (*verify.Verification
 			errs = append(errs, fmt.Sprintf("%s: %v", k.name, k.err))
 			continue
 		}
-		res, err := k.v.Verify(e, verify.NewPolicy(s.artifact(), verify.WithKey()))
+		res, err := k.v.Verify(e, verify.NewPolicy(artifact(s), verify.WithKey()))
 		if err == nil {
 			return res, k.name, nil
 		}
@@ -266,11 +236,11 @@ func (v *verifier) checkKey(e *bundle.Bundle, s Signature) (*verify.Verification
 // then matches the certificate against the trusted identities with
 // sigstore-go's matcher, as its policy would, to tell who signed when no
 // identity matches.
-func (v *verifier) checkKeyless(e *bundle.Bundle, s Signature) (*verify.VerificationResult, string, *failure) {
+func (v *verifier) checkKeyless(e *bundle.Bundle, s layout.Signature) (*verify.VerificationResult, string, *failure) {
 	if v.noKeyless != "" {
 		return nil, "", fail(rankUntrusted, "%s", v.noKeyless)
 	}
-	res, err := v.keyless.Verify(e, verify.NewPolicy(s.artifact(), verify.WithoutIdentitiesUnsafe()))
+	res, err := v.keyless.Verify(e, verify.NewPolicy(artifact(s), verify.WithoutIdentitiesUnsafe()))
 	if err != nil {
 		return nil, "", fail(rankSignature, "%v", err)
 	}
@@ -288,11 +258,11 @@ func (v *verifier) checkKeyless(e *bundle.Bundle, s Signature) (*verify.Verifica
 // artifact is what sigstore-go checks the signature over: a legacy
 // signature's payload, or a bundle's own statement, whose subject
 // signedFor checks once sigstore-go has verified it.
-func (s Signature) artifact() verify.ArtifactPolicyOption {
+func artifact(s layout.Signature) verify.ArtifactPolicyOption {
 	switch s.Kind {
-	case KindSimpleSigning:
+	case layout.KindSimpleSigning:
 		return verify.WithArtifact(bytes.NewReader(s.Content))
-	case KindBlob:
+	case layout.KindBlob:
 		return verify.WithArtifact(bytes.NewReader(s.Blob))
 	}
 	return verify.WithoutArtifactUnsafe()
@@ -300,13 +270,13 @@ func (s Signature) artifact() verify.ArtifactPolicyOption {
 
 // signedFor checks that what a verified signature signs names image: the
 // payload's docker-manifest-digest, or the statement's subject.
-func signedFor(image digest.Digest, s Signature, res *verify.VerificationResult) error {
-	if s.Kind == KindSimpleSigning {
-		p, err := parsePayload(s.Content)
+func signedFor(image digest.Digest, s layout.Signature, res *verify.VerificationResult) error {
+	if s.Kind == layout.KindSimpleSigning {
+		got, err := layout.PayloadImage(s.Content)
 		if err != nil {
 			return err
 		}
-		if got := p.Critical.Image.DockerManifestDigest; got != image.String() {
+		if got != image.String() {
 			return fmt.Errorf("for image %s", got)
 		}
 		return nil
@@ -315,7 +285,7 @@ func signedFor(image digest.Digest, s Signature, res *verify.VerificationResult)
 	if st == nil {
 		return errors.New("the bundle holds no statement")
 	}
-	if st.GetPredicateType() != predicateSign {
+	if st.GetPredicateType() != layout.PredicateSign {
 		return fmt.Errorf("the statement is a %s attestation, not a signature", st.GetPredicateType())
 	}
 	var named []string

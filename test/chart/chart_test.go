@@ -32,8 +32,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/holdfast-project/holdfast/internal/metrics"
-	"github.com/holdfast-project/holdfast/internal/policy"
 	hfreport "github.com/holdfast-project/holdfast/internal/report"
+	"github.com/holdfast-project/holdfast/internal/signature"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 	"github.com/holdfast-project/holdfast/internal/source"
 	"github.com/holdfast-project/holdfast/internal/testenv"
@@ -1248,11 +1248,11 @@ func TestSignaturePolicyValues(t *testing.T) {
 	kubeletWrite(t, filepath.Join(root, "policy"), "..2026_12_04_10_00_00.000000001", cm.Data)
 	kubeletWrite(t, filepath.Join(root, "policy-keys"), "..2026_12_04_10_00_00.000000001",
 		map[string]string{"platform.pub": string(sigtest.PublicPEM(t, sigtest.NewKey(t)))})
-	pol, err := policy.Load(filepath.Join(root, "policy", "policy.yaml"))
+	pol, err := signature.Load(filepath.Join(root, "policy", "policy.yaml"))
 	if err != nil {
 		t.Fatalf("the rendered policy does not load: %v\n%s", err, cm.Data["policy.yaml"])
 	}
-	if pol.Mode != policy.Enforce || len(pol.Rules) != 1 || len(pol.Rules[0].Keys) != 1 {
+	if pol.Mode != signature.Enforce || len(pol.Rules) != 1 || len(pol.Rules[0].Keys) != 1 {
 		t.Errorf("loaded %+v", pol)
 	}
 

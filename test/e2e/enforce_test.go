@@ -17,7 +17,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
-	"github.com/holdfast-project/holdfast/internal/sigcheck"
+	"github.com/holdfast-project/holdfast/internal/signature"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
 
@@ -214,7 +214,7 @@ func TestKeptBeforeSignaturesWereKept(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--policy", pol)
-		want := "image " + s.signed + " refused by the signature policy: unsigned: rule " + pol + ":3: " + sigcheck.ImportedBeforeSignatures
+		want := "image " + s.signed + " refused by the signature policy: unsigned: rule " + pol + ":3: " + signature.ImportedBeforeSignatures
 		if res.Code != 1 || !strings.Contains(res.Stderr, want) {
 			t.Errorf("sync exited %d, want 1 saying %q\n%s", res.Code, want, res.Stderr)
 		}
@@ -224,7 +224,7 @@ func TestKeptBeforeSignaturesWereKept(t *testing.T) {
 		st := d.signatureStatus(t, dataDir, filepath.Join(dir, "images"), pol)
 		said := false
 		for _, r := range st.Refused {
-			if r.Name == s.signed && strings.HasSuffix(r.Signature.Reason, sigcheck.ImportedBeforeSignatures) {
+			if r.Name == s.signed && strings.HasSuffix(r.Signature.Reason, signature.ImportedBeforeSignatures) {
 				said = true
 			}
 		}

@@ -63,10 +63,20 @@ var sabotages = []sabotage{
 		// A repo@digest name is judged by its own rule only: a rule written
 		// for a tag leaves the digest name of the unsigned image unchecked,
 		// so it is named and pinned, and a pod asking for it runs it.
-		edits: []edit{{"internal/sigcheck/image.go",
-			"if !ok || v.State == policy.Unchecked {",
-			"if true {"}},
-		tests: []tests{{"./internal/sigcheck", []string{"TestDigestNameJudgedAsItsTag"}, nil}, {e2e, []string{"TestEnforceNamesNoRefusedImage"}, nil}},
+		edits: []edit{{"internal/signature/names.go",
+			"if !ok || v.State == Unchecked {",
+			"if _ = ok; true {"}},
+		tests: []tests{{"./internal/signature", []string{"TestDigestNameJudgedAsItsTag"}, nil}, {e2e, []string{"TestEnforceNamesNoRefusedImage"}, nil}},
+	},
+	{
+		name: "verdict-memo-blind-to-the-rule",
+		// The verdicts a judge remembers are keyed without what the rule
+		// says: an edited policy keeps the verdicts, and the reasons, of the
+		// rule it replaced.
+		edits: []edit{{"internal/signature/policy.go",
+			"	field(strconv.Itoa(r.Line))\n",
+			"	_ = strconv.Itoa\n"}},
+		tests: []tests{{"./internal/signature", []string{"TestJudgeRemembers"}, nil}},
 	},
 	{
 		name: "refused-records-kept",

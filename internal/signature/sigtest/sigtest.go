@@ -28,8 +28,8 @@ import (
 	"github.com/holdfast-project/holdfast/internal/fixture"
 )
 
-// What cosign writes; package signature has them too, and its tests use
-// this package, so it cannot be imported here.
+// What cosign writes; package layout has them too, and its tests use this
+// package, so it cannot be imported here.
 const (
 	MediaTypeSimpleSigning = "application/vnd.dev.cosign.simplesigning.v1+json"
 	AnnotationSignature    = "dev.cosignproject.cosign/signature"
@@ -160,7 +160,7 @@ func BlobBundle(t testing.TB, k *ecdsa.PrivateKey, blob []byte) []byte {
 		t.Fatal(err)
 	}
 	b := &protobundle.Bundle{
-		MediaType: "application/vnd.dev.sigstore.bundle.v0.3+json",
+		MediaType: MediaTypeBundle,
 		VerificationMaterial: &protobundle.VerificationMaterial{
 			Content: &protobundle.VerificationMaterial_PublicKey{PublicKey: &protocommon.PublicKeyIdentifier{}},
 		},

@@ -1,4 +1,4 @@
-package sigcheck
+package signature
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
-	"github.com/holdfast-project/holdfast/internal/policy"
 	"github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
 
@@ -36,17 +36,17 @@ func TestDigestNameJudgedAsItsTag(t *testing.T) {
 			states := []runtime.SourceState{{Lease: "l", Images: wants, SignaturesRecorded: true,
 				Signatures: map[digest.Digest][]ocispec.Descriptor{good.Target.Digest: {sig.Descriptor}}}}
 			var j Judge
-			pass := j.Verdicts(context.Background(), pol, states, StoreBlobs(&memStore{blobs: sig.Blobs}))
+			pass := judgeOf(&j, pol, &memStore{blobs: sig.Blobs}, states)
 			res := &archive.Result{Images: []archive.Image{bad, byDigest, alias, good, goodDigest}, Docs: maps.Clone(sig.Blobs),
 				Skipped: []archive.Skipped{{Digest: sig.Descriptor.Digest, MediaType: sig.Descriptor.MediaType, Size: sig.Descriptor.Size}}}
-			verify := map[string]policy.Verdict{}
-			for _, img := range Check(context.Background(), pol, res, Docs(res)) {
+			verify := map[string]Verdict{}
+			for _, img := range Check(context.Background(), pol, res, layout.Docs(res)) {
 				verify[img.Name] = img.Verdict
 			}
-			want := map[string]policy.State{bad.Name: policy.Unsigned, byDigest.Name: policy.Unsigned, alias.Name: policy.Unsigned,
-				good.Name: policy.Verified, goodDigest.Name: policy.Verified}
+			want := map[string]State{bad.Name: Unsigned, byDigest.Name: Unsigned, alias.Name: Unsigned,
+				good.Name: Verified, goodDigest.Name: Verified}
 			for _, w := range wants {
-				v := pass(w.Name, w.Target)
+				v := pass.Of(w.Name, w.Target)
 				if v.State != want[w.Name] {
 					t.Errorf("pass: %s is %s, want %s", w.Name, v, want[w.Name])
 				}
@@ -54,10 +54,10 @@ func TestDigestNameJudgedAsItsTag(t *testing.T) {
 					t.Errorf("verify and a pass disagree on %s: %s / %s", w.Name, verify[w.Name], v)
 				}
 			}
-			if r := pass(byDigest.Name, bad.Target).Reason; !strings.Contains(r, "the image as "+bad.Name) {
+			if r := pass.Of(byDigest.Name, bad.Target).Reason; !strings.Contains(r, "the image as "+bad.Name) {
 				t.Errorf("the digest name's reason %q does not say which name refused it", r)
 			}
-			if !pol.Mode.Refuses(pass(alias.Name, bad.Target)) && pol.Mode == policy.Enforce {
+			if !pol.Mode.Refuses(pass.Of(alias.Name, bad.Target)) && pol.Mode == Enforce {
 				t.Errorf("the other repository's name of a refused image is not refused")
 			}
 		})
@@ -71,12 +71,12 @@ func TestImportedBeforeSignatures(t *testing.T) {
 	pol, states, store, w := storeScene(t)
 	old := []runtime.SourceState{{Lease: "old", Images: []runtime.Want{{Name: repo + ":2", Target: image(repo+":2", "old").Target}}}}
 	var j Judge
-	v := j.Verdicts(context.Background(), pol, append(states, old...), StoreBlobs(store))(old[0].Images[0].Name, old[0].Images[0].Target)
-	if v.State != policy.Unsigned || !strings.HasSuffix(v.Reason, ": "+ImportedBeforeSignatures) || strings.Contains(v.Reason, "no signature found") {
+	v := judgeOf(&j, pol, store, append(states, old...)).Of(old[0].Images[0].Name, old[0].Images[0].Target)
+	if v.State != Unsigned || !strings.HasSuffix(v.Reason, ": "+ImportedBeforeSignatures) || strings.Contains(v.Reason, "no signature found") {
 		t.Errorf("verdict %q, want unsigned ending %q", v, ImportedBeforeSignatures)
 	}
 	states[0].SignaturesRecorded = true
-	if v := j.Verdicts(context.Background(), pol, states, StoreBlobs(store))(w.Name, w.Target); v.State != policy.Verified {
+	if v := judgeOf(&j, pol, store, states).Of(w.Name, w.Target); v.State != Verified {
 		t.Errorf("a verified image of a recorded state: %s", v)
 	}
 }

@@ -1,12 +1,14 @@
-// Package signature finds the cosign signatures of an image among what an
-// import already holds, and verifies them offline with sigstore-go.
+// Package layout finds the cosign signatures of an image among what an
+// import already holds (an archive's skipped entries, a content store's
+// records and referrers) and reads them; it verifies nothing and imports no
+// sigstore code, so that the import links none (package signature verifies).
 //
 // Two layouts are understood. The legacy one: a manifest tagged
 // <repo>:sha256-<hex>.sig whose layers are simple-signing payloads, each
 // signed in the layer's annotations. The cosign v3 one: an OCI 1.1 referrer
 // whose subject is the image and whose single layer is a sigstore bundle
 // holding a DSSE-signed in-toto statement about the image.
-package signature
+package layout
 
 import (
 	"context"
@@ -34,7 +36,7 @@ const (
 	// annotationPredicateType is what a bundle referrer says its statement
 	// is; cosign sign writes predicateSign, cosign attest anything else.
 	annotationPredicateType = "dev.sigstore.bundle.predicateType"
-	predicateSign           = "https://sigstore.dev/cosign/sign/v1"
+	PredicateSign           = "https://sigstore.dev/cosign/sign/v1"
 
 	annotationContainerdName = "io.containerd.image.name"
 
@@ -180,7 +182,7 @@ func readCandidate(ctx context.Context, b Blobs, c ocispec.Descriptor) (m *ocisp
 		return nil, nil, nil, nil
 	}
 	if isBundleReferrer(*m) {
-		if p, ok := m.Annotations[annotationPredicateType]; ok && p != predicateSign {
+		if p, ok := m.Annotations[annotationPredicateType]; ok && p != PredicateSign {
 			return m, nil, nil, nil
 		}
 		l := m.Layers[0]
@@ -328,6 +330,17 @@ type simpleSigning struct {
 
 // payloadType is the critical.type of a cosign image signature.
 const payloadType = "cosign container image signature"
+
+// PayloadImage is the image digest a simple-signing payload names
+// (critical.image.docker-manifest-digest), as written; an error when the
+// payload is no cosign container image signature.
+func PayloadImage(payload []byte) (string, error) {
+	p, err := parsePayload(payload)
+	if err != nil {
+		return "", err
+	}
+	return p.Critical.Image.DockerManifestDigest, nil
+}
 
 // parsePayload reads a simple-signing payload.
 func parsePayload(payload []byte) (simpleSigning, error) {

@@ -1,10 +1,8 @@
-package sigcheck
+package signature
 
 import (
 	"slices"
 	"strings"
-
-	"github.com/holdfast-project/holdfast/internal/policy"
 )
 
 // A verdict belongs to the image, not to one of its names. An image (a
@@ -20,7 +18,7 @@ import (
 //
 // byImage applies this to names, all naming one image, given own: the
 // verdict of a name under the rule that applies to it alone.
-func byImage(names []string, own func(name string) policy.Verdict) map[string]policy.Verdict {
+func byImage(names []string, own func(name string) Verdict) map[string]Verdict {
 	names = slices.Clone(names)
 	slices.SortFunc(names, func(a, b string) int {
 		// Tags first, so that a refusal is told under a tag when there is one.
@@ -33,7 +31,7 @@ func byImage(names []string, own func(name string) policy.Verdict) map[string]po
 		return strings.Compare(a, b)
 	})
 	names = slices.Compact(names)
-	out := make(map[string]policy.Verdict, len(names))
+	out := make(map[string]Verdict, len(names))
 	tags := map[string][]string{} // by repository
 	for _, n := range names {
 		if !isDigestName(n) {
@@ -46,7 +44,7 @@ func byImage(names []string, own func(name string) policy.Verdict) map[string]po
 			continue
 		}
 		v, as, ok := worst(tags[repository(n)], out)
-		if !ok || v.State == policy.Unchecked {
+		if !ok || v.State == Unchecked {
 			out[n] = own(n)
 			continue
 		}
@@ -67,18 +65,18 @@ func byImage(names []string, own func(name string) policy.Verdict) map[string]po
 // worst is the verdict among those of names that tells most against the
 // image: an unsigned or invalid one first, then a verified one, then an
 // unchecked one; and the name it is the verdict of.
-func worst(names []string, verdicts map[string]policy.Verdict) (policy.Verdict, string, bool) {
-	rank := func(v policy.Verdict) int {
+func worst(names []string, verdicts map[string]Verdict) (Verdict, string, bool) {
+	rank := func(v Verdict) int {
 		switch {
 		case refusable(v):
 			return 0
-		case v.State == policy.Verified:
+		case v.State == Verified:
 			return 1
 		default:
 			return 2
 		}
 	}
-	var best policy.Verdict
+	var best Verdict
 	var as string
 	found := false
 	for _, n := range names {
@@ -91,13 +89,13 @@ func worst(names []string, verdicts map[string]policy.Verdict) (policy.Verdict, 
 }
 
 // refusable says whether a verdict is one that enforce refuses.
-func refusable(v policy.Verdict) bool {
-	return v.State == policy.Unsigned || v.State == policy.Invalid
+func refusable(v Verdict) bool {
+	return v.State == Unsigned || v.State == Invalid
 }
 
 // judgedAs is v, the verdict of the image under the name as, for another of
 // its names.
-func judgedAs(v policy.Verdict, as string) policy.Verdict {
+func judgedAs(v Verdict, as string) Verdict {
 	suffix := "the image as " + as
 	if v.Reason == "" {
 		v.Reason = suffix

@@ -1,4 +1,4 @@
-package sigcheck
+package signature
 
 import (
 	"context"
@@ -12,25 +12,25 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
-	"github.com/holdfast-project/holdfast/internal/policy"
-	"github.com/holdfast-project/holdfast/internal/signature"
+	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
 
-const repo = "registry.example/team/app"
+// repo is where the test images are said to come from.
+const repo = sigtest.Repo
 
 // loadPolicy writes a policy of these rules, and cosign.pub beside it.
-func loadPolicy(t testing.TB, pub []byte, rules string) *policy.Policy {
+func loadPolicy(t testing.TB, pub []byte, rules string) *Policy {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "cosign.pub"), pub, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(dir, "policy.yaml")
+	p := filepath.Join(dir, "yaml")
 	if err := os.WriteFile(p, []byte("rules:\n"+rules), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pol, err := policy.Load(p)
+	pol, err := Load(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,24 +52,24 @@ func TestCheck(t *testing.T) {
 `)
 	app, app2, other, bare := image(repo+":1", "app"), image(repo+":latest", "app"), image("docker.io/library/nginx:1", "nginx"), image(repo+":2", "bare")
 	sig := sigtest.Legacy(t, repo, app.Target.Digest, k)
-	tag := image(repo+":"+signature.SigTag(app.Target.Digest), "")
+	tag := image(repo+":"+layout.SigTag(app.Target.Digest), "")
 	tag.Target = sig.Descriptor
 	missing := digest.FromString("a manifest the archive lacks")
 	res := &archive.Result{
 		Images:  []archive.Image{app, app2, tag, bare, other},
 		Docs:    maps.Clone(sig.Blobs),
-		Skipped: []archive.Skipped{{Digest: missing, Name: repo + ":" + signature.SigTag(bare.Target.Digest), Reason: "signature"}},
+		Skipped: []archive.Skipped{{Digest: missing, Name: repo + ":" + layout.SigTag(bare.Target.Digest), Reason: "signature"}},
 	}
-	got := Check(context.Background(), pol, res, Docs(res))
+	got := Check(context.Background(), pol, res, layout.Docs(res))
 	want := []struct {
 		name   string
-		state  policy.State
+		state  State
 		reason string
 	}{
-		{app.Name, policy.Verified, "rule " + pol.Path + ":2"},
-		{app2.Name, policy.Verified, "rule " + pol.Path + ":2"},
-		{bare.Name, policy.Invalid, "a candidate signature cannot be read: manifest " + missing.String() + ": blob " + missing.String() + ": not in the archive"},
-		{other.Name, policy.Unchecked, "no rule matches"},
+		{app.Name, Verified, "rule " + pol.Path + ":2"},
+		{app2.Name, Verified, "rule " + pol.Path + ":2"},
+		{bare.Name, Invalid, "a candidate signature cannot be read: manifest " + missing.String() + ": blob " + missing.String() + ": not in the archive"},
+		{other.Name, Unchecked, "no rule matches"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v, want %d images", got, len(want))
@@ -85,23 +85,27 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// TestTrust: a rule's keys are named by their files; its keyless root and
-// identities are given as they are.
-func TestTrust(t *testing.T) {
+// TestTrustOfRule: what a rule trusts is what signatures are verified
+// against: its keys, named by their files, and its keyless root and
+// identities (here a root that is no trusted root, which keyless
+// signatures are then refused for).
+func TestTrustOfRule(t *testing.T) {
 	k := sigtest.NewKey(t)
-	rule := &policy.Rule{
-		Keys: []policy.Key{{Path: "/etc/keys/a.pub", Public: &k.PublicKey}},
-		Keyless: &policy.Keyless{TrustedRootJSON: []byte("{}"), Identities: []policy.Identity{
+	rule := &Rule{
+		Keys: []Key{{Path: "/etc/keys/a.pub", Public: &k.PublicKey}},
+		Keyless: &Keyless{TrustedRootJSON: []byte("{}"), Identities: []Identity{
 			{Issuer: "https://issuer.example", SubjectRegExp: "^.*@example.com$"},
 		}},
 	}
-	tr := Trust(rule)
-	if len(tr.Keys) != 1 || tr.Keys[0].Name != "/etc/keys/a.pub" || tr.Keys[0].Public != &k.PublicKey {
-		t.Errorf("keys %+v", tr.Keys)
+	v := newVerifier(rule)
+	if len(v.keys) != 1 || v.keys[0].name != "/etc/keys/a.pub" || v.keys[0].err != nil {
+		t.Errorf("keys %+v", v.keys)
 	}
-	if string(tr.TrustedRoot) != "{}" || len(tr.Identities) != 1 ||
-		tr.Identities[0] != (signature.Identity{Issuer: "https://issuer.example", SubjectRegExp: "^.*@example.com$"}) {
-		t.Errorf("keyless %+v", tr)
+	if len(v.identities) != 1 || !strings.HasPrefix(v.noKeyless, "trusted root: ") {
+		t.Errorf("keyless: %d identities, %q", len(v.identities), v.noKeyless)
+	}
+	if v := newVerifier(&Rule{Keys: rule.Keys}); v.noKeyless != "it is keyless and no trusted root is given" {
+		t.Errorf("a rule of keys alone: keyless %q", v.noKeyless)
 	}
 }
 
@@ -117,20 +121,20 @@ func TestZarfPackageSignature(t *testing.T) {
 	for _, c := range []struct {
 		name   string
 		pkg    archive.PackageSignature
-		state  policy.State
+		state  State
 		reason string
 	}{
-		{"signed by the rule's key", archive.PackageSignature{Manifest: yaml, Bundle: sigtest.BlobBundle(t, k, yaml)}, policy.Verified, "the Zarf package's signature"},
-		{"signed by another key", archive.PackageSignature{Manifest: yaml, Bundle: sigtest.BlobBundle(t, other, yaml)}, policy.Unsigned, "nor does the Zarf package's signature verify"},
-		{"zarf.yaml changed", archive.PackageSignature{Manifest: append([]byte("# x\n"), yaml...), Bundle: sigtest.BlobBundle(t, k, yaml)}, policy.Unsigned, "nor does the Zarf package's signature verify"},
+		{"signed by the rule's key", archive.PackageSignature{Manifest: yaml, Bundle: sigtest.BlobBundle(t, k, yaml)}, Verified, "the Zarf package's signature"},
+		{"signed by another key", archive.PackageSignature{Manifest: yaml, Bundle: sigtest.BlobBundle(t, other, yaml)}, Unsigned, "nor does the Zarf package's signature verify"},
+		{"zarf.yaml changed", archive.PackageSignature{Manifest: append([]byte("# x\n"), yaml...), Bundle: sigtest.BlobBundle(t, k, yaml)}, Unsigned, "nor does the Zarf package's signature verify"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			res := &archive.Result{Images: []archive.Image{app}, Package: &c.pkg}
-			got := Check(context.Background(), pol, res, Docs(res))
+			got := Check(context.Background(), pol, res, layout.Docs(res))
 			if len(got) != 1 || got[0].State != c.state || !strings.Contains(got[0].Reason, c.reason) {
 				t.Fatalf("got %+v, want %s with a reason containing %q", got, c.state, c.reason)
 			}
-			if c.state == policy.Verified && got[0].By != pol.Rules[0].Keys[0].Path {
+			if c.state == Verified && got[0].By != pol.Rules[0].Keys[0].Path {
 				t.Errorf("verified by %q, want the key's path", got[0].By)
 			}
 		})

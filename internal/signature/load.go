@@ -1,4 +1,4 @@
-package policy
+package signature
 
 import (
 	"bytes"
@@ -147,6 +147,9 @@ func parse(path string, data []byte, o Options) (*Policy, error) {
 				}
 			}
 		}
+	}
+	for i := range pol.Rules {
+		pol.Rules[i].key = fingerprint(path, &pol.Rules[i])
 	}
 	if len(p.errs) > 0 {
 		slices.SortStableFunc(p.errs, func(a, b LineError) int { return a.Line - b.Line })

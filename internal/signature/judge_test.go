@@ -1,16 +1,18 @@
-package sigcheck
+package signature
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/holdfast-project/holdfast/internal/policy"
 	"github.com/holdfast-project/holdfast/internal/runtime"
-	"github.com/holdfast-project/holdfast/internal/signature"
+	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
 
@@ -30,13 +32,13 @@ func (m *memStore) ReadBlob(_ context.Context, d ocispec.Descriptor) ([]byte, er
 
 // storeScene is an image signed by the policy's key whose signature a
 // source's state lists, its blobs in a store.
-func storeScene(tb testing.TB) (*policy.Policy, []runtime.SourceState, *memStore, runtime.Want) {
+func storeScene(tb testing.TB) (*Policy, []runtime.SourceState, *memStore, runtime.Want) {
 	k := sigtest.NewKey(tb)
 	pol := loadPolicy(tb, sigtest.PublicPEM(tb, k), "  - images: [\"registry.example/team/*\"]\n    keys: [cosign.pub]\n")
 	img := image(repo+":1", "app")
 	sig := sigtest.Legacy(tb, repo, img.Target.Digest, k)
 	desc := sig.Descriptor
-	desc.Annotations = map[string]string{ocispec.AnnotationRefName: repo + ":" + signature.SigTag(img.Target.Digest)}
+	desc.Annotations = map[string]string{ocispec.AnnotationRefName: repo + ":" + layout.SigTag(img.Target.Digest)}
 	w := runtime.Want{Name: img.Name, Target: img.Target}
 	states := []runtime.SourceState{{Lease: "l", Images: []runtime.Want{w},
 		Signatures: map[digest.Digest][]ocispec.Descriptor{img.Target.Digest: {desc}}}}
@@ -44,32 +46,57 @@ func storeScene(tb testing.TB) (*policy.Policy, []runtime.SourceState, *memStore
 }
 
 // TestJudgeRemembers: the store's signature verifies the image; judged
-// again with the same policy nothing is read; with a policy loaded anew it
-// is read and verified again.
+// again with the same policy nothing is read, nor with the policy file
+// loaded anew unchanged (the memo is keyed by what the rule says); once
+// the rule changes (here its line, which its reasons name) it is read and
+// verified again.
 func TestJudgeRemembers(t *testing.T) {
 	pol, states, store, w := storeScene(t)
 	var j Judge
-	if v := j.Verdicts(context.Background(), pol, states, StoreBlobs(store))(w.Name, w.Target); v.State != policy.Verified {
+	if v := judgeOf(&j, pol, store, states).Of(w.Name, w.Target); v.State != Verified {
 		t.Fatalf("verdict %s, want verified", v)
 	}
 	reads := store.reads
 	if reads == 0 {
 		t.Fatal("nothing was read from the store")
 	}
-	if v := j.Verdicts(context.Background(), pol, states, StoreBlobs(store))(w.Name, w.Target); v.State != policy.Verified || store.reads != reads {
+	if v := judgeOf(&j, pol, store, states).Of(w.Name, w.Target); v.State != Verified || store.reads != reads {
 		t.Errorf("judged again: %s after %d more reads, want verified after none", v, store.reads-reads)
 	}
-	again, err := policy.Load(pol.Path)
+	again, err := Load(pol.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := j.Verdicts(context.Background(), again, states, StoreBlobs(store))(w.Name, w.Target); v.State != policy.Verified || store.reads == reads {
-		t.Errorf("under a policy loaded anew: %s, %d more reads", v, store.reads-reads)
+	if v := judgeOf(&j, again, store, states).Of(w.Name, w.Target); v.State != Verified || store.reads != reads {
+		t.Errorf("under the same policy loaded anew: %s after %d more reads, want verified after none", v, store.reads-reads)
 	}
+	text, err := os.ReadFile(pol.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pol.Path, append([]byte("# moved\n"), text...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	changed, err := Load(pol.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := judgeOf(&j, changed, store, states).Of(w.Name, w.Target)
+	if v.State != Verified || store.reads == reads || !strings.Contains(v.Reason, fmt.Sprintf(":%d", changed.Rules[0].Line)) {
+		t.Errorf("under a changed policy: %s, %d more reads, want verified again under line %d", v, store.reads-reads, changed.Rules[0].Line)
+	}
+	reads = store.reads
 	unsigned := runtime.Want{Name: repo + ":2", Target: image(repo+":2", "bare").Target}
-	if v := j.Verdicts(context.Background(), pol, states, StoreBlobs(store))(unsigned.Name, unsigned.Target); v.State != policy.Unsigned {
+	if v := judgeOf(&j, pol, store, states).Of(unsigned.Name, unsigned.Target); v.State != Unsigned {
 		t.Errorf("an image no state lists a signature for: %s, want unsigned", v)
 	}
+}
+
+// judgeOf is the judgment of pol, through j, on the images states want,
+// whose signatures are in store.
+func judgeOf(j *Judge, pol *Policy, store *memStore, states []runtime.SourceState) *Judgment {
+	j.Policy, j.Blobs = pol, layout.StoreBlobs(store)
+	return j.For(context.Background(), states)
 }
 
 // BenchmarkVerdict is the cost a pass pays per image the first time it
@@ -79,7 +106,7 @@ func BenchmarkVerdict(b *testing.B) {
 	pol, states, store, w := storeScene(b)
 	for b.Loop() {
 		var j Judge
-		if v := j.Verdicts(context.Background(), pol, states, StoreBlobs(store))(w.Name, w.Target); v.State != policy.Verified {
+		if v := judgeOf(&j, pol, store, states).Of(w.Name, w.Target); v.State != Verified {
 			b.Fatal(v)
 		}
 	}

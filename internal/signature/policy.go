@@ -1,8 +1,10 @@
-// Package policy reads the signature policy: which keys, or which keyless
-// identities, may sign which images, and whether an image that fails the
-// check is refused (enforce) or only reported (warn). It parses and checks
-// the policy file and matches image names to its rules; the signatures
-// themselves are verified elsewhere.
+// Package signature decides whether an image is signed as the signature
+// policy requires: the policy (which keys, or which keyless identities, may
+// sign which images, and whether a failing image is refused, enforce, or
+// only reported, warn), the offline verification of cosign signatures with
+// sigstore-go, and the one verdict each image gets, for an archive being
+// imported or verified (Check) and for what the store's sources want
+// (Judge). Finding the signatures is package layout's.
 //
 // A policy file is YAML:
 //
@@ -21,11 +23,16 @@
 // image. Relative key and trusted-root paths are relative to the policy
 // file's directory. Load reports every mistake it finds, each as a LineError
 // ("FILE:LINE: cause").
-package policy
+package signature
 
 import (
 	"crypto"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
 	"path/filepath"
+	"strconv"
 
 	"github.com/opencontainers/go-digest"
 
@@ -63,6 +70,8 @@ type Rule struct {
 	Images  []pattern.Pattern // at least one
 	Keys    []Key
 	Keyless *Keyless
+
+	key string // ruleKey, set by Load
 }
 
 // Key is a public key that may sign.
@@ -110,6 +119,47 @@ func (p *Policy) RuleFor(name string) (*Rule, bool) {
 		}
 	}
 	return nil, false
+}
+
+// ruleKey is what a verdict under r, a rule of pol, depends on: the policy
+// file and the rule's line (which its reasons name), its keys and its
+// keyless trust, as a digest. A policy file read again unchanged gives its
+// rules the same keys, so that the verdicts remembered under them stay.
+func ruleKey(pol *Policy, r *Rule) string {
+	if r.key != "" {
+		return r.key
+	}
+	return fingerprint(pol.Path, r)
+}
+
+// fingerprint is ruleKey, worked out.
+func fingerprint(path string, r *Rule) string {
+	h := sha256.New()
+	field := func(s string) { fmt.Fprintf(h, "%d:%s", len(s), s) }
+	field(path)
+	field(strconv.Itoa(r.Line))
+	for _, k := range r.Keys {
+		field("key")
+		field(k.Path)
+		field(string(k.PEM))
+		if k.PEM == nil && k.Public != nil {
+			if der, err := x509.MarshalPKIXPublicKey(k.Public); err == nil {
+				field(string(der))
+			}
+		}
+	}
+	if kl := r.Keyless; kl != nil {
+		field("keyless")
+		field(kl.TrustedRoot)
+		field(string(kl.TrustedRootJSON))
+		for _, id := range kl.Identities {
+			field(id.Issuer)
+			field(id.IssuerRegExp)
+			field(id.Subject)
+			field(id.SubjectRegExp)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Reload loads the policy at path again (LoadWith). When the new file is bad

@@ -1,4 +1,4 @@
-package sigcheck
+package signature
 
 import (
 	"context"
@@ -10,8 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
-	"github.com/holdfast-project/holdfast/internal/policy"
-	"github.com/holdfast-project/holdfast/internal/signature"
+	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
 
@@ -28,7 +27,7 @@ func signedArchive(tb testing.TB, k *ecdsa.PrivateKey, n int) *archive.Result {
 		maps.Copy(res.Docs, sig.Blobs)
 		res.Images = append(res.Images, img)
 		res.Skipped = append(res.Skipped, archive.Skipped{MediaType: sig.Descriptor.MediaType, Digest: sig.Descriptor.Digest,
-			Size: sig.Descriptor.Size, Name: r + ":" + signature.SigTag(img.Target.Digest), Reason: "signature"})
+			Size: sig.Descriptor.Size, Name: r + ":" + layout.SigTag(img.Target.Digest), Reason: "signature"})
 	}
 	return res
 }
@@ -41,8 +40,8 @@ func TestCheckReadsOnce(t *testing.T) {
 	const n = 5
 	res := signedArchive(t, k, n)
 	store := &memStore{blobs: res.Docs}
-	for _, img := range Check(context.Background(), pol, res, StoreBlobs(store)) {
-		if img.State != policy.Verified {
+	for _, img := range Check(context.Background(), pol, res, layout.StoreBlobs(store)) {
+		if img.State != Verified {
 			t.Errorf("%s: %s, want verified", img.Name, img.Verdict)
 		}
 	}
@@ -61,8 +60,8 @@ func BenchmarkCheck(b *testing.B) {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			res := signedArchive(b, k, n)
 			for b.Loop() {
-				for _, img := range Check(context.Background(), pol, res, Docs(res)) {
-					if img.State != policy.Verified {
+				for _, img := range Check(context.Background(), pol, res, layout.Docs(res)) {
+					if img.State != Verified {
 						b.Fatalf("%s: %s", img.Name, img.Verdict)
 					}
 				}

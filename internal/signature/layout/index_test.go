@@ -1,4 +1,4 @@
-package signature
+package layout
 
 import (
 	"context"
@@ -14,8 +14,14 @@ import (
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
 
+// tagged names a candidate as Zarf does the .sig records it carries.
+func tagged(d ocispec.Descriptor, image digest.Digest) ocispec.Descriptor {
+	d.Annotations = map[string]string{ocispec.AnnotationRefName: sigtest.Repo + ":" + SigTag(image)}
+	return d
+}
+
 // lookup finds image's signatures among candidates.
-func lookup(b blobs, candidates []ocispec.Descriptor, image ocispec.Descriptor) ([]Signature, []error) {
+func lookup(b sigtest.Blobs, candidates []ocispec.Descriptor, image ocispec.Descriptor) ([]Signature, []error) {
 	return NewIndex(context.Background(), candidates, b).Find(image)
 }
 
@@ -24,8 +30,8 @@ func lookup(b blobs, candidates []ocispec.Descriptor, image ocispec.Descriptor) 
 // number of names; what cannot be read concerns the images it may claim
 // and leaves the others found.
 func TestIndexClaims(t *testing.T) {
-	b := blobs{}
-	img, other, third := b.image(t, "1.0"), b.image(t, "2.0"), b.image(t, "3.0")
+	b := sigtest.Blobs{}
+	img, other, third := b.Image(t, "1.0"), b.Image(t, "2.0"), b.Image(t, "3.0")
 	k := sigtest.NewKey(t)
 	// layer is the single layer of a signature manifest.
 	layer := func(m ocispec.Descriptor) ocispec.Descriptor {
@@ -35,16 +41,16 @@ func TestIndexClaims(t *testing.T) {
 		}
 		return mf.Layers[0]
 	}
-	without := func(d ocispec.Descriptor) blobs {
+	without := func(d ocispec.Descriptor) sigtest.Blobs {
 		c := maps.Clone(b)
 		delete(c, d.Digest)
 		return c
 	}
-	sigImg, sigOther := b.legacy(t, img.Digest, k), b.legacy(t, other.Digest, k)
-	refImg := b.referrer(t, img, keyBundle(t, k, statement(t, img.Digest)))
+	sigImg, sigOther := b.Legacy(t, img.Digest, k), b.Legacy(t, other.Digest, k)
+	refImg := b.Referrer(t, img, sigtest.KeyBundle(t, k, sigtest.Statement(t, img.Digest)))
 	missing := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromString("gone"), Size: 4}
 	// Two simple-signing layers, one per image, in one manifest.
-	two := b.manifest(t, b.sigLayer(cosignPayload(t, img.Digest), nil), b.sigLayer(cosignPayload(t, other.Digest), nil))
+	two := b.Manifest(t, b.SigLayer(sigtest.Payload(t, sigtest.Repo, img.Digest), nil), b.SigLayer(sigtest.Payload(t, sigtest.Repo, other.Digest), nil))
 	var twoLayers []ocispec.Descriptor
 	{
 		var mf ocispec.Manifest
@@ -60,10 +66,10 @@ func TestIndexClaims(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.Subject = &ocispec.Descriptor{MediaType: subject.MediaType, Digest: subject.Digest, Size: subject.Size}
-		return b.putJSON(t, ocispec.MediaTypeImageManifest, m)
+		return b.PutJSON(t, ocispec.MediaTypeImageManifest, m)
 	}
-	slsa := b.attestation(t, img, keyBundle(t, k, statementOf(t, img.Digest, "https://slsa.dev/provenance/v1")), "https://slsa.dev/provenance/v1")
-	unsaid := b.attestation(t, img, keyBundle(t, k, statementOf(t, img.Digest, "https://slsa.dev/provenance/v1")), "")
+	slsa := b.Attestation(t, img, sigtest.KeyBundle(t, k, sigtest.StatementOf(t, img.Digest, "https://slsa.dev/provenance/v1")), "https://slsa.dev/provenance/v1")
+	unsaid := b.Attestation(t, img, sigtest.KeyBundle(t, k, sigtest.StatementOf(t, img.Digest, "https://slsa.dev/provenance/v1")), "")
 	refOfOther := asReferrer(sigImg, other) // its payload names img
 
 	// want is what one image finds: its signatures as manifest/layer, and
@@ -75,7 +81,7 @@ func TestIndexClaims(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name       string
-		b          blobs
+		b          sigtest.Blobs
 		candidates []ocispec.Descriptor
 		want       []want
 	}{
@@ -207,4 +213,19 @@ func show(sigs [][2]ocispec.Descriptor) string {
 		out = append(out, s[0].Digest.Encoded()[:12]+"/"+s[1].Digest.Encoded()[:12]+" "+s[0].Annotations[ocispec.AnnotationRefName])
 	}
 	return "[" + strings.Join(out, ", ") + "]"
+}
+func TestSigTag(t *testing.T) {
+	d := digest.FromString("image")
+	if got, want := SigTag(d), "sha256-"+d.Encoded()+".sig"; got != want {
+		t.Fatalf("SigTag = %q, want %q", got, want)
+	}
+}
+
+func TestFindReadError(t *testing.T) {
+	b := sigtest.Blobs{}
+	img := b.Image(t, "1.0")
+	missing := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromString("gone"), Size: 4}
+	if _, errs := NewIndex(context.Background(), []ocispec.Descriptor{missing}, b).Find(img); len(errs) == 0 {
+		t.Fatal("Find hid a manifest it could not read")
+	}
 }

@@ -1,4 +1,4 @@
-package policy
+package signature
 
 // State is the outcome of checking an image's signatures against the policy.
 type State string
