@@ -85,7 +85,6 @@ func TestJudgeRemembers(t *testing.T) {
 	if v.State != Verified || store.reads == reads || !strings.Contains(v.Reason, fmt.Sprintf(":%d", changed.Rules[0].Line)) {
 		t.Errorf("under a changed policy: %s, %d more reads, want verified again under line %d", v, store.reads-reads, changed.Rules[0].Line)
 	}
-	reads = store.reads
 	unsigned := runtime.Want{Name: repo + ":2", Target: image(repo+":2", "bare").Target}
 	if v := judgeOf(&j, pol, store, states).Of(unsigned.Name, unsigned.Target); v.State != Unsigned {
 		t.Errorf("an image no state lists a signature for: %s, want unsigned", v)
