@@ -12,7 +12,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 )
 
 // The bundles air-gap users carry hold images beside what is not an image:
@@ -127,16 +127,16 @@ func CosignTag(name string) (string, bool) {
 // zarfPackage is what holdfast reads of a zarf.yaml.
 type zarfPackage struct {
 	Metadata struct {
-		Name              string `json:"name"`
-		AggregateChecksum string `json:"aggregateChecksum"`
-	} `json:"metadata"`
+		Name              string `yaml:"name"`
+		AggregateChecksum string `yaml:"aggregateChecksum"`
+	} `yaml:"metadata"`
 	Components []struct {
-		Name          string   `json:"name"`
-		Images        []string `json:"images"`
+		Name          string   `yaml:"name"`
+		Images        []string `yaml:"images"`
 		ImageArchives []struct {
-			Images []string `json:"images"`
-		} `json:"imageArchives"`
-	} `json:"components"`
+			Images []string `yaml:"images"`
+		} `yaml:"imageArchives"`
+	} `yaml:"components"`
 }
 
 // zarf is what a walk keeps of a Zarf package.

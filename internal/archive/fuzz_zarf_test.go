@@ -3,7 +3,7 @@ package archive
 import (
 	"testing"
 
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 )
 
 // FuzzZarfYAML: any zarf.yaml is parsed without a panic, and every name it

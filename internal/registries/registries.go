@@ -8,9 +8,11 @@
 package registries
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,7 +20,7 @@ import (
 	"strconv"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/holdfast-project/holdfast/internal/bounded"
 	"github.com/holdfast-project/holdfast/internal/units"
@@ -30,35 +32,35 @@ const Marker = "# Written by holdfast from "
 
 // File is K3s's registries.yaml.
 type File struct {
-	Mirrors map[string]Mirror `json:"mirrors"`
-	Configs map[string]Config `json:"configs"`
+	Mirrors map[string]Mirror `json:"mirrors" yaml:"mirrors"`
+	Configs map[string]Config `json:"configs" yaml:"configs"`
 }
 
 // Mirror lists the endpoints of one registry.
 type Mirror struct {
-	Endpoints []string          `json:"endpoint"`
-	Rewrite   map[string]string `json:"rewrite"`
+	Endpoints []string          `json:"endpoint" yaml:"endpoint"`
+	Rewrite   map[string]string `json:"rewrite" yaml:"rewrite"`
 }
 
 // Config is the TLS and auth of one host.
 type Config struct {
-	Auth *Auth `json:"auth"`
-	TLS  *TLS  `json:"tls"`
+	Auth *Auth `json:"auth" yaml:"auth"`
+	TLS  *TLS  `json:"tls" yaml:"tls"`
 }
 
 // Auth is a host's credentials.
 type Auth struct {
-	Username string `json:"username"`
-	Password string `json:"password"`
-	Auth     string `json:"auth"` // base64 of username:password
+	Username string `json:"username" yaml:"username"`
+	Password string `json:"password" yaml:"password"`
+	Auth     string `json:"auth" yaml:"auth"` // base64 of username:password
 }
 
 // TLS is a host's TLS settings.
 type TLS struct {
-	CAFile             string `json:"ca_file"`
-	CertFile           string `json:"cert_file"`
-	KeyFile            string `json:"key_file"`
-	InsecureSkipVerify bool   `json:"insecure_skip_verify"`
+	CAFile             string `json:"ca_file" yaml:"ca_file"`
+	CertFile           string `json:"cert_file" yaml:"cert_file"`
+	KeyFile            string `json:"key_file" yaml:"key_file"`
+	InsecureSkipVerify bool   `json:"insecure_skip_verify" yaml:"insecure_skip_verify"`
 }
 
 // Credential is a username and password for a host.
@@ -85,10 +87,16 @@ func Load(path string) (File, error) {
 	return Parse(path, data)
 }
 
-// Parse parses the bytes of a registries.yaml read from path.
+// Parse parses the bytes of a registries.yaml read from path, as K3s reads
+// it (keys as written, YAML 1.1's yes and no for booleans), but refusing
+// a key it does not know rather than ignoring it: a misspelt key would
+// leave a registry without the mirror or the credentials meant for it.
+// Only the first YAML document is read.
 func Parse(path string, data []byte) (File, error) {
 	var f File
-	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
 		return File{}, fmt.Errorf("parsing %s: %w", path, err)
 	}
 	return f, nil

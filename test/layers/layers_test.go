@@ -219,11 +219,27 @@ func TestLayers(t *testing.T) {
 			}
 		}
 	}
+	for _, p := range g.ours() {
+		for _, imp := range g[module+p] {
+			if otherYAML(imp) {
+				b.report(p+" imports "+imp, "the project reads and writes YAML with "+yamlLibrary+" alone")
+			}
+		}
+	}
 	sizes(t, b)
 	b.unpaid()
 }
 
 func sigstore(p string) bool { return strings.HasPrefix(p, "github.com/sigstore/") }
+
+// yamlLibrary is the one YAML library the project's own code imports; the
+// libraries it links may bring others (client-go brings sigs.k8s.io/yaml).
+const yamlLibrary = "go.yaml.in/yaml/v3"
+
+func otherYAML(p string) bool {
+	return p != yamlLibrary && (p == "sigs.k8s.io/yaml" || strings.HasPrefix(p, "gopkg.in/yaml.") ||
+		strings.HasPrefix(p, "go.yaml.in/yaml/") || p == "github.com/goccy/go-yaml" || p == "github.com/ghodss/yaml")
+}
 
 // sizes: no production file over maxFileLines, no function over maxFuncLines.
 func sizes(t *testing.T, b *breaches) {
