@@ -3,13 +3,20 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
@@ -18,22 +25,139 @@ import (
 	"github.com/holdfast-project/holdfast/internal/fixture"
 )
 
-// A malformed kind is one archive file that holdfast must refuse (or skip),
-// built in memory from a small image the test lays out itself, entry by
-// entry, so that every structural boundary is known.
-type malformed struct {
-	name  string // the subtest; the file is name + ext
-	ext   string
-	data  []byte
+// A bad input is one file holdfast must refuse (or skip): how it is made,
+// and what holdfast must say of it. The malformed kinds are built in memory
+// from a small image the test lays out itself, entry by entry, so that every
+// structural boundary is known; the broken archives are real images as
+// tools write them, broken one way; the hostile ones are written as they
+// are read, being too large to hold.
+type badInput struct {
+	name string // the subtest
+	file string // its name in the images dir
+	data []byte // its bytes; or, when write is set, what write writes
+	// write writes the file when it is too large to hold in memory.
+	write func(w io.Writer)
 	skip  bool   // not an archive at all: skipped, no error
 	cause string // what the error must contain besides the file's name
 	// directCause replaces cause on --write-path=direct, where holdfast
 	// checks a blob's bytes itself before containerd sees them.
 	directCause string
-	image       string // the name the archive gives its image: never recorded
+	images      []string // the names the file gives its images: never recorded
+	extra       []string // flags for the sync
 }
 
-func (m malformed) file() string { return m.name + m.ext }
+// causeOn is the cause on write path wp.
+func (b badInput) causeOn(wp string) string {
+	if wp == "direct" && b.directCause != "" {
+		return b.directCause
+	}
+	return b.cause
+}
+
+// put writes the input into dir under its file name, and returns the path.
+func (b badInput) put(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, b.file)
+	b.writeTo(t, path)
+	return path
+}
+
+// writeTo writes the input at path.
+func (b badInput) writeTo(t *testing.T, path string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b.write == nil {
+		if err := os.WriteFile(path, b.data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.write(f)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// badArchives are archives of real images, each broken one way, as a tool
+// or a failing disk leaves them.
+func badArchives(t *testing.T) []badInput {
+	t.Helper()
+	ctx := context.Background()
+	none := fixture.CompressOptions{}
+	var bads []badInput
+	// archive is what write writes, compressed with c.
+	archive := func(c fixture.Compression, write func(ctx context.Context, w io.Writer) error) []byte {
+		var buf bytes.Buffer
+		cw, err := fixture.Compress(&buf, c, none)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := write(ctx, cw); err != nil {
+			t.Fatal(err)
+		}
+		if err := cw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+
+	// Truncated: a gzip archive cut in the middle.
+	trunc := build(t, fixture.ImageSpec{Names: []string{"e2e.local/bad/truncated:1"}, Layers: fixture.UniformLayers(2, 256<<10, false, 7)})
+	truncated := archive(fixture.None, func(ctx context.Context, w io.Writer) error {
+		return fixture.Truncate(w, 0.6, func(w io.Writer) error {
+			cw, err := fixture.Compress(w, fixture.Gzip, none)
+			if err != nil {
+				return err
+			}
+			if err := fixture.WriteOCI(ctx, cw, fixture.OCIOptions{Names: fixture.NameContainerd}, trunc); err != nil {
+				return err
+			}
+			return cw.Close()
+		})
+	})
+	bads = append(bads, badInput{name: "truncated", file: "truncated.tar.gz", data: truncated, cause: "unexpected EOF", images: trunc.Names})
+
+	// A bad compression frame: a valid zstd archive with bytes flipped in the middle.
+	frame := build(t, fixture.ImageSpec{Names: []string{"e2e.local/bad/frame:1"}, Layers: fixture.UniformLayers(1, 256<<10, true, 8)})
+	zb := archive(fixture.Zstd, func(ctx context.Context, w io.Writer) error {
+		return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameContainerd}, frame)
+	})
+	bads = append(bads, badInput{name: "badframe", file: "badframe.tar.zst", data: flipMiddle(zb), cause: "zstd", images: frame.Names})
+
+	// A tar that is not an image.
+	junk := archive(fixture.None, func(ctx context.Context, w io.Writer) error { return fixture.WriteJunkTar(ctx, w, 9, 3) })
+	bads = append(bads, badInput{name: "notimage", file: "notimage.tar", data: junk, cause: "not an image"})
+
+	// A manifest pointing at a host-platform layer the archive lacks.
+	missing := build(t, fixture.ImageSpec{Names: []string{"e2e.local/bad/missing-layer:1"}})
+	lacking := archive(fixture.None, func(ctx context.Context, w io.Writer) error {
+		return fixture.WriteOCI(ctx, w, fixture.OCIOptions{
+			Names:     fixture.NameContainerd,
+			OmitBlobs: []digest.Digest{missing.Manifests[0].Layers[1].Digest()},
+		}, missing)
+	})
+	bads = append(bads, badInput{name: "missing-layer", file: "missing-layer.tar", data: lacking, cause: "layer", images: missing.Names})
+
+	// An untagged docker save.
+	untagged := build(t, fixture.ImageSpec{Names: nil, Layers: fixture.UniformLayers(1, 32<<10, false, 10)})
+	unnamed := archive(fixture.None, func(ctx context.Context, w io.Writer) error { return fixture.WriteDockerSave(ctx, w, untagged) })
+	bads = append(bads, badInput{name: "untagged", file: "untagged.tar", data: unnamed, cause: "name"})
+
+	// An OCI entry named only by ref.name "latest".
+	bare := build(t, fixture.ImageSpec{Names: []string{"e2e.local/bad/baretag:latest"}})
+	bareTag := archive(fixture.None, func(ctx context.Context, w io.Writer) error {
+		return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameBareTag}, bare)
+	})
+	bads = append(bads, badInput{name: "baretag", file: "baretag.tar", data: bareTag, cause: "latest",
+		images: []string{"e2e.local/bad/baretag:latest", "docker.io/library/latest:latest", "latest"}})
+	return bads
+}
 
 // tent is one tar entry of a test archive.
 type tent struct {
@@ -215,9 +339,9 @@ var compressionExt = map[fixture.Compression]string{
 
 // malformedKinds builds every kind. Causes were chosen from holdfast's
 // messages: each names what is wrong in the words a user can act on.
-func malformedKinds(t *testing.T) []malformed {
+func malformedKinds(t *testing.T) []badInput {
 	t.Helper()
-	var ks []malformed
+	var ks []badInput
 	seed := uint64(100)
 	add := func(name, ext, cause string, data func(im *smallImage) []byte) {
 		seed++
@@ -227,7 +351,7 @@ func malformedKinds(t *testing.T) []malformed {
 			"{config}", digest.FromBytes(im.config).String(),
 			"{layer1}", digest.FromBytes(im.layers[1]).String(),
 		).Replace(cause)
-		ks = append(ks, malformed{name: name, ext: ext, data: data(im), cause: cause, image: im.name})
+		ks = append(ks, badInput{name: name, file: name + ext, data: data(im), cause: cause, images: []string{im.name}})
 	}
 
 	// Truncated at each structural boundary of a plain tar. Entries: 0
@@ -435,15 +559,15 @@ func malformedKinds(t *testing.T) []malformed {
 	// Not archives at all, named as archives: the operator meant an archive,
 	// so each is a failed source naming the cause, never skipped.
 	ks = append(ks,
-		malformed{name: "zero-byte-file", ext: ".tar", data: nil, cause: "not a tar archive: empty stream"},
-		malformed{name: "one-byte-file", ext: ".tar.gz", data: []byte{0x1f}, cause: "not a tar archive"},
-		malformed{name: "not-tar-with-tar-suffix", ext: ".tar", data: bytes.Repeat([]byte("PNG? no, just text\n"), 100), cause: "not a tar archive"},
+		badInput{name: "zero-byte-file", file: "zero-byte-file.tar", data: nil, cause: "not a tar archive: empty stream"},
+		badInput{name: "one-byte-file", file: "one-byte-file.tar.gz", data: []byte{0x1f}, cause: "not a tar archive"},
+		badInput{name: "not-tar-with-tar-suffix", file: "not-tar-with-tar-suffix.tar", data: bytes.Repeat([]byte("PNG? no, just text\n"), 100), cause: "not a tar archive"},
 	)
 	// Not named as an archive and not one: classified by its bytes, skipped (at debug level).
-	ks = append(ks, malformed{name: "text-file", ext: ".log", data: bytes.Repeat([]byte("a log line\n"), 100), skip: true})
+	ks = append(ks, badInput{name: "text-file", file: "text-file.log", data: bytes.Repeat([]byte("a log line\n"), 100), skip: true})
 
 	// A million empty entries, zstd-compressed (~512 MiB of tar headers).
-	ks = append(ks, malformed{name: "million-tiny-entries", ext: ".tar.zst", data: millionEntries(t), cause: "archive has more than 131072 entries"})
+	ks = append(ks, badInput{name: "million-tiny-entries", file: "million-tiny-entries.tar.zst", data: millionEntries(t), cause: "archive has more than 131072 entries"})
 	return ks
 }
 
@@ -478,4 +602,169 @@ func millionEntries(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// hostileInputs are small files that decompress to a lot, or declare
+// decoder windows and dictionaries of gigabytes; free is what the images
+// dir's filesystem has, from which the layer bomb's --min-free is set.
+func hostileInputs(t *testing.T, free int64) []badInput {
+	t.Helper()
+	im := newSmallImage(t, "e2e.local/hostile/base:1", 7, 32<<10)
+	plain := tarBytes(t, im.entries(t))
+
+	// A layer of 10 GiB of zeros: the tar header says so, and the manifest
+	// too; the digest named is not that of the zeros (no one hashes 10 GiB
+	// for a test), and it does not matter: the space check refuses it first.
+	bombLayer := func(w io.Writer) {
+		const size = 10 << 30
+		fake := digest.FromString("10 GiB of zeros")
+		im2 := newSmallImage(t, "e2e.local/hostile/gzip-bomb-layer:1", 8, 1<<10)
+		im2.layers[1] = nil
+		im2.build(t)
+		m := bytes.Replace(im2.manifest, []byte(fmt.Sprintf(`"digest":"%s","size":0`, digest.FromBytes(nil))), []byte(fmt.Sprintf(`"digest":"%s","size":%d`, fake, int64(size))), 1)
+		md := descOf(ocispec.MediaTypeImageManifest, m)
+		md.Annotations = map[string]string{"io.containerd.image.name": im2.name}
+		head, _, end := tarOf(t, []tent{
+			reg("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)),
+			reg("index.json", indexOf(t, md)),
+			blobEntry(m), blobEntry(im2.config), blobEntry(im2.layers[0]),
+		})
+		// The layer's header: the tar writer writes it at once; its data
+		// comes as gzip members of zeros.
+		var hb bytes.Buffer
+		h := reg("blobs/sha256/"+fake.Encoded(), nil).hdr
+		h.Size = size
+		if err := tar.NewWriter(&hb).WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		hdrStart := end
+		gz := gzip.NewWriter(w)
+		gz.Write(head[:hdrStart])
+		gz.Write(hb.Bytes())
+		gz.Close()
+		gzipZeros(t, w, size)
+		gz = gzip.NewWriter(w)
+		gz.Write(make([]byte, 1024)) // end-of-archive blocks
+		gz.Close()
+	}
+
+	minFree := fmt.Sprintf("%dMiB", (free-4<<30)>>20) // a 10 GiB blob does not fit, a small one does
+	return []badInput{
+		{name: "zstd-2gib-window", file: "zstd-2gib-window.tar.zst",
+			cause: "zstd: a frame declares a 2 GiB window, more than the 128 MiB holdfast decodes",
+			write: func(w io.Writer) { w.Write(zstdFrame(31, plain, 2<<30)) }},
+		{name: "zstd-2gib-window-second-frame", file: "zstd-second-frame.tar.zst",
+			cause: "zstd: a frame declares a window larger than the 128 MiB holdfast decodes",
+			write: func(w io.Writer) {
+				w.Write(zstdFrame(20, plain, 0))
+				w.Write(zstdFrame(31, nil, 2<<30))
+			}},
+		{name: "xz-1536mib-dictionary", file: "xz-dict.tar.xz",
+			cause: "xz: the stream declares a 1536 MiB dictionary, more than the 128 MiB holdfast decodes",
+			write: func(w io.Writer) { w.Write(xzWithDict(t, plain, 200<<20, 37)) }},
+		{name: "xz-1536mib-dictionary-second-stream", file: "xz-dict-second.tar.xz",
+			cause: "xz: a block declares a dictionary larger than the 128 MiB holdfast decodes",
+			write: func(w io.Writer) {
+				w.Write(xzWithDict(t, plain[:len(plain)-1024], 0, 22)) // the tar without its end blocks, an 8 MiB dictionary
+				w.Write(xzWithDict(t, nil, 200<<20, 37))               // then the end blocks' zeros, and more
+			}},
+		{name: "zstd-10gib-zeros-after-the-archive", file: "zstd-trailing-bomb.tar.zst",
+			cause: "more than 16 MiB of data after the end of the tar archive",
+			write: func(w io.Writer) { w.Write(zstdFrame(20, plain, 10<<30)) }},
+		{name: "gzip-10gib-zero-layer", file: "gzip-bomb-layer.tar.gz",
+			cause: "must stay free (--min-free)", write: bombLayer, extra: []string{"--min-free", minFree}},
+	}
+}
+
+// zstdFrame writes a zstd frame by hand: a header declaring the window
+// 2^windowLog (no content size, no checksum), raw blocks of data, then zeros
+// RLE blocks of zeros.
+func zstdFrame(windowLog int, data []byte, zeros int64) []byte {
+	b := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, byte(windowLog-10) << 3}
+	const maxBlock = 128 << 10
+	type blk struct {
+		typ  uint32
+		n    int
+		data []byte
+	}
+	var blocks []blk
+	for len(data) > 0 {
+		n := min(len(data), maxBlock)
+		blocks = append(blocks, blk{0, n, data[:n]})
+		data = data[n:]
+	}
+	for zeros > 0 {
+		n := int(min(zeros, maxBlock))
+		blocks = append(blocks, blk{1, n, []byte{0}})
+		zeros -= int64(n)
+	}
+	for i, bl := range blocks {
+		h := bl.typ<<1 | uint32(bl.n)<<3
+		if i == len(blocks)-1 {
+			h |= 1
+		}
+		b = append(b, byte(h), byte(h>>8), byte(h>>16))
+		b = append(b, bl.data...)
+	}
+	return b
+}
+
+// gzipZeros is a multi-member gzip stream of n zeros: one member of 64 MiB
+// of zeros, repeated (gzip readers join members), so that 10 GiB costs a
+// moment to write.
+func gzipZeros(t *testing.T, w io.Writer, n int64) {
+	t.Helper()
+	const chunk = 64 << 20
+	member := func(size int64) []byte {
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+		if _, err := io.Copy(zw, io.LimitReader(zeroReader{}, size)); err != nil {
+			t.Fatal(err)
+		}
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	full := member(chunk)
+	for ; n >= chunk; n -= chunk {
+		if _, err := w.Write(full); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n > 0 {
+		if _, err := w.Write(member(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// xzWithDict compresses b with xz and rewrites the first block's LZMA2
+// dictionary size to the code dictCode (37: 1536 MiB), fixing the block
+// header's CRC32. The encoded data does not depend on it.
+func xzWithDict(t *testing.T, b []byte, trailingZeros int64, dictCode byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := fixture.Compress(&buf, fixture.Xz, fixture.CompressOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(w, io.LimitReader(zeroReader{}, trailingZeros)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	x := buf.Bytes()
+	blk := x[12:]
+	size := (int(blk[0]) + 1) * 4
+	if blk[1]&0xc0 != 0 || blk[2] != 0x21 || blk[3] != 1 {
+		t.Fatalf("unexpected xz block header % x", blk[:size])
+	}
+	blk[4] = dictCode
+	binary.LittleEndian.PutUint32(blk[size-4:], crc32.ChecksumIEEE(blk[:size-4]))
+	return x
 }
