@@ -376,10 +376,10 @@ func malformedKinds(t *testing.T) []badInput {
 
 	// Bad frames, and trailing garbage after a valid stream, in each compression.
 	for _, c := range []fixture.Compression{fixture.Gzip, fixture.Zstd, fixture.Bzip2, fixture.Xz, fixture.Lz4} {
-		add("bad-frame-"+string(c), compressionExt[c], badFrameCause[c], func(im *smallImage) []byte {
+		add("bad-frame-"+string(c), compressionExt[c], streamCause[c], func(im *smallImage) []byte {
 			return flipMiddle(compressBytes(t, c, tarBytes(t, im.entries(t))))
 		})
-		add("trailing-garbage-"+string(c), compressionExt[c], trailingCause[c], func(im *smallImage) []byte {
+		add("trailing-garbage-"+string(c), compressionExt[c], streamCause[c], func(im *smallImage) []byte {
 			z := compressBytes(t, c, tarBytes(t, im.entries(t)))
 			return append(z, []byte("this is not part of any compressed stream, just garbage after it\n")...)
 		})
@@ -571,11 +571,9 @@ func malformedKinds(t *testing.T) []badInput {
 	return ks
 }
 
-var badFrameCause = map[fixture.Compression]string{
-	fixture.Gzip: "gzip: ", fixture.Zstd: "zstd: ", fixture.Bzip2: "bzip2", fixture.Xz: "xz: ", fixture.Lz4: "lz4: ",
-}
-
-var trailingCause = map[fixture.Compression]string{
+// streamCause is what an error about a broken compressed stream names: the
+// decoder, for a bad frame and for garbage after a valid stream alike.
+var streamCause = map[fixture.Compression]string{
 	fixture.Gzip: "gzip: ", fixture.Zstd: "zstd: ", fixture.Bzip2: "bzip2", fixture.Xz: "xz: ", fixture.Lz4: "lz4: ",
 }
 
