@@ -2,6 +2,7 @@ package archive
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
@@ -11,8 +12,11 @@ import (
 // TestZarfYAMLAsBefore: zarf.yaml, as Zarf writes it, reads the same with
 // go.yaml.in/yaml/v3 as it did through JSON (sigs.k8s.io/yaml): the names,
 // the images of components and image archives, the aggregate checksum;
-// what one refuses the other refuses. Zarf writes its keys in one case;
-// the JSON path also took them in any other, which is no longer so.
+// what one refuses the other refuses. Where they part, on purpose (none of
+// it in what Zarf writes): a key in another case is left aside (the JSON
+// path folded case), a key given twice is refused (the JSON path took the
+// last), a null among a component's images is left out (the JSON path kept
+// an empty name, which wanted refused).
 func TestZarfYAMLAsBefore(t *testing.T) {
 	inputs := map[string]string{
 		"zarf v0.4x": `kind: ZarfPackageConfig
@@ -73,6 +77,17 @@ components:
 	var p zarfPackage
 	if err := yaml.Unmarshal([]byte("Metadata: {Name: x}\n"), &p); err != nil || p.Metadata.Name != "" {
 		t.Errorf("a key in another case: %+v, %v; want it left aside", p, err)
+	}
+	twice := []byte("metadata: {name: a}\nmetadata: {name: b}\n")
+	if err := k8syaml.Unmarshal(twice, &p); err != nil {
+		t.Errorf("the JSON path refuses a key given twice: %v; no longer a difference", err)
+	}
+	if err := yaml.Unmarshal(twice, &p); err == nil || !strings.Contains(err.Error(), `mapping key "metadata" already defined`) {
+		t.Errorf("a key given twice: %v, want it refused", err)
+	}
+	var n zarfPackage
+	if err := yaml.Unmarshal([]byte("components: [{name: a, images: [~, nginx]}]\n"), &n); err != nil || !reflect.DeepEqual(n.Components[0].Images, []string{"nginx"}) {
+		t.Errorf("a null image: %+v, %v; want it left out", n, err)
 	}
 }
 

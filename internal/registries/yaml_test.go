@@ -60,35 +60,42 @@ func TestParseAsBefore(t *testing.T) {
 			inputs["seed "+filepath.Base(s)] = v
 		}
 	}
-	// Where the two decoders part, on purpose: K3s reads registries.yaml
-	// with a YAML decoder and yaml keys, in the case they are written, and
-	// so does Parse, which refuses a key in another case as unknown; the
-	// JSON path took a key in any case (Mirrors for mirrors), which K3s
-	// would have ignored.
-	differ := map[string]string{
-		"key case": "Mirrors:\n  a.io:\n    endpoint: [x.io]\n",
-	}
-	for name, in := range inputs {
-		t.Run(name, func(t *testing.T) {
-			want, werr := parsedBefore([]byte(in))
-			got, gerr := Parse("registries.yaml", []byte(in))
-			if (werr == nil) != (gerr == nil) {
-				t.Fatalf("before: %v; now: %v", werr, gerr)
+	// Where the two decoders part, on purpose. K3s reads registries.yaml
+	// with a YAML decoder and yaml keys, and so does Parse: keys in the case
+	// they are written (another case is refused as unknown; the JSON path
+	// folded case, taking Mirrors for mirrors, which K3s would have
+	// ignored), and a scalar where a string goes kept as written (the JSON
+	// path turned a password 0123 into "83", yes into "true", 1.0 into "1").
+	// A null in the list of endpoints is left out rather than kept as an
+	// empty endpoint, which HostsFiles refused.
+	for _, c := range []struct {
+		name, in string
+		check    func(File, error) bool
+	}{
+		{"key case", "Mirrors:\n  a.io:\n    endpoint: [x.io]\n", func(_ File, err error) bool {
+			return err != nil && strings.Contains(err.Error(), "field Mirrors not found")
+		}},
+		{"octal-looking password", "configs:\n  a.io:\n    auth:\n      password: 0123\n", func(f File, err error) bool {
+			return err == nil && f.Configs["a.io"].Auth.Password == "0123"
+		}},
+		{"yes as a password", "configs:\n  a.io:\n    auth:\n      password: yes\n", func(f File, err error) bool {
+			return err == nil && f.Configs["a.io"].Auth.Password == "yes"
+		}},
+		{"float-looking password", "configs:\n  a.io:\n    auth:\n      password: 1.0\n", func(f File, err error) bool {
+			return err == nil && f.Configs["a.io"].Auth.Password == "1.0"
+		}},
+		{"null endpoint", "mirrors:\n  a.io:\n    endpoint: [~, x.io]\n", func(f File, err error) bool {
+			return err == nil && reflect.DeepEqual(f.Mirrors["a.io"].Endpoints, []string{"x.io"})
+		}},
+	} {
+		t.Run("differs/"+c.name, func(t *testing.T) {
+			before, werr := parsedBefore([]byte(c.in))
+			got, gerr := Parse("registries.yaml", []byte(c.in))
+			if werr != nil || (gerr == nil && reflect.DeepEqual(normalise(got), normalise(before))) {
+				t.Fatalf("the JSON path gave %+v, %v: no longer a difference", before, werr)
 			}
-			if gerr == nil && !reflect.DeepEqual(normalise(got), normalise(want)) {
-				t.Fatalf("before %+v, now %+v", want, got)
-			}
-			if gerr != nil && !strings.HasPrefix(gerr.Error(), "parsing registries.yaml: ") {
-				t.Fatalf("error %q does not name the file", gerr)
-			}
-		})
-	}
-	for name, in := range differ {
-		t.Run("differs/"+name, func(t *testing.T) {
-			_, werr := parsedBefore([]byte(in))
-			_, gerr := Parse("registries.yaml", []byte(in))
-			if werr != nil || gerr == nil || !strings.Contains(gerr.Error(), "field Mirrors not found") {
-				t.Fatalf("before: %v; now: %v, want it refused naming the key", werr, gerr)
+			if !c.check(got, gerr) {
+				t.Fatalf("now %+v, %v", got, gerr)
 			}
 		})
 	}
