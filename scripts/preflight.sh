@@ -3,7 +3,7 @@
 # embedded tests start containerd), Debian's containerd 1.6 (the old-version
 # target), crictl, and the one-node cluster's tools (scripts/cluster-deps.sh).
 # Each missing part fails the run unless HOLDFAST_TEST_SKIP (comma-separated:
-# root,containerd-1.6,crictl,cosign,cluster) lists it; the tests then skip that part,
+# root,containerd-1.6,crictl,cosign,spegel,cluster) lists it; the tests then skip that part,
 # saying so.
 set -uo pipefail
 bin=$1
@@ -28,6 +28,8 @@ elif ! containerd --version | grep -q ' 1\.6\.'; then
 fi
 command -v crictl >/dev/null 2>&1 || need crictl "crictl is not in $bin or on PATH (make deps installs it)"
 command -v cosign >/dev/null 2>&1 || need cosign "cosign is not in $bin or on PATH (make deps builds it: scripts/cosign.sh)"
+command -v spegel >/dev/null 2>&1 || need spegel "spegel is not in $bin or on PATH (make deps builds it: scripts/spegel.sh)"
+command -v ip >/dev/null 2>&1 || need spegel "ip (iproute2) is not on PATH: the peer tests put two nodes in a network namespace"
 cluster_bin=${HOLDFAST_CLUSTER_BIN:-$HOME/.cache/holdfast/cluster/v1.36.3/bin}
 cluster_missing=()
 for b in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet pause; do

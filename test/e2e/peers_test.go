@@ -1,0 +1,273 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/embedded"
+	"github.com/holdfast-project/holdfast/internal/fixture"
+	"github.com/holdfast-project/holdfast/internal/testenv"
+)
+
+// Two nodes on one machine, for the peer tests: each a containerd and a
+// spegel (K3s's fork, the one K3s embeds), in a network namespace the test
+// makes and removes, with one address per node on its loopback device.
+// spegel advertises no loopback address (127/8) and assumes every peer
+// serves its registry on the same port, so each node gets an address of its
+// own, 10.77.0.1 and 10.77.0.2; nothing leaves the namespace. Node B's
+// hosts.toml sends e2e.local to B's spegel, its upstream a closed port: only
+// a peer can serve B.
+
+const (
+	peerNet          = "10.77.0."
+	spegelRegistry   = 5000
+	spegelRouter     = 5001
+	spegelBootstrap  = 5002
+	spegelMetrics    = 9090
+	closedUpstream   = "http://127.0.0.1:9"
+	peerRegistryHost = "e2e.local"
+)
+
+// peerNode is one node of a peer test.
+type peerNode struct {
+	*daemon
+	ns      string // the network namespace
+	addr    string // its address in the namespace
+	layout  embedded.Layout
+	dataDir string // holdfast's
+	spegel  string // spegel's log
+}
+
+// TestPeersShareImports: what holdfast writes on node A while spegel runs
+// (`holdfast import` of an archive, a pass over an images dir), node B
+// pulls from A's spegel through its own, by tag and by digest, with
+// holdfast's pull list; an image put on A with containerd's
+// own import (`ctr images import`'s code) is not shared, and B's pull of it
+// fails. The sharing rests on what holdfast writes at commit time: a
+// name@digest record beside each tag, and the distribution source labels
+// that tell spegel which registry a blob came from.
+func TestPeersShareImports(t *testing.T) {
+	requireRoot(t)
+	spegel, err := exec.LookPath("spegel")
+	if err != nil {
+		testenv.Missing(t, "spegel", "spegel is not on PATH (make deps builds it into bin/: scripts/spegel.sh): "+err.Error())
+	}
+	ns := newNetns(t, peerNet+"1", peerNet+"2")
+	// Each bootstraps from the other, whichever comes up first.
+	a := startPeerNode(t, ns, spegel, peerNet+"1", peerNet+"2")
+	b := startPeerNode(t, ns, spegel, peerNet+"2", peerNet+"1")
+	b.mirrorThroughSpegel(t)
+
+	shared := build(t, fixture.ImageSpec{Names: []string{peerRegistryHost + "/peers/shared:1"}})
+	archive := filepath.Join(tempDir(t), "shared.tar")
+	writeArchive(t, archive, fixture.None, fixture.CompressOptions{},
+		func(ctx context.Context, w io.Writer) error { return fixture.WriteDockerSave(ctx, w, shared) })
+	if res := holdfast(t, "import", "--address", a.Address, "--data-dir", a.dataDir, archive); res.Code != 0 {
+		t.Fatalf("holdfast import on A exited %d\n%s", res.Code, res.Stderr)
+	}
+	// And one from an images dir, by a pass.
+	synced := build(t, fixture.ImageSpec{Names: []string{peerRegistryHost + "/peers/synced:1"}})
+	imagesDir := filepath.Join(tempDir(t), "images")
+	writeArchive(t, filepath.Join(imagesDir, "synced.tar.gz"), fixture.Gzip, fixture.CompressOptions{},
+		func(ctx context.Context, w io.Writer) error {
+			return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameContainerd}, synced)
+		})
+	if res := a.sync(t, a.dataDir, imagesDir); res.Code != 0 {
+		t.Fatalf("holdfast sync on A exited %d\n%s", res.Code, res.Stderr)
+	}
+	control := build(t, fixture.ImageSpec{Names: []string{peerRegistryHost + "/peers/control:1"}})
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(fixture.WriteOCI(context.Background(), pw, fixture.OCIOptions{Names: fixture.NameContainerd}, control))
+	}()
+	if _, err := a.Client.Import(a.ctx(), pr); err != nil {
+		t.Fatalf("containerd's import of the control image on A: %v", err)
+	}
+
+	target := shared.Target.Digest
+	byTag, byDigest := peerRegistryHost+"/peers/shared:1", peerRegistryHost+"/peers/shared@"+target.String()
+	syncedTag := peerRegistryHost + "/peers/synced:1"
+	// A's spegel advertises what it learns from containerd's events, and
+	// the routing table fills as the two find each other: B may have to try
+	// again.
+	deadline := time.Now().Add(2 * time.Minute)
+	for attempt := 1; ; attempt++ {
+		res := b.pull(t, byTag, byDigest, syncedTag)
+		if res.Code == 0 {
+			t.Logf("B pulled the shared image from its peers at attempt %d", attempt)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B's pull of the shared image through its peers still fails after %d attempts: exit %d\n%s", attempt, res.Code, tail(res.Stderr, 10))
+		}
+		time.Sleep(time.Second)
+	}
+	for n, want := range map[string]ocispec.Descriptor{byTag: shared.Target, byDigest: shared.Target, syncedTag: synced.Target} {
+		rec, ok := b.record(t, n)
+		if !ok || rec.Target.Digest != want.Digest {
+			t.Errorf("B: %s is %v (%v), want %s", n, rec.Target.Digest, ok, want.Digest)
+		}
+	}
+	for _, d := range b.hostBlobs(t, shared.Target) {
+		if !b.hasBlob(t, d.Digest) {
+			t.Errorf("B lacks blob %s of the shared image", d.Digest)
+		}
+	}
+	if log := readFile(t, b.spegel); !strings.Contains(log, target.String()) {
+		t.Errorf("B's spegel log does not name the image it served:\n%s", tail(log, 20))
+	}
+
+	// The control: containerd's own import writes neither a name@digest
+	// record nor the distribution source labels, and spegel does not share it.
+	res := b.pull(t, peerRegistryHost+"/peers/control:1")
+	if res.Code == 0 {
+		t.Errorf("B pulled the control image, which containerd's own import put on A: spegel shared it")
+	}
+	if _, ok := b.record(t, peerRegistryHost+"/peers/control:1"); ok {
+		t.Errorf("B holds the control image")
+	}
+	t.Logf("control pull on B: exit %d: %s", res.Code, tail(res.Stderr, 3))
+}
+
+// newNetns makes a network namespace with its loopback device up and addrs
+// on it, and removes it after the test.
+func newNetns(t *testing.T, addrs ...string) string {
+	t.Helper()
+	if _, err := exec.LookPath("ip"); err != nil {
+		testenv.Missing(t, "spegel", "ip (iproute2) is not on PATH: the peer tests make a network namespace with it")
+	}
+	name := fmt.Sprintf("holdfast-peers-%d", os.Getpid())
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("netns", "add", name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", name).Run() })
+	run("-n", name, "link", "set", "lo", "up")
+	for _, a := range addrs {
+		run("-n", name, "addr", "add", a+"/32", "dev", "lo")
+	}
+	return name
+}
+
+// startPeerNode starts a node: a containerd and a spegel in namespace ns at
+// addr, its spegel bootstrapping from the node at peer (spegel's HTTP
+// bootstrap: each serves its own address and ID).
+func startPeerNode(t *testing.T, ns, spegel, addr, peer string) *peerNode {
+	t.Helper()
+	dir := tempDir(t)
+	// containerd runs in the namespace: a pull through the transfer service,
+	// and the CRI's, go out from it.
+	wrapper := filepath.Join(dir, "in-netns")
+	script := fmt.Sprintf("#!/bin/sh\nexec ip netns exec %s %s \"$@\"\n", ns, holdfastBin)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := embedded.Start(ctx, filepath.Join(dir, "containerd"), embedded.Options{Binary: wrapper})
+	if err != nil {
+		t.Fatalf("starting containerd at %s: %v", addr, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.Stop(ctx); err != nil {
+			t.Errorf("stopping containerd at %s: %v", addr, err)
+		}
+	})
+	n := &peerNode{daemon: connect(t, "node "+addr, p.Address(), false), ns: ns, addr: addr, layout: p.Layout(),
+		dataDir: filepath.Join(dir, "holdfast"), spegel: filepath.Join(dir, "spegel.log")}
+
+	args := []string{"netns", "exec", ns, spegel, "registry",
+		"--log-level", "DEBUG",
+		"--containerd-sock", n.layout.Address,
+		"--containerd-namespace", namespace,
+		"--containerd-content-path", filepath.Join(n.layout.Root, "io.containerd.content.v1.content"),
+		"--data-dir", filepath.Join(dir, "spegel"),
+		"--registry-addr", fmt.Sprintf("%s:%d", addr, spegelRegistry),
+		"--router-addr", fmt.Sprintf("%s:%d", addr, spegelRouter),
+		"--metrics-addr", fmt.Sprintf("%s:%d", addr, spegelMetrics),
+		"--bootstrap-kind", "http",
+		"--http-bootstrap-addr", fmt.Sprintf("%s:%d", addr, spegelBootstrap),
+		"--http-bootstrap-peer", fmt.Sprintf("http://%s:%d", peer, spegelBootstrap),
+	}
+	logf, err := os.Create(n.spegel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command("ip", args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting spegel at %s: %v", addr, err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("spegel at %s:\n%s", addr, tail(readFile(t, n.spegel), 40))
+		}
+	})
+	return n
+}
+
+// mirrorThroughSpegel writes the node's hosts.toml for e2e.local: its own
+// spegel, then an upstream no one serves.
+func (n *peerNode) mirrorThroughSpegel(t *testing.T) {
+	t.Helper()
+	dir := filepath.Join(n.layout.RegistryConfigPath, peerRegistryHost)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mirror := fmt.Sprintf("http://%s:%d", n.addr, spegelRegistry)
+	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", closedUpstream, mirror)
+	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pull has holdfast pull refs on the node, as a pull list, from inside the
+// namespace (holdfast fetches itself) with the node's hosts.toml.
+func (n *peerNode) pull(t *testing.T, refs ...string) result {
+	t.Helper()
+	images := filepath.Join(tempDir(t), "images")
+	if err := os.MkdirAll(images, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(images, "peers.txt"), []byte(strings.Join(refs, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", n.ns, holdfastBin, "sync", "--address", n.Address, "--data-dir", n.dataDir,
+		"--images", images, "--registry-config", n.layout.RegistryConfigPath, "--pull-timeout", "20s")
+	return runHoldfast(t, cmd)
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
