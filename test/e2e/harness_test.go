@@ -68,10 +68,19 @@ func forEachDaemon(t *testing.T, fn func(t *testing.T, d *daemon)) {
 func startEmbedded(t *testing.T) *daemon {
 	t.Helper()
 	requireRoot(t)
-	dir := tempDir(t)
+	p := startContainerd(t, tempDir(t), holdfastBin)
+	d := connect(t, "embedded", p.Address(), false)
+	d.PID = p.PID()
+	return d
+}
+
+// startContainerd starts the embedded containerd on dataDir, run as
+// `<bin> containerd --config F`, and stops it after the test.
+func startContainerd(t *testing.T, dataDir, bin string) *embedded.Process {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := embedded.Start(ctx, dir, embedded.Options{Binary: holdfastBin})
+	p, err := embedded.Start(ctx, dataDir, embedded.Options{Binary: bin})
 	if err != nil {
 		t.Fatalf("starting embedded containerd: %v", err)
 	}
@@ -82,9 +91,7 @@ func startEmbedded(t *testing.T) *daemon {
 			t.Errorf("stopping embedded containerd: %v", err)
 		}
 	})
-	d := connect(t, "embedded", p.Address(), false)
-	d.PID = p.PID()
-	return d
+	return p
 }
 
 // embeddedScene is the set-up of a test on its own embedded containerd: the

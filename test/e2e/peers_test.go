@@ -175,19 +175,7 @@ func startPeerNode(t *testing.T, ns, spegel, addr, peer string) *peerNode {
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := embedded.Start(ctx, filepath.Join(dir, "containerd"), embedded.Options{Binary: wrapper})
-	if err != nil {
-		t.Fatalf("starting containerd at %s: %v", addr, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := p.Stop(ctx); err != nil {
-			t.Errorf("stopping containerd at %s: %v", addr, err)
-		}
-	})
+	p := startContainerd(t, filepath.Join(dir, "containerd"), wrapper)
 	n := &peerNode{daemon: connect(t, "node "+addr, p.Address(), false), ns: ns, addr: addr, layout: p.Layout(),
 		dataDir: filepath.Join(dir, "holdfast"), spegel: filepath.Join(dir, "spegel.log")}
 
