@@ -4,18 +4,26 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	eventtypes "github.com/containerd/containerd/api/events"
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/typeurl/v2"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/embedded"
 	"github.com/holdfast-project/holdfast/internal/fixture"
+	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
@@ -67,6 +75,7 @@ func TestPeersShareImports(t *testing.T) {
 	a := startPeerNode(t, ns, spegel, peerNet+"1", peerNet+"2")
 	b := startPeerNode(t, ns, spegel, peerNet+"2", peerNet+"1")
 	b.mirrorThroughSpegel(t)
+	created := a.contentCreated(t)
 
 	shared := build(t, fixture.ImageSpec{Names: []string{peerRegistryHost + "/peers/shared:1"}})
 	archive := filepath.Join(tempDir(t), "shared.tar")
@@ -84,6 +93,22 @@ func TestPeersShareImports(t *testing.T) {
 		})
 	if res := a.sync(t, a.dataDir, imagesDir); res.Code != 0 {
 		t.Fatalf("holdfast sync on A exited %d\n%s", res.Code, res.Stderr)
+	}
+	// Every blob holdfast wrote on A: what A's containerd committed until
+	// it had committed the two sources' states, which each import writes last.
+	var states []digest.Digest
+	if err := a.Client.ContentStore().Walk(a.ctx(), func(info content.Info) error {
+		states = append(states, info.Digest)
+		return nil
+	}, fmt.Sprintf("labels.%q", runtime.LabelState)); err != nil || len(states) != 2 {
+		t.Fatalf("A's state blobs: %v (%v), want two", states, err)
+	}
+	var wrote []digest.Digest
+	for d := range created {
+		wrote = append(wrote, d)
+		if !slices.ContainsFunc(states, func(s digest.Digest) bool { return !slices.Contains(wrote, s) }) {
+			break
+		}
 	}
 	control := build(t, fixture.ImageSpec{Names: []string{peerRegistryHost + "/peers/control:1"}})
 	pr, pw := io.Pipe()
@@ -137,7 +162,78 @@ func TestPeersShareImports(t *testing.T) {
 		t.Errorf("B holds the control image")
 	}
 	t.Logf("control pull on B: exit %d: %s", res.Code, tail(res.Stderr, 3))
+
+	// spegel logs an error for each blob committed without a distribution
+	// source: for the control's, and for nothing holdfast wrote (its state
+	// blobs and its probe of the content store's directory included).
+	controlBlobs := map[digest.Digest]bool{control.Target.Digest: true}
+	for _, m := range control.Manifests {
+		controlBlobs[m.Descriptor.Digest], controlBlobs[m.Config.Digest] = true, true
+		for _, l := range m.Layers {
+			controlBlobs[l.Digest()] = true
+		}
+	}
+	if len(wrote) < 8 {
+		t.Fatalf("A's containerd committed %d blobs for holdfast's two imports, want the two images' and their states: %v", len(wrote), wrote)
+	}
+	// A's spegel handles containerd's events in order: once it has found
+	// no source on a control blob, it has read every blob holdfast wrote.
+	var unlabelled []string
+	deadline = time.Now().Add(30 * time.Second)
+	for !slices.ContainsFunc(unlabelled, func(d string) bool { return controlBlobs[digest.Digest(d)] }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("A's spegel logged no missing distribution source for the control's blobs: the check proves nothing\n%s", tail(readFile(t, a.spegel), 20))
+		}
+		time.Sleep(200 * time.Millisecond)
+		unlabelled = unlabelledBlobs(readFile(t, a.spegel))
+	}
+	for _, d := range wrote {
+		if slices.Contains(unlabelled, d.String()) {
+			t.Errorf("A's spegel found no distribution source on %s, which holdfast wrote", d)
+		}
+	}
 }
+
+// contentCreated yields the digest of each blob the node's containerd
+// commits from now on, in order, until the test ends.
+func (n *peerNode) contentCreated(t *testing.T) iter.Seq[digest.Digest] {
+	t.Helper()
+	ctx, cancel := context.WithCancel(n.ctx())
+	t.Cleanup(cancel)
+	events, errs := n.Client.EventService().Subscribe(ctx, `topic=="/content/create"`)
+	return func(yield func(digest.Digest) bool) {
+		for {
+			select {
+			case env := <-events:
+				ev, err := typeurl.UnmarshalAny(env.Event)
+				if err != nil {
+					t.Fatalf("reading a /content/create event: %v", err)
+				}
+				if !yield(digest.Digest(ev.(*eventtypes.ContentCreate).Digest)) {
+					return
+				}
+			case err := <-errs:
+				t.Fatalf("containerd's events: %v", err)
+			case <-time.After(time.Minute):
+				t.Fatalf("no /content/create event in a minute")
+			}
+		}
+	}
+}
+
+// unlabelledBlobs is the digests a spegel log says it found no distribution
+// source label on.
+func unlabelledBlobs(log string) []string {
+	var out []string
+	for _, m := range unlabelledRE.FindAllStringSubmatch(log, -1) {
+		if !slices.Contains(out, m[1]) {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+var unlabelledRE = regexp.MustCompile(`no distribution source labels found for (sha256:[0-9a-f]{64})`)
 
 // newNetns makes a network namespace with its loopback device up and addrs
 // on it, and removes it after the test.

@@ -293,6 +293,15 @@ var sabotages = []sabotage{
 		tests: []tests{{e2e, []string{"TestPeersShareImports"}, nil}},
 	},
 	{
+		name: "state-blob-without-source",
+		// The blob of a lease's state carries no distribution source label:
+		// spegel logs an error for each one committed.
+		edits: []edit{{"internal/runtime/containerd/leases.go",
+			`runtime.LabelState: st.Lease, localSource: "state"}`,
+			`runtime.LabelState: st.Lease}`}},
+		tests: []tests{{e2e, []string{"TestPeersShareImports"}, nil}},
+	},
+	{
 		name: "incomplete-image-imported",
 		// A host-platform blob neither in the archive nor in the store does
 		// not stop the import.

@@ -146,7 +146,8 @@ func (r *Runtime) probeRoot(ctx context.Context, root string) error {
 		}
 		_ = ls.Delete(ctx, l)
 	}
-	if err := content.WriteBlob(leases.WithLease(ctx, l.ID), cs, r.probeRef(), bytes.NewReader(data), desc); err != nil {
+	if err := content.WriteBlob(leases.WithLease(ctx, l.ID), cs, r.probeRef(), bytes.NewReader(data), desc,
+		content.WithLabels(map[string]string{localSource: "probe"})); err != nil {
 		return fmt.Errorf("probing %s: writing a blob through containerd: %w", root, err)
 	}
 	got, err := os.ReadFile(file)

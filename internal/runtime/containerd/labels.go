@@ -3,7 +3,6 @@ package containerd
 import (
 	"context"
 	"fmt"
-	"github.com/holdfast-project/holdfast/internal/runtime"
 	"net"
 	"slices"
 	"sort"
@@ -17,7 +16,20 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/runtime"
 )
+
+// localSource is the distribution source label of the blobs holdfast
+// writes that are no image's: a lease's desired state, a probe of the
+// content store's directory. A registry mirror that shares content between
+// nodes (spegel) reads the labels of every blob containerd commits and logs
+// an error for one without a distribution source; these say they come from a
+// host under .invalid, which no name resolves to, so no pull is ever sent
+// there and no image is named by it. The mirror may still list their
+// digests: a peer that asks for exactly such a digest gets the node's state
+// of one source (paths, names and digests: what the node's NodeImages says).
+const localSource = labels.LabelDistributionSource + ".holdfast.invalid"
 
 // distributionSource is where an image name says its content comes from: the
 // label key for the registry host (containerd.io/distribution.source.<host>)

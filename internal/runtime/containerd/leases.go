@@ -211,7 +211,7 @@ func (r *Runtime) writeState(ctx context.Context, ing *ingester, st runtime.Sour
 		return err
 	}
 	desc := ocispec.Descriptor{MediaType: runtime.StateMediaType, Digest: digest.FromBytes(data), Size: int64(len(data))}
-	committed, err := ing.writeDoc(ctx, desc, data, map[string]string{runtime.LabelState: st.Lease}, nil)
+	committed, err := ing.writeDoc(ctx, desc, data, map[string]string{runtime.LabelState: st.Lease, localSource: "state"}, nil)
 	if err != nil {
 		return fmt.Errorf("saving state of lease %s: %w", st.Lease, err)
 	}
