@@ -31,6 +31,14 @@ type Config struct {
 	// FeaturesOff say, each, which feature runs off because a path it needs
 	// is missing: Run records each as a Warning event (FeatureOff).
 	FeaturesOff []string
+	// PullRequired: the images of the required set the node lacks are
+	// pulled through its registry mirrors (its peers), pinned and leased as
+	// the peer source PeerList, and released PeerGrace after they leave
+	// the set. PeerList is kept also when PullRequired is off, so that what
+	// it held before is released.
+	PullRequired bool
+	PeerList     string
+	PeerGrace    time.Duration
 }
 
 // Recorder receives what the daemon and its passes do, for metrics.
@@ -80,6 +88,8 @@ type Agent struct {
 	req      requiredState // the images the node's workloads need (mu)
 	reqKick  chan struct{} // judge the required images again
 	reqJudge sync.Mutex    // one judgment of them at a time
+	peers    peerList       // the peer source (reqJudge)
+	peerDue  chan time.Time // when the peer list's next grace ends
 
 	ready      atomic.Bool
 	readyState atomic.Value // string: why not ready
@@ -98,7 +108,7 @@ func New(rt hfruntime.Backend, cfg Config, rec Recorder) *Agent {
 	a := &Agent{rt: rt, cfg: cfg, log: log, rec: rec, clock: realClock{},
 		wanted: map[string]hfruntime.Want{}, heals: map[string]*healState{},
 		collecting: true, touched: map[string]bool{}, pinPatterns: map[string][]pattern.Pattern{}, foreign: map[string]bool{},
-		reqKick: make(chan struct{}, 1)}
+		reqKick: make(chan struct{}, 1), peerDue: make(chan time.Time, 1)}
 	now := func() time.Time { return a.clock.Now() }
 	a.journal = journal.New(journal.DefaultSize, now)
 	a.passes = pass.New(rt, cfg.Config, pass.WithRecorder(rec), pass.WithClock(now), pass.WithJournal(a.journal), pass.WithHandoff(a))
@@ -166,6 +176,8 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	defer retry.Stop()
 	healTimer := a.clock.NewTimer()
 	defer healTimer.Stop()
+	peerTimer := a.clock.NewTimer()
+	defer peerTimer.Stop()
 	initial := true
 	cri := &criWait{timer: a.clock.NewTimer(), wait: backoff.New(criFirstDelay, criMaxDelay)} // after the first pass, until the CRI sees its images
 	defer cri.timer.Stop()
@@ -212,6 +224,10 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 			}
 			a.kickRequired()
 		case <-a.reqKick:
+			a.judgeRequired(ctx)
+		case due := <-a.peerDue:
+			peerTimer.Reset(max(due.Sub(a.clock.Now()), 0) + 100*time.Millisecond)
+		case <-peerTimer.C():
 			a.judgeRequired(ctx)
 		case <-healTimer.C():
 			a.retryBackedOff(ctx, healTimer)

@@ -67,6 +67,9 @@ func (a *Agent) judgeRequired(ctx context.Context) {
 	set := a.req.set
 	a.mu.Unlock()
 	if set == nil {
+		if !a.cfg.PullRequired {
+			a.schedulePeers(a.updatePeers(nil, nil)) // a peer list from before is released
+		}
 		return
 	}
 	records, err := a.rt.Records(ctx)
@@ -83,12 +86,24 @@ func (a *Agent) judgeRequired(ctx context.Context) {
 	held := heldOf(records)
 	rep := report.Required{Known: true, Ready: true, Counts: map[report.State]int{}, HeldHash: held.Hash()}
 	states := map[string]report.State{}
-	for _, v := range workload.Judge(imgs, records) {
+	verdicts := workload.Judge(imgs, records)
+	for _, v := range verdicts {
 		states[v.Ref] = v.State
+	}
+	a.schedulePeers(a.updatePeers(set, states))
+	for _, v := range verdicts {
 		rep.Counts[v.State]++
 		if !workload.Ready(v.State, false) {
 			rep.Ready = false
-			rep.NotReady = append(rep.NotReady, report.Verdict{RequiredImage: report.RequiredImage{Ref: v.Ref, UsedBy: usedBy[v.Ref]}, State: v.State})
+			nr := report.Verdict{RequiredImage: report.RequiredImage{Ref: v.Ref, UsedBy: usedBy[v.Ref]}, State: v.State}
+			if a.cfg.PullRequired && a.onPeerList(v.Ref) {
+				nr.Pulling = true
+				rep.Pulling++
+				if err := a.passes.PullFailure(v.Ref); err != nil {
+					nr.PullError = err.Error()
+				}
+			}
+			rep.NotReady = append(rep.NotReady, nr)
 		}
 	}
 	sort.Slice(rep.NotReady, func(i, j int) bool { return rep.NotReady[i].Ref < rep.NotReady[j].Ref })

@@ -49,6 +49,8 @@ func TestEnvNames(t *testing.T) {
 		"holdfast import --progress HOLDFAST_PROGRESS",
 		"holdfast run --listen HOLDFAST_LISTEN",
 		"holdfast run --parallel HOLDFAST_PARALLEL",
+		"holdfast run --peer-grace HOLDFAST_PEER_GRACE",
+		"holdfast run --pull-required HOLDFAST_PULL_REQUIRED",
 		"holdfast run --resync HOLDFAST_RESYNC",
 		"holdfast run --settle HOLDFAST_SETTLE",
 		"holdfast sync --parallel HOLDFAST_PARALLEL",

@@ -22,7 +22,7 @@ func (o *options) checkSpoolDirs() error {
 	if len(images) == 0 {
 		images = append(images, filepath.Join(o.dataDir, "images"))
 	}
-	images = append(images, filepath.Join(o.dataDir, "pins"))
+	images = append(images, ownDirs(o.dataDir)...)
 	var errs []error
 	for _, s := range o.spool {
 		rs, err := resolved(s)

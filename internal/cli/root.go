@@ -236,8 +236,9 @@ func (o *options) passConfig(parallel int) (pass.Config, error) {
 		Policy: o.policyFile}, nil
 }
 
-// imageDirs returns the images dirs (the default one created), and the data
-// dir's pins dir, where `holdfast pin` keeps local.pins.
+// imageDirs returns the images dirs (the default one created), the data
+// dir's pins dir, where `holdfast pin` keeps local.pins, and its peers dir,
+// where `holdfast run --pull-required` keeps the peer source.
 func (o *options) imageDirs() ([]string, error) {
 	var dirs []string
 	for _, d := range o.images {
@@ -254,12 +255,23 @@ func (o *options) imageDirs() ([]string, error) {
 		}
 		dirs = []string{dir}
 	}
-	pins := filepath.Join(o.dataDir, "pins")
-	if err := os.MkdirAll(pins, 0o755); err != nil {
-		return nil, fmt.Errorf("creating pins dir: %w", err)
+	for _, own := range ownDirs(o.dataDir) {
+		if err := os.MkdirAll(own, 0o755); err != nil {
+			return nil, fmt.Errorf("creating %s: %w", own, err)
+		}
+		dirs = append(dirs, own)
 	}
-	return append(append([]string{}, dirs...), pins), nil
+	return dirs, nil
 }
+
+// ownDirs are the images dirs in the data dir that holdfast writes itself:
+// the pins dir and the peers dir.
+func ownDirs(dataDir string) []string {
+	return []string{filepath.Join(dataDir, "pins"), peersDir(dataDir)}
+}
+
+// peersDir holds the peer source (holdfast run --pull-required).
+func peersDir(dataDir string) string { return filepath.Join(dataDir, "peers") }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var lv slog.Level

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,8 @@ func newRun(o *options) *cobra.Command {
 		listen   string
 		settle   time.Duration
 		resync   time.Duration
+		pullReq  bool
+		grace    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -41,7 +44,12 @@ It serves /metrics, /healthz, /readyz and /report (read by holdfast-reporter)
 on --listen, and takes PUT /required from loopback (the reporter's set of the
 images the node's workloads need, judged on every pass and image event:
 GET /report's "required", holdfast_required_images, ImageMissing,
-ImageUnpinned and ImageReady events), and tells systemd
+ImageUnpinned and ImageReady events). With --pull-required, each image of
+that set the node lacks or holds unpinned is pulled through the node's
+registry mirrors (spegel serves what its peers hold), pinned and leased as
+the peer source <data-dir>/peers/required.txt, and released --peer-grace
+after no workload on the node needs it any more; nothing another source
+wants is unpinned. It tells systemd
 READY=1 (Type=notify) once every source of the first pass is final.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -52,6 +60,8 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 				return err
 			}
 			cfg.Settle, cfg.Resync = settle, resync
+			cfg.PullRequired, cfg.PeerGrace = pullReq, grace
+			cfg.PeerList = filepath.Join(peersDir(o.dataDir), agent.PeerListName)
 			s, err := o.openOwner(ctx, "run")
 			if err != nil {
 				return err
@@ -129,7 +139,9 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 	f.StringVar(&listen, "listen", server.DefaultAddr, "address for /metrics, /healthz, /readyz, /report and /required; empty disables")
 	f.DurationVar(&settle, "settle", 2*time.Second, "a file is complete once its mtime is this old, or it stayed unchanged this long")
 	f.DurationVar(&resync, "resync", 5*time.Minute, "full pass at least this often")
-	withEnv(f, "parallel", "listen", "settle", "resync")
+	f.BoolVar(&pullReq, "pull-required", false, "pull the images the node's workloads need (PUT /required) and the node lacks through its registry mirrors (its peers' spegel), and keep them pinned as the peer source <data-dir>/peers/"+agent.PeerListName)
+	f.DurationVar(&grace, "peer-grace", agent.DefaultPeerGrace, "with --pull-required: how long an image that no workload on the node needs any more stays on the peer source")
+	withEnv(f, "parallel", "listen", "settle", "resync", "pull-required", "peer-grace")
 	return cmd
 }
 

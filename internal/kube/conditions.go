@@ -110,6 +110,12 @@ func ImagesCondition(req *report.Required) corev1.NodeCondition {
 			continue
 		}
 		name := v.Ref + " " + string(v.State)
+		switch {
+		case v.PullError != "":
+			name += ": its pull from peers failed"
+		case v.Pulling:
+			name += ": being pulled from peers"
+		}
 		if len(v.UsedBy) > 0 {
 			// "Deployment a/b containers/x": the object, without its container.
 			user := strings.Fields(v.UsedBy[0])
@@ -132,6 +138,9 @@ func ImagesCondition(req *report.Required) corev1.NodeCondition {
 		if n := req.Counts[st]; n > 0 {
 			counts = append(counts, fmt.Sprintf("%d %s", n, st))
 		}
+	}
+	if req.Pulling > 0 {
+		counts = append(counts, fmt.Sprintf("%d being pulled from peers", req.Pulling))
 	}
 	if len(counts) > 0 {
 		msg += "; " + strings.Join(counts, ", ")

@@ -308,6 +308,11 @@ func TestImagesCondition(t *testing.T) {
 		{"unpinned", true, report.Required{Counts: map[report.State]int{"pinned": 1, "present": 6}, NotReady: many}, corev1.ConditionFalse, ReasonImagesUnpinned,
 			"docker.io/library/a:1 present (Deployment x/a), docker.io/library/b:1 present (Deployment x/b), docker.io/library/c:1 present (Deployment x/c), " +
 				"docker.io/library/d:1 present (Deployment x/d), docker.io/library/e:1 present (Deployment x/e) and 1 more; 1 pinned, 6 present"},
+		{"pulled from peers", true, report.Required{Counts: map[report.State]int{"pinned": 1, "missing": 2}, Pulling: 2, NotReady: []report.Verdict{
+			{RequiredImage: report.RequiredImage{Ref: "docker.io/library/p:1"}, State: "missing", Pulling: true},
+			{RequiredImage: report.RequiredImage{Ref: "docker.io/library/q:1"}, State: "missing", Pulling: true, PullError: "not found"},
+		}}, corev1.ConditionFalse, ReasonImagesMissing,
+			"docker.io/library/p:1 missing: being pulled from peers, docker.io/library/q:1 missing: its pull from peers failed; 1 pinned, 2 missing, 2 being pulled from peers"},
 	} {
 		agent.mu.Lock()
 		agent.known, agent.req = tc.known, tc.req

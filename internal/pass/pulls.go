@@ -206,3 +206,14 @@ func (p *Runner) credentials(host string) (string, string, error) {
 	c := p.cfg.Credentials[host]
 	return c.Username, c.Password, nil
 }
+
+// PullFailure is why ref's last pull failed, while it waits to be tried
+// again; nil otherwise.
+func (p *Runner) PullFailure(ref string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f, ok := p.pullFailed[ref]; ok && p.now().Before(f.retryAt) {
+		return f.err
+	}
+	return nil
+}

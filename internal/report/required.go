@@ -17,6 +17,11 @@ type RequiredSet struct {
 type Verdict struct {
 	RequiredImage
 	State State `json:"state"`
+	// Pulling: the agent pulls it from the node's peers (holdfast run
+	// --pull-required); PullError is why its last pull failed, while it
+	// waits to be tried again.
+	Pulling   bool   `json:"pulling,omitempty"`
+	PullError string `json:"pullError,omitempty"`
 }
 
 // Required is what the agent's GET /report says of the set (Report.Required).
@@ -25,6 +30,7 @@ type Required struct {
 	Ready    bool          `json:"ready"`              // every image of the set is pinned
 	Counts   map[State]int `json:"counts"`             // by state
 	NotReady []Verdict     `json:"notReady,omitempty"` // the images not pinned, sorted by ref
+	Pulling  int           `json:"pulling,omitempty"`  // of those, the ones being pulled from peers
 	// HeldHash is the Hash of what the node holds (GET /held), as of the
 	// last judgment; it changes when that does.
 	HeldHash string `json:"heldHash,omitempty"`

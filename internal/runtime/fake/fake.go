@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -80,11 +81,12 @@ func (r *Runtime) Handed() int {
 	return r.handed
 }
 
-// Record returns one record.
+// Record returns one record: a copy, its labels its own.
 func (r *Runtime) Record(name string) (runtime.Image, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	img, ok := r.records[name]
+	img.Labels = maps.Clone(img.Labels)
 	return img, ok
 }
 
@@ -164,6 +166,7 @@ func (r *Runtime) Records(context.Context) ([]runtime.Image, error) {
 	r.lists++
 	out := make([]runtime.Image, 0, len(r.records))
 	for _, img := range r.records {
+		img.Labels = maps.Clone(img.Labels)
 		out = append(out, img)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

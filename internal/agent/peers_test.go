@@ -1,0 +1,154 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/holdfast-project/holdfast/internal/report"
+	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/runtime/fake"
+	"github.com/holdfast-project/holdfast/internal/testenv/testimage"
+)
+
+// TestPullRequired: with --pull-required, a required image the node lacks
+// goes on the peer list at once, the report says it is being pulled, and a
+// pass pulls, pins and leases it as that list's; once no workload needs it,
+// it stays for the grace period, then its line goes and the pass unpins it
+// and releases the lease. An image pinned otherwise is never listed.
+func TestPullRequired(t *testing.T) {
+	t.Parallel()
+	rt := fake.New()
+	redis := testimage.Stored(t, rt, "docker.io/library/redis:7")
+	app := testimage.Stored(t, rt, "registry.example.com/app:1")
+	pulled := make(chan string, 4)
+	release := make(chan struct{})
+	rt.PullFunc = func(ref string) (hfruntime.Want, error) {
+		pulled <- ref
+		<-release
+		if ref == redis.Name {
+			return redis, nil
+		}
+		return hfruntime.Want{}, os.ErrNotExist
+	}
+	// app is pinned by hand: a pin holdfast does not own.
+	rt.Create(hfruntime.Image{Name: app.Name, Target: app.Target, Labels: map[string]string{hfruntime.LabelCRIPinned: hfruntime.PinnedValue}})
+	peers := filepath.Join(t.TempDir(), "peers")
+	list := filepath.Join(peers, PeerListName)
+	cfg := dirsConfig(t.TempDir(), peers)
+	cfg.PullRequired, cfg.PeerList, cfg.PeerGrace = true, list, 10*time.Minute
+	clock := newFakeClock()
+	a := startReportingAgent(t, rt, cfg, clock)
+	ctx := context.Background()
+
+	set := report.RequiredSet{Images: []report.RequiredImage{{Ref: "redis:7"}, {Ref: app.Name}}}
+	if err := a.SetRequired(ctx, set); err != nil {
+		t.Fatal(err)
+	}
+	if got := listed(t, list); len(got) != 1 || got[0] != redis.Name {
+		t.Fatalf("the peer list names %v, want only %s (app is pinned by hand)", got, redis.Name)
+	}
+	r := a.Report(0).Required
+	if r.Pulling != 1 || len(r.NotReady) != 1 || !r.NotReady[0].Pulling || r.NotReady[0].State != report.Missing {
+		t.Errorf("while the pull runs: %+v, want redis missing and being pulled", r)
+	}
+	select {
+	case ref := <-pulled:
+		if ref != redis.Name {
+			t.Errorf("pulled %s, want %s", ref, redis.Name)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no pass pulled the peer list's image")
+	}
+	close(release)
+	waitFor(t, "redis pinned by the peer list", func() bool {
+		rec, ok := rt.Record(redis.Name)
+		return ok && rec.Pinned() && len(leasesFor(t, rt, list)) == 1
+	})
+	waitFor(t, "the report ready", func() bool { return a.Report(0).Required.Ready })
+
+	// No workload needs it any more: it stays for the grace period.
+	if err := a.SetRequired(ctx, report.RequiredSet{}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(9 * time.Minute)
+	if err := a.SetRequired(ctx, report.RequiredSet{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := listed(t, list); len(got) != 1 {
+		t.Fatalf("within the grace period the peer list names %v, want redis still", got)
+	}
+	if rec, _ := rt.Record(redis.Name); !rec.Pinned() {
+		t.Fatal("redis unpinned within the grace period")
+	}
+	// Then the agent's own timer drops it, and the pass lets it go.
+	waitFor(t, "the peer list emptied after the grace period", func() bool {
+		clock.Advance(time.Minute)
+		_, err := os.Stat(list)
+		return os.IsNotExist(err)
+	})
+	waitFor(t, "redis unpinned and its lease released", func() bool {
+		rec, ok := rt.Record(redis.Name)
+		return (!ok || !rec.Pinned()) && len(leasesFor(t, rt, list)) == 0
+	})
+	if rec, _ := rt.Record(app.Name); !rec.Pinned() {
+		t.Error("app, pinned by hand, was unpinned")
+	}
+}
+
+// TestPeerListReleasedWhenOff: a peer list left from a run with
+// --pull-required is emptied once the grace period has passed after an
+// agent without it starts, whatever the required set says.
+func TestPeerListReleasedWhenOff(t *testing.T) {
+	t.Parallel()
+	list := filepath.Join(t.TempDir(), PeerListName)
+	if err := writePeerList(list, []string{"docker.io/library/redis:7"}); err != nil {
+		t.Fatal(err)
+	}
+	clock := newFakeClock()
+	a := New(fake.New(), Config{PeerList: list, PeerGrace: time.Minute}, nil)
+	a.clock = clock
+	set := &report.RequiredSet{Images: []report.RequiredImage{{Ref: "docker.io/library/redis:7"}}}
+	due := a.updatePeers(set, map[string]report.State{"docker.io/library/redis:7": report.Missing})
+	if want := clock.Now().Add(time.Minute); !due.Equal(want) {
+		t.Errorf("due %v, want %v", due, want)
+	}
+	if got := listed(t, list); len(got) != 1 {
+		t.Fatalf("at start the list names %v, want redis kept for the grace period", got)
+	}
+	clock.Advance(time.Minute)
+	if due := a.updatePeers(nil, nil); !due.IsZero() {
+		t.Errorf("due %v after the release, want none", due)
+	}
+	if _, err := os.Stat(list); !os.IsNotExist(err) {
+		t.Errorf("the peer list after the grace period: %v, want it removed", err)
+	}
+}
+
+// listed is the references of the peer list at path.
+func listed(t *testing.T, path string) []string {
+	t.Helper()
+	refs, err := readPeerList(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return refs
+}
+
+// leasesFor is the leases of the source at path.
+func leasesFor(t *testing.T, rt *fake.Runtime, path string) []string {
+	t.Helper()
+	states, err := rt.Sources(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, st := range states {
+		if st.Source == path {
+			out = append(out, st.Lease)
+		}
+	}
+	return out
+}
