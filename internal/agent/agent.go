@@ -85,9 +85,9 @@ type Agent struct {
 	kept        map[string]bool              // the wanted names kept sources want (holdfast import)
 	foreign     map[string]bool              // names pinned by another holdfast process during a pass
 
-	req      requiredState // the images the node's workloads need (mu)
-	reqKick  chan struct{} // judge the required images again
-	reqJudge sync.Mutex    // one judgment of them at a time
+	req      requiredState  // the images the node's workloads need (mu)
+	reqKick  chan struct{}  // judge the required images again
+	reqJudge sync.Mutex     // one judgment of them at a time
 	peers    peerList       // the peer source (reqJudge)
 	peerDue  chan time.Time // when the peer list's next grace ends
 
