@@ -161,9 +161,16 @@ func writeCluster(w io.Writer, r ClusterReport) error {
 		return err
 	}
 	t := r.Totals
-	_, err := fmt.Fprintf(w, "%d nodes: %d ready, %d lacking images (%d missing, %d unpinned), %d without a report\n",
-		t.Nodes, t.Ready, t.Lacking, t.Missing, t.Unpinned, t.NoReport)
-	return err
+	if _, err := fmt.Fprintf(w, "%d nodes: %d ready, %d lacking images (%d missing, %d unpinned), %d without a report\n",
+		t.Nodes, t.Ready, t.Lacking, t.Missing, t.Unpinned, t.NoReport); err != nil {
+		return err
+	}
+	if len(r.Nowhere) > 0 {
+		_, err := fmt.Fprintf(w, "%d missing images no node holds (no peer can serve them: carry them in an archive): %s\n",
+			len(r.Nowhere), strings.Join(r.Nowhere, ", "))
+		return err
+	}
+	return nil
 }
 
 func firstLine(s string) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,6 +117,10 @@ func TestJudgeCluster(t *testing.T) {
 	if !clusterFailed(r) {
 		t.Error("not failed")
 	}
+	// b:1 is missing on node-b and node-a holds it: a peer can serve it.
+	if want := []string{cRef, "docker.io/library/g:1"}; !slices.Equal(r.Nowhere, want) {
+		t.Errorf("held nowhere: %v, want %v", r.Nowhere, want)
+	}
 	var b bytes.Buffer
 	if err := writeCluster(&b, r); err != nil {
 		t.Fatal(err)
@@ -124,6 +129,7 @@ func TestJudgeCluster(t *testing.T) {
 		"node-a  docker.io/library/g:1", "missing   release.yaml#2 DaemonSet sys/gpu containers/g",
 		"node-b  " + cRef + "  mismatch", "node-c  -", "no report; HoldfastImagesReady False ImagesMissing: 1 missing: x\n",
 		"3 nodes: 0 ready, 2 lacking images (4 missing, 1 unpinned), 1 without a report",
+		"2 missing images no node holds (no peer can serve them: carry them in an archive): " + cRef + ", docker.io/library/g:1\n",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
@@ -140,6 +146,9 @@ func TestJudgeCluster(t *testing.T) {
 	}
 	if !nb.Ready || nb.Counts["pinned"] != 7 || r.Manifests {
 		t.Errorf("node-b from its report: %+v", nb)
+	}
+	if want := []string{"docker.io/library/x:1"}; !slices.Equal(r.Nowhere, want) {
+		t.Errorf("held nowhere, from the reports: %v, want %v", r.Nowhere, want)
 	}
 	if r.Totals != (workload.ClusterTotals{Nodes: 3, Ready: 1, Lacking: 1, NoReport: 1, Missing: 3, Unpinned: 2}) {
 		t.Errorf("totals %+v", r.Totals)

@@ -29,6 +29,9 @@ type Cluster struct {
 	Manifests bool          `json:"manifests"`
 	Nodes     []ClusterNode `json:"nodes"`
 	Totals    ClusterTotals `json:"totals"`
+	// Nowhere are the images missing on a node that no node holds, as
+	// their reports say: no peer can serve them, they must be carried.
+	Nowhere []string `json:"nowhere,omitempty"`
 }
 
 // ClusterNode is one node's verdict.
@@ -127,7 +130,51 @@ func JudgeCluster(nodes []Node, reports map[string]report.NodeImages, set *Set, 
 		out.Nodes = append(out.Nodes, cn)
 	}
 	sort.Slice(out.Nodes, func(i, j int) bool { return out.Nodes[i].Name < out.Nodes[j].Name })
+	out.Nowhere = heldNowhere(out.Nodes, reports, memo)
 	return out, errs
+}
+
+// heldNowhere are the images some node misses that no node with a report
+// holds, pinned or not, sorted.
+func heldNowhere(nodes []ClusterNode, reports map[string]report.NodeImages, memo judgments) []string {
+	missing := map[string]bool{}
+	for _, n := range nodes {
+		for _, img := range n.NotReady {
+			if img.State == report.Missing || img.State == report.Mismatch {
+				missing[img.Ref] = true
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	var wanted []Image
+	for ref := range missing {
+		wanted = append(wanted, Image{Ref: ref})
+	}
+	sort.Slice(wanted, func(i, j int) bool { return wanted[i].Ref < wanted[j].Ref })
+	for _, n := range nodes {
+		ni, ok := reports[n.Name]
+		if !ok || !n.Report {
+			continue
+		}
+		verdicts, err := memo.judge(ni, wanted)
+		if err != nil {
+			continue // said already, for the node
+		}
+		for _, v := range verdicts {
+			if v.State == report.Pinned || v.State == report.Present {
+				delete(missing, v.Ref)
+			}
+		}
+	}
+	var out []string
+	for _, img := range wanted {
+		if missing[img.Ref] {
+			out = append(out, img.Ref)
+		}
+	}
+	return out
 }
 
 // imagesOn are the images of which some use may run on n, with those uses.
