@@ -31,10 +31,18 @@ type agentProc struct {
 	raw    []string
 	addr   string
 	exited chan error
+	client *http.Client // dials in the agent's network namespace
 }
 
 // startAgent starts `holdfast run` against d and waits until it serves HTTP.
 func startAgent(t *testing.T, d *daemon, dataDir string, imageDirs []string, extra ...string) *agentProc {
+	t.Helper()
+	return startAgentIn(t, "", d, dataDir, imageDirs, extra...)
+}
+
+// startAgentIn starts `holdfast run` against d in the network namespace ns
+// ("" for the test's own) and waits until it serves HTTP.
+func startAgentIn(t *testing.T, ns string, d *daemon, dataDir string, imageDirs []string, extra ...string) *agentProc {
 	t.Helper()
 	args := []string{"run", "--address", d.Address, "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--settle", "1s", "--log-level", "debug"}
 	for _, dir := range imageDirs {
@@ -42,6 +50,11 @@ func startAgent(t *testing.T, d *daemon, dataDir string, imageDirs []string, ext
 	}
 	args = append(args, extra...)
 	cmd := exec.Command(holdfastBin, args...)
+	client := http.DefaultClient
+	if ns != "" {
+		cmd = exec.Command("ip", append([]string{"netns", "exec", ns, holdfastBin}, args...)...)
+		client = &http.Client{Transport: &http.Transport{DialContext: dialIn(ns)}}
+	}
 	cmd.Env = append(os.Environ(), "HOLDFAST_LOG_FORMAT=json")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -50,7 +63,7 @@ func startAgent(t *testing.T, d *daemon, dataDir string, imageDirs []string, ext
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	a := &agentProc{cmd: cmd, exited: make(chan error, 1)}
+	a := &agentProc{cmd: cmd, exited: make(chan error, 1), client: client}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -123,13 +136,30 @@ func (a *agentProc) dump() string {
 
 func (a *agentProc) get(t *testing.T, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + a.addr + path)
+	resp, err := a.client.Get("http://" + a.addr + path)
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
+}
+
+// put PUTs body to path and wants 204 No Content.
+func (a *agentProc) put(t *testing.T, path, body string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, "http://"+a.addr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		t.Fatalf("PUT %s: %v", path, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("PUT %s: %s", path, resp.Status)
+	}
 }
 
 // metric sums a counter or gauge family across the label sets that match.

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -20,10 +22,11 @@ import (
 	"github.com/containerd/typeurl/v2"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-project/holdfast/internal/embedded"
 	"github.com/holdfast-project/holdfast/internal/fixture"
-	"github.com/holdfast-project/holdfast/internal/runtime"
+	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
@@ -66,10 +69,7 @@ type peerNode struct {
 // that tell spegel which registry a blob came from.
 func TestPeersShareImports(t *testing.T) {
 	requireRoot(t)
-	spegel, err := exec.LookPath("spegel")
-	if err != nil {
-		testenv.Missing(t, "spegel", "spegel is not on PATH (make deps builds it into bin/: scripts/spegel.sh): "+err.Error())
-	}
+	spegel := spegelBin(t)
 	ns := newNetns(t, peerNet+"1", peerNet+"2")
 	// Each bootstraps from the other, whichever comes up first.
 	a := startPeerNode(t, ns, spegel, peerNet+"1", peerNet+"2")
@@ -100,7 +100,7 @@ func TestPeersShareImports(t *testing.T) {
 	if err := a.Client.ContentStore().Walk(a.ctx(), func(info content.Info) error {
 		states = append(states, info.Digest)
 		return nil
-	}, fmt.Sprintf("labels.%q", runtime.LabelState)); err != nil || len(states) != 2 {
+	}, fmt.Sprintf("labels.%q", hfruntime.LabelState)); err != nil || len(states) != 2 {
 		t.Fatalf("A's state blobs: %v (%v), want two", states, err)
 	}
 	var wrote []digest.Digest
@@ -354,4 +354,50 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// dialIn dials in the network namespace ns, from a thread that enters ns
+// and comes back; the connection stays in ns. A thread that cannot come
+// back is not used again: its goroutine ends locked to it, and the Go
+// runtime ends the thread (which kills the processes it started with a
+// parent-death signal: the test's containerds and spegels are started by
+// others).
+func dialIn(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		type dialed struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan dialed, 1)
+		go func() {
+			runtime.LockOSThread()
+			home, err := os.Open("/proc/thread-self/ns/net")
+			if err != nil {
+				runtime.UnlockOSThread()
+				ch <- dialed{err: err}
+				return
+			}
+			defer home.Close()
+			f, err := os.Open(filepath.Join("/run/netns", ns))
+			if err != nil {
+				runtime.UnlockOSThread()
+				ch <- dialed{err: err}
+				return
+			}
+			defer f.Close()
+			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+				runtime.UnlockOSThread()
+				ch <- dialed{err: fmt.Errorf("entering network namespace %s: %w", ns, err)}
+				return
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			ch <- dialed{c, err}
+			if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
+				runtime.UnlockOSThread()
+			}
+		}()
+		r := <-ch
+		return r.c, r.err
+	}
 }

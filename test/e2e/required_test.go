@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,18 +31,7 @@ func TestRequiredImagesUnderRun(t *testing.T) {
 		body := `{"images":[{"ref":"` + pinned.Names[0] + `","usedBy":["Deployment shop/a containers/a"]},` +
 			`{"ref":"` + missing.Names[0] + `","usedBy":["Deployment shop/b containers/b"]},` +
 			`{"ref":"` + loose.Names[0] + `","usedBy":["StatefulSet shop/c containers/c"]}]}`
-		req, err := http.NewRequest(http.MethodPut, "http://"+a.addr+"/required", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNoContent {
-			t.Fatalf("PUT /required: %s", resp.Status)
-		}
+		a.put(t, "/required", body)
 		report := func() report.Report {
 			_, b := a.get(t, "/report")
 			var r report.Report

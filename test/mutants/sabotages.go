@@ -302,6 +302,22 @@ var sabotages = []sabotage{
 		tests: []tests{{e2e, []string{"TestPeersShareImports"}, nil}},
 	},
 	{
+		name: "peer-list-never-pulls",
+		// --pull-required lists no required image the node lacks.
+		edits: []edit{{"internal/agent/peers.go",
+			"return st == report.Missing || st == report.Mismatch || st == report.Present",
+			"return false && st == report.Missing"}},
+		tests: []tests{{"./internal/agent", []string{"TestPullRequired"}, nil}, {e2e, []string{"TestPullRequiredFromPeers"}, nil}},
+	},
+	{
+		name: "peer-grace-ignored",
+		// An image that left the required set leaves the peer list at once.
+		edits: []edit{{"internal/agent/peers.go",
+			"if now.Sub(since) < a.cfg.PeerGrace {",
+			"if now.Sub(since) < 0 {"}},
+		tests: []tests{{"./internal/agent", []string{"TestPullRequired", "TestPeerListReleasedWhenOff"}, nil}, {e2e, []string{"TestPullRequiredFromPeers"}, nil}},
+	},
+	{
 		name: "incomplete-image-imported",
 		// A host-platform blob neither in the archive nor in the store does
 		// not stop the import.

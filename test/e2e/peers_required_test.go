@@ -1,0 +1,145 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/leases"
+
+	"github.com/holdfast-project/holdfast/internal/fixture"
+	"github.com/holdfast-project/holdfast/internal/report"
+	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/testenv"
+)
+
+// TestPullRequiredFromPeers: `holdfast run --pull-required` on node B,
+// given a required set naming an image only node A holds, pulls it from
+// A's spegel through B's, pins it and leases it as B's peer source; it
+// stays complete on B once A's copy is deleted and collected; and once no
+// workload needs it, it is released after the grace period.
+func TestPullRequiredFromPeers(t *testing.T) {
+	requireRoot(t)
+	spegel := spegelBin(t)
+	ns := newNetns(t, peerNet+"1", peerNet+"2")
+	a := startPeerNode(t, ns, spegel, peerNet+"1", peerNet+"2")
+	b := startPeerNode(t, ns, spegel, peerNet+"2", peerNet+"1")
+	b.mirrorThroughSpegel(t)
+
+	needed := build(t, fixture.ImageSpec{Names: []string{peerRegistryHost + "/peers/needed:1"}})
+	name := needed.Names[0]
+	archive := filepath.Join(tempDir(t), "needed.tar")
+	writeArchive(t, archive, fixture.None, fixture.CompressOptions{},
+		func(ctx context.Context, w io.Writer) error { return fixture.WriteDockerSave(ctx, w, needed) })
+	if res := holdfast(t, "import", "--address", a.Address, "--data-dir", a.dataDir, archive); res.Code != 0 {
+		t.Fatalf("holdfast import on A exited %d\n%s", res.Code, res.Stderr)
+	}
+
+	agent := startAgentIn(t, ns, b.daemon, b.dataDir, []string{filepath.Join(tempDir(t), "images")},
+		"--pull-required", "--peer-grace", "3s", "--settle", "200ms",
+		"--registry-config", b.layout.RegistryConfigPath, "--pull-timeout", "10s")
+	peerList := filepath.Join(b.dataDir, "peers", "required.txt")
+	agent.put(t, "/required", `{"images":[{"ref":"`+name+`","usedBy":["Deployment shop/app containers/app"]}]}`)
+	// The pull may come before spegel's routing table has A: it is tried
+	// again with backoff, like a pull list's.
+	start := time.Now()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !b.isPinned(t, name) {
+		if time.Now().After(deadline) {
+			t.Fatalf("B did not pin %s from its peers in 2 minutes\nagent:\n%s", name, tail(agent.dump(), 30))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("B pinned %s from its peers %s after the PUT", name, time.Since(start).Round(time.Millisecond))
+	if l := leaseOf(t, b, peerList); l == "" {
+		t.Errorf("B holds no lease of the peer source %s: %v", peerList, b.holdfastLeases(t))
+	}
+	if !strings.Contains(readFile(t, b.spegel), needed.Target.Digest.String()) {
+		t.Errorf("B's spegel log does not name %s: the pull did not go through it", needed.Target.Digest)
+	}
+	host := b.hostBlobs(t, needed.Target)
+	if log := readFile(t, a.spegel); !strings.Contains(log, "/v2/peers/needed/blobs/"+host[len(host)-1].Digest.String()) {
+		t.Errorf("A's spegel log does not show it served %s:\n%s", host[len(host)-1].Digest, tail(log, 20))
+	}
+	eventually(t, "B's report ready", func() bool {
+		r := agentReport(t, agent).Required
+		return r != nil && r.Ready && r.Counts[report.Pinned] == 1
+	})
+
+	// A loses its copy: records deleted, leases released, content collected.
+	ctx := a.ctx()
+	for _, n := range a.recordNames(t) {
+		if err := a.Client.ImageService().Delete(ctx, n, images.SynchronousDelete()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range a.holdfastLeases(t) {
+		if err := a.Client.LeasesService().Delete(ctx, l, leases.SynchronousDelete); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range host {
+		if a.hasBlob(t, d.Digest) {
+			t.Fatalf("A still holds %s after its records and leases went", d.Digest)
+		}
+	}
+	for _, d := range host {
+		if !b.hasBlob(t, d.Digest) {
+			t.Errorf("B lacks %s once A's copy is gone", d.Digest)
+		}
+	}
+	if !b.isPinned(t, name) {
+		t.Errorf("B unpinned %s once A's copy is gone", name)
+	}
+
+	// No workload needs it any more: released after the grace period.
+	agent.put(t, "/required", `{"images":[]}`)
+	left := time.Now()
+	if !b.isPinned(t, name) {
+		t.Fatalf("B unpinned %s at once, before the grace period", name)
+	}
+	eventually(t, "B's peer source released", func() bool {
+		return !b.isPinned(t, name) && leaseOf(t, b, peerList) == ""
+	})
+	if waited := time.Since(left); waited < 3*time.Second {
+		t.Errorf("released %s after %s, within the grace period of 3s", name, waited)
+	}
+}
+
+// spegelBin is the spegel binary on PATH, or the test is skipped saying so.
+func spegelBin(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("spegel")
+	if err != nil {
+		testenv.Missing(t, "spegel", "spegel is not on PATH (make deps builds it into bin/: scripts/spegel.sh): "+err.Error())
+	}
+	return p
+}
+
+// leaseOf is the ID of the node's lease of the source at path, "" if none.
+func leaseOf(t *testing.T, n *peerNode, path string) string {
+	t.Helper()
+	for _, l := range n.holdfastLeases(t) {
+		if l.Labels[hfruntime.LabelSource] == path {
+			return l.ID
+		}
+	}
+	return ""
+}
+
+// agentReport is the agent's GET /report.
+func agentReport(t *testing.T, a *agentProc) report.Report {
+	t.Helper()
+	code, body := a.get(t, "/report")
+	var r report.Report
+	if err := json.Unmarshal([]byte(body), &r); code != 200 || err != nil {
+		t.Fatalf("GET /report: %d %v\n%s", code, err, body)
+	}
+	return r
+}
