@@ -32,26 +32,8 @@ func newRun(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent: keep containerd in line with the images dirs until SIGTERM or SIGINT",
-		Long: `run is the agent: it holds the data dir, runs a pass at start-up, then watches
-the images dirs (a new or changed archive is imported once it has stayed
-unchanged for --settle; a deleted one is unpinned and its lease released) and
-containerd's image events (a wanted record that is deleted, re-pointed or
-stripped of a pin label is restored from leased content at once). A full pass
-also runs every --resync, and after containerd comes back from a restart.
-Spool dirs (--spool) are watched like images dirs.
-
-It serves /metrics, /healthz, /readyz and /report (read by holdfast-reporter)
-on --listen, and takes PUT /required from loopback (the reporter's set of the
-images the node's workloads need, judged on every pass and image event:
-GET /report's "required", holdfast_required_images, ImageMissing,
-ImageUnpinned and ImageReady events). With --pull-required, each image of
-that set the node lacks or holds unpinned is pulled through the node's
-registry mirrors (spegel serves what its peers hold), pinned and leased as
-the peer source <data-dir>/peers/required.txt, and released --peer-grace
-after no workload on the node needs it any more; nothing another source
-wants is unpinned. It tells systemd
-READY=1 (Type=notify) once every source of the first pass is final.`,
-		Args: cobra.NoArgs,
+		Long:  runLong,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithCancelCause(cmd.Context())
 			defer cancel(nil)
@@ -144,6 +126,27 @@ READY=1 (Type=notify) once every source of the first pass is final.`,
 	withEnv(f, "parallel", "listen", "settle", "resync", "pull-required", "peer-grace")
 	return cmd
 }
+
+// runLong is run's help.
+const runLong = `run is the agent: it holds the data dir, runs a pass at start-up, then watches
+the images dirs (a new or changed archive is imported once it has stayed
+unchanged for --settle; a deleted one is unpinned and its lease released) and
+containerd's image events (a wanted record that is deleted, re-pointed or
+stripped of a pin label is restored from leased content at once). A full pass
+also runs every --resync, and after containerd comes back from a restart.
+Spool dirs (--spool) are watched like images dirs.
+
+It serves /metrics, /healthz, /readyz and /report (read by holdfast-reporter)
+on --listen, and takes PUT /required from loopback (the reporter's set of the
+images the node's workloads need, judged on every pass and image event:
+GET /report's "required", holdfast_required_images, ImageMissing,
+ImageUnpinned and ImageReady events). With --pull-required, each image of
+that set the node lacks or holds unpinned is pulled through the node's
+registry mirrors (spegel serves what its peers hold), pinned and leased as
+the peer source <data-dir>/peers/required.txt, and released --peer-grace
+after no workload on the node needs it any more; nothing another source
+wants is unpinned. It tells systemd
+READY=1 (Type=notify) once every source of the first pass is final.`
 
 // errAgentDone is why the daemon's other parts end once the agent has
 // stopped.
