@@ -151,7 +151,7 @@ func loadDeployment(i int) *appsv1.Deployment {
 	}
 }
 
-// procOf finds the one process whose command line contains cmd.
+// procOf finds the one process of the cluster's pods whose command line contains cmd.
 func procOf(t *testing.T, cmd string) int {
 	t.Helper()
 	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
@@ -162,7 +162,7 @@ func procOf(t *testing.T, cmd string) int {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		if pid == os.Getpid() {
+		if pid == os.Getpid() || !inPod(pid) {
 			continue
 		}
 		if found != 0 {
@@ -174,6 +174,13 @@ func procOf(t *testing.T, cmd string) int {
 		t.Fatalf("no process runs %q", cmd)
 	}
 	return found
+}
+
+// inPod says whether process pid runs in a pod of the cluster's kubelet (its
+// cgroup is under kubepods), not beside it on the machine.
+func inPod(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	return err == nil && strings.Contains(string(b), "kubepods")
 }
 
 // cpuSeconds is a process's user and system CPU time (USER_HZ 100, as on every Linux this runs on).
