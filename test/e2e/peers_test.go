@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -57,6 +58,9 @@ type peerNode struct {
 	layout  embedded.Layout
 	dataDir string // holdfast's
 	spegel  string // spegel's log
+
+	spegelBin, peer string // spegel, and the address of the peer it bootstraps from
+	stopSpegel      func()
 }
 
 // TestPeersShareImports: what holdfast writes on node A while spegel runs
@@ -194,6 +198,74 @@ func TestPeersShareImports(t *testing.T) {
 	}
 }
 
+// TestPeersOnContainerd16: on Debian's containerd 1.6, which sends no
+// content events, spegel (v0.7.2-k3s1, content events on: its command line
+// has no switch) advertises a live import's tag but none of its blobs, so
+// node B resolves the tag through its peers and cannot fetch the manifest;
+// once A's spegel starts again, it advertises what the store holds, by the
+// distribution source labels holdfast wrote, and B pulls by tag and by
+// digest.
+func TestPeersOnContainerd16(t *testing.T) {
+	requireRoot(t)
+	spegel := spegelBin(t)
+	ns := newNetns(t, peerNet+"1", peerNet+"2")
+	a := startPeerNode16(t, ns, spegel, peerNet+"1", peerNet+"2")
+	b := startPeerNode16(t, ns, spegel, peerNet+"2", peerNet+"1")
+	b.mirrorThroughSpegel(t)
+
+	img := build(t, fixture.ImageSpec{Names: []string{peerRegistryHost + "/peers/old:1"}})
+	archive := filepath.Join(tempDir(t), "old.tar")
+	writeArchive(t, archive, fixture.None, fixture.CompressOptions{},
+		func(ctx context.Context, w io.Writer) error { return fixture.WriteDockerSave(ctx, w, img) })
+	if res := holdfast(t, "import", "--address", a.Address, "--data-dir", a.dataDir, archive); res.Code != 0 {
+		t.Fatalf("holdfast import on A exited %d\n%s", res.Code, res.Stderr)
+	}
+	tag, byDigest := img.Names[0], peerRegistryHost+"/peers/old@"+img.Target.Digest.String()
+	// The tag is found through the peers (the routing table may take a
+	// few tries to fill), the manifest it names is not.
+	notFound := "manifests/" + img.Target.Digest.String() + "?ns=" + peerRegistryHost + " not found"
+	deadline := time.Now().Add(2 * time.Minute)
+	for attempt := 1; ; attempt++ {
+		res := b.pull(t, tag)
+		if res.Code == 0 {
+			t.Fatalf("B pulled a live import from A on containerd 1.6 at attempt %d: spegel advertised its blobs without content events", attempt)
+		}
+		if strings.Contains(res.Stderr, notFound) {
+			t.Logf("attempt %d: the tag resolves through the peers, its manifest is not found: %s", attempt, tail(res.Stderr, 1))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B's pull never reached A's tag: exit %d\n%s", res.Code, tail(res.Stderr, 10))
+		}
+		time.Sleep(time.Second)
+	}
+
+	a.stopSpegel()
+	a.stopSpegel = a.startSpegel(t)
+	deadline = time.Now().Add(2 * time.Minute)
+	for attempt := 1; ; attempt++ {
+		res := b.pull(t, tag, byDigest)
+		if res.Code == 0 {
+			t.Logf("B pulled from A at attempt %d after A's spegel started again", attempt)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B's pull still fails after A's spegel started again: exit %d\n%s", res.Code, tail(res.Stderr, 10))
+		}
+		time.Sleep(time.Second)
+	}
+	for _, n := range []string{tag, byDigest} {
+		if rec, ok := b.record(t, n); !ok || rec.Target.Digest != img.Target.Digest {
+			t.Errorf("B: %s is %v (%v), want %s", n, rec.Target.Digest, ok, img.Target.Digest)
+		}
+	}
+	for _, d := range b.hostBlobs(t, img.Target) {
+		if !b.hasBlob(t, d.Digest) {
+			t.Errorf("B lacks blob %s", d.Digest)
+		}
+	}
+}
+
 // contentCreated yields the digest of each blob the node's containerd
 // commits from now on, in order, until the test ends.
 func (n *peerNode) contentCreated(t *testing.T) iter.Seq[digest.Digest] {
@@ -258,9 +330,9 @@ func newNetns(t *testing.T, addrs ...string) string {
 	return name
 }
 
-// startPeerNode starts a node: a containerd and a spegel in namespace ns at
-// addr, its spegel bootstrapping from the node at peer (spegel's HTTP
-// bootstrap: each serves its own address and ID).
+// startPeerNode starts a node: the embedded containerd and a spegel in
+// namespace ns at addr, its spegel bootstrapping from the node at peer
+// (spegel's HTTP bootstrap: each serves its own address and ID).
 func startPeerNode(t *testing.T, ns, spegel, addr, peer string) *peerNode {
 	t.Helper()
 	dir := tempDir(t)
@@ -273,22 +345,43 @@ func startPeerNode(t *testing.T, ns, spegel, addr, peer string) *peerNode {
 	}
 	p := startContainerd(t, filepath.Join(dir, "containerd"), wrapper)
 	n := &peerNode{daemon: connect(t, "node "+addr, p.Address(), false), ns: ns, addr: addr, layout: p.Layout(),
-		dataDir: filepath.Join(dir, "holdfast"), spegel: filepath.Join(dir, "spegel.log")}
+		dataDir: filepath.Join(dir, "holdfast"), spegel: filepath.Join(dir, "spegel.log"), spegelBin: spegel, peer: peer}
+	n.stopSpegel = n.startSpegel(t)
+	return n
+}
 
-	args := []string{"netns", "exec", ns, spegel, "registry",
+// startPeerNode16 starts a node on Debian's containerd 1.6 (outside the
+// namespace: holdfast and spegel, which are in it, are what go out to the
+// network) and a spegel in ns at addr.
+func startPeerNode16(t *testing.T, ns, spegel, addr, peer string) *peerNode {
+	t.Helper()
+	p := newDebian(t, false)
+	d := p.start()
+	n := &peerNode{daemon: d, ns: ns, addr: addr,
+		layout:  embedded.Layout{Root: filepath.Join(p.dir, "root"), Address: p.sock, RegistryConfigPath: filepath.Join(p.dir, "certs.d")},
+		dataDir: filepath.Join(p.dir, "holdfast"), spegel: filepath.Join(p.dir, "spegel.log"), spegelBin: spegel, peer: peer}
+	n.stopSpegel = n.startSpegel(t)
+	return n
+}
+
+// startSpegel starts the node's spegel and returns what stops it; the test's
+// end stops it too.
+func (n *peerNode) startSpegel(t *testing.T) (stop func()) {
+	t.Helper()
+	args := []string{"netns", "exec", n.ns, n.spegelBin, "registry",
 		"--log-level", "DEBUG",
 		"--containerd-sock", n.layout.Address,
 		"--containerd-namespace", namespace,
 		"--containerd-content-path", filepath.Join(n.layout.Root, "io.containerd.content.v1.content"),
-		"--data-dir", filepath.Join(dir, "spegel"),
-		"--registry-addr", fmt.Sprintf("%s:%d", addr, spegelRegistry),
-		"--router-addr", fmt.Sprintf("%s:%d", addr, spegelRouter),
-		"--metrics-addr", fmt.Sprintf("%s:%d", addr, spegelMetrics),
+		"--data-dir", filepath.Join(filepath.Dir(n.spegel), "spegel"),
+		"--registry-addr", fmt.Sprintf("%s:%d", n.addr, spegelRegistry),
+		"--router-addr", fmt.Sprintf("%s:%d", n.addr, spegelRouter),
+		"--metrics-addr", fmt.Sprintf("%s:%d", n.addr, spegelMetrics),
 		"--bootstrap-kind", "http",
-		"--http-bootstrap-addr", fmt.Sprintf("%s:%d", addr, spegelBootstrap),
-		"--http-bootstrap-peer", fmt.Sprintf("http://%s:%d", peer, spegelBootstrap),
+		"--http-bootstrap-addr", fmt.Sprintf("%s:%d", n.addr, spegelBootstrap),
+		"--http-bootstrap-peer", fmt.Sprintf("http://%s:%d", n.peer, spegelBootstrap),
 	}
-	logf, err := os.Create(n.spegel)
+	logf, err := os.OpenFile(n.spegel, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,23 +390,29 @@ func startPeerNode(t *testing.T, ns, spegel, addr, peer string) *peerNode {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting spegel at %s: %v", addr, err)
+		t.Fatalf("starting spegel at %s: %v", n.addr, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				<-done
+			}
+		})
 	}
 	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
+		stop()
 		if t.Failed() {
-			t.Logf("spegel at %s:\n%s", addr, tail(readFile(t, n.spegel), 40))
+			t.Logf("spegel at %s:\n%s", n.addr, tail(readFile(t, n.spegel), 40))
 		}
 	})
-	return n
+	return stop
 }
 
 // mirrorThroughSpegel writes the node's hosts.toml for e2e.local: its own
