@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/core/images"
-	"github.com/containerd/containerd/v2/core/leases"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
 	"github.com/holdfast-project/holdfast/internal/report"
@@ -19,11 +19,13 @@ import (
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
-// TestPullRequiredFromPeers: `holdfast run --pull-required` on node B,
-// given a required set naming an image only node A holds, pulls it from
-// A's spegel through B's, pins it and leases it as B's peer source; it
-// stays complete on B once A's copy is deleted and collected; and once no
-// workload needs it, it is released after the grace period.
+// TestPullRequiredFromPeers: two nodes, each running `holdfast run`; B's
+// with --pull-required, given a required set naming an image neither holds.
+// An archive of it dropped into A's images dir is imported there, and B pulls
+// it from A's spegel through its own, pins it and leases it as its peer
+// source; it stays complete on B once A's archive is deleted, A's agent has
+// released it and A's copy is collected; and once no workload needs it, B
+// releases it after the grace period.
 func TestPullRequiredFromPeers(t *testing.T) {
 	requireRoot(t)
 	spegel := spegelBin(t)
@@ -34,29 +36,31 @@ func TestPullRequiredFromPeers(t *testing.T) {
 
 	needed := build(t, fixture.ImageSpec{Names: []string{peerRegistryHost + "/peers/needed:1"}})
 	name := needed.Names[0]
-	archive := filepath.Join(tempDir(t), "needed.tar")
-	writeArchive(t, archive, fixture.None, fixture.CompressOptions{},
-		func(ctx context.Context, w io.Writer) error { return fixture.WriteDockerSave(ctx, w, needed) })
-	if res := holdfast(t, "import", "--address", a.Address, "--data-dir", a.dataDir, archive); res.Code != 0 {
-		t.Fatalf("holdfast import on A exited %d\n%s", res.Code, res.Stderr)
-	}
-
+	aImages := filepath.Join(tempDir(t), "images")
+	agentA := startAgentIn(t, ns, a.daemon, a.dataDir, []string{aImages}, "--settle", "200ms")
 	agent := startAgentIn(t, ns, b.daemon, b.dataDir, []string{filepath.Join(tempDir(t), "images")},
 		"--pull-required", "--peer-grace", "3s", "--settle", "200ms",
 		"--registry-config", b.layout.RegistryConfigPath, "--pull-timeout", "10s")
 	peerList := filepath.Join(b.dataDir, "peers", "required.txt")
 	agent.put(t, "/required", `{"images":[{"ref":"`+name+`","usedBy":["Deployment shop/app containers/app"]}]}`)
-	// The pull may come before spegel's routing table has A: it is tried
-	// again with backoff, like a pull list's.
+	if r := agentReport(t, agent).Required; r == nil || r.Pulling != 1 || len(r.NotReady) != 1 || !r.NotReady[0].Pulling {
+		t.Errorf("B's report before the archive comes: %+v, want the image missing and being pulled from peers", r)
+	}
+	// The archive comes to A. B's pull may come before A has imported it, or
+	// before spegel's routing table has A: it is tried again with backoff,
+	// like a pull list's.
 	start := time.Now()
+	archive := filepath.Join(aImages, "needed.tar")
+	writeArchive(t, archive, fixture.None, fixture.CompressOptions{},
+		func(ctx context.Context, w io.Writer) error { return fixture.WriteDockerSave(ctx, w, needed) })
 	deadline := time.Now().Add(2 * time.Minute)
 	for !b.isPinned(t, name) {
 		if time.Now().After(deadline) {
-			t.Fatalf("B did not pin %s from its peers in 2 minutes\nagent:\n%s", name, tail(agent.dump(), 30))
+			t.Fatalf("B did not pin %s from its peers in 2 minutes\nA's agent:\n%s\nB's agent:\n%s", name, tail(agentA.dump(), 20), tail(agent.dump(), 30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("B pinned %s from its peers %s after the PUT", name, time.Since(start).Round(time.Millisecond))
+	t.Logf("B pinned %s from its peers %s after the archive was written on A", name, time.Since(start).Round(time.Millisecond))
 	if l := leaseOf(t, b, peerList); l == "" {
 		t.Errorf("B holds no lease of the peer source %s: %v", peerList, b.holdfastLeases(t))
 	}
@@ -72,15 +76,15 @@ func TestPullRequiredFromPeers(t *testing.T) {
 		return r != nil && r.Ready && r.Counts[report.Pinned] == 1
 	})
 
-	// A loses its copy: records deleted, leases released, content collected.
+	// A loses its copy: the archive deleted, its agent releases it, and its
+	// records go (as the kubelet's image GC would take them), content collected.
+	if err := os.Remove(archive); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "A's agent to release the archive", func() bool { return leaseOf(t, a, archive) == "" })
 	ctx := a.ctx()
 	for _, n := range a.recordNames(t) {
 		if err := a.Client.ImageService().Delete(ctx, n, images.SynchronousDelete()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, l := range a.holdfastLeases(t) {
-		if err := a.Client.LeasesService().Delete(ctx, l, leases.SynchronousDelete); err != nil {
 			t.Fatal(err)
 		}
 	}
