@@ -101,6 +101,8 @@ func (a *Agent) judgeRequired(ctx context.Context) {
 				rep.Pulling++
 				if err := a.passes.PullFailure(v.Ref); err != nil {
 					nr.PullError = err.Error()
+				} else if why := a.passes.Refusal(v.Ref); why != "" {
+					nr.PullError = "refused by the signature policy: " + why
 				}
 			}
 			rep.NotReady = append(rep.NotReady, nr)

@@ -111,6 +111,8 @@ func ImagesCondition(req *report.Required) corev1.NodeCondition {
 		}
 		name := v.Ref + " " + string(v.State)
 		switch {
+		case strings.HasPrefix(v.PullError, "refused"):
+			name += ": refused by the signature policy"
 		case v.PullError != "":
 			name += ": its pull from peers failed"
 		case v.Pulling:

@@ -311,8 +311,10 @@ func TestImagesCondition(t *testing.T) {
 		{"pulled from peers", true, report.Required{Counts: map[report.State]int{"pinned": 1, "missing": 2}, Pulling: 2, NotReady: []report.Verdict{
 			{RequiredImage: report.RequiredImage{Ref: "docker.io/library/p:1"}, State: "missing", Pulling: true},
 			{RequiredImage: report.RequiredImage{Ref: "docker.io/library/q:1"}, State: "missing", Pulling: true, PullError: "not found"},
+			{RequiredImage: report.RequiredImage{Ref: "docker.io/library/r:1"}, State: "missing", Pulling: true, PullError: "refused by the signature policy: unsigned"},
 		}}, corev1.ConditionFalse, ReasonImagesMissing,
-			"docker.io/library/p:1 missing: being pulled from peers, docker.io/library/q:1 missing: its pull from peers failed; 1 pinned, 2 missing, 2 being pulled from peers"},
+			"docker.io/library/p:1 missing: being pulled from peers, docker.io/library/q:1 missing: its pull from peers failed, " +
+				"docker.io/library/r:1 missing: refused by the signature policy; 1 pinned, 2 missing, 2 being pulled from peers"},
 	} {
 		agent.mu.Lock()
 		agent.known, agent.req = tc.known, tc.req

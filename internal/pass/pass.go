@@ -154,6 +154,7 @@ type Runner struct {
 	mu         sync.Mutex
 	failed     map[string]failure // sources whose import failed, by path
 	pullFailed map[string]failure // pull list references whose pull failed, by reference
+	refusals   map[string]string  // names the signature policy refused in the last pass: why
 	seen       map[string]sighting
 	// actions, in a dry run only (DryRun), records what the pass would do.
 	actions *actionLog

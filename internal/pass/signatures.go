@@ -94,6 +94,13 @@ func (p *Runner) reportSignatures(plan reconcile.Plan, verdicts map[string]signa
 			p.journal.Record(journal.Warning, journal.ReasonPolicy, msg)
 		}
 	}
+	refusals := map[string]string{}
+	for _, r := range plan.Refusals {
+		refusals[r.Name] = r.Reason
+	}
+	p.mu.Lock()
+	p.refusals = refusals
+	p.mu.Unlock()
 	for _, r := range reconcile.Tagged(plan.Refusals) {
 		if strings.HasSuffix(r.Reason, signature.ImportedBeforeSignatures) && p.sigs.once("unrecorded "+r.Lease) {
 			msg := fmt.Sprintf("%s was imported by a holdfast that did not keep signatures, and its archive is not read again: release it and import it again (docs/signatures.md)", r.Source)
@@ -104,6 +111,14 @@ func (p *Runner) reportSignatures(plan reconcile.Plan, verdicts map[string]signa
 		sum.Failures = append(sum.Failures, sourceFailed(r.Source, cause, fmt.Errorf("%s: %w", r.Source, cause)))
 		p.log.Error("refused", "name", r.Name, "target", r.Target, "source", r.Source, "signature", r.Reason)
 	}
+}
+
+// Refusal is why the signature policy refused the image a source wants as
+// name, as of the last pass; "" when it did not.
+func (p *Runner) Refusal(name string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refusals[name]
 }
 
 func refusedNames(plan reconcile.Plan) map[string]bool {

@@ -38,8 +38,11 @@ func TestPullRequiredFromPeers(t *testing.T) {
 	name := needed.Names[0]
 	aImages := filepath.Join(tempDir(t), "images")
 	agentA := startAgentIn(t, ns, a.daemon, a.dataDir, []string{aImages}, "--settle", "200ms")
+	// B enforces a signature policy for e2e.local/sig/*, which needed:1 is not.
+	scene := writeSignedScene(t, filepath.Join(tempDir(t), "scene"))
+	policy := scene.writePolicy(t, "enforce")
 	agent := startAgentIn(t, ns, b.daemon, b.dataDir, []string{filepath.Join(tempDir(t), "images")},
-		"--pull-required", "--peer-grace", "3s", "--settle", "200ms",
+		"--pull-required", "--peer-grace", "3s", "--settle", "200ms", "--policy", policy,
 		"--registry-config", b.layout.RegistryConfigPath, "--pull-timeout", "10s")
 	peerList := filepath.Join(b.dataDir, "peers", "required.txt")
 	agent.put(t, "/required", `{"images":[{"ref":"`+name+`","usedBy":["Deployment shop/app containers/app"]}]}`)
@@ -114,6 +117,26 @@ func TestPullRequiredFromPeers(t *testing.T) {
 	if waited := time.Since(left); waited < 3*time.Second {
 		t.Errorf("released %s after %s, within the grace period of 3s", name, waited)
 	}
+
+	// A signed image whose signature came inside the archive on A: B's pull
+	// through the peers brings the image but no signature (spegel serves the
+	// cosign tag only where a record of it exists), and B's policy refuses
+	// it: no name on B, and the report says why.
+	if err := os.Rename(scene.archive, filepath.Join(aImages, filepath.Base(scene.archive))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "A to pin the signed image", func() bool { return a.isPinned(t, scene.signed) })
+	agent.put(t, "/required", `{"images":[{"ref":"`+scene.signed+`"}]}`)
+	eventually(t, "B to refuse the signed image it pulled from its peers", func() bool {
+		return agent.logged("refused", map[string]string{"name": scene.signed, "source": peerList}) > 0
+	})
+	if _, ok := b.record(t, scene.signed); ok {
+		t.Errorf("B holds a record of %s, which its policy refuses", scene.signed)
+	}
+	eventually(t, "B's report to say the policy refused it", func() bool {
+		r := agentReport(t, agent).Required
+		return r != nil && len(r.NotReady) == 1 && r.NotReady[0].Pulling && strings.HasPrefix(r.NotReady[0].PullError, "refused by the signature policy")
+	})
 }
 
 // spegelBin is the spegel binary on PATH, or the test is skipped saying so.
