@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,6 +32,10 @@ const PeerListName = "required.txt"
 // DefaultPeerGrace is how long an image that left the required set stays on
 // the peer list.
 const DefaultPeerGrace = 10 * time.Minute
+
+// maxPeerRefs bounds the peer list well within what a pull list may hold
+// (source.MaxListLines, source.MaxListBytes).
+const maxPeerRefs = 10_000
 
 // peerList is what the agent keeps of the peer source: the references it
 // lists, and when each left the required set.
@@ -95,9 +100,21 @@ func (a *Agent) updatePeers(set *report.RequiredSet, states map[string]report.St
 			a.log.Info("pulling from peers: a workload on this node needs it", "ref", ref, "state", states[ref])
 		}
 	}
+	// What the list holds stays first, so that a full list never drops what
+	// it pulled for something new.
 	refs := make([]string, 0, len(next))
-	for ref := range next {
+	for _, ref := range p.refs {
+		if next[ref] {
+			refs = append(refs, ref)
+			delete(next, ref)
+		}
+	}
+	for _, ref := range slices.Sorted(maps.Keys(next)) {
 		refs = append(refs, ref)
+	}
+	if len(refs) > maxPeerRefs {
+		a.log.Warn("the peer list is full: the other images are not pulled from peers", "listed", maxPeerRefs, "left out", len(refs)-maxPeerRefs)
+		refs = refs[:maxPeerRefs]
 	}
 	slices.Sort(refs)
 	if !slices.Equal(refs, p.refs) {

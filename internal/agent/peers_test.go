@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -151,4 +153,32 @@ func leasesFor(t *testing.T, rt *fake.Runtime, path string) []string {
 		}
 	}
 	return out
+}
+
+// TestPeerListFull: a full peer list keeps what it holds and leaves the new
+// image out, saying so.
+func TestPeerListFull(t *testing.T) {
+	t.Parallel()
+	list := filepath.Join(t.TempDir(), PeerListName)
+	set := &report.RequiredSet{}
+	states := map[string]report.State{}
+	var held []string
+	for i := range maxPeerRefs {
+		ref := fmt.Sprintf("example.com/held/i:%05d", i)
+		held = append(held, ref)
+		set.Images = append(set.Images, report.RequiredImage{Ref: ref})
+		states[ref] = report.Pinned
+	}
+	if err := writePeerList(list, held); err != nil {
+		t.Fatal(err)
+	}
+	late := "example.com/a-late:1" // sorts before every held one
+	set.Images = append(set.Images, report.RequiredImage{Ref: late})
+	states[late] = report.Missing
+	a := New(fake.New(), Config{PeerList: list, PeerGrace: time.Minute, PullRequired: true}, nil)
+	a.updatePeers(set, states)
+	got := listed(t, list)
+	if len(got) != maxPeerRefs || slices.Contains(got, late) || got[0] != held[0] {
+		t.Errorf("the full list has %d refs (late one in: %v), want the %d it held", len(got), slices.Contains(got, late), maxPeerRefs)
+	}
 }
