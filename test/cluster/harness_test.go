@@ -379,25 +379,7 @@ func (c *cluster) startControllers() error {
 // startProxy starts kube-proxy in nftables mode (pods reach the API at https://10.0.0.1 through it) and
 // removes its nftables tables at the end.
 func (c *cluster) startProxy() error {
-	cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-clientConnection:
-  kubeconfig: %s
-mode: nftables
-clusterCIDR: %s
-hostnameOverride: %s
-bindAddress: %s
-healthzBindAddress: %s:10256
-metricsBindAddress: %s:10249
-nodePortAddresses: [%s/32]
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-  udpTimeout: 0s
-  udpStreamTimeout: 0s
-`, c.pki.path("proxy.kubeconfig"), podCIDR, nodeName, nodeIP, nodeIP, nodeIP, nodeIP)
+	cfg := c.proxyConfig(nodeName, nodeIP, podCIDR)
 	file := filepath.Join(c.dir, "kube-proxy.yaml")
 	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
 		return err
@@ -416,8 +398,37 @@ conntrack:
 	if err != nil {
 		return err
 	}
-	return waitFor("kube-proxy to program the kubernetes Service", time.Minute, func() (bool, error) {
-		out, err := run("nft", "list", "table", "ip", "kube-proxy")
+	return waitProxy(p, "nft")
+}
+
+// proxyConfig is the KubeProxyConfiguration of the node name at ip, its pods in cidr.
+func (c *cluster) proxyConfig(name, ip, cidr string) string {
+	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: %s
+mode: nftables
+clusterCIDR: %s
+hostnameOverride: %s
+bindAddress: %s
+healthzBindAddress: %s:10256
+metricsBindAddress: %s:10249
+nodePortAddresses: [%s/32]
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+`, c.pki.path("proxy.kubeconfig"), cidr, name, ip, ip, ip, ip)
+}
+
+// waitProxy waits until the kube-proxy p has programmed the kubernetes Service in the nftables nft
+// lists (the argv that runs nft, in the node's network namespace).
+func waitProxy(p *proc, nft ...string) error {
+	return waitFor(p.name+" to program the kubernetes Service", time.Minute, func() (bool, error) {
+		out, err := run(append(nft, "list", "table", "ip", "kube-proxy")...)
 		if err != nil {
 			return false, err
 		}

@@ -4,19 +4,14 @@ package cluster
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // nsScript makes the node's private mount namespace: tmpfs on /run, /var/lib and /var/log with the fixed
@@ -54,25 +49,10 @@ func (c *cluster) startNamespace() error {
 
 // stopNamespace kills what is left in the node's mount namespace (shims, containers) by PID, then the holder.
 func (c *cluster) stopNamespace() error {
-	if c.ns == nil || c.ns.exited() {
+	if c.ns == nil {
 		return nil
 	}
-	own, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", c.ns.cmd.Process.Pid))
-	if err == nil {
-		entries, _ := os.ReadDir("/proc")
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == c.ns.cmd.Process.Pid {
-				continue
-			}
-			if l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid)); err == nil && l == own {
-				if proc, err := os.FindProcess(pid); err == nil {
-					_ = proc.Kill()
-				}
-			}
-		}
-	}
-	return c.ns.stop(5 * time.Second)
+	return killNamespace(c.ns)
 }
 
 // containerdConfig is the node's containerd config (version 4): everything under dir, the CRI with runc
@@ -124,7 +104,10 @@ func (c *cluster) cniConfDir() string { return filepath.Join(c.dir, "cni", "net.
 
 // cniConfig is a bridge with host-local IPAM. No loopback plugin: containerd brings up lo itself. No masquerade
 // (it would add iptables rules to the host): pods only talk to the node.
-func cniConfig() string {
+func cniConfig() string { return cniConfigFor(bridgeName, podCIDR) }
+
+// cniConfigFor is cniConfig with the bridge and the pod range of a node.
+func cniConfigFor(bridge, cidr string) string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "holdfast-test",
@@ -133,7 +116,7 @@ func cniConfig() string {
     "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}
   }]
 }
-`, bridgeName, podCIDR)
+`, bridge, cidr)
 }
 
 func (c *cluster) startContainerd() error {
@@ -280,7 +263,7 @@ func (c *cluster) startNode() error {
 
 // startKubelet writes cfg and starts the kubelet in the node's mount namespace, then waits for node Ready.
 func (c *cluster) startKubelet(cfg map[string]any) error {
-	b, err := json.MarshalIndent(cfg, "", "  ")
+	b, err := jsonIndent(cfg)
 	if err != nil {
 		return err
 	}
@@ -314,23 +297,7 @@ func (c *cluster) restartKubelet(cfg map[string]any) error {
 	return c.startKubelet(cfg)
 }
 
-func (c *cluster) nodeReady() (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	n, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-	if err != nil {
-		return false, err
-	}
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == corev1.NodeReady {
-			if cond.Status == corev1.ConditionTrue {
-				return true, nil
-			}
-			return false, fmt.Errorf("node %s: Ready=%s %s: %s", nodeName, cond.Status, cond.Reason, cond.Message)
-		}
-	}
-	return false, fmt.Errorf("node %s has no Ready condition yet", nodeName)
-}
+func (c *cluster) nodeReady() (bool, error) { return c.readyNode(nodeName) }
 
 // removeKubepodsCgroups removes the cgroups the kubelet made (cgroupfs driver, cgroup v1: kubepods in every
 // hierarchy), deepest first. Only empty cgroups can be removed; one still in use is an error.
@@ -361,3 +328,6 @@ func removeCgroupTrees(name string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// jsonIndent is a kubelet config file's bytes.
+func jsonIndent(cfg map[string]any) ([]byte, error) { return json.MarshalIndent(cfg, "", "  ") }
