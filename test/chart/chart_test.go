@@ -14,12 +14,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -173,15 +175,20 @@ type crd struct {
 			Served  bool   `json:"served"`
 			Storage bool   `json:"storage"`
 			Schema  struct {
-				OpenAPIV3Schema struct {
-					Properties map[string]struct {
-						Type   string `json:"type"`
-						Format string `json:"format"`
-					} `json:"properties"`
-				} `json:"openAPIV3Schema"`
+				OpenAPIV3Schema schemaProp `json:"openAPIV3Schema"`
 			} `json:"schema"`
 		} `json:"versions"`
 	} `json:"spec"`
+}
+
+// schemaProp is a node of an OpenAPI v3 schema.
+type schemaProp struct {
+	Type                 string                `json:"type"`
+	Format               string                `json:"format"`
+	Description          string                `json:"description"`
+	Properties           map[string]schemaProp `json:"properties"`
+	Items                *schemaProp           `json:"items"`
+	AdditionalProperties *schemaProp           `json:"additionalProperties"`
 }
 
 var docSep = regexp.MustCompile(`(?m)^---\s*$`)
@@ -1291,6 +1298,60 @@ func checkNodeImagesCRD(t *testing.T, r rendered, want bool) {
 		v.Schema.OpenAPIV3Schema.Properties["images"].Type != "integer" {
 		t.Errorf("CustomResourceDefinition versions %+v", c.Spec.Versions)
 	}
+	// The API server prunes what the schema does not name: every field the reporter writes must be in it.
+	for _, f := range unschemed(reflect.TypeFor[hfreport.NodeImages](), v.Schema.OpenAPIV3Schema, "") {
+		t.Errorf("NodeImages field %s is not in the CustomResourceDefinition's schema: the API server drops it", f)
+	}
+}
+
+// unschemed lists the JSON fields of type typ (a struct, and the structs, slices and maps in it) that the
+// schema s does not name, by their paths. metadata is the API server's.
+func unschemed(typ reflect.Type, s schemaProp, path string) []string {
+	for typ.Kind() == reflect.Pointer {
+		typ = typ.Elem()
+	}
+	switch typ.Kind() {
+	case reflect.Slice:
+		if typ.Elem().Kind() == reflect.Uint8 {
+			return nil // []byte: a string in JSON
+		}
+		if s.Items == nil {
+			return []string{path + "[]"}
+		}
+		return unschemed(typ.Elem(), *s.Items, path+"[]")
+	case reflect.Map:
+		if s.AdditionalProperties == nil {
+			return []string{path + "{}"}
+		}
+		return unschemed(typ.Elem(), *s.AdditionalProperties, path+"{}")
+	case reflect.Struct:
+		if typ == reflect.TypeFor[time.Time]() || path == ".metadata" {
+			return nil
+		}
+	default:
+		return nil
+	}
+	var out []string
+	for f := range typ.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" {
+			out = append(out, unschemed(f.Type, s, path)...)
+			continue
+		}
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		p, ok := s.Properties[name]
+		if !ok {
+			out = append(out, path+"."+name)
+			continue
+		}
+		out = append(out, unschemed(f.Type, p, path+"."+name)...)
+	}
+	return out
 }
 
 func TestRequiredImages(t *testing.T) {

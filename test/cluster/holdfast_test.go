@@ -649,7 +649,12 @@ func (s *scenario) agentLogs() string {
 // nodeCondition says whether the node's condition typ has status (and reason, and a message containing
 // msgPart, where given).
 func (c *cluster) nodeCondition(typ string, status corev1.ConditionStatus, reason, msgPart string) (bool, error) {
-	n, err := c.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+	return c.conditionOf(nodeName, typ, status, reason, msgPart)
+}
+
+// conditionOf is nodeCondition of the node name.
+func (c *cluster) conditionOf(name, typ string, status corev1.ConditionStatus, reason, msgPart string) (bool, error) {
+	n, err := c.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		return false, err
 	}
@@ -667,7 +672,12 @@ func (c *cluster) nodeCondition(typ string, status corev1.ConditionStatus, reaso
 
 // criImage reports whether the CRI knows ref, and whether it reports it pinned.
 func (c *cluster) criImage(ref string) (pinned, found bool, err error) {
-	out, err := c.crictl("images", "-o", "json")
+	return criImageVia(c.crictl, ref)
+}
+
+// criImageVia is criImage through a node's crictl.
+func criImageVia(crictl func(...string) (string, error), ref string) (pinned, found bool, err error) {
+	out, err := crictl("images", "-o", "json")
 	if err != nil {
 		return false, false, err
 	}

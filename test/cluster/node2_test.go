@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,7 +34,7 @@ const (
 )
 
 // node2Shadows are the cluster dirs that node 2 has its own of, at the same paths.
-var node2Shadows = []string{"containerd", "run", "cni", "kubelet", "holdfast-data", "holdfast-cli"}
+var node2Shadows = []string{"containerd", "run", "cni", "kubelet", "holdfast-data", "holdfast-cli", "test-images"}
 
 // node2 is the second node.
 type node2 struct {
@@ -230,9 +229,13 @@ func (n *node2) holdfast(args ...string) (string, error) {
 	return run(argv...)
 }
 
-// importPause pins the pause image on node 2, from node 1's archive of it.
+// importPause pins the pause image on node 2: its archive copied into node 2's own images dir.
 func (n *node2) importPause() error {
-	_, err := n.holdfast("sync", "--images", n.c.imagesDir)
+	dir := n.path(n.c.imagesDir)
+	if err := copyFile(filepath.Join(n.c.imagesDir, "pause.tar"), filepath.Join(dir, "pause.tar")); err != nil {
+		return err
+	}
+	_, err := n.holdfast("sync", "--images", dir)
 	return err
 }
 
@@ -360,67 +363,4 @@ func (c *cluster) readyNode(name string) (bool, error) {
 		}
 	}
 	return false, fmt.Errorf("node %s has no Ready condition yet", name)
-}
-
-// TestSecondNode: a second node joins the cluster from the same machine: Ready at its own address, the pause
-// image pinned in its own containerd, and a pod on it running with an address of its own pod range.
-func TestSecondNode(t *testing.T) {
-	c := needCluster(t)
-	n, err := c.addNode2()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := n.stop(); err != nil {
-			t.Errorf("stopping node 2: %v", err)
-		}
-	})
-	ctx := context.Background()
-	nodes, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrs := map[string]string{}
-	for _, node := range nodes.Items {
-		for _, a := range node.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				addrs[node.Name] = a.Address
-			}
-		}
-	}
-	if len(addrs) != 2 || addrs[nodeName] != nodeIP || addrs[node2Name] != node2IP {
-		t.Fatalf("nodes and their addresses: %v, want %s at %s and %s at %s", addrs, nodeName, nodeIP, node2Name, node2IP)
-	}
-	if out, err := n.crictl("inspecti", "-o", "json", pauseImage); err != nil || !strings.Contains(out, `"pinned": true`) {
-		t.Errorf("the pause image on node 2: %v\n%s", err, out)
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "on-node-2", Namespace: "default"},
-		Spec: corev1.PodSpec{NodeName: node2Name, Containers: []corev1.Container{{
-			Name: "pause", Image: pauseImage, ImagePullPolicy: corev1.PullNever,
-		}}},
-	}
-	if _, err := c.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		zero := int64(0)
-		_ = c.client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-	})
-	_, cidr, _ := net.ParseCIDR(node2PodCIDR)
-	if err := waitFor("a pod on node 2 running", 2*time.Minute, func() (bool, error) {
-		p, err := c.client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		if p.Status.Phase != corev1.PodRunning {
-			return false, fmt.Errorf("phase %s: %+v", p.Status.Phase, p.Status.Conditions)
-		}
-		if ip := net.ParseIP(p.Status.PodIP); ip == nil || !cidr.Contains(ip) {
-			return false, fmt.Errorf("pod IP %q, want one of %s", p.Status.PodIP, node2PodCIDR)
-		}
-		return true, nil
-	}, n.procs["node2 kubelet"]); err != nil {
-		t.Fatal(err)
-	}
 }

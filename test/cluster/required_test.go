@@ -206,10 +206,20 @@ func (s *scenario) waitRequiredMetric(t *testing.T, state string, want int) {
 func (c *cluster) deployNeeding(t *testing.T, name, image string) {
 	t.Helper()
 	zero := int32(0)
-	d := &appsv1.Deployment{
+	d := deployment(name, image, &zero)
+	ctx := context.Background()
+	if _, err := c.client.AppsV1().Deployments(workloadNS).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating Deployment %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = c.client.AppsV1().Deployments(workloadNS).Delete(ctx, name, metav1.DeleteOptions{}) })
+}
+
+// deployment is a Deployment of replicas pods, each one container running image, labelled app=name.
+func deployment(name, image string, replicas *int32) *appsv1.Deployment {
+	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: workloadNS},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: &zero,
+			Replicas: replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
@@ -217,11 +227,6 @@ func (c *cluster) deployNeeding(t *testing.T, name, image string) {
 			},
 		},
 	}
-	ctx := context.Background()
-	if _, err := c.client.AppsV1().Deployments(workloadNS).Create(ctx, d, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating Deployment %s: %v", name, err)
-	}
-	t.Cleanup(func() { _ = c.client.AppsV1().Deployments(workloadNS).Delete(ctx, name, metav1.DeleteOptions{}) })
 }
 
 // waitImagesReady waits for the node's HoldfastImagesReady condition to have status and reason and a message
