@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,23 @@ func TestPullRequiredFromPeers(t *testing.T) {
 	t.Logf("B pinned %s from its peers %s after the archive was written on A", name, time.Since(start).Round(time.Millisecond))
 	if l := leaseOf(t, b, peerList); l == "" {
 		t.Errorf("B holds no lease of the peer source %s: %v", peerList, b.holdfastLeases(t))
+	}
+	var st struct {
+		Images []struct {
+			Name    string   `json:"name"`
+			Pinned  bool     `json:"pinned"`
+			Sources []string `json:"sources"`
+		} `json:"images"`
+	}
+	readStatus(t, &st, "--address", b.Address, "--data-dir", b.dataDir)
+	named := false
+	for _, img := range st.Images {
+		if img.Name == name {
+			named = img.Pinned && slices.Contains(img.Sources, peerList)
+		}
+	}
+	if !named {
+		t.Errorf("B's status does not show %s pinned by the peer source %s: %+v", name, peerList, st.Images)
 	}
 	if !strings.Contains(readFile(t, b.spegel), needed.Target.Digest.String()) {
 		t.Errorf("B's spegel log does not name %s: the pull did not go through it", needed.Target.Digest)
