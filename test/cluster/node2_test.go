@@ -60,6 +60,11 @@ func (n *node2) sock() string { return n.path(n.c.sock) }
 // addNode2 starts the second node and waits until it is Ready. stop undoes it all.
 func (c *cluster) addNode2() (n *node2, err error) {
 	n = &node2{c: c, dir: filepath.Join(c.dir, "node2"), procs: map[string]*proc{}}
+	// A node of its own each time: nothing left from a node 2 before.
+	if err := os.RemoveAll(n.dir); err != nil {
+		return n, err
+	}
+	n.defer_(func() error { return os.RemoveAll(n.dir) }) // last: once nothing runs in it
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, n.stop())

@@ -328,7 +328,11 @@ func (s *scenario) pulledFromPeer(t *testing.T, n *node2) {
 	if err := waitFor(node2Name+" naming "+imgPeer+" as pulled from peers", time.Minute, func() (bool, error) {
 		return c.conditionOf(node2Name, imagesReady, corev1.ConditionFalse, "ImagesMissing", imgPeer+" missing: ")
 	}); err != nil {
-		t.Fatal(err)
+		pods, _ := c.client.CoreV1().Pods(workloadNS).List(ctx, metav1.ListOptions{})
+		for _, p := range pods.Items {
+			t.Logf("pod %s on %s: %s %s", p.Name, p.Spec.NodeName, p.Status.Phase, podProblems(&p))
+		}
+		t.Fatalf("%v\n%s", err, s.reporterLogs(t))
 	}
 	s.waitCheckCluster(t, "no node holds it", 1, []string{"missing images no node holds", imgPeer}, nil)
 	if t.Failed() {
@@ -336,7 +340,23 @@ func (s *scenario) pulledFromPeer(t *testing.T, n *node2) {
 	}
 
 	start := time.Now()
-	if err := writeStaticImage(filepath.Join(c.imagesDir, "peer.tar"), imgPeer, filepath.Join(c.k8sBin, "pause"), "/pause",
+	archive := filepath.Join(c.imagesDir, "peer.tar")
+	t.Cleanup(func() {
+		// Node 1 as it was: no archive, and, once its agent has let the image go, no record of it.
+		if err := os.Remove(archive); err != nil {
+			t.Error(err)
+		}
+		if err := waitFor("node 1's agent to unpin "+imgPeer, time.Minute, func() (bool, error) {
+			pinned, err := c.criPinned(imgPeer)
+			return err == nil && !pinned, err
+		}); err != nil {
+			t.Error(err)
+		}
+		if out, err := c.crictl("rmi", imgPeer); err != nil {
+			t.Errorf("crictl rmi %s on node 1: %v\n%s", imgPeer, err, out)
+		}
+	})
+	if err := writeStaticImage(archive, imgPeer, filepath.Join(c.k8sBin, "pause"), "/pause",
 		map[string]string{"holdfast.test": imgPeer}); err != nil {
 		t.Fatal(err)
 	}
