@@ -109,9 +109,7 @@ func (a *Agent) updatePeers(set *report.RequiredSet, states map[string]report.St
 			delete(next, ref)
 		}
 	}
-	for _, ref := range slices.Sorted(maps.Keys(next)) {
-		refs = append(refs, ref)
-	}
+	refs = append(refs, slices.Sorted(maps.Keys(next))...)
 	if len(refs) > maxPeerRefs {
 		a.log.Warn("the peer list is full: the other images are not pulled from peers", "listed", maxPeerRefs, "left out", len(refs)-maxPeerRefs)
 		refs = refs[:maxPeerRefs]
