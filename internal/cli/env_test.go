@@ -39,6 +39,8 @@ func TestEnvNames(t *testing.T) {
 		"holdfast --log-level HOLDFAST_LOG_LEVEL",
 		"holdfast --min-free HOLDFAST_MIN_FREE",
 		"holdfast --namespace HOLDFAST_NAMESPACE",
+		"holdfast --peer-mirror HOLDFAST_PEER_MIRROR",
+		"holdfast --peer-registries HOLDFAST_PEER_REGISTRIES",
 		"holdfast --policy HOLDFAST_POLICY",
 		"holdfast --pull-timeout HOLDFAST_PULL_TIMEOUT",
 		"holdfast --registries-yaml HOLDFAST_REGISTRIES_YAML",

@@ -71,6 +71,8 @@ type options struct {
 
 	registryConfig string
 	registriesYAML string
+	peerMirror     string // the node's spegel: first host of the peer registries' hosts.toml
+	peerRegistries string
 	pullTimeout    time.Duration
 
 	insecurePerms bool
@@ -121,6 +123,8 @@ holdfast sync refuses with a message naming the running agent.`,
 	pf.StringVar(&o.logFormat, "log-format", "auto", "auto (text on a terminal, else JSON), text or json")
 	pf.StringVar(&o.registryConfig, "registry-config", "", "hosts.toml directory for pull lists, containerd's certs.d layout; default <data-dir>/registry.d, which the embedded containerd's CRI uses too")
 	pf.StringVar(&o.registriesYAML, "registries-yaml", "", "K3s registries.yaml whose mirrors, TLS settings and credentials pulls use; its mirrors are written as hosts.toml files into --registry-config. K3s: /etc/rancher/k3s/registries.yaml")
+	pf.StringVar(&o.peerMirror, "peer-mirror", "", "the node's own peer mirror (spegel's registry, http://NODE-IP:PORT): written into --registry-config as the first host of each --peer-registries registry's hosts.toml, before registries.yaml's mirrors and the registry; see docs/many-nodes.md")
+	pf.StringVar(&o.peerRegistries, "peer-registries", registries.DefaultPeerRegistries, "with --peer-mirror: the registries it serves, comma-separated; * is every registry (containerd's _default hosts.toml)")
 	pf.StringVar(&o.contentRoot, "content-root", "", "containerd's content store directory as holdfast sees it, whose filesystem imports check for free space; default: what containerd reports")
 	pf.Var(&o.minFree, "min-free", "free space an import must leave on the content store's filesystem: a size (2GiB, 500MB; 0: the archive must only fit) or a percentage of the filesystem (5%); default 5% of the filesystem, at most 1GiB; see docs/how-it-works.md#disk-space")
 	pf.Var(&o.writePath, "write-path", "how imports write blobs: stream (through containerd's content API), direct (into the content store's directory, recorded by metadata only; imports fail when it is not usable) or auto (direct when usable, else stream); see docs/how-it-works.md#write-path")
@@ -128,7 +132,7 @@ holdfast sync refuses with a message naming the running agent.`,
 	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for one pull of a pull-list entry")
 	pf.StringVar(&o.policyFile, "policy", "", "signature policy file: which keys or keyless identities must have signed which images; under mode enforce an image that is not verified is not pinned, under warn its verdict is reported. holdfast run puts it in force in the namespace, and commands without --policy then judge by it; see docs/signatures.md")
 	withEnv(pf, "address", "images", "spool", "data-dir", "namespace", "log-level", "log-format", "registry-config",
-		"registries-yaml", "content-root", "min-free", "write-path", "insecure-perms", "pull-timeout", "policy")
+		"registries-yaml", "peer-mirror", "peer-registries", "content-root", "min-free", "write-path", "insecure-perms", "pull-timeout", "policy")
 	// The default depends on the user and the environment: the docs say how.
 	docDefault(pf, "data-dir", dataDirDefault)
 
@@ -183,29 +187,37 @@ func applyEnv(cmd *cobra.Command) error {
 }
 
 // agentConfig is the agent configuration the common flags give: images dirs,
-// registry settings (K3s's registries.yaml applied) and the logger.
+// registry settings (K3s's registries.yaml and the peer mirror applied) and
+// the logger.
 func (o *options) agentConfig(parallel int) (agent.Config, error) {
 	pc, err := o.passConfig(parallel)
 	cfg := agent.Config{Config: pc}
-	if err != nil || o.registriesYAML == "" {
+	if err != nil || (o.registriesYAML == "" && o.peerMirror == "") {
 		return cfg, err
 	}
-	f, err := registries.Load(o.registriesYAML)
-	if errors.Is(err, fs.ErrNotExist) {
-		// As K3s reads it: no file, no mirrors. What an earlier file had
-		// written into the registry config goes with it.
-		off := fmt.Sprintf("registries.yaml %s does not exist: pulls use no mirrors, TLS settings or credentials from it", o.registriesYAML)
-		o.log.Warn(off)
-		cfg.FeaturesOff = append(cfg.FeaturesOff, off)
-		if err := registries.Write(o.registryConfig, nil); err != nil {
-			return cfg, fmt.Errorf("clearing the mirrors of %s from %s: %w", o.registriesYAML, o.registryConfig, err)
+	var f registries.File
+	source := "--peer-mirror " + o.peerMirror
+	if o.registriesYAML != "" {
+		loaded, err := registries.Load(o.registriesYAML)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// As K3s reads it: no file, no mirrors. What an earlier file had
+			// written into the registry config goes with it.
+			off := fmt.Sprintf("registries.yaml %s does not exist: pulls use no mirrors, TLS settings or credentials from it", o.registriesYAML)
+			o.log.Warn(off)
+			cfg.FeaturesOff = append(cfg.FeaturesOff, off)
+		case err != nil:
+			return cfg, err
+		default:
+			f, source = loaded, o.registriesYAML
 		}
-		return cfg, nil
 	}
-	if err != nil {
-		return cfg, err
+	if o.peerMirror != "" {
+		if f, err = f.WithPeerMirror(o.peerMirror, strings.Split(o.peerRegistries, ",")); err != nil {
+			return cfg, &usageError{fmt.Errorf("--peer-mirror: %w", err)}
+		}
 	}
-	files, warnings, err := f.HostsFiles(o.registriesYAML)
+	files, warnings, err := f.HostsFiles(source)
 	if err != nil {
 		return cfg, err
 	}
@@ -213,7 +225,7 @@ func (o *options) agentConfig(parallel int) (agent.Config, error) {
 		o.log.Warn(w)
 	}
 	if err := registries.Write(o.registryConfig, files); err != nil {
-		return cfg, fmt.Errorf("applying %s: %w", o.registriesYAML, err)
+		return cfg, fmt.Errorf("applying %s to %s: %w", source, o.registryConfig, err)
 	}
 	if cfg.Credentials, err = f.Credentials(); err != nil {
 		return cfg, fmt.Errorf("%s: %w", o.registriesYAML, err)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -33,7 +34,6 @@ func TestPullRequiredFromPeers(t *testing.T) {
 	ns := newNetns(t, peerNet+"1", peerNet+"2")
 	a := startPeerNode(t, ns, spegel, peerNet+"1", peerNet+"2")
 	b := startPeerNode(t, ns, spegel, peerNet+"2", peerNet+"1")
-	b.mirrorThroughSpegel(t)
 
 	needed := build(t, fixture.ImageSpec{Names: []string{peerRegistryHost + "/peers/needed:1"}})
 	name := needed.Names[0]
@@ -44,7 +44,11 @@ func TestPullRequiredFromPeers(t *testing.T) {
 	policy := scene.writePolicy(t, "enforce")
 	agent := startAgentIn(t, ns, b.daemon, b.dataDir, []string{filepath.Join(tempDir(t), "images")},
 		"--pull-required", "--peer-grace", "3s", "--settle", "200ms", "--policy", policy,
-		"--registry-config", b.layout.RegistryConfigPath, "--pull-timeout", "10s")
+		// B's agent writes its own mirror config: e2e.local through B's spegel,
+		// then the registry itself, which resolves nowhere here.
+		"--registry-config", filepath.Join(tempDir(t), "certs.d"),
+		"--peer-mirror", fmt.Sprintf("http://%s:%d", b.addr, spegelRegistry), "--peer-registries", peerRegistryHost,
+		"--pull-timeout", "10s")
 	peerList := filepath.Join(b.dataDir, "peers", "required.txt")
 	agent.put(t, "/required", `{"images":[{"ref":"`+name+`","usedBy":["Deployment shop/app containers/app"]}]}`)
 	if r := agentReport(t, agent).Required; r == nil || r.Pulling != 1 || len(r.NotReady) != 1 || !r.NotReady[0].Pulling {
