@@ -117,7 +117,7 @@ func peerNote(stats []Stat) string {
 	if p == nil || p.N == 0 {
 		return ""
 	}
-	return fmt.Sprintf("P8: %s (median): A's import %s, then B's pull through the peers and its pin %s (medians of the rounds' parts: they need not add up); "+
+	return fmt.Sprintf("\nP8: %s (median): A's import %s, then B's pull through the peers and its pin %s (medians of the rounds' parts: they need not add up); "+
 		"its client CPU is A's holdfast import, B's holdfast run and both spegels, its containerd CPU both containerds'; its max RSS is A's import's.\n",
 		formatSeconds(float64(p.Median)), formatSeconds(float64(p.ImportMedian)), formatSeconds(float64(p.AfterImportMedian)))
 }
