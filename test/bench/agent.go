@@ -151,31 +151,42 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// agentProc is a running `holdfast run`.
+// agentProc is a running `holdfast run` (or another long-running child).
 type agentProc struct {
+	what      string
 	cmd       *exec.Cmd
 	cancel    context.CancelFunc
 	done      chan struct{}
 	waitErr   error
 	closeLogs func()
 	logBase   string
+	// client reaches the agent's listener (nil: a plain client); addr is
+	// the listener's address, once waitReady has read it from the log.
+	client *http.Client
+	addr   string
 }
 
 // startAgent starts `holdfast run`; stop ends it with SIGTERM (SIGKILL 10 s
 // later).
 func startAgent(ctx context.Context, logBase, bin string, args ...string) (*agentProc, error) {
+	return startDaemon(ctx, "holdfast run", logBase, bin, args...)
+}
+
+// startDaemon starts a long-running child, what it is named in errors (holdfast
+// run, spegel); stop ends it with SIGTERM (SIGKILL 10 s later).
+func startDaemon(ctx context.Context, what, logBase, bin string, args ...string) (*agentProc, error) {
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cmd, closeLogs, err := newCmd(actx, logBase, bin, args...)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("starting holdfast run: %w", err)
+		return nil, fmt.Errorf("starting %s: %w", what, err)
 	}
 	if err := cmd.Start(); err != nil {
 		cancel()
 		closeLogs()
-		return nil, fmt.Errorf("starting holdfast run: %w", err)
+		return nil, fmt.Errorf("starting %s: %w", what, err)
 	}
-	a := &agentProc{cmd: cmd, cancel: cancel, done: make(chan struct{}), closeLogs: closeLogs, logBase: logBase}
+	a := &agentProc{what: what, cmd: cmd, cancel: cancel, done: make(chan struct{}), closeLogs: closeLogs, logBase: logBase}
 	go func() {
 		a.waitErr = cmd.Wait()
 		close(a.done)
@@ -187,7 +198,7 @@ func startAgent(ctx context.Context, logBase, bin string, args ...string) (*agen
 func (a *agentProc) alive() error {
 	select {
 	case <-a.done:
-		return fmt.Errorf("holdfast run exited: %v%s", a.waitErr, logTail(a.logBase+".err"))
+		return fmt.Errorf("%s exited: %v%s", a.what, a.waitErr, logTail(a.logBase+".err"))
 	default:
 		return nil
 	}
@@ -208,7 +219,10 @@ func (a *agentProc) waitReady(ctx context.Context, logPath string) error {
 	defer cancel()
 	re := regexp.MustCompile(`address[=":\s]+"?((?:127\.0\.0\.1|\[::1\]|localhost):\d+)`)
 	var addr string
-	client := &http.Client{Timeout: 2 * time.Second}
+	client := a.client
+	if client == nil {
+		client = &http.Client{Timeout: 2 * time.Second}
+	}
 	for {
 		if err := a.alive(); err != nil {
 			return err
@@ -230,6 +244,7 @@ func (a *agentProc) waitReady(ctx context.Context, logPath string) error {
 			if resp, err := client.Do(req); err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
+					a.addr = addr
 					return nil
 				}
 			}

@@ -25,12 +25,13 @@ const (
 	ScenarioWatch   = "P4 watch" // watch-to-pinned latency under holdfast run
 	ScenarioP5      = "P5"       // peak RSS of a cold import of the huge archive
 	ScenarioP7      = "P7"       // cold import of a Hauler haul and of a .tar.zst of the same images
+	ScenarioP8      = "P8"       // the large archive imported on node A, until pinned on node B through the peers
 	ScenarioDisk    = "disk"     // the disk's own durable write rate (measured with P1)
 )
 
 // Groups lists the scenario groups Config.Only selects from (P6 and the disk
 // rate are part of P1; "disk" alone runs only the disk rate).
-func Groups() []string { return []string{"P1", "P1s", "P2", "P3", "P4", "P5", "P7", "disk"} }
+func Groups() []string { return []string{"P1", "P1s", "P2", "P3", "P4", "P5", "P7", "P8", "disk"} }
 
 // Write paths of holdfast sync (--write-path); every holdfast invocation of
 // the harness names one, so a row means the same whatever the default is.
@@ -62,6 +63,8 @@ const (
 	MethodHoldfastNoCache   = "holdfast sync (warm, new data dir)"
 	MethodProcessStart      = "holdfast version (process start only)"
 	MethodAgent             = "holdfast run"
+	MethodPeer              = "holdfast import on A → pinned on B (peers)"
+	MethodImportOnB         = "holdfast import on B"
 )
 
 // Config is one run of the harness.
@@ -132,6 +135,10 @@ type Sample struct {
 	// for the disk rate, wrote.
 	Bytes         int64   `json:"bytes,omitempty"`
 	DeleteSeconds float64 `json:"delete_seconds,omitempty"`
+	// ImportSeconds is, for P8's peer method, the part of Seconds until
+	// node A's import exited; the rest is node B's pull through the peers
+	// and its pin.
+	ImportSeconds float64 `json:"import_seconds,omitempty"`
 	Summary       string  `json:"summary,omitempty"` // holdfast sync's summary line
 	Error         string  `json:"error,omitempty"`
 }
@@ -261,6 +268,11 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}
 	if cfg.runs("P7") {
 		if err := h.p7(ctx); err != nil {
+			return h.finish(), err
+		}
+	}
+	if cfg.runs("P8") {
+		if err := h.p8(ctx); err != nil {
 			return h.finish(), err
 		}
 	}

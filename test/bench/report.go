@@ -56,7 +56,8 @@ func WriteReport(w io.Writer, r *Results) error {
 		b.WriteString("\nMedians of: client CPU, user + system time of the importing process(es) (the harness itself for the floor); " +
 			"containerd CPU, of the containerd process meanwhile; other CPU, the rest of the machine meanwhile (other work, kernel I/O threads). " +
 			"max RSS: the largest of the rounds. ÷ holdfast: this median ÷ holdfast sync (direct)'s in the same scenario " +
-			"(the rows on containerd 1.6 and the cold-cache rows too: P1's direct row on the embedded containerd with the archive in the page cache; in P3, ÷ the warm sync).\n")
+			"(the rows on containerd 1.6 and the cold-cache rows too: P1's direct row on the embedded containerd with the archive in the page cache; in P3, ÷ the warm sync; in P8, ÷ the import on B).\n")
+		b.WriteString(peerNote(r.Stats))
 		if len(noisy) > 0 {
 			fmt.Fprintf(&b, "\nNoisy (slowest round > 1.5× the fastest): %s.\n", strings.Join(noisy, "; "))
 		}
@@ -108,12 +109,28 @@ func WriteReport(w io.Writer, r *Results) error {
 	return err
 }
 
+// peerNote says what P8's rows count and splits the peer method's median:
+// node A's import, then B's pull through the peers and its pin; "" without
+// P8.
+func peerNote(stats []Stat) string {
+	p := findStat(stats, ScenarioP8, MethodPeer)
+	if p == nil || p.N == 0 {
+		return ""
+	}
+	return fmt.Sprintf("\nP8: %s (median): A's import %s, then B's pull through the peers and its pin %s (medians of the rounds' parts: they need not add up); "+
+		"its client CPU is A's holdfast import, B's holdfast run and both spegels, its containerd CPU both containerds'; its max RSS is A's import's.\n",
+		formatSeconds(float64(p.Median)), formatSeconds(float64(p.ImportMedian)), formatSeconds(float64(p.AfterImportMedian)))
+}
+
 // baseline is the holdfast stat (the direct write path's, the default to
 // be; in P3, the warm sync) a scenario's other methods are compared with.
 func baseline(stats []Stat, s Stat) *Stat {
 	method := MethodHoldfastDirect
-	if s.Scenario == ScenarioP3 {
+	switch s.Scenario {
+	case ScenarioP3:
 		method = MethodHoldfastWarm
+	case ScenarioP8:
+		method = MethodImportOnB
 	}
 	return findStat(stats, s.Scenario, method)
 }
@@ -151,6 +168,11 @@ func describeScenarios(r *Results) string {
 	if findStat(r.Stats, ScenarioP5, MethodHoldfastDirect) != nil {
 		fmt.Fprintf(&b, "- P5: peak RSS of a cold holdfast sync, direct and stream, of one archive of %d layers × %s (%s, generated for P5 and deleted after; %d round)\n",
 			set.Huge.Layers, formatBytes(set.Huge.LayerSize), formatName(set.Huge.Formats[0]), p5Rounds)
+	}
+	if findStat(r.Stats, ScenarioP8, MethodImportOnB) != nil {
+		fmt.Fprintf(&b, "- P8: the large archive, `holdfast import`ed on node A, until node B holds it pinned: B's `holdfast run --pull-required`, told it needs the image "+
+			"(PUT /required) as A's import exits, pulls it from A's spegel through its own (two nodes, two containerds and two spegels in a network namespace, "+
+			"started afresh each round); beside `holdfast import` of the same archive on a fresh node B\n")
 	}
 	if findStat(r.Stats, ScenarioDisk, MethodDisk1) != nil {
 		fmt.Fprintf(&b, "- disk: %s written durably, 1 and 4 streams, each round\n", formatBytes(set.DiskBytes))

@@ -69,6 +69,11 @@ func TestSmoke(t *testing.T) {
 	} else {
 		t.Logf("no rows on containerd 1.6: %s", why)
 	}
+	if why := peersMissing(); why == "" {
+		want[ScenarioP8] = []string{MethodPeer, MethodImportOnB}
+	} else {
+		t.Logf("no P8 rows: %s", why)
+	}
 	for scenario, methods := range want {
 		for _, m := range methods {
 			if s := findStat(res.Stats, scenario, m); s == nil || s.N == 0 {

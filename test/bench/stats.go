@@ -73,6 +73,11 @@ type Stat struct {
 	MaxRSSBytes   int64 `json:"max_rss_bytes,omitempty"`
 	// Bytes is the largest byte count of a sample (they are all the same).
 	Bytes int64 `json:"bytes,omitempty"`
+	// ImportMedian and AfterImportMedian are, for P8's peer method, the
+	// medians of the samples' ImportSeconds (node A's import) and of the
+	// rest of their Seconds (node B's pull and pin); 0 for the other methods.
+	ImportMedian      Float `json:"median_import_seconds,omitempty"`
+	AfterImportMedian Float `json:"median_after_import_seconds,omitempty"`
 }
 
 // MBPerSecond is the stat's bytes over its median time, in MB/s (10^6 bytes);
@@ -100,7 +105,7 @@ func computeStats(samples []Sample) []Stat {
 	var stats []Stat
 	for _, k := range order {
 		st := Stat{Scenario: k.scenario, Method: k.method}
-		var secs, client, cd, other []float64
+		var secs, client, cd, other, imports, after []float64
 		for _, s := range by[k] {
 			if s.Error != "" {
 				st.Failed++
@@ -110,6 +115,10 @@ func computeStats(samples []Sample) []Stat {
 			client = append(client, s.ClientCPUSeconds)
 			cd = append(cd, s.ContainerdCPUSeconds)
 			other = append(other, s.OtherCPUSeconds)
+			if s.ImportSeconds > 0 {
+				imports = append(imports, s.ImportSeconds)
+				after = append(after, s.Seconds-s.ImportSeconds)
+			}
 			st.MaxRSSBytes = max(st.MaxRSSBytes, s.MaxRSSBytes)
 			st.Bytes = max(st.Bytes, s.Bytes)
 		}
@@ -117,6 +126,9 @@ func computeStats(samples []Sample) []Stat {
 		st.Median, st.P50, st.P99 = Float(Median(secs)), Float(Percentile(secs, 50)), Float(Percentile(secs, 99))
 		st.Min, st.Max = Float(Percentile(secs, 0.0001)), Float(Percentile(secs, 100))
 		st.ClientCPU, st.ContainerdCPU, st.OtherCPU = Float(Median(client)), Float(Median(cd)), Float(Median(other))
+		if len(imports) > 0 {
+			st.ImportMedian, st.AfterImportMedian = Float(Median(imports)), Float(Median(after))
+		}
 		stats = append(stats, st)
 	}
 	return stats

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -23,7 +22,6 @@ import (
 	"github.com/containerd/typeurl/v2"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-project/holdfast/internal/embedded"
 	"github.com/holdfast-project/holdfast/internal/fixture"
@@ -31,22 +29,14 @@ import (
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
-// Two nodes on one machine, for the peer tests: each a containerd and a
-// spegel (K3s's fork, the one K3s embeds), in a network namespace the test
-// makes and removes, with one address per node on its loopback device.
-// spegel advertises no loopback address (127/8) and assumes every peer
-// serves its registry on the same port, so each node gets an address of its
-// own, 10.77.0.1 and 10.77.0.2; nothing leaves the namespace. Node B's
+// Two nodes on one machine, for the peer tests: testenv's peer setup (a
+// network namespace the test makes and removes, a containerd and a spegel
+// per node, one address each on the namespace's loopback device). Node B's
 // hosts.toml sends e2e.local to B's spegel, its upstream a closed port: only
 // a peer can serve B.
 
 const (
-	peerNet          = "10.77.0."
-	spegelRegistry   = 5000
-	spegelRouter     = 5001
-	spegelBootstrap  = 5002
-	spegelMetrics    = 9090
-	closedUpstream   = "http://127.0.0.1:9"
+	peerNet          = testenv.PeerNet
 	peerRegistryHost = "e2e.local"
 )
 
@@ -315,18 +305,11 @@ func newNetns(t *testing.T, addrs ...string) string {
 		testenv.Missing(t, "spegel", "ip (iproute2) is not on PATH: the peer tests make a network namespace with it")
 	}
 	name := fmt.Sprintf("holdfast-peers-%d", os.Getpid())
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
+	remove, err := testenv.NewNetns(name, addrs...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	run("netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", name).Run() })
-	run("-n", name, "link", "set", "lo", "up")
-	for _, a := range addrs {
-		run("-n", name, "addr", "add", a+"/32", "dev", "lo")
-	}
+	t.Cleanup(func() { _ = remove() })
 	return name
 }
 
@@ -339,8 +322,7 @@ func startPeerNode(t *testing.T, ns, spegel, addr, peer string) *peerNode {
 	// containerd runs in the namespace: a pull through the transfer service,
 	// and the CRI's, go out from it.
 	wrapper := filepath.Join(dir, "in-netns")
-	script := fmt.Sprintf("#!/bin/sh\nexec ip netns exec %s %s \"$@\"\n", ns, holdfastBin)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+	if err := testenv.WriteNetnsWrapper(wrapper, ns, holdfastBin); err != nil {
 		t.Fatal(err)
 	}
 	p := startContainerd(t, filepath.Join(dir, "containerd"), wrapper)
@@ -368,19 +350,9 @@ func startPeerNode16(t *testing.T, ns, spegel, addr, peer string) *peerNode {
 // end stops it too.
 func (n *peerNode) startSpegel(t *testing.T) (stop func()) {
 	t.Helper()
-	args := []string{"netns", "exec", n.ns, n.spegelBin, "registry",
-		"--log-level", "DEBUG",
-		"--containerd-sock", n.layout.Address,
-		"--containerd-namespace", namespace,
-		"--containerd-content-path", filepath.Join(n.layout.Root, "io.containerd.content.v1.content"),
-		"--data-dir", filepath.Join(filepath.Dir(n.spegel), "spegel"),
-		"--registry-addr", fmt.Sprintf("%s:%d", n.addr, spegelRegistry),
-		"--router-addr", fmt.Sprintf("%s:%d", n.addr, spegelRouter),
-		"--metrics-addr", fmt.Sprintf("%s:%d", n.addr, spegelMetrics),
-		"--bootstrap-kind", "http",
-		"--http-bootstrap-addr", fmt.Sprintf("%s:%d", n.addr, spegelBootstrap),
-		"--http-bootstrap-peer", fmt.Sprintf("http://%s:%d", n.peer, spegelBootstrap),
-	}
+	sp := testenv.Spegel{Addr: n.addr, Peer: n.peer, ContainerdSock: n.layout.Address, Namespace: namespace,
+		ContentRoot: n.layout.Root, DataDir: filepath.Join(filepath.Dir(n.spegel), "spegel")}
+	args := append([]string{"netns", "exec", n.ns, n.spegelBin}, sp.Args()...)
 	logf, err := os.OpenFile(n.spegel, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -419,13 +391,7 @@ func (n *peerNode) startSpegel(t *testing.T) (stop func()) {
 // spegel, then an upstream no one serves.
 func (n *peerNode) mirrorThroughSpegel(t *testing.T) {
 	t.Helper()
-	dir := filepath.Join(n.layout.RegistryConfigPath, peerRegistryHost)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	mirror := fmt.Sprintf("http://%s:%d", n.addr, spegelRegistry)
-	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", closedUpstream, mirror)
-	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
+	if err := testenv.WriteMirror(n.layout.RegistryConfigPath, peerRegistryHost, n.addr); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -455,48 +421,8 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-// dialIn dials in the network namespace ns, from a thread that enters ns
-// and comes back; the connection stays in ns. A thread that cannot come
-// back is not used again: its goroutine ends locked to it, and the Go
-// runtime ends the thread (which kills the processes it started with a
-// parent-death signal: the test's containerds and spegels are started by
-// others).
+// dialIn dials in the network namespace ns (testenv.DialIn): the agent's
+// loopback-only listener in a peer test is there.
 func dialIn(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		type dialed struct {
-			c   net.Conn
-			err error
-		}
-		ch := make(chan dialed, 1)
-		go func() {
-			runtime.LockOSThread()
-			home, err := os.Open("/proc/thread-self/ns/net")
-			if err != nil {
-				runtime.UnlockOSThread()
-				ch <- dialed{err: err}
-				return
-			}
-			defer home.Close()
-			f, err := os.Open(filepath.Join("/run/netns", ns))
-			if err != nil {
-				runtime.UnlockOSThread()
-				ch <- dialed{err: err}
-				return
-			}
-			defer f.Close()
-			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-				runtime.UnlockOSThread()
-				ch <- dialed{err: fmt.Errorf("entering network namespace %s: %w", ns, err)}
-				return
-			}
-			var d net.Dialer
-			c, err := d.DialContext(ctx, network, addr)
-			ch <- dialed{c, err}
-			if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
-				runtime.UnlockOSThread()
-			}
-		}()
-		r := <-ch
-		return r.c, r.err
-	}
+	return testenv.DialIn(ns)
 }
