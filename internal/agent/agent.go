@@ -33,11 +33,10 @@ type Config struct {
 	FeaturesOff []string
 	// PullRequired: the images of the required set the node lacks are
 	// pulled through its registry mirrors (its peers), pinned and leased as
-	// the peer source PeerList, and released PeerGrace after they leave
-	// the set. PeerList is kept also when PullRequired is off, so that what
-	// it held before is released.
+	// the peer source (pass.Config.PeerList), and released PeerGrace after
+	// they leave the set. The peer source is kept also when PullRequired is
+	// off, so that what it held before is released.
 	PullRequired bool
-	PeerList     string
 	PeerGrace    time.Duration
 }
 

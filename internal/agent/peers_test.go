@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/report"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
@@ -110,7 +111,7 @@ func TestPeerListReleasedWhenOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := newFakeClock()
-	a := New(fake.New(), Config{PeerList: list, PeerGrace: time.Minute}, nil)
+	a := New(fake.New(), Config{Config: pass.Config{PeerList: list}, PeerGrace: time.Minute}, nil)
 	a.clock = clock
 	set := &report.RequiredSet{Images: []report.RequiredImage{{Ref: "docker.io/library/redis:7"}}}
 	due := a.updatePeers(set, map[string]report.State{"docker.io/library/redis:7": report.Missing})
@@ -175,7 +176,7 @@ func TestPeerListFull(t *testing.T) {
 	late := "example.com/a-late:1" // sorts before every held one
 	set.Images = append(set.Images, report.RequiredImage{Ref: late})
 	states[late] = report.Missing
-	a := New(fake.New(), Config{PeerList: list, PeerGrace: time.Minute, PullRequired: true}, nil)
+	a := New(fake.New(), Config{Config: pass.Config{PeerList: list}, PeerGrace: time.Minute, PullRequired: true}, nil)
 	a.updatePeers(set, states)
 	got := listed(t, list)
 	if len(got) != maxPeerRefs || slices.Contains(got, late) || got[0] != held[0] {

@@ -131,7 +131,7 @@ func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, have,
 				if err != nil {
 					errs = append(errs, source.LineError{Path: pl.Path, Line: e.Line, Err: fmt.Errorf("pulling %s: %w", e.Ref, err)})
 					p.rec.PullDone("failed")
-					p.notePullFailure(e.Ref, err)
+					p.notePullFailure(e.Ref, err, pl.Path == p.cfg.PeerList)
 					return nil
 				}
 				p.clearPullFailure(e.Ref)
@@ -183,12 +183,19 @@ func (p *Runner) pullBackoff(ref string) (error, bool) {
 	return f.err, true
 }
 
-func (p *Runner) notePullFailure(ref string, err error) {
+// notePullFailure has ref wait before its next try: 30 s, doubling to 10
+// minutes; from peers, 5 s doubling to a minute. A registry refused or
+// unreachable is spared; a peer is on the cluster's own network, and what it
+// lacks now a peer may hold in seconds (an archive dropped on another node).
+func (p *Runner) notePullFailure(ref string, err error, fromPeers bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f, ok := p.pullFailed[ref]
 	if !ok {
 		f.wait = backoff.New(30*time.Second, 10*time.Minute)
+		if fromPeers {
+			f.wait = backoff.New(5*time.Second, time.Minute)
+		}
 	}
 	f.retryAt = p.now().Add(f.wait.Next())
 	f.err = err

@@ -78,6 +78,41 @@ func TestPullRetriesWithBackoff(t *testing.T) {
 	})
 }
 
+// TestPeerPullRetriesSooner: a reference of the peer source that fails every
+// try of a pass waits 5 s, not 30, before the next pass tries it: a peer may
+// hold it by then.
+func TestPeerPullRetriesSooner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		rt := fake.New()
+		img := testimage.Stored(t, rt, "example.com/peer:1")
+		list := filepath.Join(dir, "required.txt")
+		if err := os.WriteFile(list, []byte(img.Name+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var held atomic.Bool
+		tries := 0
+		rt.PullFunc = func(string) (hfruntime.Want, error) {
+			tries++
+			if held.Load() {
+				return img, nil
+			}
+			return hfruntime.Want{}, errors.New("not found")
+		}
+		p := New(rt, Config{ImageDirs: []string{dir}, PeerList: list})
+		start := time.Now()
+		_, res := p.Run(context.Background(), Options{Memo: true})
+		if want := start.Add(3*time.Second + 5*time.Second); !res.NextCheck.Equal(want) || tries != 3 {
+			t.Errorf("after a pass of %d tries, next check %v after the start, want 3 tries and %v", tries, res.NextCheck.Sub(start), want.Sub(start))
+		}
+		held.Store(true)
+		time.Sleep(6 * time.Second)
+		if sum, _ := p.Run(context.Background(), Options{Memo: true}); sum.Failed != 0 || !pinnedIn(rt, img.Name) {
+			t.Errorf("the pass 6 s later: %s %v; pinned %v", sum, sum.Failures, pinnedIn(rt, img.Name))
+		}
+	})
+}
+
 // TestFailedImportWaitsItsTurn: a source whose import failed is left out of
 // the passes that skip failures (Memo) for 5 s, then 10 s, and tried again
 // at once by one that does not.

@@ -22,14 +22,8 @@ import (
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
-const (
-	imgPeer = "holdfast.test/peer:1" // a workload on node 2 needs it; only node 1 gets its archive
-	// spegel's ports on each node's address.
-	spegelRegistryPort  = 30020
-	spegelRouterPort    = 30021
-	spegelBootstrapPort = 30022
-	spegelMetricsPort   = 30023
-)
+// imgPeer: a workload on node 2 needs it; only node 1 gets its archive.
+const imgPeer = "holdfast.test/peer:1"
 
 // TestTwoNodes: the chart on a cluster of two nodes on this machine, each with spegel (K3s's build) beside
 // its containerd and holdfast's agent with --pull-required: the DaemonSet runs on both; each node has its own
@@ -124,12 +118,12 @@ func deletePod(c *cluster, name string) {
 	_ = c.client.CoreV1().Pods(workloadNS).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 }
 
-// startSpegels starts spegel on each node (until top ends), at the node's address, each bootstrapping from the other, and
-// points each node's containerd (and so holdfast, which reads the same certs.d) at its own spegel for the
+// startSpegels starts spegel on each node (until top ends), at the node's address, each bootstrapping from the
+// other, and points each node's containerd (and so holdfast, which reads the same certs.d) at its own spegel for the
 // holdfast.test registry, whose upstream is a closed port: only a peer can serve it.
 func startSpegels(t, top *testing.T, n *node2, bin string) {
 	c := n.c
-	certs := filepath.Join(c.dir, "containerd", "certs.d", "holdfast.test")
+	certs := filepath.Join(c.dir, "containerd", "certs.d")
 	for _, node := range []struct {
 		name, ip, peer, certs string
 		start                 func(name string, argv ...string) (*proc, error)
@@ -139,30 +133,21 @@ func startSpegels(t, top *testing.T, n *node2, bin string) {
 		}},
 		{"node2 spegel", node2IP, nodeIP, n.path(certs), n.in},
 	} {
-		hosts := fmt.Sprintf("server = \"http://127.0.0.1:9\"\n\n[host.\"http://%s:%d\"]\n  capabilities = [\"pull\", \"resolve\"]\n", node.ip, spegelRegistryPort)
-		if err := os.MkdirAll(node.certs, 0o755); err != nil {
+		if err := testenv.WriteMirror(node.certs, "holdfast.test", node.ip); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(node.certs, "hosts.toml"), []byte(hosts), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		addr := func(port int) string { return net.JoinHostPort(node.ip, fmt.Sprint(port)) }
-		p, err := node.start(node.name, bin, "registry", "--log-level", "DEBUG",
-			"--containerd-sock", c.sock, // node 2's own socket in its namespace
-			"--containerd-namespace", criNamespace,
-			"--containerd-content-path", filepath.Join(c.dir, "containerd", "root", "io.containerd.content.v1.content"),
-			"--data-dir", filepath.Join(c.dir, "containerd", "spegel"),
-			"--registry-addr", addr(spegelRegistryPort), "--router-addr", addr(spegelRouterPort),
-			"--metrics-addr", addr(spegelMetricsPort),
-			"--bootstrap-kind", "http", "--http-bootstrap-addr", addr(spegelBootstrapPort),
-			"--http-bootstrap-peer", "http://"+net.JoinHostPort(node.peer, fmt.Sprint(spegelBootstrapPort)))
+		sp := testenv.Spegel{Addr: node.ip, Peer: node.peer,
+			ContainerdSock: c.sock, // node 2's own socket in its namespace
+			Namespace:      criNamespace, ContentRoot: filepath.Join(c.dir, "containerd", "root"),
+			DataDir: filepath.Join(c.dir, "containerd", "spegel")}
+		p, err := node.start(node.name, append([]string{bin}, sp.Args()...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		top.Cleanup(func() { _ = p.stop(10 * time.Second) })
 		if err := waitFor(node.name+" to serve", time.Minute, func() (bool, error) {
 			out, err := run("nsenter", "--net=/proc/"+fmt.Sprint(p.cmd.Process.Pid)+"/ns/net", "--", "ss", "-ltn")
-			return err == nil && strings.Contains(out, addr(spegelRegistryPort)), err
+			return err == nil && strings.Contains(out, net.JoinHostPort(node.ip, fmt.Sprint(testenv.SpegelRegistryPort))), err
 		}, p); err != nil {
 			t.Fatal(err)
 		}

@@ -47,7 +47,7 @@ func TestPullRequiredFromPeers(t *testing.T) {
 		// B's agent writes its own mirror config: e2e.local through B's spegel,
 		// then the registry itself, which resolves nowhere here.
 		"--registry-config", filepath.Join(tempDir(t), "certs.d"),
-		"--peer-mirror", fmt.Sprintf("http://%s:%d", b.addr, spegelRegistry), "--peer-registries", peerRegistryHost,
+		"--peer-mirror", fmt.Sprintf("http://%s:%d", b.addr, testenv.SpegelRegistryPort), "--peer-registries", peerRegistryHost,
 		"--pull-timeout", "10s")
 	peerList := filepath.Join(b.dataDir, "peers", "required.txt")
 	agent.put(t, "/required", `{"images":[{"ref":"`+name+`","usedBy":["Deployment shop/app containers/app"]}]}`)

@@ -318,6 +318,14 @@ var sabotages = []sabotage{
 		tests: []tests{{"./internal/agent", []string{"TestPullRequired", "TestPeerListReleasedWhenOff"}, nil}, {e2e, []string{"TestPullRequiredFromPeers"}, nil}},
 	},
 	{
+		name: "peer-pull-backoff-as-registry",
+		// A failed pull of the peer source waits as long as a registry's.
+		edits: []edit{{"internal/pass/pulls.go",
+			"p.notePullFailure(e.Ref, err, pl.Path == p.cfg.PeerList)",
+			"p.notePullFailure(e.Ref, err, false)"}},
+		tests: []tests{{"./internal/pass", []string{"TestPeerPullRetriesSooner"}, nil}},
+	},
+	{
 		name: "incomplete-image-imported",
 		// A host-platform blob neither in the archive nor in the store does
 		// not stop the import.
