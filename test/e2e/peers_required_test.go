@@ -29,11 +29,8 @@ import (
 // released it and A's copy is collected; and once no workload needs it, B
 // releases it after the grace period.
 func TestPullRequiredFromPeers(t *testing.T) {
-	requireRoot(t)
-	spegel := spegelBin(t)
-	ns := newNetns(t, peerNet+"1", peerNet+"2")
-	a := startPeerNode(t, ns, spegel, peerNet+"1", peerNet+"2")
-	b := startPeerNode(t, ns, spegel, peerNet+"2", peerNet+"1")
+	a, b := peerPair(t, startPeerNode)
+	ns := a.ns
 
 	needed := build(t, fixture.ImageSpec{Names: []string{peerRegistryHost + "/peers/needed:1"}})
 	name := needed.Names[0]

@@ -62,12 +62,7 @@ type peerNode struct {
 // name@digest record beside each tag, and the distribution source labels
 // that tell spegel which registry a blob came from.
 func TestPeersShareImports(t *testing.T) {
-	requireRoot(t)
-	spegel := spegelBin(t)
-	ns := newNetns(t, peerNet+"1", peerNet+"2")
-	// Each bootstraps from the other, whichever comes up first.
-	a := startPeerNode(t, ns, spegel, peerNet+"1", peerNet+"2")
-	b := startPeerNode(t, ns, spegel, peerNet+"2", peerNet+"1")
+	a, b := peerPair(t, startPeerNode)
 	b.mirrorThroughSpegel(t)
 	created := a.contentCreated(t)
 
@@ -196,11 +191,7 @@ func TestPeersShareImports(t *testing.T) {
 // distribution source labels holdfast wrote, and B pulls by tag and by
 // digest.
 func TestPeersOnContainerd16(t *testing.T) {
-	requireRoot(t)
-	spegel := spegelBin(t)
-	ns := newNetns(t, peerNet+"1", peerNet+"2")
-	a := startPeerNode16(t, ns, spegel, peerNet+"1", peerNet+"2")
-	b := startPeerNode16(t, ns, spegel, peerNet+"2", peerNet+"1")
+	a, b := peerPair(t, startPeerNode16)
 	b.mirrorThroughSpegel(t)
 
 	img := build(t, fixture.ImageSpec{Names: []string{peerRegistryHost + "/peers/old:1"}})
@@ -296,6 +287,16 @@ func unlabelledBlobs(log string) []string {
 }
 
 var unlabelledRE = regexp.MustCompile(`no distribution source labels found for (sha256:[0-9a-f]{64})`)
+
+// peerPair starts nodes A and B with start, in a network namespace of their
+// own, each bootstrapping from the other (whichever comes up first).
+func peerPair(t *testing.T, start func(t *testing.T, ns, spegel, addr, peer string) *peerNode) (a, b *peerNode) {
+	t.Helper()
+	requireRoot(t)
+	spegel := spegelBin(t)
+	ns := newNetns(t, peerNet+"1", peerNet+"2")
+	return start(t, ns, spegel, peerNet+"1", peerNet+"2"), start(t, ns, spegel, peerNet+"2", peerNet+"1")
+}
 
 // newNetns makes a network namespace with its loopback device up and addrs
 // on it, and removes it after the test.
