@@ -40,17 +40,21 @@ build:
 
 # image: $(BIN)/holdfast-image.tar, an OCI image layout tar (linux/amd64 + linux/arm64) named
 # $(IMAGE_REPO):$(VERSION), for `holdfast import`, `ctr images import` or a K3s/RKE2 images dir;
-# $(BIN)/holdfast-image.name holds the name. The same commit gives the same digest.
+# $(BIN)/holdfast-image.name holds the name. The same commit gives the same digest. Beside holdfast's binaries it
+# holds /spegel, the peer-to-peer registry mirror the chart runs with peers.enabled (scripts/spegel.sh builds it
+# from the Go module, once per architecture).
 image:
 	@set -e; for arch in $(IMAGE_ARCHES); do for cmd in $(IMAGE_CMDS); do \
 		echo "building $$cmd for linux/$$arch"; \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' \
 			-o $(BIN)/linux_$$arch/$$cmd ./cmd/$$cmd; \
-	done; done
+	done; \
+	echo "building spegel for linux/$$arch"; GOOS=linux GOARCH=$$arch bash scripts/spegel.sh $(BIN)/linux_$$arch; \
+	done
 	$(GO) build -trimpath -o $(BIN)/mkimage ./tools/mkimage
 	$(BIN)/mkimage -o $(BIN)/holdfast-image.tar -name-out $(BIN)/holdfast-image.name \
 		-repo $(IMAGE_REPO) -version $(VERSION) -revision $(REVISION) -source $(IMAGE_SOURCE) \
-		-epoch $(SOURCE_DATE_EPOCH) $(foreach c,$(IMAGE_CMDS),-bin $(c)) \
+		-epoch $(SOURCE_DATE_EPOCH) $(foreach c,$(IMAGE_CMDS) spegel,-bin $(c)) \
 		$(foreach a,$(IMAGE_ARCHES),-platform linux/$(a)=$(BIN)/linux_$(a))
 
 demo: build
