@@ -8,13 +8,17 @@ import (
 )
 
 // DefaultPeerRegistries are the registries a peer mirror serves unless told
-// otherwise: "*", every registry (containerd's _default hosts.toml), as
-// spegel mirrors every registry by default.
-const DefaultPeerRegistries = "*"
+// otherwise: the public ones images come from. Not "*" (containerd's
+// _default): that would send every private registry's pulls to the mirror
+// first, and containerd reads _default only for a registry without a
+// hosts.toml of its own, so one the operator configured would go without it.
+var DefaultPeerRegistries = []string{"docker.io", "ghcr.io", "quay.io", "registry.k8s.io", "mcr.microsoft.com",
+	"public.ecr.aws", "gcr.io", "registry.gitlab.com"}
 
 // WithPeerMirror is f with the node's peer mirror (its spegel, an http or
 // https URL without a path) first among the endpoints of each of the
-// registries ("*" for every one): a pull asks the peers before the mirrors
+// registries ("*" or "_default" for every one without a hosts.toml of its
+// own): a pull asks the peers before the mirrors
 // registries.yaml names and before the registry itself. f is not changed.
 func (f File) WithPeerMirror(mirror string, regs []string) (File, error) {
 	u, err := url.Parse(mirror)
@@ -31,8 +35,11 @@ func (f File) WithPeerMirror(mirror string, regs []string) (File, error) {
 		if r == "" {
 			continue
 		}
+		if r == "_default" {
+			r = "*"
+		}
 		if r != "*" && !validHost(r) {
-			return File{}, fmt.Errorf("peer registry %q is not a host name (host[:port]) or *", r)
+			return File{}, fmt.Errorf("peer registry %q is not a host name (host[:port]), * or _default", r)
 		}
 		m := out.Mirrors[r]
 		m.Endpoints = append([]string{endpoint}, slices.DeleteFunc(slices.Clone(m.Endpoints), func(e string) bool {

@@ -11,7 +11,7 @@ import (
 // naming it.
 func TestWithPeerMirror(t *testing.T) {
 	f := File{Mirrors: map[string]Mirror{"docker.io": {Endpoints: []string{"https://mirror.example.com", "http://10.0.0.5:30020/"}}}}
-	got, err := f.WithPeerMirror("http://10.0.0.5:30020", []string{"docker.io", "ghcr.io", "*"})
+	got, err := f.WithPeerMirror("http://10.0.0.5:30020", []string{"docker.io", "ghcr.io", "_default"})
 	if err != nil {
 		t.Fatal(err)
 	}

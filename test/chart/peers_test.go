@@ -207,11 +207,8 @@ func TestPeersValues(t *testing.T) {
 		t.Errorf("holdfast args %q", hf.Args)
 	}
 	// What holdfast is given, its own parsers take.
-	mirror, err := registries.ParseMirror(strings.ReplaceAll(hff["peer-mirror"][0], "$(NODE_IP)", "10.0.0.5"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := (registries.File{}).WithPeer(registries.Peer{Mirror: mirror, Registries: registries.PeerRegistries(hff["peer-registries"])}); err != nil {
+	mirror := strings.ReplaceAll(hff["peer-mirror"][0], "$(NODE_IP)", "10.0.0.5")
+	if _, err := (registries.File{}).WithPeerMirror(mirror, strings.Split(hff["peer-registries"][0], ",")); err != nil {
 		t.Errorf("holdfast refuses the chart's --peer-registries: %v", err)
 	}
 	if _, ok := env(hf, "HOLDFAST_PULL_REQUIRED"); ok {
