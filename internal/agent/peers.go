@@ -64,7 +64,11 @@ func (a *Agent) updatePeers(set *report.RequiredSet, states map[string]report.St
 	if !p.loaded {
 		refs, err := readPeerList(path)
 		if err != nil {
-			a.log.Warn("reading the peer list; it is written anew", "path", path, "error", err)
+			// Written anew, it would drop at once what it holds: it stays as
+			// it is (the pass keeps an unreadable list's pins too), and is
+			// read again at the next judgment.
+			a.log.Warn("reading the peer list; it stays as it is", "path", path, "error", err)
+			return time.Time{}
 		}
 		p.refs, p.left, p.loaded = refs, map[string]time.Time{}, true
 	}

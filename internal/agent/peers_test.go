@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/report"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
+	"github.com/holdfast-project/holdfast/internal/source"
 	"github.com/holdfast-project/holdfast/internal/testenv/testimage"
 )
 
@@ -181,5 +184,23 @@ func TestPeerListFull(t *testing.T) {
 	got := listed(t, list)
 	if len(got) != maxPeerRefs || slices.Contains(got, late) || got[0] != held[0] {
 		t.Errorf("the full list has %d refs (late one in: %v), want the %d it held", len(got), slices.Contains(got, late), maxPeerRefs)
+	}
+}
+
+// TestPeerListUnreadableStays: a peer list that cannot be read (here: more
+// lines than a list may have) is neither rewritten nor removed: what it held
+// is not dropped while it cannot be read.
+func TestPeerListUnreadableStays(t *testing.T) {
+	t.Parallel()
+	list := filepath.Join(t.TempDir(), PeerListName)
+	body := []byte(strings.Repeat("#\n", source.MaxListLines) + "docker.io/library/nginx:1\n")
+	if err := os.WriteFile(list, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := New(fake.New(), Config{Config: pass.Config{PeerList: list}, PeerGrace: time.Minute, PullRequired: true}, nil)
+	set := &report.RequiredSet{Images: []report.RequiredImage{{Ref: "docker.io/library/redis:7"}}}
+	a.updatePeers(set, map[string]report.State{"docker.io/library/redis:7": report.Missing})
+	if got, err := os.ReadFile(list); err != nil || !bytes.Equal(got, body) {
+		t.Errorf("the unreadable peer list was rewritten (%v): %d bytes, want %d", err, len(got), len(body))
 	}
 }

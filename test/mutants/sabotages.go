@@ -326,6 +326,14 @@ var sabotages = []sabotage{
 		tests: []tests{{"./internal/pass", []string{"TestPeerPullRetriesSooner"}, nil}},
 	},
 	{
+		name: "peer-list-rewritten-when-unreadable",
+		// A peer list that cannot be read is written anew, dropping what it held.
+		edits: []edit{{"internal/agent/peers.go",
+			"a.log.Warn(\"reading the peer list; it stays as it is\", \"path\", path, \"error\", err)\n\t\t\treturn time.Time{}",
+			"a.log.Warn(\"reading the peer list; it stays as it is\", \"path\", path, \"error\", err)"}},
+		tests: []tests{{"./internal/agent", []string{"TestPeerListUnreadableStays"}, nil}},
+	},
+	{
 		name: "incomplete-image-imported",
 		// A host-platform blob neither in the archive nor in the store does
 		// not stop the import.
