@@ -70,6 +70,15 @@ func verdictsOf(plan reconcile.Plan, g *signature.Judgment) map[string]signature
 // rule applies to that is not verified, and fails each source whose image
 // the policy refuses, naming the image and why.
 func (p *Runner) reportSignatures(plan reconcile.Plan, verdicts map[string]signature.Verdict, sum *Summary) {
+	// What this pass refused, and nothing else: a policy taken away takes
+	// its refusals with it.
+	refusals := map[string]string{}
+	for _, r := range plan.Refusals {
+		refusals[r.Name] = r.Reason
+	}
+	p.mu.Lock()
+	p.refusals = refusals
+	p.mu.Unlock()
 	if verdicts == nil {
 		return
 	}
@@ -94,13 +103,6 @@ func (p *Runner) reportSignatures(plan reconcile.Plan, verdicts map[string]signa
 			p.journal.Record(journal.Warning, journal.ReasonPolicy, msg)
 		}
 	}
-	refusals := map[string]string{}
-	for _, r := range plan.Refusals {
-		refusals[r.Name] = r.Reason
-	}
-	p.mu.Lock()
-	p.refusals = refusals
-	p.mu.Unlock()
 	for _, r := range reconcile.Tagged(plan.Refusals) {
 		if strings.HasSuffix(r.Reason, signature.ImportedBeforeSignatures) && p.sigs.once("unrecorded "+r.Lease) {
 			msg := fmt.Sprintf("%s was imported by a holdfast that did not keep signatures, and its archive is not read again: release it and import it again (docs/signatures.md)", r.Source)

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/holdfast-project/holdfast/internal/reconcile"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
+	"github.com/holdfast-project/holdfast/internal/signature"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
 
@@ -101,5 +103,22 @@ func TestPolicyReloadRefusesLooseKey(t *testing.T) {
 	insecure.loadPolicy(&sum)
 	if pol := insecure.sigs.judge.Policy; pol == nil || string(pol.Rules[0].Keys[0].PEM) != string(forged) {
 		t.Errorf("InsecurePerms: policy read %v, failures %v; want the key as it is now", pol != nil, sum.Failures)
+	}
+}
+
+// TestRefusalsAreTheLastPass: Refusal says why the last pass refused a name,
+// and nothing once a pass refuses it no more, also when that pass has no
+// policy at all (one taken away).
+func TestRefusalsAreTheLastPass(t *testing.T) {
+	p := New(fake.New(), Config{})
+	var sum Summary
+	refused := reconcile.Plan{Refusals: []reconcile.Refusal{{Name: "example.com/x:1", Reason: "unsigned", Source: "/images/x.tar"}}}
+	p.reportSignatures(refused, map[string]signature.Verdict{}, &sum)
+	if got := p.Refusal("example.com/x:1"); got != "unsigned" {
+		t.Errorf("after a pass that refused it: %q, want unsigned", got)
+	}
+	p.reportSignatures(reconcile.Plan{}, nil, &sum)
+	if got := p.Refusal("example.com/x:1"); got != "" {
+		t.Errorf("after a pass without a policy: %q, want nothing", got)
 	}
 }
