@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds and installs what the one-node cluster test (test/cluster) runs, skipping what is cached:
 #   - kubelet, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubectl (module
-#     test/cluster/tools) and etcd (test/cluster/tools/etcd) into OUT (default
-#     $HOME/.cache/holdfast/cluster/<k8s version>/bin), rebuilt when either go.sum (or the Go version) changes;
+#     test/cluster/tools), etcd (test/cluster/tools/etcd) and CoreDNS (test/cluster/tools/coredns) into OUT
+#     (default $HOME/.cache/holdfast/cluster/<k8s version>/bin), rebuilt when a go.sum (or the Go version) changes;
 #   - the pause binary (gcc -static, from the kubernetes module's build/pause) beside them;
 #   - containerd's own containerd-shim-runc-v2 at the main module's containerd version into BIN;
-#   - Debian's runc, CNI plugins (/usr/lib/cni), nftables (kube-proxy), gcc, iproute2 (apt-get).
+#   - Debian's runc, CNI plugins (/usr/lib/cni), nftables (kube-proxy), iptables (CNI portmap), gcc, iproute2
+#     (apt-get).
 # Usage: cluster-deps.sh BIN [OUT]
 set -euo pipefail
 bin=$1
@@ -18,6 +19,7 @@ apt=()
 command -v runc >/dev/null 2>&1 || apt+=(runc)
 [ -x /usr/lib/cni/bridge ] || apt+=(containernetworking-plugins)
 command -v nft >/dev/null 2>&1 || apt+=(nftables)
+command -v iptables >/dev/null 2>&1 || apt+=(iptables)
 command -v conntrack >/dev/null 2>&1 || apt+=(conntrack)
 command -v ip >/dev/null 2>&1 || apt+=(iproute2)
 command -v gcc >/dev/null 2>&1 || apt+=(gcc)
@@ -56,9 +58,9 @@ k8s_ldflags="-s -w"
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	k8s_ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
 done
-want=$( { go version; echo "$k8s_ldflags"; cat "$tools/go.sum" "$tools/etcd/go.sum"; } | sha256sum | cut -d' ' -f1)
+want=$( { go version; echo "$k8s_ldflags"; cat "$tools/go.sum" "$tools/etcd/go.sum" "$tools/coredns/go.sum"; } | sha256sum | cut -d' ' -f1)
 have=$(cat "$stamp" 2>/dev/null || true)
-all=(kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl etcd pause)
+all=(kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl etcd coredns pause)
 complete=true
 for b in "${all[@]}"; do [ -x "$out/$b" ] || complete=false; done
 if [ "$have" = "$want" ] && $complete; then
@@ -83,6 +85,7 @@ timed kubelet build "$tools" "$out/kubelet" "$k8s_ldflags" "$k8s/kubelet"
 timed "kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubectl" build "$tools" "$out/" "$k8s_ldflags" \
 	"$k8s/kube-apiserver" "$k8s/kube-controller-manager" "$k8s/kube-scheduler" "$k8s/kube-proxy" "$k8s/kubectl"
 timed etcd build "$tools/etcd" "$out/etcd" "-s -w" .
+timed coredns build "$tools/coredns" "$out/coredns" "-s -w" .
 src=$(cd "$tools" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
 timed pause gcc -static -O2 -DVERSION=3.10.2 -o "$out/pause" "$src"
 strip "$out/pause" 2>/dev/null || true

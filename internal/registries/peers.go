@@ -2,8 +2,10 @@ package registries
 
 import (
 	"fmt"
+	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -20,16 +22,18 @@ var DefaultPeerRegistries = []string{"docker.io", "ghcr.io", "quay.io", "registr
 // registries ("*" or "_default" for every one without a hosts.toml of its
 // own): a pull asks the peers before the mirrors
 // registries.yaml names and before the registry itself. f is not changed.
+// An IPv6 address may stand without brackets when a port follows it
+// (http://fd00::5:30020, what http://$(NODE_IP):30020 expands to on an
+// IPv6 node); the hosts.toml names it in brackets.
 func (f File) WithPeerMirror(mirror string, regs []string) (File, error) {
-	u, err := url.Parse(mirror)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
-		return File{}, fmt.Errorf("peer mirror %q: want http://host:port or https://host:port", mirror)
+	endpoint, err := peerEndpoint(mirror)
+	if err != nil {
+		return File{}, err
 	}
 	out := File{Mirrors: map[string]Mirror{}, Configs: f.Configs}
 	for r, m := range f.Mirrors {
 		out.Mirrors[r] = m
 	}
-	endpoint := u.Scheme + "://" + u.Host
 	for _, r := range regs {
 		r = strings.TrimSpace(r)
 		if r == "" {
@@ -48,4 +52,27 @@ func (f File) WithPeerMirror(mirror string, regs []string) (File, error) {
 		out.Mirrors[r] = m
 	}
 	return out, nil
+}
+
+// peerEndpoint is the peer mirror URL as scheme://host:port, an IPv6 host
+// in brackets.
+func peerEndpoint(mirror string) (string, error) {
+	bad := fmt.Errorf("peer mirror %q: want http://host:port or https://host:port", mirror)
+	raw := mirror
+	if scheme, rest, ok := strings.Cut(mirror, "://"); ok && !strings.HasPrefix(rest, "[") {
+		hostport, path, _ := strings.Cut(rest, "/")
+		if i := strings.LastIndexByte(hostport, ':'); strings.Count(hostport, ":") > 1 && i > 0 {
+			addr, err := netip.ParseAddr(hostport[:i])
+			port, perr := strconv.ParseUint(hostport[i+1:], 10, 16)
+			if err != nil || !addr.Is6() || addr.Zone() != "" || perr != nil || port == 0 {
+				return "", fmt.Errorf("%w: %q is neither host:port nor an IPv6 address and a port", bad, hostport)
+			}
+			raw = scheme + "://" + netip.AddrPortFrom(addr, uint16(port)).String() + "/" + path
+		}
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
+		return "", bad
+	}
+	return u.Scheme + "://" + u.Host, nil
 }

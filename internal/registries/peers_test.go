@@ -38,8 +38,23 @@ func TestWithPeerMirror(t *testing.T) {
 	if _, ok := files["_default"]; !ok {
 		t.Errorf("no _default hosts.toml for *: %v", files)
 	}
+	// An IPv6 node's address, as $(NODE_IP) expands it into the chart's flag, or in brackets.
+	for _, v6 := range []string{"http://fd00::5:30020", "http://[fd00::5]:30020", "http://fd00:0:0::5:30020/"} {
+		got, err := f.WithPeerMirror(v6, []string{"ghcr.io"})
+		if err != nil {
+			t.Errorf("mirror %q: %v", v6, err)
+			continue
+		}
+		if e := got.Mirrors["ghcr.io"].Endpoints; len(e) != 1 || e[0] != "http://[fd00::5]:30020" {
+			t.Errorf("mirror %q: ghcr.io endpoints %v, want http://[fd00::5]:30020", v6, e)
+		}
+	}
 	for _, bad := range []struct{ mirror, reg, names string }{
 		{"10.0.0.5:30020", "docker.io", "10.0.0.5:30020"},
+		{"http://fd00::5", "docker.io", "fd00::5"},
+		{"http://fd00::5:99999", "docker.io", "IPv6 address and a port"},
+		{"http://fe80::1%eth0:30020", "docker.io", "fe80::1%eth0:30020"},
+		{"http://fd00::5:30020/v2", "docker.io", "/v2"},
 		{"ftp://10.0.0.5", "docker.io", "ftp://10.0.0.5"},
 		{"http://10.0.0.5:30020/v2", "docker.io", "/v2"},
 		{"http://10.0.0.5:30020", "docker.io/library", "docker.io/library"},

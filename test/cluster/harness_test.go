@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,8 @@ const (
 	bridgeName  = "hftest0"
 	nodeName    = "holdfast-test-node"
 	apiPort     = 6443
+	// clusterDomain is the kubelets' and CoreDNS's (startDNS).
+	clusterDomain = "cluster.local"
 	// pauseImage is the CRI's sandbox image, built from the kubernetes module's pause.c and imported by holdfast.
 	pauseImage = "registry.k8s.io/pause:3.10.2"
 )
@@ -118,6 +121,7 @@ func startCluster(k8sBin, repoBin string) (c *cluster, err error) {
 		{"etcd", c.startEtcd},
 		{"kube-apiserver", c.startAPIServer},
 		{"controller-manager and scheduler", c.startControllers},
+		{"cluster DNS", c.startDNS},
 		{"containerd", c.startContainerd},
 		{"pause image", c.importPause},
 		{"kubelet and node Ready", c.startNode},
@@ -374,6 +378,38 @@ func (c *cluster) startControllers() error {
 		}
 		return true, nil
 	}, cm, sched)
+}
+
+// startDNS starts CoreDNS on the host at the node IP, port 53, answering the cluster's names from the API:
+// every node's kubelet gives it to its pods as their nameserver (clusterDNS), as a cluster's DNS Service would.
+// Other names get no answer (the cluster reaches no registry or outside name).
+func (c *cluster) startDNS() error {
+	corefile := filepath.Join(c.dir, "Corefile")
+	conf := fmt.Sprintf(`%[1]s:53 {
+    bind %[2]s
+    errors
+    log . "{remote} {type} {name} {rcode}"
+    kubernetes %[1]s in-addr.arpa {
+        kubeconfig %[3]s
+    }
+}
+`, clusterDomain, nodeIP, c.admin)
+	if err := os.WriteFile(corefile, []byte(conf), 0o600); err != nil {
+		return err
+	}
+	p, err := c.startHost("coredns", filepath.Join(c.k8sBin, "coredns"), "-conf", corefile)
+	if err != nil {
+		return err
+	}
+	return waitFor("CoreDNS to answer for the kubernetes Service", time.Minute, func() (bool, error) {
+		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort(nodeIP, "53"))
+		}}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		addrs, err := r.LookupHost(ctx, "kubernetes.default.svc."+clusterDomain)
+		return err == nil && slices.Contains(addrs, serviceIP), fmt.Errorf("kubernetes.default.svc: %v, %v", addrs, err)
+	}, p)
 }
 
 // startProxy starts kube-proxy in nftables mode (pods reach the API at https://10.0.0.1 through it) and

@@ -622,7 +622,7 @@ func daemonSetStatus(ds *appsv1.DaemonSet) string {
 	return fmt.Sprintf("daemonset %s: desired %d, ready %d, updated %d", ds.Name, ds.Status.DesiredNumberScheduled, ds.Status.NumberReady, ds.Status.UpdatedNumberScheduled)
 }
 
-// agentLogs returns the last lines of both containers of every chart pod.
+// agentLogs returns the last lines of every container of every chart pod.
 func (s *scenario) agentLogs() string {
 	ctx := context.Background()
 	pods, err := s.c.client.CoreV1().Pods(chartNS).List(ctx, metav1.ListOptions{})
@@ -632,7 +632,8 @@ func (s *scenario) agentLogs() string {
 	var b strings.Builder
 	tail := int64(30)
 	for _, p := range pods.Items {
-		for _, ctr := range []string{"holdfast", "reporter"} {
+		for _, container := range p.Spec.Containers { // holdfast, the reporter, spegel with peers
+			ctr := container.Name
 			r, err := s.c.client.CoreV1().Pods(chartNS).GetLogs(p.Name, &corev1.PodLogOptions{Container: ctr, TailLines: &tail}).Stream(ctx)
 			if err != nil {
 				fmt.Fprintf(&b, "--- %s/%s: %v\n", p.Name, ctr, err)

@@ -1,7 +1,7 @@
 // Package cluster runs holdfast on a real one-node Kubernetes cluster that the suite starts itself: etcd,
-// kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy and a kubelet on the node's containerd
-// (holdfast-containerd: containerd with its CRI), with runc and CNI plugins from Debian. The Kubernetes binaries
-// are built from Go modules by scripts/cluster-deps.sh (make deps) and cached under
+// kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, CoreDNS and a kubelet on the node's
+// containerd (holdfast-containerd: containerd with its CRI), with runc and CNI plugins from Debian. The Kubernetes
+// binaries and CoreDNS are built from Go modules by scripts/cluster-deps.sh (make deps) and cached under
 // $HOME/.cache/holdfast/cluster; HOLDFAST_CLUSTER_BIN points at them. The cluster starts once, in TestMain, and
 // every test shares it.
 package cluster
@@ -98,7 +98,7 @@ func findTools() (k8sBin, repoBin, why string) {
 	}
 	k8sBin, repoBin = toolDirs()
 	var lacking []string
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubelet", "pause"} {
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubelet", "pause", "coredns"} {
 		if !executable(filepath.Join(k8sBin, b)) {
 			lacking = append(lacking, filepath.Join(k8sBin, b)+" (make deps builds it: scripts/cluster-deps.sh)")
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -102,21 +103,125 @@ imports = []
 
 func (c *cluster) cniConfDir() string { return filepath.Join(c.dir, "cni", "net.d") }
 
-// cniConfig is a bridge with host-local IPAM. No loopback plugin: containerd brings up lo itself. No masquerade
-// (it would add iptables rules to the host): pods only talk to the node.
+// cniConfig is a bridge with host-local IPAM, and portmap for the hostPorts of pods (spegel's registry in the
+// chart's peers). No loopback plugin: containerd brings up lo itself. No masquerade: pods talk to the nodes and
+// to each other's pods only. portmap's iptables rules on node 1 (the host) are removed by removeHostPorts.
 func cniConfig() string { return cniConfigFor(bridgeName, podCIDR) }
+
+// cniNetwork names the pod network; portmap puts it in its rules' comments.
+const cniNetwork = "holdfast-test"
 
 // cniConfigFor is cniConfig with the bridge and the pod range of a node.
 func cniConfigFor(bridge, cidr string) string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
-  "name": "holdfast-test",
+  "name": %q,
   "plugins": [{
     "type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false, "hairpinMode": true,
     "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}
+  }, {
+    "type": "portmap", "capabilities": {"portMappings": true}, "snat": true
   }]
 }
-`, bridge, cidr)
+`, cniNetwork, bridge, cidr)
+}
+
+// removeHostPorts removes from the host's nat table what portmap left of the pod network's hostPorts (pods
+// the CRI did not remove, a killed run): the rules naming the network, the chains they jump to, and portmap's
+// own chains once no rule of another network is in them.
+func removeHostPorts() error {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return nil // portmap cannot have run
+	}
+	nat := func(args ...string) (string, error) {
+		return run(append([]string{"iptables", "-w", "-t", "nat"}, args...)...)
+	}
+	out, err := nat("-S")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	var chains []string
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(line, "-A ") || !strings.Contains(line, `name: \"`+cniNetwork+`\"`) {
+			continue
+		}
+		rule, err := shellFields(strings.TrimPrefix(line, "-A "))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, err := nat(append([]string{"-D"}, rule...)...); err != nil {
+			errs = append(errs, err)
+		}
+		if i := slices.Index(rule, "-j"); i >= 0 && i+1 < len(rule) && strings.HasPrefix(rule[i+1], "CNI-") && !strings.HasPrefix(rule[i+1], "CNI-HOSTPORT-") {
+			chains = append(chains, rule[i+1])
+		}
+	}
+	for _, ch := range chains {
+		_, ferr := nat("-F", ch)
+		_, xerr := nat("-X", ch)
+		errs = append(errs, ferr, xerr)
+	}
+	if out, err = nat("-S", "CNI-HOSTPORT-DNAT"); err != nil || strings.Contains(out, "-A CNI-HOSTPORT-DNAT") {
+		return errors.Join(errs...) // absent, or other networks' hostPorts still in it
+	}
+	// portmap's own chains, and the rules of the built-in chains that jump to them.
+	out, err = nat("-S")
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "-A ") && strings.Contains(line, "-j CNI-HOSTPORT-") && !strings.HasPrefix(line, "-A CNI-") {
+			rule, err := shellFields(strings.TrimPrefix(line, "-A "))
+			if err == nil {
+				_, err = nat(append([]string{"-D"}, rule...)...)
+			}
+			errs = append(errs, err)
+		}
+	}
+	for _, ch := range []string{"CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-SETMARK", "CNI-HOSTPORT-MASQ"} {
+		if _, err := nat("-S", ch); err == nil {
+			_, ferr := nat("-F", ch)
+			_, xerr := nat("-X", ch)
+			errs = append(errs, ferr, xerr)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// shellFields splits an iptables -S line into its arguments: words, and double-quoted strings with
+// backslash escapes (the comments).
+func shellFields(s string) ([]string, error) {
+	var fields []string
+	var cur strings.Builder
+	in, started := false, false
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case in && ch == '\\' && i+1 < len(s):
+			i++
+			cur.WriteByte(s[i])
+		case ch == '"':
+			in, started = !in, true
+		case !in && ch == ' ':
+			if started {
+				fields = append(fields, cur.String())
+				cur.Reset()
+				started = false
+			}
+		default:
+			cur.WriteByte(ch)
+			started = true
+		}
+	}
+	if in {
+		return nil, fmt.Errorf("unterminated quote in %q", s)
+	}
+	if started {
+		fields = append(fields, cur.String())
+	}
+	return fields, nil
 }
 
 func (c *cluster) startContainerd() error {
@@ -144,8 +249,13 @@ func (c *cluster) startContainerd() error {
 	if err := os.WriteFile(cfg, []byte(c.containerdConfig()), 0o600); err != nil {
 		return err
 	}
-	// Runs after containerd has stopped (cleanups run in reverse): the kubelet's pod cgroups are empty then.
+	// Run after containerd has stopped (cleanups run in reverse): the kubelet's pod cgroups are empty then,
+	// and no pod is left whose hostPorts portmap could still add.
 	c.defer_(removeKubepodsCgroups)
+	if err := removeHostPorts(); err != nil {
+		return fmt.Errorf("removing the hostPort rules a killed run left: %w", err)
+	}
+	c.defer_(removeHostPorts)
 	p, err := c.inNS("containerd", filepath.Join(c.repoBin, "holdfast-containerd"), "containerd", "--config", cfg)
 	if err != nil {
 		return err
@@ -236,7 +346,8 @@ func (c *cluster) defaultKubeletConfig() map[string]any {
 			"imagefs.available": off, "imagefs.inodesFree": off,
 		},
 		"evictionPressureTransitionPeriod": "5s",
-		"clusterDomain":                    "cluster.local",
+		"clusterDomain":                    clusterDomain,
+		"clusterDNS":                       []string{nodeIP},
 		"resolvConf":                       "/etc/resolv.conf",
 		"shutdownGracePeriod":              "0s",
 		"serializeImagePulls":              true,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,24 +20,26 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/holdfast-project/holdfast/internal/report"
-	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
-// imgPeer: a workload on node 2 needs it; only node 1 gets its archive.
-const imgPeer = "holdfast.test/peer:1"
+// imgPeer: a workload on node 2 needs it; only node 1 gets its archive. peerRegistry is its registry, which
+// the chart's spegels share; peerRegistryPort the chart's default spegel registry port.
+const (
+	imgPeer          = peerRegistry + "/peer:1"
+	peerRegistry     = "holdfast.test"
+	peerRegistryPort = 30020
+)
 
-// TestTwoNodes: the chart on a cluster of two nodes on this machine, each with spegel (K3s's build) beside
-// its containerd and holdfast's agent with --pull-required: the DaemonSet runs on both; each node has its own
-// NodeImages and condition, and check --cluster tells them apart; a reporter cannot write the other node's
-// NodeImages; and an archive dropped into node 1's images dir ends pinned on node 2, which a workload there
-// needs, pulled from node 1 through the two spegels, so that its pod starts without any registry.
+// TestTwoNodes: the chart on a cluster of two nodes on this machine, with peers.enabled: spegel (K3s's build,
+// in holdfast's image) beside holdfast's agent in each pod, finding the other through the cluster's DNS, and
+// --pull-required. The DaemonSet runs on both nodes; each spegel serves its node's containerd at the node's
+// address (hostPort) and has found the other; each node has its own NodeImages and condition, and check --cluster
+// tells them apart; a reporter cannot write the other node's NodeImages; and an archive dropped into node 1's
+// images dir ends pinned on node 2, which a workload there needs, pulled from node 1 through the two spegels, so
+// that its pod starts without any registry.
 func TestTwoNodes(t *testing.T) {
 	c := needCluster(t)
 	top := t // what the steps start lasts until the test ends
-	spegel := filepath.Join(c.repoBin, "spegel")
-	if _, err := os.Stat(spegel); err != nil {
-		testenv.Missing(t, "spegel", spegel+" is missing (make deps builds it: scripts/spegel.sh)")
-	}
 	n, err := c.addNode2()
 	if err != nil {
 		t.Fatal(err)
@@ -52,8 +55,8 @@ func TestTwoNodes(t *testing.T) {
 		run  func(t *testing.T)
 	}{
 		{"node-2-joins", func(t *testing.T) { nodeJoins(t, n) }},
-		{"spegel-on-both-nodes", func(t *testing.T) { startSpegels(t, top, n, spegel) }},
 		{"daemonset-on-both-nodes", func(t *testing.T) { s.installOnTwo(t, top, n) }},
+		{"spegels-serve-and-find-each-other", func(t *testing.T) { s.spegelsReady(t) }},
 		{"each-node-its-own-report", func(t *testing.T) { s.reportsApart(t) }},
 		{"reporter-writes-only-its-own-nodeimages", func(t *testing.T) { s.ownNodeImagesOnly(t) }},
 		{"archive-on-node-1-pinned-on-node-2", func(t *testing.T) { s.pulledFromPeer(t, n) }},
@@ -118,44 +121,9 @@ func deletePod(c *cluster, name string) {
 	_ = c.client.CoreV1().Pods(workloadNS).Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 }
 
-// startSpegels starts spegel on each node (until top ends), at the node's address, each bootstrapping from the
-// other, and points each node's containerd (and so holdfast, which reads the same certs.d) at its own spegel for the
-// holdfast.test registry, whose upstream is a closed port: only a peer can serve it.
-func startSpegels(t, top *testing.T, n *node2, bin string) {
-	c := n.c
-	certs := filepath.Join(c.dir, "containerd", "certs.d")
-	for _, node := range []struct {
-		name, ip, peer, certs string
-		start                 func(name string, argv ...string) (*proc, error)
-	}{
-		{"node1 spegel", nodeIP, node2IP, certs, func(name string, argv ...string) (*proc, error) {
-			return startProc(name, c.logPath("node1-spegel"), c.env(), argv...)
-		}},
-		{"node2 spegel", node2IP, nodeIP, n.path(certs), n.in},
-	} {
-		if err := testenv.WriteMirror(node.certs, "holdfast.test", node.ip); err != nil {
-			t.Fatal(err)
-		}
-		sp := testenv.Spegel{Addr: node.ip, Peer: node.peer,
-			ContainerdSock: c.sock, // node 2's own socket in its namespace
-			Namespace:      criNamespace, ContentRoot: filepath.Join(c.dir, "containerd", "root"),
-			DataDir: filepath.Join(c.dir, "containerd", "spegel")}
-		p, err := node.start(node.name, append([]string{bin}, sp.Args()...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		top.Cleanup(func() { _ = p.stop(10 * time.Second) })
-		if err := waitFor(node.name+" to serve", time.Minute, func() (bool, error) {
-			out, err := run("nsenter", "--net=/proc/"+fmt.Sprint(p.cmd.Process.Pid)+"/ns/net", "--", "ss", "-ltn")
-			return err == nil && strings.Contains(out, net.JoinHostPort(node.ip, fmt.Sprint(testenv.SpegelRegistryPort))), err
-		}, p); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // installOnTwo imports holdfast's own image on both nodes and installs the chart (until top ends) with
-// --pull-required: the DaemonSet runs a Ready pod on each node.
+// peers.enabled, sharing the holdfast.test registry (no such registry exists: only a peer can serve it): the
+// DaemonSet runs a Ready pod on each node.
 func (s *scenario) installOnTwo(t, top *testing.T, n *node2) {
 	c := s.c
 	s.bootstrap(t)
@@ -173,7 +141,8 @@ func (s *scenario) installOnTwo(t, top *testing.T, n *node2) {
 		"HELM_CACHE_HOME="+helmHome+"/cache", "HELM_CONFIG_HOME="+helmHome+"/config", "HELM_DATA_HOME="+helmHome+"/data")
 	s.dataDir = filepath.Join(c.dir, "holdfast-data")
 	values := s.values(t, []string{}, map[string]any{
-		"extraEnv": []map[string]string{{"name": "HOLDFAST_PULL_REQUIRED", "value": "true"}, {"name": "HOLDFAST_SETTLE", "value": "500ms"}},
+		"peers":    map[string]any{"enabled": true, "registries": []string{peerRegistry}},
+		"extraEnv": []map[string]string{{"name": "HOLDFAST_SETTLE", "value": "500ms"}},
 	})
 	if out, err := s.runHelm("install", release, s.chart, "--namespace", chartNS, "--create-namespace", "--values", values); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
@@ -202,6 +171,26 @@ func (s *scenario) installOnTwo(t, top *testing.T, n *node2) {
 		return on[nodeName] && on[node2Name], fmt.Errorf("ready on %v; %s", on, strings.Join(why, "; "))
 	}); err != nil {
 		t.Fatalf("%v\n%s", err, s.agentLogs())
+	}
+}
+
+// spegelsReady: each node's spegel answers at the node's address on the registry port (the hostPort the
+// node's containerd uses, through CNI's portmap) and is ready, which spegel is once it has a peer: the two found
+// each other through the peers Service's DNS name.
+func (s *scenario) spegelsReady(t *testing.T) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	for _, ip := range []string{nodeIP, node2IP} {
+		url := fmt.Sprintf("http://%s:%d/readyz", ip, peerRegistryPort)
+		if err := waitFor("spegel ready at "+url, 2*time.Minute, func() (bool, error) {
+			resp, err := client.Get(url)
+			if err != nil {
+				return false, err
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK, fmt.Errorf("%s: %s", url, resp.Status)
+		}); err != nil {
+			t.Errorf("%v\n%s", err, s.containerLogs(t, "spegel", 20))
+		}
 	}
 }
 
@@ -240,14 +229,17 @@ func (s *scenario) reportsApart(t *testing.T) {
 }
 
 // reporterLogs is the end of every reporter's log.
-func (s *scenario) reporterLogs(t *testing.T) string {
+func (s *scenario) reporterLogs(t *testing.T) string { return s.containerLogs(t, "reporter", 15) }
+
+// containerLogs is the last n lines of the container ctr of every pod of the chart.
+func (s *scenario) containerLogs(t *testing.T, ctr string, n int) string {
 	pods, err := s.c.client.CoreV1().Pods(chartNS).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		return err.Error()
 	}
 	var b strings.Builder
 	for _, p := range pods.Items {
-		fmt.Fprintf(&b, "----- %s on %s, reporter -----\n%s\n", p.Name, p.Spec.NodeName, tailString(s.containerLog(t, p.Name, "reporter"), 15))
+		fmt.Fprintf(&b, "----- %s on %s, %s -----\n%s\n", p.Name, p.Spec.NodeName, ctr, tailString(s.containerLog(t, p.Name, ctr), n))
 	}
 	return b.String()
 }
@@ -374,8 +366,15 @@ func (s *scenario) pulledFromPeer(t *testing.T, n *node2) {
 	}); err != nil {
 		t.Error(err)
 	}
-	log, _ := os.ReadFile(c.logPath("node2-spegel"))
-	if !strings.Contains(string(log), "/v2/peer/manifests/") {
-		t.Errorf("node 2's spegel log shows no request for %s:\n%s", imgPeer, tailString(string(log), 30))
+	// The pull went through node 2's spegel, which found it on node 1's.
+	pods, err := c.client.CoreV1().Pods(chartNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		log := s.containerLog(t, p.Name, "spegel")
+		if !strings.Contains(log, "/v2/peer/manifests/") {
+			t.Errorf("the spegel log of %s on %s shows no request for %s:\n%s", p.Name, p.Spec.NodeName, imgPeer, tailString(log, 30))
+		}
 	}
 }
