@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -40,6 +41,9 @@ const ClosedUpstream = "http://127.0.0.1:9"
 
 // NewNetns makes the network namespace name (ip netns add), sets its
 // loopback device up and puts addrs on it (each a /32). remove deletes it.
+// A name ending in -<pid> is a run's own: the namespaces of the same prefix
+// that runs now gone left behind (killed before their cleanup) and that no
+// process is in are deleted first.
 func NewNetns(name string, addrs ...string) (remove func() error, err error) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, fmt.Errorf("making network namespace %s: ip (iproute2) is not on PATH: %w", name, err)
@@ -49,6 +53,21 @@ func NewNetns(name string, addrs ...string) (remove func() error, err error) {
 			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 		}
 		return nil
+	}
+	if prefix, _, ok := cutPID(name); ok {
+		entries, _ := os.ReadDir("/run/netns")
+		for _, e := range entries {
+			p, pid, ok := cutPID(e.Name())
+			if !ok || p != prefix || e.Name() == name {
+				continue
+			}
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+				continue // its run goes on
+			}
+			if out, err := exec.Command("ip", "netns", "pids", e.Name()).Output(); err == nil && strings.TrimSpace(string(out)) == "" {
+				_ = run("netns", "delete", e.Name())
+			}
+		}
 	}
 	if err := run("netns", "add", name); err != nil {
 		return nil, fmt.Errorf("making network namespace %s: %w", name, err)
@@ -64,6 +83,19 @@ func NewNetns(name string, addrs ...string) (remove func() error, err error) {
 		}
 	}
 	return remove, nil
+}
+
+// cutPID splits a namespace name <prefix>-<pid>.
+func cutPID(name string) (prefix string, pid int, ok bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 {
+		return "", 0, false
+	}
+	pid, err := strconv.Atoi(name[i+1:])
+	if err != nil || pid <= 0 {
+		return "", 0, false
+	}
+	return name[:i], pid, true
 }
 
 // WriteNetnsWrapper writes an executable script at path that runs bin, with
