@@ -32,14 +32,16 @@ command -v spegel >/dev/null 2>&1 || need spegel "spegel is not in $bin or on PA
 command -v ip >/dev/null 2>&1 || need spegel "ip (iproute2) is not on PATH: the peer tests put two nodes in a network namespace"
 cluster_bin=${HOLDFAST_CLUSTER_BIN:-$HOME/.cache/holdfast/cluster/v1.36.3/bin}
 cluster_missing=()
-for b in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet pause; do
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet coredns pause; do
 	[ -x "$cluster_bin/$b" ] || cluster_missing+=("$cluster_bin/$b")
 done
 [ -x "$bin/containerd-shim-runc-v2" ] || cluster_missing+=("$bin/containerd-shim-runc-v2")
-for b in runc nft unshare nsenter; do
+for b in runc nft iptables unshare nsenter; do
 	command -v "$b" >/dev/null 2>&1 || cluster_missing+=("$b")
 done
-[ -x /usr/lib/cni/bridge ] || cluster_missing+=(/usr/lib/cni/bridge)
+for p in bridge host-local portmap; do
+	[ -x "/usr/lib/cni/$p" ] || cluster_missing+=("/usr/lib/cni/$p")
+done
 if [ ${#cluster_missing[@]} -gt 0 ]; then
 	need cluster "the one-node cluster test lacks ${cluster_missing[*]} (make deps builds and installs them: scripts/cluster-deps.sh)"
 fi
