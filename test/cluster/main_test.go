@@ -113,10 +113,10 @@ func findTools() (k8sBin, repoBin, why string) {
 			lacking = append(lacking, filepath.Join(repoBin, b)+" (make deps)")
 		}
 	}
-	if !executable("/usr/lib/cni/bridge") || !executable("/usr/lib/cni/host-local") {
+	if !executable("/usr/lib/cni/bridge") || !executable("/usr/lib/cni/host-local") || !executable("/usr/lib/cni/portmap") {
 		lacking = append(lacking, "CNI plugins in /usr/lib/cni (apt-get install containernetworking-plugins)")
 	}
-	for _, b := range []string{"runc", "nft", "ip", "unshare", "nsenter"} {
+	for _, b := range []string{"runc", "nft", "iptables", "ip", "unshare", "nsenter"} {
 		if _, err := exec.LookPath(b); err != nil {
 			lacking = append(lacking, b+" (make deps installs it with apt-get)")
 		}
