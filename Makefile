@@ -61,13 +61,14 @@ demo: build
 	bash scripts/demo.sh "$(BIN)" "$(DEMO_DIR)"
 
 # deps: what the end-to-end suite uses besides holdfast itself (helm: the chart tests, test/chart; cosign: the
-# signature tests; spegel: the peer tests).
+# signature tests; spegel: the peer tests; containerd 1.7, 2.2, 2.3 and K3s's fork: the e2e core's matrix).
 deps:
 	bash scripts/deps.sh "$(BIN)" "$(CRICTL_VERSION)" "$(STATICCHECK)"
 	bash scripts/cluster-deps.sh "$(BIN)" "$(HOLDFAST_CLUSTER_BIN)"
 	bash scripts/helm.sh "$(BIN)"
 	bash scripts/cosign.sh "$(BIN)"
 	bash scripts/spegel.sh "$(BIN)"
+	bash scripts/containerd-lines.sh "$(BIN)"
 
 lint: deps
 	@out=$$(gofmt -l cmd internal test tools 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

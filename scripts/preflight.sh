@@ -3,7 +3,7 @@
 # embedded tests start containerd), Debian's containerd 1.6 (the old-version
 # target), crictl, and the one-node cluster's tools (scripts/cluster-deps.sh).
 # Each missing part fails the run unless HOLDFAST_TEST_SKIP (comma-separated:
-# root,containerd-1.6,crictl,cosign,spegel,cluster) lists it; the tests then skip that part,
+# root,containerd-1.6,containerd-lines,crictl,cosign,spegel,cluster) lists it; the tests then skip that part,
 # saying so.
 set -uo pipefail
 bin=$1
@@ -26,6 +26,11 @@ if ! command -v containerd >/dev/null 2>&1; then
 elif ! containerd --version | grep -q ' 1\.6\.'; then
 	need containerd-1.6 "$(command -v containerd) is not containerd 1.6: $(containerd --version)"
 fi
+lines_missing=()
+for l in 1.7:1.7.35 2.2:2.2.9 2.3:2.3.7 k3s-2.3:2.3.2-k3s2; do
+	"containerd-${l%%:*}" --version 2>/dev/null | grep -q " ${l#*:} " || lines_missing+=("containerd-${l%%:*} (${l#*:})")
+done
+[ ${#lines_missing[@]} -eq 0 ] || need containerd-lines "the e2e core's containerd lines are missing: ${lines_missing[*]} (make deps builds them: scripts/containerd-lines.sh)"
 command -v crictl >/dev/null 2>&1 || need crictl "crictl is not in $bin or on PATH (make deps installs it)"
 command -v cosign >/dev/null 2>&1 || need cosign "cosign is not in $bin or on PATH (make deps builds it: scripts/cosign.sh)"
 command -v spegel >/dev/null 2>&1 || need spegel "spegel is not in $bin or on PATH (make deps builds it: scripts/spegel.sh)"

@@ -144,7 +144,7 @@ func (d *daemon) inspectiPinned(t *testing.T, name string) bool {
 // under the right name, pinned and leased, and nothing else; status says what
 // each bundle is and what it skipped; deleting a bundle unpins its images.
 func TestBundlesSync(t *testing.T) {
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachLine(t, func(t *testing.T, d *daemon) {
 		dir := tempDir(t)
 		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
 		s := writeBundles(t, imagesDir, d.Name+"-")

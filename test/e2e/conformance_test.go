@@ -25,7 +25,7 @@ import (
 // every runtime must (the fake passes the same suite in its unit tests), on
 // the embedded containerd and on Debian's 1.6.
 func TestRuntimeConformance(t *testing.T) {
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachLine(t, func(t *testing.T, d *daemon) {
 		var targets [2]ocispec.Descriptor
 		for i, name := range []string{"e2e.local/conformance/a:1", "e2e.local/conformance/b:1"} {
 			img := build(t, fixture.ImageSpec{Names: []string{name}})

@@ -174,7 +174,7 @@ func (d *daemon) criStatusOf(t *testing.T, dataDir string, extra ...string) criS
 // and pinned; on Debian's 1.6.20, whose CRI reports no pins, each is seen,
 // not pinned, and status says once that heal is what protects the images.
 func TestStatusShowsCRIView(t *testing.T) {
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachLine(t, func(t *testing.T, d *daemon) {
 		dir := tempDir(t)
 		imagesDir := filepath.Join(dir, "images")
 		dataDir := filepath.Join(dir, "data")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -38,7 +39,7 @@ const namespace = "k8s.io"
 type daemon struct {
 	Name    string
 	Address string
-	Old     bool // Debian's containerd 1.6: its CRI never reports pins
+	Old     bool // Debian's containerd 1.6: its CRI never reports pins (every other line does)
 	Client  *containerd.Client
 	PID     int // the containerd process
 }
@@ -50,13 +51,40 @@ func requireRoot(t *testing.T) {
 	}
 }
 
+// line is a containerd build a test runs against, by its subtest's name.
+type line struct {
+	name  string
+	start func(*testing.T) *daemon
+}
+
+// fullLines run the whole suite: the embedded containerd (2.4) and Debian's 1.6.
+var fullLines = []line{{"embedded", startEmbedded}, {"debian-1.6", startDebian}}
+
+// matrixLines are fullLines and the lines the core runs on too (testenv.Lines: 1.7, 2.2, 2.3 and K3s's fork).
+func matrixLines() []line {
+	lines := slices.Clone(fullLines)
+	for _, l := range testenv.Lines {
+		lines = append(lines, line{"containerd-" + l.Name, func(t *testing.T) *daemon { return startLine(t, l) }})
+	}
+	return lines
+}
+
 // forEachDaemon runs fn against the embedded containerd and Debian's 1.6, each in its own subtest.
 func forEachDaemon(t *testing.T, fn func(t *testing.T, d *daemon)) {
 	t.Helper()
-	for _, c := range []struct {
-		name  string
-		start func(*testing.T) *daemon
-	}{{"embedded", startEmbedded}, {"debian-1.6", startDebian}} {
+	forLines(t, fullLines, fn)
+}
+
+// forEachLine runs fn against every containerd build of the matrix, each in its own subtest: the core of the
+// suite (what holdfast must do on every containerd the field runs).
+func forEachLine(t *testing.T, fn func(t *testing.T, d *daemon)) {
+	t.Helper()
+	forLines(t, matrixLines(), fn)
+}
+
+func forLines(t *testing.T, lines []line, fn func(t *testing.T, d *daemon)) {
+	t.Helper()
+	for _, c := range lines {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			fn(t, c.start(t))
@@ -110,6 +138,26 @@ func startDebian(t *testing.T) *daemon {
 	return startDebianWith(t, true)
 }
 
+// startLine starts the line's containerd (scripts/containerd-lines.sh builds it) in a temp dir, its CRI on.
+func startLine(t *testing.T, l testenv.Line) *daemon {
+	t.Helper()
+	requireRoot(t)
+	bin, why := l.Binary()
+	if why != "" {
+		testenv.Missing(t, "containerd-lines", why)
+	}
+	dir := tempDir(t)
+	p := &external{t: t, name: "containerd-" + l.Name, bin: bin, dir: dir, sock: filepath.Join(dir, "c.sock"), cfgPath: filepath.Join(dir, "config.toml")}
+	if err := os.WriteFile(p.cfgPath, []byte(l.CRIConfig(dir, p.sock)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.stop()
+		unmountUnder(t, dir)
+	})
+	return p.start() // every line of the matrix reports pins through its CRI (1.7 from 1.7.10)
+}
+
 // startDebianWith starts Debian's containerd 1.6, with its CRI plugin or
 // with the plugin disabled.
 func startDebianWith(t *testing.T, cri bool) *daemon {
@@ -117,18 +165,19 @@ func startDebianWith(t *testing.T, cri bool) *daemon {
 	return newDebian(t, cri).start()
 }
 
-// debian is Debian's containerd 1.6 on a temp dir of its own, to start, stop
-// and start again on the same root. The test's end stops it.
-type debian struct {
+// external is a containerd the suite runs from its own binary (Debian's 1.6, a line of the matrix) on a temp
+// dir of its own, to start, stop and start again on the same root. The test's end stops it.
+type external struct {
 	t             *testing.T
 	name          string
 	bin, dir      string
 	sock, cfgPath string
+	old           bool // its CRI never reports pins (Debian's 1.6)
 	cmd           *exec.Cmd
 	done          chan struct{}
 }
 
-func newDebian(t *testing.T, cri bool) *debian {
+func newDebian(t *testing.T, cri bool) *external {
 	t.Helper()
 	requireRoot(t)
 	bin, err := exec.LookPath("containerd")
@@ -139,7 +188,7 @@ func newDebian(t *testing.T, cri bool) *debian {
 		testenv.Missing(t, "containerd-1.6", why)
 	}
 	dir := tempDir(t)
-	p := &debian{t: t, name: "debian-1.6", bin: bin, dir: dir, sock: filepath.Join(dir, "c.sock"), cfgPath: filepath.Join(dir, "config.toml")}
+	p := &external{t: t, name: "debian-1.6", old: true, bin: bin, dir: dir, sock: filepath.Join(dir, "c.sock"), cfgPath: filepath.Join(dir, "config.toml")}
 	cfg := testenv.Containerd16CRIConfig(dir, p.sock)
 	if !cri {
 		cfg = testenv.Containerd16Config(dir, p.sock, false)
@@ -156,7 +205,7 @@ func newDebian(t *testing.T, cri bool) *debian {
 }
 
 // start starts containerd and waits until it answers.
-func (p *debian) start() *daemon {
+func (p *external) start() *daemon {
 	t := p.t
 	t.Helper()
 	logf, err := os.OpenFile(filepath.Join(p.dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -184,13 +233,13 @@ func (p *debian) start() *daemon {
 		_, err := os.Stat(p.sock)
 		return err == nil
 	})
-	d := connect(t, p.name, p.sock, true)
+	d := connect(t, p.name, p.sock, p.old)
 	d.PID = cmd.Process.Pid
 	return d
 }
 
 // stop stops containerd, if it runs.
-func (p *debian) stop() {
+func (p *external) stop() {
 	if p.cmd == nil {
 		return
 	}

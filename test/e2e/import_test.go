@@ -28,7 +28,7 @@ type source struct {
 // runs on both write paths; on the direct one, every source whose blobs were
 // not in the store before had blobs written directly.
 func TestImportFormats(t *testing.T) {
-	forEachDaemonAndPath(t, func(t *testing.T, d *daemon, wp string) {
+	forEachLineAndPath(t, func(t *testing.T, d *daemon, wp string) {
 		dir := tempDir(t)
 		imagesDir := filepath.Join(dir, "images")
 		shared := sharedLayer(t, 42)

@@ -91,7 +91,7 @@ func keepReadStatus(t *testing.T, args ...string) keepStatus {
 // unpinned by a later sync, and heal still works from the leased content.
 // On both write paths.
 func TestImportKeepsAfterArchiveDeleted(t *testing.T) {
-	forEachDaemonAndPath(t, func(t *testing.T, d *daemon, wp string) {
+	forEachLineAndPath(t, func(t *testing.T, d *daemon, wp string) {
 		dir := tempDir(t)
 		imagesDir := filepath.Join(dir, "images")
 		dataDir := filepath.Join(dir, "data")

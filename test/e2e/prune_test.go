@@ -85,7 +85,7 @@ func pruneDeleted(out string) []string {
 // that containerd's GC runs while no record holds the pinned content and only
 // holdfast's leases keep it.
 func TestAgentHealsAfterCtrPrune(t *testing.T) {
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachLine(t, func(t *testing.T, d *daemon) {
 		dir := tempDir(t)
 		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
 		app := build(t, fixture.ImageSpec{Names: []string{"e2e.local/prune/app:1", "e2e.local/prune/app:stable"}})

@@ -138,7 +138,7 @@ func writeDockerSave(t *testing.T, path string, imgs ...*fixture.Image) {
 // what it must do: unpin what is gone, and heal what was deleted. On both
 // write paths.
 func TestRestarts(t *testing.T) {
-	forEachDaemonAndPath(t, func(t *testing.T, d *daemon, wp string) {
+	forEachLineAndPath(t, func(t *testing.T, d *daemon, wp string) {
 		dir := tempDir(t)
 		imagesDir := filepath.Join(dir, "images")
 		dataDir := filepath.Join(dir, "data")

@@ -24,10 +24,18 @@ var wpPaths = []string{"stream", "direct"}
 // subtests named <daemon>/<path> (embedded/stream, debian-1.6/direct, …).
 func forEachDaemonAndPath(t *testing.T, fn func(t *testing.T, d *daemon, wp string)) {
 	t.Helper()
-	for _, c := range []struct {
-		name  string
-		start func(*testing.T) *daemon
-	}{{"embedded", startEmbedded}, {"debian-1.6", startDebian}} {
+	forLinesAndPaths(t, fullLines, fn)
+}
+
+// forEachLineAndPath is forEachDaemonAndPath on every line of the matrix.
+func forEachLineAndPath(t *testing.T, fn func(t *testing.T, d *daemon, wp string)) {
+	t.Helper()
+	forLinesAndPaths(t, matrixLines(), fn)
+}
+
+func forLinesAndPaths(t *testing.T, lines []line, fn func(t *testing.T, d *daemon, wp string)) {
+	t.Helper()
+	for _, c := range lines {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			for _, wp := range wpPaths {

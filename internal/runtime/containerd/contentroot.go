@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,13 +84,26 @@ func (d *directWriter) resolve(ctx context.Context, r *Runtime) (string, error) 
 	if policy != "" && policy != "shared" {
 		return "", fmt.Errorf("containerd's content sharing policy is %q, not shared", policy)
 	}
-	if fi, err := os.Stat(root); err != nil {
+	fi, err := os.Stat(root)
+	probed := false
+	if errors.Is(err, fs.ErrNotExist) {
+		// containerd 1.7 and 2.2 make the directory at their first write,
+		// and the probe is one, written through containerd.
+		if err := r.probeRoot(ctx, root); err != nil {
+			return "", err
+		}
+		probed = true
+		fi, err = os.Stat(root)
+	}
+	if err != nil {
 		return "", err
 	} else if !fi.IsDir() {
 		return "", fmt.Errorf("%s is not a directory", root)
 	}
-	if err := r.probeRoot(ctx, root); err != nil {
-		return "", err
+	if !probed {
+		if err := r.probeRoot(ctx, root); err != nil {
+			return "", err
+		}
 	}
 	blobs := filepath.Join(root, "blobs", "sha256")
 	if err := os.MkdirAll(blobs, 0o755); err != nil {

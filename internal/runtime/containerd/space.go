@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -61,7 +63,10 @@ func (g *spaceGuard) rootOf(ctx context.Context, r *Runtime) string {
 		from = "containerd"
 	}
 	g.resolved = true
-	if _, err := statfs(root); err != nil {
+	// containerd 1.7 and 2.2 make the directory at their first write: till
+	// then the directory it will be made in has its filesystem (a mount
+	// needs a directory to be mounted on).
+	if _, err := statfs(existingAncestor(root)); err != nil {
 		g.skip("statting the content store's directory "+root+" (from "+from+")", err)
 		return ""
 	}
@@ -75,6 +80,15 @@ func (g *spaceGuard) rootOf(ctx context.Context, r *Runtime) string {
 func (g *spaceGuard) skip(doing string, err error) {
 	if g.opts.Log != nil {
 		g.opts.Log.Warn("free disk space is not checked before imports (give --content-root)", "doing", doing, "error", err.Error())
+	}
+}
+
+// existingAncestor is path, or the nearest directory above it that exists.
+func existingAncestor(path string) string {
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		if _, err := os.Stat(p); err == nil || p == filepath.Dir(p) {
+			return p
+		}
 	}
 }
 
@@ -133,7 +147,7 @@ func (g *spaceGuard) check(ctx context.Context, r *Runtime, what string, blobs i
 	if root == "" {
 		return nil
 	}
-	fs, err := statfs(root)
+	fs, err := statfs(existingAncestor(root))
 	if err != nil {
 		return nil // the directory went away: containerd will say what is wrong
 	}

@@ -1,6 +1,10 @@
 package containerd
 
-import "testing"
+import (
+	"context"
+	"path/filepath"
+	"testing"
+)
 
 func TestSpaceArithmetic(t *testing.T) {
 	// Each blob is a file: up to a block more than its bytes on disk.
@@ -28,5 +32,27 @@ func TestSpaceArithmetic(t *testing.T) {
 		if got := shortfall(c.need, c.free, c.keep); got != c.want {
 			t.Errorf("shortfall(%d, %d, %d) = %d; want %d", c.need, c.free, c.keep, got, c.want)
 		}
+	}
+}
+
+// TestSpaceOfMissingRoot: a content store directory containerd has not made
+// yet (1.7 and 2.2 make it at their first write) is checked on the
+// filesystem of the directory it will be made in, not skipped: a write
+// larger than what is free there is refused.
+func TestSpaceOfMissingRoot(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "root", "io.containerd.content.v1.content")
+	g := &spaceGuard{opts: SpaceOptions{ContentRoot: missing}}
+	if got := g.rootOf(context.Background(), nil); got != missing {
+		t.Fatalf("root %q, want %q: the check is skipped", got, missing)
+	}
+	fs, err := statfs(filepath.Dir(filepath.Dir(missing)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.check(context.Background(), nil, "a test", 1, fs.free+1<<30); err == nil {
+		t.Errorf("a write of %d bytes with %d free: allowed", fs.free+1<<30, fs.free)
+	}
+	if err := g.check(context.Background(), nil, "a test", 1, 1); err != nil {
+		t.Errorf("a write of 1 byte: %v", err)
 	}
 }
