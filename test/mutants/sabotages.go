@@ -335,6 +335,15 @@ var sabotages = []sabotage{
 		tests: []tests{{e2e, []string{"TestRestarts"}, nil}},
 	},
 	{
+		name: "content-root-made-lazily-not-checked",
+		// The disk check is skipped while containerd has not made its
+		// content store directory yet.
+		edits: []edit{{"internal/runtime/containerd/space.go",
+			"\t\tat = existingAncestor(root)\n",
+			"\t\tat = root\n"}},
+		tests: []tests{{"./internal/runtime/containerd", []string{"TestSpaceOfMissingRoot"}, nil}, {e2e, []string{"TestDiskContentRoot"}, nil}},
+	},
+	{
 		name: "peer-list-rewritten-when-unreadable",
 		// A peer list that cannot be read is written anew, dropping what it held.
 		edits: []edit{{"internal/agent/peers.go",

@@ -63,10 +63,15 @@ func (g *spaceGuard) rootOf(ctx context.Context, r *Runtime) string {
 		from = "containerd"
 	}
 	g.resolved = true
-	// containerd 1.7 and 2.2 make the directory at their first write: till
-	// then the directory it will be made in has its filesystem (a mount
-	// needs a directory to be mounted on).
-	if _, err := statfs(existingAncestor(root)); err != nil {
+	at := root
+	if from == "containerd" {
+		// containerd 1.7 and 2.2 make the directory at their first write:
+		// till then the directory it will be made in has its filesystem (a
+		// mount needs a directory to be mounted on). A --content-root that
+		// is not there is a mistake to report.
+		at = existingAncestor(root)
+	}
+	if _, err := statfs(at); err != nil {
 		g.skip("statting the content store's directory "+root+" (from "+from+")", err)
 		return ""
 	}
