@@ -109,7 +109,7 @@ func TestOldContainerdKubeletImageGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubeletStart := time.Now()
-	kubelet, err := n.oldStartKubelet(manifests, cgroupRoot)
+	kubelet, err := n.oldStartKubelet(manifests, cgroupRoot, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,8 +399,9 @@ func (c *cluster) oldKubeletConfig(manifests, cgroupRoot string, port, healthz i
 	}
 }
 
-// oldStartKubelet starts the standalone kubelet in the node's mount namespace and waits for its /healthz.
-func (c *cluster) oldStartKubelet(manifests, cgroupRoot string) (*proc, error) {
+// oldStartKubelet starts the standalone kubelet in the node's mount namespace, logging at verbosity v, and waits
+// for its /healthz.
+func (c *cluster) oldStartKubelet(manifests, cgroupRoot string, v int) (*proc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -427,7 +428,7 @@ func (c *cluster) oldStartKubelet(manifests, cgroupRoot string) (*proc, error) {
 		"--root-dir", filepath.Join(c.dir, "kubelet"),
 		"--cert-dir", filepath.Join(c.dir, "kubelet", "pki"),
 		"--hostname-override", oldNodeName,
-		"--v", "2")
+		"--v", strconv.Itoa(v))
 	if err != nil {
 		return nil, err
 	}

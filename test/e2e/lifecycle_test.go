@@ -141,9 +141,10 @@ func TestEmbeddedLifecycle(t *testing.T) {
 }
 
 // TestOldContainerdWarning: against containerd 1.6.20 holdfast warns that the
-// kubelet will not see pins; against the embedded 2.x it does not.
+// kubelet will not see pins; against every other line (1.7.35 and 2.x) it
+// does not.
 func TestOldContainerdWarning(t *testing.T) {
-	forEachDaemon(t, func(t *testing.T, d *daemon) {
+	forEachLine(t, func(t *testing.T, d *daemon) {
 		dir := tempDir(t)
 		imagesDir := filepath.Join(dir, "images")
 		if err := os.MkdirAll(imagesDir, 0o755); err != nil {
