@@ -141,6 +141,12 @@ func startDebian(t *testing.T) *daemon {
 // startLine starts the line's containerd (scripts/containerd-lines.sh builds it) in a temp dir, its CRI on.
 func startLine(t *testing.T, l testenv.Line) *daemon {
 	t.Helper()
+	return newLine(t, l).start() // every line of the matrix reports pins through its CRI (1.7 from 1.7.10)
+}
+
+// newLine is the line's containerd on a temp dir of its own, not started.
+func newLine(t *testing.T, l testenv.Line) *external {
+	t.Helper()
 	requireRoot(t)
 	bin, why := l.Binary()
 	if why != "" {
@@ -155,7 +161,7 @@ func startLine(t *testing.T, l testenv.Line) *daemon {
 		p.stop()
 		unmountUnder(t, dir)
 	})
-	return p.start() // every line of the matrix reports pins through its CRI (1.7 from 1.7.10)
+	return p
 }
 
 // startDebianWith starts Debian's containerd 1.6, with its CRI plugin or

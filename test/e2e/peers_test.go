@@ -191,7 +191,92 @@ func TestPeersShareImports(t *testing.T) {
 // distribution source labels holdfast wrote, and B pulls by tag and by
 // digest.
 func TestPeersOnContainerd16(t *testing.T) {
-	a, b := peerPair(t, startPeerNode16)
+	peersWithoutContentEvents(t, startPeerNode16)
+}
+
+// TestPeersOnContainerd17: containerd 1.7 sends no content events either:
+// as on 1.6.
+func TestPeersOnContainerd17(t *testing.T) {
+	peersWithoutContentEvents(t, startPeerNodeOn(lineNamed(t, "1.7")))
+}
+
+// TestPeersShareLiveOnLines: on containerd 2.2, 2.3 and K3s's fork, which
+// send content events, B pulls by tag and by digest what holdfast imported
+// on A while spegel ran, through the two spegels, without A's spegel
+// starting again.
+func TestPeersShareLiveOnLines(t *testing.T) {
+	for _, name := range []string{"2.2", "2.3", "k3s-2.3"} {
+		t.Run("containerd-"+name, func(t *testing.T) {
+			a, b := peerPair(t, startPeerNodeOn(lineNamed(t, name)))
+			b.mirrorThroughSpegel(t)
+			img := build(t, fixture.ImageSpec{Names: []string{peerRegistryHost + "/peers/live:1"}})
+			archive := filepath.Join(tempDir(t), "live.tar")
+			writeArchive(t, archive, fixture.None, fixture.CompressOptions{},
+				func(ctx context.Context, w io.Writer) error { return fixture.WriteDockerSave(ctx, w, img) })
+			if res := holdfast(t, "import", "--address", a.Address, "--data-dir", a.dataDir, archive); res.Code != 0 {
+				t.Fatalf("holdfast import on A exited %d\n%s", res.Code, res.Stderr)
+			}
+			tag, byDigest := img.Names[0], peerRegistryHost+"/peers/live@"+img.Target.Digest.String()
+			b.pullFromPeer(t, img, tag, byDigest)
+			// B's spegel mirrored the pull, A's served it.
+			for _, n := range []*peerNode{a, b} {
+				if log := readFile(t, n.spegel); !strings.Contains(log, "/v2/peers/live/manifests/") {
+					t.Errorf("the spegel at %s logged no request for the image:\n%s", n.addr, tail(log, 20))
+				}
+			}
+			if got := unlabelledBlobs(readFile(t, a.spegel)); len(got) != 0 {
+				t.Errorf("A's spegel found no distribution source on %d blobs holdfast wrote: %v", len(got), got)
+			}
+		})
+	}
+}
+
+// lineNamed is the matrix's line of that name; its containerd must be there.
+func lineNamed(t *testing.T, name string) testenv.Line {
+	t.Helper()
+	for _, l := range testenv.Lines {
+		if l.Name == name {
+			return l
+		}
+	}
+	t.Fatalf("no containerd line %s in testenv.Lines", name)
+	return testenv.Line{}
+}
+
+// pullFromPeer has B pull refs of img (the routing table may take a few
+// tries to fill) and checks B holds every name at img's target and every
+// blob.
+func (n *peerNode) pullFromPeer(t *testing.T, img *fixture.Image, refs ...string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for attempt := 1; ; attempt++ {
+		res := n.pull(t, refs...)
+		if res.Code == 0 {
+			t.Logf("pulled from the peer at attempt %d", attempt)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pull from the peer still fails: exit %d\n%s", res.Code, tail(res.Stderr, 10))
+		}
+		time.Sleep(time.Second)
+	}
+	for _, r := range refs {
+		if rec, ok := n.record(t, r); !ok || rec.Target.Digest != img.Target.Digest {
+			t.Errorf("%s is %v (%v), want %s", r, rec.Target.Digest, ok, img.Target.Digest)
+		}
+	}
+	for _, d := range n.hostBlobs(t, img.Target) {
+		if !n.hasBlob(t, d.Digest) {
+			t.Errorf("blob %s is missing", d.Digest)
+		}
+	}
+}
+
+// peersWithoutContentEvents: on a containerd that sends no content events
+// (1.6, 1.7), B resolves the tag of A's live import but not its manifest
+// until A's spegel starts again; then B pulls by tag and by digest.
+func peersWithoutContentEvents(t *testing.T, start func(t *testing.T, ns, spegel, addr, peer string) *peerNode) {
+	a, b := peerPair(t, start)
 	b.mirrorThroughSpegel(t)
 
 	img := build(t, fixture.ImageSpec{Names: []string{peerRegistryHost + "/peers/old:1"}})
@@ -209,7 +294,7 @@ func TestPeersOnContainerd16(t *testing.T) {
 	for attempt := 1; ; attempt++ {
 		res := b.pull(t, tag)
 		if res.Code == 0 {
-			t.Fatalf("B pulled a live import from A on containerd 1.6 at attempt %d: spegel advertised its blobs without content events", attempt)
+			t.Fatalf("B pulled a live import from A at attempt %d: spegel advertised its blobs without content events", attempt)
 		}
 		if strings.Contains(res.Stderr, notFound) {
 			t.Logf("attempt %d: the tag resolves through the peers, its manifest is not found: %s", attempt, tail(res.Stderr, 1))
@@ -223,28 +308,7 @@ func TestPeersOnContainerd16(t *testing.T) {
 
 	a.stopSpegel()
 	a.stopSpegel = a.startSpegel(t)
-	deadline = time.Now().Add(2 * time.Minute)
-	for attempt := 1; ; attempt++ {
-		res := b.pull(t, tag, byDigest)
-		if res.Code == 0 {
-			t.Logf("B pulled from A at attempt %d after A's spegel started again", attempt)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("B's pull still fails after A's spegel started again: exit %d\n%s", res.Code, tail(res.Stderr, 10))
-		}
-		time.Sleep(time.Second)
-	}
-	for _, n := range []string{tag, byDigest} {
-		if rec, ok := b.record(t, n); !ok || rec.Target.Digest != img.Target.Digest {
-			t.Errorf("B: %s is %v (%v), want %s", n, rec.Target.Digest, ok, img.Target.Digest)
-		}
-	}
-	for _, d := range b.hostBlobs(t, img.Target) {
-		if !b.hasBlob(t, d.Digest) {
-			t.Errorf("B lacks blob %s", d.Digest)
-		}
-	}
+	b.pullFromPeer(t, img, tag, byDigest)
 }
 
 // contentCreated yields the digest of each blob the node's containerd
@@ -338,7 +402,20 @@ func startPeerNode(t *testing.T, ns, spegel, addr, peer string) *peerNode {
 // network) and a spegel in ns at addr.
 func startPeerNode16(t *testing.T, ns, spegel, addr, peer string) *peerNode {
 	t.Helper()
-	p := newDebian(t, false)
+	return newPeerNode(t, newDebian(t, false), ns, spegel, addr, peer)
+}
+
+// startPeerNodeOn is startPeerNode16 on a line of the matrix (its CRI on).
+func startPeerNodeOn(l testenv.Line) func(t *testing.T, ns, spegel, addr, peer string) *peerNode {
+	return func(t *testing.T, ns, spegel, addr, peer string) *peerNode {
+		t.Helper()
+		return newPeerNode(t, newLine(t, l), ns, spegel, addr, peer)
+	}
+}
+
+// newPeerNode starts p and a spegel in ns at addr beside it.
+func newPeerNode(t *testing.T, p *external, ns, spegel, addr, peer string) *peerNode {
+	t.Helper()
 	d := p.start()
 	n := &peerNode{daemon: d, ns: ns, addr: addr,
 		layout:  embedded.Layout{Root: filepath.Join(p.dir, "root"), Address: p.sock, RegistryConfigPath: filepath.Join(p.dir, "certs.d")},
