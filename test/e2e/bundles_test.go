@@ -142,22 +142,23 @@ func (d *daemon) inspectiPinned(t *testing.T, name string) bool {
 // split into parts, and a Zarf package split into parts, in an images dir,
 // and a cosign layout given to holdfast import --name, each bring every image
 // under the right name, pinned and leased, and nothing else; status says what
-// each bundle is and what it skipped; deleting a bundle unpins its images.
+// each bundle is and what it skipped; deleting a bundle unpins its images. On
+// every line, with each write path.
 func TestBundlesSync(t *testing.T) {
-	forEachLine(t, func(t *testing.T, d *daemon) {
+	forEachLineAndPath(t, func(t *testing.T, d *daemon, wp string) {
 		dir := tempDir(t)
 		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
 		s := writeBundles(t, imagesDir, d.Name+"-")
 		split(t, s.haulContainerd, fixture.SplitHauler)
 		split(t, s.zarf, fixture.SplitZarf)
-		if res := d.sync(t, dataDir, imagesDir); res.Code != 0 {
+		if res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, wpFlag(wp)); res.Code != 0 {
 			t.Fatalf("sync exited %d\n%s\n%s", res.Code, res.Stdout, res.Stderr)
 		}
-		if res := holdfast(t, "import", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, s.cosignDir); res.Code != 1 ||
+		if res := holdfast(t, "import", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, wpFlag(wp), s.cosignDir); res.Code != 1 ||
 			!strings.Contains(res.Stderr, "--name") {
 			t.Errorf("import of a cosign layout without --name: exit %d, want 1 and a word on --name\n%s", res.Code, res.Stderr)
 		}
-		res := holdfast(t, "import", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--name", s.cosignName, s.cosignDir)
+		res := holdfast(t, "import", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, wpFlag(wp), "--name", s.cosignName, s.cosignDir)
 		if res.Code != 0 {
 			t.Fatalf("import --name exited %d\n%s\n%s", res.Code, res.Stdout, res.Stderr)
 		}
@@ -205,7 +206,7 @@ func TestBundlesSync(t *testing.T) {
 		if err := os.Remove(s.haul); err != nil {
 			t.Fatal(err)
 		}
-		if res := d.sync(t, dataDir, imagesDir); res.Code != 0 {
+		if res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, wpFlag(wp)); res.Code != 0 {
 			t.Fatalf("sync after the haul went exited %d\n%s", res.Code, res.Stderr)
 		}
 		if _, hf := d.pinnedBy(t, hub); hf {
@@ -217,7 +218,7 @@ func TestBundlesSync(t *testing.T) {
 		if err := os.Remove(s.haulContainerd + ".002"); err != nil {
 			t.Fatal(err)
 		}
-		res = d.sync(t, dataDir, imagesDir)
+		res = holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, wpFlag(wp))
 		if res.Code != 1 || !strings.Contains(res.Stderr, "old-haul.tar.zst.002") {
 			t.Errorf("sync after a part of the split haul went: exit %d, want 1 and an error naming the part\n%s", res.Code, res.Stderr)
 		}
