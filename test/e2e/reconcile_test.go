@@ -451,45 +451,49 @@ func TestReplacedArchive(t *testing.T) {
 
 // TestNoTransientUnpin watches every /images/ event while syncs run: neither a
 // sync that changes nothing nor one that moves an image from one archive to
-// another ever deletes a wanted name or removes a pin label from one.
+// another ever deletes a wanted name or removes a pin label from one. On
+// every line.
 func TestNoTransientUnpin(t *testing.T) {
-	d, imagesDir, dataDir := embeddedScene(t)
-	x := build(t, fixture.ImageSpec{Names: []string{"e2e.local/tx/x:1"}})
-	y := build(t, fixture.ImageSpec{Names: []string{"e2e.local/tx/y:1"}})
-	writeDockerSave(t, filepath.Join(imagesDir, "one.tar"), x, y)
-	d.syncOK(t, dataDir, imagesDir)
-	wanted := map[string]bool{}
-	for _, n := range d.recordNames(t) {
-		if strings.HasPrefix(n, "e2e.local/tx/") {
-			wanted[n] = true
-		}
-	}
-
-	w := watchImages(t, d, x.Target)
-	check := func(evs []imageEvent) {
-		t.Helper()
-		for _, e := range evs {
-			if !wanted[e.Name] {
-				continue
-			}
-			if e.Kind == "delete" || !e.pinned() {
-				t.Errorf("a wanted name lost its pin: %s %s %v", e.Kind, e.Name, e.Labels)
+	forEachLine(t, func(t *testing.T, d *daemon) {
+		dir := tempDir(t)
+		imagesDir, dataDir := filepath.Join(dir, "images"), filepath.Join(dir, "data")
+		x := build(t, fixture.ImageSpec{Names: []string{"e2e.local/tx/x:1"}})
+		y := build(t, fixture.ImageSpec{Names: []string{"e2e.local/tx/y:1"}})
+		writeDockerSave(t, filepath.Join(imagesDir, "one.tar"), x, y)
+		d.syncOK(t, dataDir, imagesDir)
+		wanted := map[string]bool{}
+		for _, n := range d.recordNames(t) {
+			if strings.HasPrefix(n, "e2e.local/tx/") {
+				wanted[n] = true
 			}
 		}
-	}
 
-	// (i) nothing changes.
-	d.syncOK(t, dataDir, imagesDir)
-	check(w.flush(t))
-	// (ii) y moves from one.tar to two.tar.
-	writeDockerSave(t, filepath.Join(imagesDir, "two.tar"), y)
-	writeDockerSave(t, filepath.Join(imagesDir, "one.tar"), x)
-	c := d.syncOK(t, dataDir, imagesDir)
-	if c["imported"] != 2 || c["released"] != 1 {
-		t.Errorf("move: %v", c)
-	}
-	check(w.flush(t))
-	d.requirePinned(t, "e2e.local/tx/x:1", "e2e.local/tx/y:1")
+		w := watchImages(t, d, x.Target)
+		check := func(evs []imageEvent) {
+			t.Helper()
+			for _, e := range evs {
+				if !wanted[e.Name] {
+					continue
+				}
+				if e.Kind == "delete" || !e.pinned() {
+					t.Errorf("a wanted name lost its pin: %s %s %v", e.Kind, e.Name, e.Labels)
+				}
+			}
+		}
+
+		// (i) nothing changes.
+		d.syncOK(t, dataDir, imagesDir)
+		check(w.flush(t))
+		// (ii) y moves from one.tar to two.tar.
+		writeDockerSave(t, filepath.Join(imagesDir, "two.tar"), y)
+		writeDockerSave(t, filepath.Join(imagesDir, "one.tar"), x)
+		c := d.syncOK(t, dataDir, imagesDir)
+		if c["imported"] != 2 || c["released"] != 1 {
+			t.Errorf("move: %v", c)
+		}
+		check(w.flush(t))
+		d.requirePinned(t, "e2e.local/tx/x:1", "e2e.local/tx/y:1")
+	})
 }
 
 func containsDigest(ds []ocispec.Descriptor, d digest.Digest) bool {
