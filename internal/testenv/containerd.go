@@ -64,6 +64,16 @@ var Lines = []Line{
 	{Name: "k3s-2.3", Version: "2.3.2-k3s2", ConfigVersion: 3},
 }
 
+// LineNamed is the line of Lines called name.
+func LineNamed(name string) (Line, bool) {
+	for _, l := range Lines {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return Line{}, false
+}
+
 // Line is a containerd build of the matrix.
 type Line struct {
 	Name, Version string

@@ -24,7 +24,10 @@ const (
 
 func TestK3sContainerdKubeletImageGC(t *testing.T) {
 	k8sBin, repoBin := oldTools(t)
-	line := k3sLine()
+	line, ok := testenv.LineNamed("k3s-2.3")
+	if !ok {
+		t.Fatal("no K3s line in testenv.Lines")
+	}
 	bin, why := line.Binary()
 	if why != "" {
 		testenv.Missing(t, "containerd-lines", why)
@@ -146,16 +149,6 @@ func TestK3sContainerdKubeletImageGC(t *testing.T) {
 		t.Errorf("%s is still there after the kubelet removed it", k3sLoose)
 	}
 	t.Logf("the kubelet spared %s %d times and the sandbox image %d times", k3sPinned, spared(k3sPinned), spared(pauseImage))
-}
-
-// k3sLine is K3s's containerd in the matrix.
-func k3sLine() testenv.Line {
-	for _, l := range testenv.Lines {
-		if strings.HasPrefix(l.Name, "k3s-") {
-			return l
-		}
-	}
-	panic("no K3s line in testenv.Lines")
 }
 
 // k3sStartContainerd starts the line's containerd (bin) in the node's own mount namespace with its CRI: runc,

@@ -234,13 +234,11 @@ func TestPeersShareLiveOnLines(t *testing.T) {
 // lineNamed is the matrix's line of that name; its containerd must be there.
 func lineNamed(t *testing.T, name string) testenv.Line {
 	t.Helper()
-	for _, l := range testenv.Lines {
-		if l.Name == name {
-			return l
-		}
+	l, ok := testenv.LineNamed(name)
+	if !ok {
+		t.Fatalf("no containerd line %s in testenv.Lines", name)
 	}
-	t.Fatalf("no containerd line %s in testenv.Lines", name)
-	return testenv.Line{}
+	return l
 }
 
 // pullFromPeer has B pull refs of img (the routing table may take a few
