@@ -62,13 +62,24 @@ demo: build
 
 # deps: what the end-to-end suite uses besides holdfast itself (helm: the chart tests, test/chart; cosign: the
 # signature tests; spegel: the peer tests; containerd 1.7, 2.2, 2.3 and K3s's fork: the e2e core's matrix).
+# Three at a time: on a cold machine one part's module downloads overlap another's compiling (the scripts take
+# turns at apt-get); each part's output is printed when it ends. Nothing to do when all are cached.
+DEPS_PARTS := deps-base deps-cluster deps-helm deps-cosign deps-spegel deps-lines
 deps:
+	@$(MAKE) --no-print-directory -j3 --output-sync=target $(DEPS_PARTS)
+deps-base:
 	bash scripts/deps.sh "$(BIN)" "$(CRICTL_VERSION)" "$(STATICCHECK)"
+deps-cluster:
 	bash scripts/cluster-deps.sh "$(BIN)" "$(HOLDFAST_CLUSTER_BIN)"
+deps-helm:
 	bash scripts/helm.sh "$(BIN)"
+deps-cosign:
 	bash scripts/cosign.sh "$(BIN)"
+deps-spegel:
 	bash scripts/spegel.sh "$(BIN)"
+deps-lines:
 	bash scripts/containerd-lines.sh "$(BIN)"
+.PHONY: $(DEPS_PARTS)
 
 lint: deps
 	@out=$$(gofmt -l cmd internal test tools 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

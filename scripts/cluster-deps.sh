@@ -28,8 +28,8 @@ if [ ${#apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "cluster-deps: apt-get install ${apt[*]}" >&2
 		export DEBIAN_FRONTEND=noninteractive
-		apt-get update -qq
-		apt-get install -y -qq "${apt[@]}" >/dev/null
+		flock /tmp/holdfast-apt.lock apt-get update -qq
+		flock /tmp/holdfast-apt.lock apt-get install -y -qq "${apt[@]}" >/dev/null
 	else
 		echo "cluster-deps: ${apt[*]} not installed and this user cannot apt-get them; make test's preflight will say what that leaves untested" >&2
 	fi

@@ -29,8 +29,8 @@ if [[ " ${lines[*]} " == *" k3s-2.3 "* ]] && [ ! -e /usr/include/btrfs/ioctl.h ]
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "containerd-lines: apt-get install libbtrfs-dev gcc (K3s's containerd links its btrfs snapshotter)" >&2
 		export DEBIAN_FRONTEND=noninteractive
-		apt-get update -qq
-		apt-get install -y -qq libbtrfs-dev gcc >/dev/null
+		flock /tmp/holdfast-apt.lock apt-get update -qq
+		flock /tmp/holdfast-apt.lock apt-get install -y -qq libbtrfs-dev gcc >/dev/null
 	else
 		echo "containerd-lines: K3s's containerd needs libbtrfs-dev and gcc, and this user cannot apt-get them" >&2
 		exit 1
