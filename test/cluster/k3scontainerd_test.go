@@ -32,34 +32,9 @@ func TestK3sContainerdKubeletImageGC(t *testing.T) {
 	if why != "" {
 		testenv.Missing(t, "containerd-lines", why)
 	}
-	dir, err := os.MkdirTemp("", "holdfast-k3s-")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The repo's containerd-shim-runc-v2 (a 2.x shim) first on PATH.
-	n := &cluster{dir: dir, k8sBin: k8sBin, repoBin: repoBin, procs: map[string]*proc{}, path: repoBin + ":" + oldBinPath}
-	n.defer_(func() error {
-		if os.Getenv("HOLDFAST_CLUSTER_KEEP") != "" {
-			t.Logf("keeping %s (HOLDFAST_CLUSTER_KEEP)", dir)
-			return nil
-		}
-		return os.RemoveAll(dir)
-	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs in %s:\n%s", n.logDir(), n.logTails(40))
-		}
-		if err := n.stop(); err != nil {
-			t.Errorf("stopping the K3s containerd node: %v", err)
-		}
-	})
-	if err := os.MkdirAll(n.logDir(), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cgroupRoot := filepath.Base(dir)
-	if err := n.oldMakeCgroupRoot(cgroupRoot); err != nil {
-		t.Fatal(err)
-	}
+	n, cgroupRoot := standaloneNode(t, "holdfast-k3s-", repoBin+":"+oldBinPath, k8sBin, repoBin)
+	dir := n.dir
 	if err := n.k3sStartContainerd(line, bin); err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +68,7 @@ func TestK3sContainerdKubeletImageGC(t *testing.T) {
 	}
 	ids := map[string]string{}
 	for _, ref := range []string{pauseImage, k3sPinned, k3sLoose} {
+		var err error
 		if ids[ref], err = n.oldImageID(ref); err != nil {
 			t.Fatal(err)
 		}

@@ -36,36 +36,9 @@ const (
 
 func TestOldContainerdKubeletImageGC(t *testing.T) {
 	k8sBin, repoBin := oldTools(t)
-	dir, err := os.MkdirTemp("", "holdfast-old-")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Debian's own shim (1.6) through PATH: the repo's bin is not on it.
-	n := &cluster{dir: dir, k8sBin: k8sBin, repoBin: repoBin, procs: map[string]*proc{}, path: oldBinPath}
-	n.defer_(func() error {
-		if os.Getenv("HOLDFAST_CLUSTER_KEEP") != "" {
-			t.Logf("keeping %s (HOLDFAST_CLUSTER_KEEP)", dir)
-			return nil
-		}
-		return os.RemoveAll(dir)
-	})
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs in %s:\n%s", n.logDir(), n.logTails(40))
-		}
-		if err := n.stop(); err != nil {
-			t.Errorf("stopping the old node: %v", err)
-		}
-	})
-	if err := os.MkdirAll(n.logDir(), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// The kubelet's cgroupRoot, named after the temp dir: the node's pods go below it, away from the
-	// shared cluster's kubepods.
-	cgroupRoot := filepath.Base(dir)
-	if err := n.oldMakeCgroupRoot(cgroupRoot); err != nil {
-		t.Fatal(err)
-	}
+	n, cgroupRoot := standaloneNode(t, "holdfast-old-", oldBinPath, k8sBin, repoBin)
+	dir := n.dir
 	if err := n.oldStartContainerd(); err != nil {
 		t.Fatal(err)
 	}
@@ -242,6 +215,41 @@ func TestOldContainerdKubeletImageGC(t *testing.T) {
 	}
 	t.Logf("static pod running %.0fs after its manifest was written (the image absent then); by then %d removals of %s, %d heals",
 		time.Since(podAt).Seconds(), removals(), oldImage, heals())
+}
+
+// standaloneNode is a node of its own beside the shared cluster, for a standalone kubelet: a temp dir (kept with
+// HOLDFAST_CLUSTER_KEEP), its components on PATH path, and a cgroup root named after the dir, under which its
+// pods go, away from the shared cluster's kubepods. The test's end stops it, with the logs' ends if it failed.
+func standaloneNode(t *testing.T, prefix, path, k8sBin, repoBin string) (*cluster, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &cluster{dir: dir, k8sBin: k8sBin, repoBin: repoBin, procs: map[string]*proc{}, path: path}
+	n.defer_(func() error {
+		if os.Getenv("HOLDFAST_CLUSTER_KEEP") != "" {
+			t.Logf("keeping %s (HOLDFAST_CLUSTER_KEEP)", dir)
+			return nil
+		}
+		return os.RemoveAll(dir)
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs in %s:\n%s", n.logDir(), n.logTails(40))
+		}
+		if err := n.stop(); err != nil {
+			t.Errorf("stopping the node in %s: %v", dir, err)
+		}
+	})
+	if err := os.MkdirAll(n.logDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cgroupRoot := filepath.Base(dir)
+	if err := n.oldMakeCgroupRoot(cgroupRoot); err != nil {
+		t.Fatal(err)
+	}
+	return n, cgroupRoot
 }
 
 // oldWriteAtomic writes a file the kubelet watches under a dot name it ignores, then renames it: it never
