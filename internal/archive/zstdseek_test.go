@@ -1,0 +1,232 @@
+package archive
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/holdfast-project/holdfast/internal/testenv"
+)
+
+// mixedContent is n bytes, alternately 256 KiB of text and of random bytes:
+// what an image archive holds (config and binaries, compressed layers).
+func mixedContent(n int, seed uint64) []byte {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	words := strings.Fields("layer blob manifest index config digest sha256 the of and image archive tar node pin lease containerd kubelet")
+	b := make([]byte, 0, n)
+	for len(b) < n {
+		end := min(n, len(b)+256<<10)
+		if len(b)/(256<<10)%2 == 0 {
+			for len(b) < end {
+				b = append(b, words[rng.IntN(len(words))]...)
+				b = append(b, ' ')
+				if rng.IntN(12) == 0 {
+					b = append(b, '\n')
+				}
+			}
+			b = b[:end]
+		} else {
+			for len(b) < end {
+				b = append(b, byte(rng.Uint32()))
+			}
+		}
+	}
+	return b
+}
+
+// seekableBytes compresses data with a SeekableZstdWriter, written in
+// pieces of chunk bytes.
+func seekableBytes(t testing.TB, data []byte, opts SeekableOptions, chunk int) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	w := NewSeekableZstdWriter(&out, opts)
+	for p := data; len(p) > 0; {
+		k := min(chunk, len(p))
+		n, err := w.Write(p[:k])
+		if err != nil || n != k {
+			t.Fatalf("Write: %d of %d bytes, %v", n, k, err)
+		}
+		p = p[k:]
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	return out.Bytes()
+}
+
+// readSeekTable parses the seek table at the end of b and returns it with the
+// offset where it starts.
+func readSeekTable(t testing.TB, b []byte) (seekTable, int) {
+	t.Helper()
+	if len(b) < 8+seekFooterSize {
+		t.Fatalf("%d bytes: too short for a seek table", len(b))
+	}
+	n := binary.LittleEndian.Uint32(b[len(b)-seekFooterSize:])
+	desc := b[len(b)-5]
+	size := seekEntrySize
+	if desc&seekChecksumFlag != 0 {
+		size = seekEntrySizeXXH
+	}
+	start := len(b) - seekFooterSize - int(n)*size - 8
+	if start < 0 || binary.LittleEndian.Uint32(b[start:]) != seekTableMagic ||
+		int(binary.LittleEndian.Uint32(b[start+4:])) != len(b)-start-8 {
+		t.Fatalf("no seek table skippable frame where the footer puts it (offset %d)", start)
+	}
+	st, err := parseSeekTable(b[start+8:])
+	if err != nil {
+		t.Fatalf("seek table: %v", err)
+	}
+	return st, start
+}
+
+func TestSeekableZstdWriter(t *testing.T) {
+	const frame = 64 << 10
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"empty", nil},
+		{"one byte", []byte{'x'}},
+		{"one frame", mixedContent(frame, 1)},
+		{"three frames and a bit", mixedContent(3*frame+7, 2)},
+		{"a MiB", mixedContent(1<<20+1234, 3)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			z := seekableBytes(t, tc.data, SeekableOptions{FrameSize: frame}, 10000)
+
+			// Deterministic: other workers, other write sizes, same bytes.
+			for _, o := range []struct{ workers, chunk int }{{1, 1 << 20}, {3, 333}, {8, frame}} {
+				again := seekableBytes(t, tc.data, SeekableOptions{FrameSize: frame, Workers: o.workers}, o.chunk)
+				if !bytes.Equal(again, z) {
+					t.Fatalf("%d workers, writes of %d: %d bytes differ from the first %d", o.workers, o.chunk, len(again), len(z))
+				}
+			}
+
+			// klauspost's single reader, as every other reader, takes it as
+			// one zstd stream.
+			zr, err := zstd.NewReader(bytes.NewReader(z), zstd.WithDecoderConcurrency(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer zr.Close()
+			got, err := io.ReadAll(zr)
+			if err != nil || !bytes.Equal(got, tc.data) {
+				t.Fatalf("zstd.NewReader: %d of %d bytes, %v", len(got), len(tc.data), err)
+			}
+			// holdfast's own reader.
+			rc, c, err := Decompress(bytes.NewReader(z))
+			if err != nil || c != Zstd {
+				t.Fatalf("Decompress: %s, %v", c, err)
+			}
+			got, err = io.ReadAll(rc)
+			rc.Close()
+			if err != nil || !bytes.Equal(got, tc.data) {
+				t.Fatalf("Decompress: %d of %d bytes, %v", len(got), len(tc.data), err)
+			}
+
+			// The seek table: one entry per frame, with checksums, whose
+			// sizes add up to the frames and the content.
+			st, start := readSeekTable(t, z)
+			want := max(1, (len(tc.data)+frame-1)/frame)
+			if len(st.entries) != want || !st.sums {
+				t.Fatalf("seek table: %d entries (checksums %v), want %d with checksums", len(st.entries), st.sums, want)
+			}
+			off, dec := 0, 0
+			for i, e := range st.entries {
+				var h zstd.Header
+				if err := h.Decode(z[off:]); err != nil || h.Skippable {
+					t.Fatalf("frame %d at offset %d: %v (skippable %v)", i, off, err, h.Skippable)
+				}
+				// The encoder leaves out the content size of a frame of less
+				// than 256 bytes (only the last can be one).
+				if (h.HasFCS || e.dec >= 256) && h.FrameContentSize != uint64(e.dec) {
+					t.Fatalf("frame %d declares content size %d (%v), the table %d", i, h.FrameContentSize, h.HasFCS, e.dec)
+				}
+				end := off + int(e.comp)
+				if sum := binary.LittleEndian.Uint32(z[end-4:]); sum != e.sum {
+					t.Fatalf("frame %d: checksum %08x, the table %08x", i, sum, e.sum)
+				}
+				// Each frame decodes on its own to its part of the content.
+				part, err := zr.DecodeAll(z[off:end], nil)
+				if err == nil && !bytes.Equal(part, tc.data[dec:dec+int(e.dec)]) {
+					err = errors.New("other bytes")
+				}
+				if err != nil {
+					t.Fatalf("frame %d alone: %v", i, err)
+				}
+				off, dec = end, dec+int(e.dec)
+			}
+			if off != start || dec != len(tc.data) {
+				t.Fatalf("frames end at %d (content %d), the table starts at %d (content %d)", off, dec, start, len(tc.data))
+			}
+		})
+	}
+}
+
+// TestSeekableZstdCLI has the zstd CLI decode and check what the writer
+// writes: the format is zstd's, not only holdfast's.
+func TestSeekableZstdCLI(t *testing.T) {
+	zstdCLI, err := exec.LookPath("zstd")
+	if err != nil {
+		testenv.Missing(t, "zstd", "the zstd CLI is not on PATH (make deps installs it)")
+	}
+	for _, data := range [][]byte{nil, mixedContent(700<<10, 4)} {
+		z := seekableBytes(t, data, SeekableOptions{FrameSize: 128 << 10, Level: 19}, 1<<20)
+		cmd := exec.Command(zstdCLI, "-d", "-c", "-q")
+		cmd.Stdin = bytes.NewReader(z)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		got, err := cmd.Output()
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("zstd -d: %d of %d bytes, %v: %s", len(got), len(data), err, stderr.String())
+		}
+	}
+}
+
+type failWriter struct{ n int }
+
+func (f *failWriter) Write(p []byte) (int, error) {
+	if f.n == 0 {
+		return 0, errors.New("disk full")
+	}
+	f.n--
+	return len(p), nil
+}
+
+func TestSeekableZstdWriterErrors(t *testing.T) {
+	data := mixedContent(1<<20, 5)
+	w := NewSeekableZstdWriter(&failWriter{n: 2}, SeekableOptions{FrameSize: 64 << 10, Workers: 2})
+	var werr error
+	for p := data; len(p) > 0 && werr == nil; p = p[min(len(p), 50000):] {
+		_, werr = w.Write(p[:min(len(p), 50000)])
+	}
+	if werr == nil || werr.Error() != "disk full" {
+		t.Fatalf("Write: %v, want the writer's error", werr)
+	}
+	if err := w.Close(); err == nil || err.Error() != "disk full" {
+		t.Fatalf("Close: %v, want the writer's error", err)
+	}
+
+	var out bytes.Buffer
+	w = NewSeekableZstdWriter(&out, SeekableOptions{})
+	if _, err := w.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n := out.Len()
+	if err := w.Close(); err != nil || out.Len() != n {
+		t.Fatalf("second Close: %v, %d bytes written after %d", err, out.Len(), n)
+	}
+	if _, err := w.Write([]byte("y")); err == nil {
+		t.Fatal("Write after Close: no error")
+	}
+}
