@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
@@ -51,15 +52,22 @@ func repoTags(e dockerImage) ([]string, error) {
 
 // attachRepoTags gives the RepoTags of a Docker ≥ 25 manifest.json to the
 // index.json entries whose manifests have the entry's config. An entry that
-// matches none is taken as a docker save image.
+// matches none is taken as a docker save image. A RepoTag index.json gives
+// already is not given again: manifest.json names an image by its host
+// platform's config, which an index and a manifest of that platform share,
+// and the name belongs to the entry index.json gives it to.
 func (w *walker) attachRepoTags(ctx context.Context, targets []*target) ([]*target, error) {
 	entries, err := w.parseManifestJSON()
 	if err != nil {
 		return nil, err
 	}
+	indexed := map[string]bool{}
 	for i, t := range targets {
 		t.noName += ", no RepoTags in manifest.json"
 		targets[i] = t
+		for _, n := range t.names {
+			indexed[n] = true
+		}
 	}
 	for _, e := range entries {
 		fi := w.lookup(e.Config)
@@ -69,6 +77,12 @@ func (w *walker) attachRepoTags(ctx context.Context, targets []*target) ([]*targ
 		names, err := repoTags(e)
 		if err != nil {
 			return nil, err
+		}
+		if len(names) > 0 {
+			names = slices.DeleteFunc(names, func(n string) bool { return indexed[n] })
+			if len(names) == 0 {
+				continue
+			}
 		}
 		matched := false
 		for _, t := range targets {

@@ -18,6 +18,9 @@ import (
 const (
 	annotationContainerdName = "io.containerd.image.name"
 	annotationRefName        = ocispec.AnnotationRefName // org.opencontainers.image.ref.name
+	// annotationManifestSubject marks an index.json entry that is a
+	// referrer of the manifest it names, not an image.
+	annotationManifestSubject = "io.containerd.manifest.subject"
 )
 
 // Media types of documents the walker understands besides the OCI ones.
@@ -256,6 +259,13 @@ func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*tar
 		kind := entryKind(d)
 		if why := skipKind(kind); why != "" {
 			skip(d, why)
+			continue
+		}
+		if d.Annotations[annotationManifestSubject] != "" {
+			// A referrer of another entry, as containerd's exporter and
+			// holdfast export mark them (a cosign v3 signature): never
+			// an image.
+			skip(d, "referrer")
 			continue
 		}
 		t := &target{
