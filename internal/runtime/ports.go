@@ -1,11 +1,13 @@
 package runtime
 
 // The ports of the import: what an import (internal/importer) needs of a
-// content store and its leases, and of the writer of one import's blobs. A
-// backend offers them beside Runtime.
+// content store and its leases, and of the writer of one import's blobs; and
+// the port of the export (internal/exporter), which only reads. A backend
+// offers them beside Runtime.
 
 import (
 	"context"
+	"io"
 	"slices"
 
 	"github.com/opencontainers/go-digest"
@@ -102,4 +104,26 @@ type Stats struct {
 	Written int // committed by this import
 	Present int // found in the store already
 	Direct  int // of those written, placed in the store's directory by holdfast
+}
+
+// Exportable is a runtime whose content an export reads through Content.
+type Exportable interface {
+	Runtime
+	ExportContent() Content
+}
+
+// Content is what an export reads of a content store: which blobs it holds,
+// small documents whole, and any blob as a stream.
+type Content interface {
+	// Has says whether the store holds a blob.
+	Has(ctx context.Context, d digest.Digest) (bool, error)
+	// ReadBlob reads a small blob (an index, a manifest, a signature).
+	ReadBlob(ctx context.Context, desc ocispec.Descriptor) ([]byte, error)
+	// OpenBlob streams a blob of any size; the caller closes it.
+	OpenBlob(ctx context.Context, desc ocispec.Descriptor) (io.ReadCloser, error)
+	// IsNotFound says whether an error of ReadBlob or OpenBlob means the
+	// blob is not there.
+	IsNotFound(err error) bool
+	// Platform is the platform whose content an image must have whole.
+	Platform() Platform
 }

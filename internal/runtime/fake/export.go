@@ -1,0 +1,25 @@
+package fake
+
+import (
+	"bytes"
+	"context"
+	"io"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/runtime"
+)
+
+// ExportContent is the fake's store as an export reads it.
+func (r *Runtime) ExportContent() runtime.Content { return store{r} }
+
+var _ runtime.Exportable = (*Runtime)(nil)
+
+// OpenBlob streams a blob of the fake's store.
+func (s store) OpenBlob(ctx context.Context, desc ocispec.Descriptor) (io.ReadCloser, error) {
+	b, err := s.ReadBlob(ctx, desc)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
