@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -50,14 +49,16 @@ const (
 	clusterDir = "/etc/holdfast/cluster"
 )
 
-// repoRoot is the module root, from this file's path.
+// repoRoot is the module root: go test runs a package's tests in the
+// package's directory (with -trimpath, as make test builds, file paths in the
+// binary say nothing).
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot find the test's own path")
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return filepath.Join(wd, "..", "..")
 }
 
 func chartDir(t *testing.T) string { return filepath.Join(repoRoot(t), "deploy", "helm", "holdfast") }

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -83,10 +82,15 @@ func needCluster(t *testing.T) *cluster {
 	return c
 }
 
-// repoRoot is the repository's top directory.
+// repoRoot is the repository's top directory: go test runs a package's tests
+// in the package's directory (with -trimpath, as make test builds, file paths
+// in the binary say nothing).
 func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	wd, err := os.Getwd()
+	if err != nil {
+		panic(err)
+	}
+	return filepath.Join(wd, "..", "..")
 }
 
 // findTools finds the Kubernetes binaries (HOLDFAST_CLUSTER_BIN, else the cache make deps fills) and the

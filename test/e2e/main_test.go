@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,9 +46,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// repoRoot is the repository's top directory: go test runs a package's tests
+// in the package's directory (file paths in the binary say nothing when it is
+// built with -trimpath, as make test builds it).
+func repoRoot() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		panic(err)
+	}
+	return filepath.Join(wd, "..", "..")
+}
+
 func buildHoldfast(out string) error {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
+	root := repoRoot()
 	version := os.Getenv("HOLDFAST_CONTAINERD_VERSION")
 	if version == "" {
 		v, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/containerd/containerd/v2").Output()

@@ -31,8 +31,7 @@ type ownImage struct {
 // does not need complete) does not depend on its bytes.
 func ownBuildImage(t *testing.T, dir string) ownImage {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
+	root := repoRoot()
 	work := tempDir(t)
 	mk := filepath.Join(work, "mkimage")
 	build := exec.Command("go", "build", "-trimpath", "-o", mk, "./tools/mkimage")

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -30,10 +29,9 @@ var (
 func ctrBin(t *testing.T) string {
 	t.Helper()
 	ctrOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
 		out := filepath.Join(filepath.Dir(holdfastBin), "ctr")
 		cmd := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/containerd/containerd/v2/cmd/ctr")
-		cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+		cmd.Dir = repoRoot()
 		if b, err := cmd.CombinedOutput(); err != nil {
 			ctrErr = fmt.Errorf("go build ctr: %w\n%s", err, b)
 			return

@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 
@@ -26,8 +25,7 @@ var (
 func olderHoldfast(t *testing.T) string {
 	t.Helper()
 	olderOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
+		root := repoRoot()
 		home, err := os.UserHomeDir()
 		if err != nil {
 			olderErr = err.Error()
