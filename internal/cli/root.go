@@ -136,7 +136,7 @@ holdfast sync refuses with a message naming the running agent.`,
 	// The default depends on the user and the environment: the docs say how.
 	docDefault(pf, "data-dir", dataDirDefault)
 
-	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newCheck(o), newImport(o), newRelease(o), newPin(o), newUnpin(o), newVerify(), newVersion(version), newContainerd())
+	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newCheck(o), newImport(o), newExport(o), newRelease(o), newPin(o), newUnpin(o), newVerify(), newVersion(version), newContainerd())
 	return root
 }
 

@@ -1,0 +1,330 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/spf13/cobra"
+
+	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/exporter"
+	"github.com/holdfast-project/holdfast/internal/units"
+)
+
+// exportOptions are export's own flags.
+type exportOptions struct {
+	output      string
+	sources     []string
+	all         bool
+	compression compressionFlag
+	progress    progressFlag
+}
+
+func newExport(o *options) *cobra.Command {
+	var eo exportOptions
+	cmd := &cobra.Command{
+		Use:   "export [PATTERN...] [--source PATH]... [--all] -o FILE",
+		Short: "Write images from containerd into one archive that holdfast, K3s and ctr import",
+		Long: `export writes images from containerd's store into one archive, FILE: an OCI
+image layout tar (oci-layout, index.json, blobs/sha256/...) with a docker save
+manifest.json beside it, compressed as seekable zstd. holdfast import and
+images dirs, K3s's agent/images dir, "ctr images import" and docker-save
+readers all take it, under the same names and at the same digests. Uses: seed
+a new node, move images between air-gapped clusters, keep a copy of a node's
+kept sources before it is rebuilt.
+
+Which images:
+  PATTERN        every image in the store whose name matches (see below)
+  --source PATH  every image a source wants: a kept source or an images-dir
+                 file, as holdfast status names it (the file need not exist),
+                 or its lease ID; repeatable
+  --all          every image holdfast pins now (the records carrying its pin
+                 label io.holdfast.pinned)
+They add up; each PATTERN and --source must give at least one image.
+
+` + patternHelp + `
+
+What is written: one index.json entry per name (annotated
+io.containerd.image.name and org.opencontainers.image.ref.name, as containerd's
+own exporter does), the blobs each image needs once, and each image's cosign
+signatures the store keeps (from the sources' states and <repo>:sha256-<hex>.sig
+records), which holdfast import carries over. A multi-platform image is written
+as its index with the platforms the store holds whole: on a node, usually its
+own platform only, which is what every reader imports by default (ctr import
+--all-platforms would want the others). manifest.json names the host
+platform's manifest of it. An image whose own platform is not whole in the
+store is an error naming the image and the blob. See docs/bundles.md.
+
+The same images give the same bytes: entries sorted, fixed times, owners and
+modes, stable JSON, and compression that depends only on its input.
+
+FILE is written beside itself under a hidden .partial name and renamed when
+complete: an interrupted export leaves no FILE. With --compression zstd, FILE
+must end in .tar.zst or .tzst; with none, in .tar (K3s picks the decoder by the
+suffix). -o - writes to standard output, never to a terminal. A summary line
+goes to standard error.
+
+Exit status: 0 when FILE was written, 1 when it was not (nothing is left), 2 on
+bad usage.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			return eo.check(args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.export(cmd, args, &eo)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&eo.output, "output", "o", "", "the archive to write (- for standard output)")
+	f.StringArrayVar(&eo.sources, "source", nil, "export the images of this source (a kept source or an images-dir file, as status names it, or its lease ID); repeatable")
+	f.BoolVar(&eo.all, "all", false, "export every image holdfast pins")
+	eo.compression = "zstd"
+	f.Var(&eo.compression, "compression", "zstd (seekable: frames of a few MiB and a seek table) or none")
+	addProgressFlag(cmd, &eo.progress)
+	return cmd
+}
+
+// check refuses what export cannot do before connecting.
+func (eo *exportOptions) check(args []string) error {
+	switch {
+	case eo.output == "":
+		return &usageError{errors.New("export: give the archive to write with -o FILE (- for standard output)")}
+	case len(args) == 0 && len(eo.sources) == 0 && !eo.all:
+		return &usageError{errors.New("export: name the images: PATTERN, --source PATH or --all")}
+	case eo.output == "-":
+		return nil
+	}
+	suffixes := []string{".tar.zst", ".tzst"}
+	if eo.compression == "none" {
+		suffixes = []string{".tar"}
+	}
+	for _, s := range suffixes {
+		if strings.HasSuffix(eo.output, s) {
+			return nil
+		}
+	}
+	return &usageError{fmt.Errorf("export: with --compression %s, FILE must end in %s (K3s picks the decoder by the suffix): %s", eo.compression, strings.Join(suffixes, " or "), eo.output)}
+}
+
+// export chooses, plans and writes.
+func (o *options) export(cmd *cobra.Command, args []string, eo *exportOptions) error {
+	ctx := cmd.Context()
+	pats, err := parsePatterns(args)
+	if err != nil {
+		return err
+	}
+	if eo.output == "-" {
+		if f, ok := cmd.OutOrStdout().(*os.File); ok && isTerminal(f) {
+			return &usageError{errors.New("export: standard output is a terminal; redirect it, or give -o FILE")}
+		}
+	}
+	s, err := o.openReader(ctx, "export")
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	plan, err := exporter.Prepare(ctx, s.rt, s.rt.ExportContent(), exporter.Selection{Patterns: pats, Sources: eo.sources, All: eo.all})
+	if err != nil {
+		return err
+	}
+	for _, w := range plan.Warnings {
+		o.log.Warn(w)
+	}
+	for _, l := range plan.LeftOut {
+		o.log.Debug("not exported", "what", l)
+	}
+	out, err := openExportOutput(eo.output, cmd.OutOrStdout())
+	if err != nil {
+		return err
+	}
+	defer out.abort()
+	zw := newCompressor(out.w, string(eo.compression))
+	d := o.newProgress(cmd, eo.progress, false)
+	d.start()
+	bar := d.single(eo.output, plan.Bytes)
+	st, err := plan.Write(ctx, zw, exporter.WriteOptions{Read: bar.read})
+	bar.close()
+	d.stop()
+	// Closed whatever happened: its workers end with it.
+	if cerr := zw.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = out.commit()
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("exporting to %s: %w", eo.output, err)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "exported %d images (%d names, %d signatures), %d blobs, %s of blobs, %s written to %s\n",
+		plan.Targets, len(plan.Images), plan.Signatures, st.Blobs, units.Bytes(st.BlobBytes), units.Bytes(out.size()), eo.output)
+	if n := len(plan.LeftOut); n > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "left out %d manifests of other platforms the store does not hold whole (--log-level debug lists them)\n", n)
+	}
+	return nil
+}
+
+// compressionFlag is --compression.
+type compressionFlag string
+
+func (c *compressionFlag) String() string { return string(*c) }
+func (c *compressionFlag) Type() string   { return "zstd|none" }
+func (c *compressionFlag) Set(v string) error {
+	switch v {
+	case "zstd", "none":
+		*c = compressionFlag(v)
+		return nil
+	}
+	return fmt.Errorf("%q: want zstd or none", v)
+}
+
+// newCompressor compresses what export writes into w: seekable zstd, whose
+// frames holdfast decodes on every core and any zstd decoder reads as one
+// stream, and whose bytes depend only on the input.
+func newCompressor(w io.Writer, compression string) io.WriteCloser {
+	if compression == "none" {
+		return nopWriteCloser{w}
+	}
+	return archive.NewSeekableZstdWriter(w, archive.SeekableOptions{})
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+// exportOutput is where export writes: standard output, or a hidden
+// temporary file beside FILE, renamed to FILE by commit and removed by
+// abort when commit did not happen.
+type exportOutput struct {
+	w       io.Writer
+	counted *countingWriter
+	buf     *bufio.Writer
+	file    *os.File
+	path    string
+	done    bool
+}
+
+func openExportOutput(path string, stdout io.Writer) (*exportOutput, error) {
+	if path == "-" {
+		c := &countingWriter{w: stdout}
+		buf := bufio.NewWriterSize(c, 1<<20)
+		return &exportOutput{w: buf, counted: c, buf: buf}, nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
+		return nil, &usageError{fmt.Errorf("export: %s is a directory", path)}
+	}
+	f, err := os.CreateTemp(filepath.Dir(abs), "."+filepath.Base(abs)+".*.partial")
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", path, err)
+	}
+	c := &countingWriter{w: f}
+	buf := bufio.NewWriterSize(c, 1<<20)
+	return &exportOutput{w: buf, counted: c, buf: buf, file: f, path: abs}, nil
+}
+
+// commit makes the written file durable and gives it its name.
+func (e *exportOutput) commit() error {
+	if err := e.buf.Flush(); err != nil {
+		return err
+	}
+	e.done = true
+	if e.file == nil {
+		return nil
+	}
+	tmp := e.file.Name()
+	err := e.file.Chmod(0o644)
+	if err == nil {
+		err = e.file.Sync()
+	}
+	if cerr := e.file.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, e.path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if dir, err := os.Open(filepath.Dir(e.path)); err == nil {
+		_ = dir.Sync()
+		dir.Close()
+	}
+	return nil
+}
+
+// abort removes the temporary file unless commit renamed it.
+func (e *exportOutput) abort() {
+	if e.done || e.file == nil {
+		return
+	}
+	e.file.Close()
+	os.Remove(e.file.Name())
+}
+
+func (e *exportOutput) size() int64 { return e.counted.n }
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// exportBar is export's one progress line: every blob read counts on it.
+// A nil one draws nothing.
+type exportBar struct {
+	line io.ReadCloser
+	cur  *switchReader
+}
+
+// single draws one line for a whole export of size bytes, once the
+// display started.
+func (d *progress) single(name string, size int64) *exportBar {
+	if d == nil {
+		return nil
+	}
+	b := &exportBar{cur: &switchReader{}}
+	b.line = d.reader(name, size, b.cur)
+	return b
+}
+
+// read is exporter.WriteOptions.Read: the blob's bytes count on the line.
+func (b *exportBar) read(desc ocispec.Descriptor, r io.ReadCloser) io.ReadCloser {
+	if b == nil {
+		return r
+	}
+	b.cur.r = r
+	return struct {
+		io.Reader
+		io.Closer
+	}{b.line, r}
+}
+
+func (b *exportBar) close() {
+	if b != nil {
+		b.line.Close()
+	}
+}
+
+// switchReader reads from the blob being copied.
+type switchReader struct{ r io.Reader }
+
+func (s *switchReader) Read(p []byte) (int, error) { return s.r.Read(p) }
+func (s *switchReader) Close() error               { return nil }
