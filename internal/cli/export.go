@@ -56,8 +56,9 @@ own exporter does), the blobs each image needs once, and each image's cosign
 signatures the store keeps (from the sources' states and <repo>:sha256-<hex>.sig
 records), which holdfast import carries over. A multi-platform image is written
 as its index with the platforms the store holds whole: on a node, usually its
-own platform only, which is what every reader imports by default (ctr import
---all-platforms would want the others). manifest.json names the host
+own platform only. holdfast import and ctr images import take the host
+platform, K3s what the file holds (it skips what is missing); ctr images
+import --all-platforms would want the others. manifest.json names the host
 platform's manifest of it. An image whose own platform is not whole in the
 store is an error naming the image and the blob. See docs/bundles.md.
 
@@ -163,12 +164,21 @@ func (o *options) export(cmd *cobra.Command, args []string, eo *exportOptions) e
 		}
 		return fmt.Errorf("exporting to %s: %w", eo.output, err)
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "exported %d images (%d names, %d signatures), %d blobs, %s of blobs, %s written to %s\n",
-		plan.Targets, len(plan.Images), plan.Signatures, st.Blobs, units.Bytes(st.BlobBytes), units.Bytes(out.size()), eo.output)
+	fmt.Fprintf(cmd.ErrOrStderr(), "exported %s (%s), %s, %s (%s), %s written to %s\n",
+		count(plan.Targets, "image"), count(len(plan.Images), "name"), count(plan.Signatures, "signature"),
+		count(st.Blobs, "blob"), units.Bytes(st.BlobBytes), units.Bytes(out.size()), eo.output)
 	if n := len(plan.LeftOut); n > 0 {
 		fmt.Fprintf(cmd.ErrOrStderr(), "left out %d manifests of other platforms the store does not hold whole (--log-level debug lists them)\n", n)
 	}
 	return nil
+}
+
+// count is n things: "1 image", "2 images".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // compressionFlag is --compression.
