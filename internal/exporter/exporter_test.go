@@ -438,3 +438,33 @@ func TestExportBlobChangedUnderneath(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestExportSignatureRecord: a signature the store holds as a record named
+// with cosign's tag of the image (a pull of <repo>:sha256-<hex>.sig), which
+// no source lists, comes along too, and the import keeps it.
+func TestExportSignatureRecord(t *testing.T) {
+	img := build(t, fixture.ImageSpec{Names: []string{"example.com/pulled:1"}, Layers: fixture.UniformLayers(1, 8<<10, false, 71)})
+	rt := fake.New()
+	importArchive(t, rt, "/images/pulled.tar", ociArchive(t, fixture.OCIOptions{}, img))
+	sig, err := fixture.SignedCosignSignature("example.com/pulled", img.Target.Digest, func([]byte) (string, error) { return "c2lnbmF0dXJl", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := map[digest.Digest][]byte{}
+	for _, b := range sig.Blobs {
+		content[digest.FromBytes(b)] = b
+	}
+	rt.PutContent(content)
+	target := sig.Descriptor
+	target.Annotations = nil
+	rt.Create(runtime.Image{Name: "example.com/pulled:sha256-" + img.Target.Digest.Encoded() + ".sig", Target: target})
+
+	out, p := export(t, rt, exporter.Selection{Patterns: patterns(t, "example.com/pulled")})
+	if p.Signatures != 1 || len(p.Images) != 2 {
+		t.Fatalf("%d signatures, images %v; want the record's signature beside the image and its digest name", p.Signatures, p.Images)
+	}
+	res := importArchive(t, fake.New(), "/images/export.tar", out)
+	if got := res.State.Signatures[img.Target.Digest]; len(got) != 1 || got[0].Digest != target.Digest {
+		t.Errorf("imported again with signatures %v; want %s", got, target.Digest)
+	}
+}
