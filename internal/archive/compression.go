@@ -36,9 +36,13 @@ const (
 	// dictionary's and fills it as it decodes.
 	xzMaxDict = 128 << 20
 
-	// zstdConcurrency is the number of blocks the zstd decoder works on at
-	// once. One decodes each block in the goroutine that reads the decoder
-	// (the walk's read-ahead, aheadReader), with no goroutines of its own:
+	// zstdConcurrency is the number of blocks the streaming zstd decoder
+	// works on at once: the decoder of a stream whose first frame is large
+	// (one frame: what K3s, Hauler and Zarf write), and of a large frame
+	// later in a stream of small ones. Small frames are decoded whole, each
+	// on one of a few goroutines (zstdframes.go). One decodes each block in
+	// the goroutine that reads the decoder (the walk's read-ahead,
+	// aheadReader), with no goroutines of its own:
 	// the read-ahead already keeps decoding apart from hashing and writing,
 	// and on two CPUs, where those need the other one, splitting a frame's
 	// decoding over three goroutines only costs more. The bench's 1 GiB
@@ -126,7 +130,14 @@ func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
 // the decoding a walk of r does and nothing else. The bench harness times it
 // as the floor of a compressed archive's import.
 func Drain(r io.Reader) (int64, Compression, error) {
-	rc, c, err := Decompress(r)
+	return DrainWorkers(r, 0)
+}
+
+// DrainWorkers is Drain decoding the frames of a multi-frame zstd stream on
+// the given number of goroutines (0: as Decompress does, min(GOMAXPROCS, 4)).
+// The bench times the decoding with one and with two.
+func DrainWorkers(r io.Reader, zstdWorkers int) (int64, Compression, error) {
+	rc, c, err := decompressWith(r, zstdMaxWindow, zstdWorkers)
 	if err != nil {
 		return 0, c, err
 	}
@@ -148,6 +159,12 @@ func Drain(r io.Reader) (int64, Compression, error) {
 // decompress is Decompress with a chosen zstd window limit (tests and fuzzing
 // use a small one: a frame header alone makes the decoder allocate its window).
 func decompress(r io.Reader, zstdWindow uint64) (io.ReadCloser, Compression, error) {
+	return decompressWith(r, zstdWindow, 0)
+}
+
+// decompressWith is decompress decoding the frames of a multi-frame zstd
+// stream on zstdWorkers goroutines (0: defaultZstdWorkers).
+func decompressWith(r io.Reader, zstdWindow uint64, zstdWorkers int) (io.ReadCloser, Compression, error) {
 	br := bufio.NewReaderSize(r, peekSize)
 	head, err := br.Peek(peekSize)
 	if err != nil && err != io.EOF && !errors.Is(err, bufio.ErrBufferFull) {
@@ -167,15 +184,10 @@ func decompress(r io.Reader, zstdWindow uint64) (io.ReadCloser, Compression, err
 		if err := checkZstdWindow(head, zstdWindow); err != nil {
 			return nil, c, err
 		}
-		zr, err := zstd.NewReader(br,
-			zstd.WithDecoderMaxWindow(zstdWindow),
-			zstd.WithDecoderConcurrency(zstdConcurrency),
-			zstd.WithDecoderLowmem(true),
-		)
-		if err != nil {
-			return nil, c, wrapDecodeErr(c, err)
-		}
-		return &decoder{r: zr, c: c, close: func() error { zr.Close(); return nil }, limit: zstdWindow}, c, nil
+		// Frame by frame, on several goroutines when the stream has many
+		// small frames; as one stream otherwise (zstdframes.go).
+		zr := newZstdFrames(br, zstdWindow, zstdWorkers)
+		return &decoder{r: zr, c: c, close: zr.Close, limit: zstdWindow}, c, nil
 	case Bzip2:
 		return &decoder{r: bzip2.NewReader(br), c: c}, c, nil
 	case Xz:
@@ -324,6 +336,8 @@ func (d *decoder) Read(p []byte) (int, error) {
 	if err != nil && err != io.EOF {
 		if d.c == Xz {
 			err = xzError(err)
+		} else if fe := (*zstdFrameError)(nil); d.c == Zstd && errors.As(err, &fe) {
+			// Already says which frame and what of it.
 		} else if d.c == Zstd && (errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded)) {
 			err = fmt.Errorf("zstd: a frame declares a window larger than the %s holdfast decodes%s: %w", units.Whole(d.limit), zstdHint, err)
 		} else if d.c != "" && d.c != None {

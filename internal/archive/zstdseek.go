@@ -273,8 +273,9 @@ var emptyZstdFrame = []byte{0x28, 0xb5, 0x2f, 0xfd, 0x24, 0x00, 0x01, 0x00, 0x00
 
 // seekTable is a parsed seek table.
 type seekTable struct {
-	entries []seekEntry
-	sums    bool // the entries carry checksums
+	count   uint64      // the frames it says
+	entries []seekEntry // each one's sizes, unless only the footer was read
+	sums    bool        // the entries carry checksums
 }
 
 // errNotSeekTable says a skippable frame with the seek table's magic does
@@ -289,22 +290,19 @@ func parseSeekTable(p []byte) (seekTable, error) {
 	if len(p) < seekFooterSize {
 		return seekTable{}, errNotSeekTable
 	}
-	foot := p[len(p)-seekFooterSize:]
-	n := binary.LittleEndian.Uint32(foot[0:4])
-	desc := foot[4]
-	if binary.LittleEndian.Uint32(foot[5:9]) != seekableMagic || desc&seekReservedBits != 0 {
-		return seekTable{}, errNotSeekTable
+	t, err := parseSeekFooter(p[len(p)-seekFooterSize:])
+	if err != nil {
+		return t, err
 	}
-	t := seekTable{sums: desc&seekChecksumFlag != 0}
 	size := seekEntrySize
 	if t.sums {
 		size = seekEntrySizeXXH
 	}
 	body := p[:len(p)-seekFooterSize]
-	if uint64(len(body)) != uint64(n)*uint64(size) {
-		return seekTable{}, fmt.Errorf("its footer says %d frames (%d bytes of entries), it holds %d bytes of entries", n, uint64(n)*uint64(size), len(body))
+	if uint64(len(body)) != t.count*uint64(size) {
+		return seekTable{}, fmt.Errorf("its footer says %d frames (%d bytes of entries), it holds %d bytes of entries", t.count, t.count*uint64(size), len(body))
 	}
-	t.entries = make([]seekEntry, n)
+	t.entries = make([]seekEntry, t.count)
 	for i := range t.entries {
 		e := body[i*size:]
 		t.entries[i] = seekEntry{comp: binary.LittleEndian.Uint32(e[0:4]), dec: binary.LittleEndian.Uint32(e[4:8])}
@@ -313,4 +311,14 @@ func parseSeekTable(p []byte) (seekTable, error) {
 		}
 	}
 	return t, nil
+}
+
+// parseSeekFooter reads a seek table's footer: the number of frames and
+// whether entries carry checksums.
+func parseSeekFooter(foot []byte) (seekTable, error) {
+	desc := foot[4]
+	if len(foot) != seekFooterSize || binary.LittleEndian.Uint32(foot[5:9]) != seekableMagic || desc&seekReservedBits != 0 {
+		return seekTable{}, errNotSeekTable
+	}
+	return seekTable{count: uint64(binary.LittleEndian.Uint32(foot[0:4])), sums: desc&seekChecksumFlag != 0}, nil
 }

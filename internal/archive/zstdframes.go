@@ -1,0 +1,871 @@
+package archive
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/holdfast-project/holdfast/internal/units"
+)
+
+// A zstd stream of many frames (pzstd's, the seekable format's that
+// SeekableZstdWriter writes, or frames simply concatenated) is decoded frame
+// by frame on several cores: a scanner goroutine cuts the compressed stream
+// at frame boundaries by walking frame and block headers, without decoding;
+// workers decode whole frames into memory (DecodeAll); the reader hands
+// their bytes on strictly in order. Nothing seeks: the input is read once,
+// as it comes.
+//
+// A stream whose first frame is larger than zstdFrameCompCap (every
+// one-frame .tar.zst: K3s airgap images, Hauler hauls, Zarf packages) is
+// decoded as it always was, by one streaming decoder in the reader's
+// goroutine (zstdConcurrency): the scanner stops at the cap, and what it read
+// is given back in front of the rest of the stream. Frames after the first
+// that are too large to decode whole are decoded in order by a streaming
+// decoder: from the scanner's buffer when only their content is too large,
+// or as the scanner walks them, through a pipe, when their compressed bytes
+// are.
+const (
+	// zstdFrameCompCap is the largest compressed frame decoded whole, by a
+	// worker: 8 MiB. pzstd's and SeekableZstdWriter's frames are 4 MiB of
+	// content or less, so far below it.
+	zstdFrameCompCap = 8 << 20
+	// zstdFrameDecCap is the most content a frame decoded whole may have:
+	// 16 MiB. The scanner bounds a frame's content before it is decoded
+	// (the declared content size, else its blocks' sizes: raw and RLE blocks
+	// say theirs, a compressed block decodes to 128 KiB at most), and the
+	// worker decodes into a buffer of that size, no more
+	// (WithDecodeAllCapLimit). A frame of more is decoded in order by the
+	// streaming decoder, whose memory is its window's.
+	zstdFrameDecCap = 16 << 20
+	// zstdMaxBlock is the largest block content zstd allows (RFC 8878,
+	// Block_Maximum_Size).
+	zstdMaxBlock = 128 << 10
+	// zstdCheckedFrames is how many frames since the last seek table the
+	// reader remembers, to check the next seek table entry by entry: 8 MiB
+	// of records at most, the frames of a 1 TiB archive cut at 4 MiB.
+	// Past it, only the number of frames is checked.
+	zstdCheckedFrames = 1 << 18
+	// zstdSeekTableCap is the largest seek table read whole: as many entries
+	// as zstdCheckedFrames. Of a larger one only the footer is read.
+	zstdSeekTableCap = zstdCheckedFrames*seekEntrySizeXXH + seekFooterSize
+
+	pzstdMagic = 0x184D2A50 // pzstd's skippable frame: the next frame's compressed size
+)
+
+// defaultZstdWorkers is how many frames are decoded at once by default.
+// Four are enough to outrun what reads the decoded stream (hashing and
+// writing it); more would only hold more memory.
+func defaultZstdWorkers() int { return min(runtime.GOMAXPROCS(0), 4) }
+
+// zstdUnit is what the scanner hands on, in stream order: a frame, a seek
+// table to check, or the error that ends the stream.
+type zstdUnit struct {
+	kind   zstdUnitKind
+	off    int64  // where the frame (or table) starts in the compressed stream
+	index  int    // the frame's number from the start of the stream
+	comp   []byte // the frame, when buffered
+	size   int64  // its compressed size, once walked
+	sum    uint32 // its checksum field, if hasSum
+	hasSum bool
+	bound  int  // the most its content can be, if it is buffered
+	over   bool // the first frame, larger than zstdFrameCompCap: comp is what was read of it
+
+	stream  bool           // decode it in order with the streaming decoder: from comp, or pipe
+	pipe    *io.PipeReader // the frame as the scanner walks it, when too large to buffer
+	mu      sync.Mutex
+	scanErr error // why the scanner stopped feeding pipe, under mu
+
+	out   []byte // the decoded frame, from a worker
+	err   error  // kind zstdError; or the frame's decoding error
+	table seekTable
+	done  chan struct{} // closed once out, err or stream is final
+}
+
+// fedErr is why the scanner stopped feeding u's pipe, if it did.
+func (u *zstdUnit) fedErr() error {
+	if u.pipe == nil {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.scanErr
+}
+
+type zstdUnitKind uint8
+
+const (
+	zstdFrameUnit zstdUnitKind = iota
+	zstdTableUnit
+	zstdErrorUnit
+)
+
+// zstdRecord is a frame as the reader saw it, for the next seek table.
+type zstdRecord struct {
+	off       int64
+	comp, dec uint64
+	sum       uint32
+	hasSum    bool
+}
+
+// zstdFrames is the reader of a zstd stream decoded frame by frame. Read and
+// Close are not safe for concurrent use.
+type zstdFrames struct {
+	r       io.Reader // the compressed stream
+	limit   uint64    // the largest window accepted
+	workers int
+
+	dec  *zstd.Decoder // DecodeAll, shared by the workers
+	sdec *zstd.Decoder // streaming, in the reader's goroutine: made when needed
+
+	// The scanner's state: the reader's until the pipeline starts, then the
+	// scanner goroutine's.
+	off     int64 // the compressed offset of the next byte of r
+	frames  int   // data frames seen
+	marker  pzstdMarker
+	pending error // an error to hand on after the unit just scanned
+	copyBuf []byte
+
+	// The pipeline, once started.
+	started bool
+	order   chan *zstdUnit // every unit, in stream order; closed when the scanner stops
+	work    chan *zstdUnit // frames for the workers
+	free    chan *zstdUnit // units to reuse; its capacity bounds the frames in flight
+	stop    chan struct{}
+	wg      sync.WaitGroup
+
+	// The reader's state.
+	reads   int
+	single  *zstd.Decoder // the whole stream, when its first frame is too large
+	ended   bool          // the stream has no more units (the scanner's end, before the pipeline)
+	cur     *zstdUnit
+	rest    []byte    // the unread part of cur.out
+	srd     io.Reader // the streaming decoder reading cur
+	curDec  uint64    // bytes decoded of cur
+	records []zstdRecord
+	counted uint64 // frames since the last seek table
+	err     error  // sticky
+	closed  bool
+}
+
+// pzstdMarker is a pending pzstd size frame.
+type pzstdMarker struct {
+	ok   bool
+	off  int64
+	size uint32
+}
+
+// errZstdClosed stops a scanner writing into a pipe the reader gave up.
+var errZstdClosed = errors.New("zstd: reader closed")
+
+// zstdFrameError is an error about one frame or seek table: its message
+// names where it is, and the decoder wrapper leaves it as it is.
+type zstdFrameError struct {
+	msg string
+	err error
+}
+
+func (e *zstdFrameError) Error() string {
+	if e.err == nil {
+		return e.msg
+	}
+	return e.msg + ": " + e.err.Error()
+}
+
+func (e *zstdFrameError) Unwrap() error { return e.err }
+
+// frameErr says err happened in the frame at off. A stream cut off is
+// "zstd: unexpected EOF", as it always was: where it stops is the file's
+// end, which its size already says.
+func frameErr(off int64, err error) error {
+	var fe *zstdFrameError
+	if errors.As(err, &fe) {
+		return err
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return &zstdFrameError{msg: "zstd", err: io.ErrUnexpectedEOF}
+	}
+	return &zstdFrameError{msg: fmt.Sprintf("zstd: frame at offset %d", off), err: err}
+}
+
+func markerErr(format string, args ...any) error {
+	return &zstdFrameError{msg: fmt.Sprintf(format, args...)}
+}
+
+// newZstdFrames decodes r, a zstd stream, frame by frame on workers
+// goroutines (0: defaultZstdWorkers), accepting windows up to limit.
+func newZstdFrames(r io.Reader, limit uint64, workers int) *zstdFrames {
+	if workers <= 0 {
+		workers = defaultZstdWorkers()
+	}
+	return &zstdFrames{r: r, limit: limit, workers: workers}
+}
+
+func (z *zstdFrames) Read(p []byte) (int, error) {
+	if z.err != nil {
+		return 0, z.err
+	}
+	if z.single != nil {
+		// The decoder wrapper names the compression, as it always has.
+		n, err := z.single.Read(p)
+		if err != nil {
+			z.err = err
+		}
+		return n, err
+	}
+	z.reads++
+	// The pipeline starts on the second read: a caller that reads only the
+	// start of the stream (Probe) costs one frame, not a pipeline's worth.
+	if z.reads == 2 && !z.ended {
+		z.start()
+	}
+	for len(p) > 0 {
+		if len(z.rest) > 0 {
+			n := copy(p, z.rest)
+			z.rest = z.rest[n:]
+			z.curDec += uint64(n)
+			return n, nil
+		}
+		if z.srd != nil {
+			n, err := z.srd.Read(p)
+			z.curDec += uint64(n)
+			if err == io.EOF {
+				err = z.cur.fedErr()
+				if err == nil {
+					z.srd = nil
+				}
+			} else if err != nil {
+				if e := z.cur.fedErr(); e != nil {
+					err = e
+				} else {
+					err = frameErr(z.cur.off, err)
+				}
+			}
+			if err != nil {
+				return n, z.fail(err)
+			}
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		if z.cur != nil {
+			z.finishUnit()
+		}
+		u, err := z.next()
+		if err != nil {
+			return 0, z.fail(err)
+		}
+		if z.single != nil {
+			return z.Read(p)
+		}
+		if u == nil {
+			return 0, io.EOF
+		}
+		if err := z.begin(u); err != nil {
+			return 0, z.fail(err)
+		}
+	}
+	return 0, nil
+}
+
+func (z *zstdFrames) fail(err error) error {
+	z.err = err
+	return err
+}
+
+// next is the next unit in stream order, decoded if it is a frame for the
+// workers; nil at the end of the stream. Before the pipeline starts, it
+// scans and decodes here.
+func (z *zstdFrames) next() (*zstdUnit, error) {
+	if z.started {
+		u, ok := <-z.order
+		if !ok {
+			return nil, nil
+		}
+		<-u.done
+		return u, nil
+	}
+	if z.ended {
+		return nil, nil
+	}
+	u := &zstdUnit{}
+	more, err := z.scan(u)
+	if err != nil {
+		z.ended = true
+		return nil, err
+	}
+	if !more {
+		z.ended = true
+		return nil, nil
+	}
+	if u.over {
+		// The first frame is larger than zstdFrameCompCap: decode the
+		// whole stream as one, with what was scanned in front.
+		return nil, z.startSingle(u.comp)
+	}
+	if u.kind == zstdFrameUnit && !u.stream {
+		z.newDecoder()
+		z.decode(u)
+	}
+	return u, nil
+}
+
+// startSingle switches to one streaming decoder for the whole stream, head
+// being what the scanner read of it.
+func (z *zstdFrames) startSingle(head []byte) error {
+	zr, err := zstd.NewReader(io.MultiReader(bytes.NewReader(head), z.r),
+		zstd.WithDecoderMaxWindow(z.limit),
+		zstd.WithDecoderConcurrency(zstdConcurrency),
+		zstd.WithDecoderLowmem(true),
+	)
+	if err != nil {
+		return err
+	}
+	z.single = zr
+	return nil
+}
+
+// begin makes u the unit being read.
+func (z *zstdFrames) begin(u *zstdUnit) error {
+	switch u.kind {
+	case zstdErrorUnit:
+		return u.err
+	case zstdTableUnit:
+		err := z.checkTable(u)
+		z.recycle(u)
+		return err
+	}
+	if u.err != nil {
+		return u.err
+	}
+	z.cur, z.curDec = u, 0
+	if !u.stream {
+		z.rest = u.out
+		return nil
+	}
+	if z.sdec == nil {
+		d, err := zstd.NewReader(nil,
+			zstd.WithDecoderMaxWindow(z.limit),
+			zstd.WithDecoderConcurrency(1),
+			zstd.WithDecoderLowmem(true),
+		)
+		if err != nil {
+			return err
+		}
+		z.sdec = d
+	}
+	// Not a *bytes.Reader: the decoder would decode a small one whole into
+	// memory, as large as its blocks make it.
+	var src io.Reader = struct{ io.Reader }{bytes.NewReader(u.comp)}
+	if u.pipe != nil {
+		src = u.pipe
+	}
+	if err := z.sdec.Reset(src); err != nil {
+		return frameErr(u.off, err)
+	}
+	z.srd = z.sdec
+	return nil
+}
+
+// finishUnit records the frame just read for the next seek table and gives
+// its buffers back.
+func (z *zstdFrames) finishUnit() {
+	u := z.cur
+	z.cur, z.rest, z.srd = nil, nil, nil
+	if len(z.records) < zstdCheckedFrames {
+		z.records = append(z.records, zstdRecord{off: u.off, comp: uint64(u.size), dec: z.curDec, sum: u.sum, hasSum: u.hasSum})
+	}
+	z.counted++
+	z.recycle(u)
+}
+
+func (z *zstdFrames) recycle(u *zstdUnit) {
+	if z.started {
+		select {
+		case z.free <- u:
+		default:
+		}
+	}
+}
+
+// checkTable compares a seek table with the frames read since the last one:
+// their number, and each one's compressed and decompressed sizes. Its
+// checksums are compared with the frames' own checksum fields, which the
+// decoder checks against their content; a frame without one is not hashed
+// for the table's sake.
+func (z *zstdFrames) checkTable(u *zstdUnit) error {
+	t := u.table
+	defer func() { z.records, z.counted = z.records[:0], 0 }()
+	if t.count != z.counted {
+		return markerErr("zstd: the seek table at offset %d says %d frames, there are %d", u.off, t.count, z.counted)
+	}
+	for i, e := range t.entries {
+		if i >= len(z.records) {
+			break
+		}
+		r := z.records[i]
+		switch {
+		case uint64(e.comp) != r.comp:
+			return markerErr("zstd: the seek table says frame %d (at offset %d) is %d bytes compressed, it is %d", i, r.off, e.comp, r.comp)
+		case uint64(e.dec) != r.dec:
+			return markerErr("zstd: the seek table says frame %d (at offset %d) decompresses to %d bytes, it is %d", i, r.off, e.dec, r.dec)
+		case t.sums && r.hasSum && e.sum != r.sum:
+			return markerErr("zstd: the seek table says frame %d (at offset %d) has checksum %08x, the frame %08x", i, r.off, e.sum, r.sum)
+		}
+	}
+	return nil
+}
+
+// decode decodes a buffered frame whole, or marks it to be streamed in order
+// when its content turns out larger than its buffer.
+func (z *zstdFrames) decode(u *zstdUnit) {
+	if cap(u.out) < u.bound {
+		u.out = make([]byte, 0, u.bound)
+	}
+	// DecodeAll decodes into u.out and uses it as the frame's history, so a
+	// window up to the limit costs nothing more; the cap on the content is
+	// u.out's capacity (WithDecodeAllCapLimit), a cap on decoded memory
+	// (WithDecoderMaxMemory) would also cap the window.
+	out, err := z.dec.DecodeAll(u.comp, u.out[:0])
+	switch {
+	case errors.Is(err, zstd.ErrDecoderSizeExceeded), errors.Is(err, zstd.ErrWindowSizeExceeded):
+		// More than the blocks said: the streaming decoder says what is
+		// wrong with it, in order.
+		u.stream = true
+	case err != nil:
+		u.err = frameErr(u.off, err)
+	default:
+		u.out = out
+	}
+}
+
+// newDecoder makes the decoder of whole frames, if not made yet.
+func (z *zstdFrames) newDecoder() {
+	if z.dec == nil {
+		// The options are constants the decoder accepts. With no reader, it
+		// starts no goroutine.
+		z.dec, _ = zstd.NewReader(nil,
+			zstd.WithDecoderConcurrency(z.workers),
+			zstd.WithDecoderMaxWindow(z.limit),
+			zstd.WithDecodeAllCapLimit(true),
+		)
+	}
+}
+
+// start starts the scanner and the workers.
+func (z *zstdFrames) start() {
+	z.newDecoder()
+	z.started = true
+	inFlight := z.workers + 2
+	z.order = make(chan *zstdUnit, inFlight)
+	z.work = make(chan *zstdUnit, inFlight)
+	z.free = make(chan *zstdUnit, inFlight)
+	z.stop = make(chan struct{})
+	// The frame being read, if any, is one of them once read.
+	units := inFlight
+	if z.cur != nil {
+		units--
+	}
+	for range units {
+		z.free <- &zstdUnit{}
+	}
+	z.wg.Add(1 + z.workers)
+	go z.scanLoop()
+	for range z.workers {
+		go func() {
+			defer z.wg.Done()
+			for u := range z.work {
+				z.decode(u)
+				close(u.done)
+			}
+		}()
+	}
+}
+
+// scanLoop scans unit after unit and hands each on, until the stream ends,
+// fails or the reader stops.
+func (z *zstdFrames) scanLoop() {
+	defer z.wg.Done()
+	defer close(z.work)
+	defer close(z.order)
+	for {
+		var u *zstdUnit
+		select {
+		case u = <-z.free:
+		case <-z.stop:
+			return
+		}
+		more, err := z.scan(u)
+		if u.pipe != nil {
+			// Handed on already; an error went through the pipe.
+			if err != nil {
+				return
+			}
+			continue
+		}
+		if err != nil {
+			u.kind, u.err = zstdErrorUnit, err
+			close(u.done)
+			select {
+			case z.order <- u:
+			case <-z.stop:
+			}
+			return
+		}
+		if !more {
+			return
+		}
+		if u.kind == zstdFrameUnit && !u.stream {
+			select {
+			case z.work <- u:
+			case <-z.stop:
+				return
+			}
+		} else {
+			close(u.done)
+		}
+		select {
+		case z.order <- u:
+		case <-z.stop:
+			return
+		}
+	}
+}
+
+// handOn hands u on to the reader, from the scanner goroutine, before it is
+// decoded: a frame streamed through a pipe.
+func (z *zstdFrames) handOn(u *zstdUnit) bool {
+	close(u.done)
+	select {
+	case z.order <- u:
+		return true
+	case <-z.stop:
+		return false
+	}
+}
+
+// Close stops the scanner and the workers and waits for them; the stream is
+// not read any more once it returns.
+func (z *zstdFrames) Close() error {
+	if z.closed {
+		return nil
+	}
+	z.closed = true
+	if z.err == nil {
+		z.err = errors.New("read after close")
+	}
+	if z.started {
+		close(z.stop)
+		// A scanner feeding a pipe waits for its reader: give up reading.
+		if z.cur != nil && z.cur.pipe != nil {
+			z.cur.pipe.CloseWithError(errZstdClosed)
+		}
+		for u := range z.order {
+			if u.pipe != nil {
+				u.pipe.CloseWithError(errZstdClosed)
+			}
+		}
+		z.wg.Wait()
+	}
+	for _, d := range []*zstd.Decoder{z.dec, z.sdec, z.single} {
+		if d != nil {
+			d.Close()
+		}
+	}
+	return nil
+}
+
+// scan reads the next unit into u: skippable frames are read past (a seek
+// table and a pzstd size frame are kept to be checked), a frame is walked
+// block by block and buffered. It reports false at the clean end of the
+// stream.
+//
+// Before the pipeline starts, a first frame larger than zstdFrameCompCap is
+// returned as it is (size 0, what was read of it in comp). Once it runs, a
+// frame of any size after the cap is handed on at once and fed to the reader
+// through a pipe as it is walked.
+func (z *zstdFrames) scan(u *zstdUnit) (bool, error) {
+	u.kind, u.err, u.stream, u.pipe, u.scanErr = zstdFrameUnit, nil, false, nil, nil
+	u.size, u.sum, u.hasSum, u.bound, u.over = 0, 0, false, 0, false
+	u.comp, u.out = u.comp[:0], u.out[:0]
+	u.done = make(chan struct{})
+	if err := z.pending; err != nil {
+		z.pending = nil
+		return false, err
+	}
+	var hdr [18]byte
+	for {
+		u.off = z.off
+		n, err := io.ReadFull(z.r, hdr[:4])
+		z.off += int64(n)
+		if err == io.EOF {
+			return false, nil
+		}
+		if err != nil {
+			return false, frameErr(u.off, readErr(err))
+		}
+		magic := binary.LittleEndian.Uint32(hdr[:4])
+		if magic&0xfffffff0 == 0x184D2A50 {
+			table, err := z.skippable(magic, u.off)
+			if err != nil {
+				return false, err
+			}
+			if table != nil {
+				u.kind, u.table = zstdTableUnit, *table
+				return true, nil
+			}
+			continue
+		}
+		if magic != 0xfd2fb528 {
+			return false, frameErr(u.off, zstd.ErrMagicMismatch)
+		}
+		break
+	}
+	return true, z.frame(u, hdr[:])
+}
+
+// readErr is a read error, the end of the stream being a truncation.
+func readErr(err error) error {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// readN reads len(b) bytes of the stream.
+func (z *zstdFrames) readN(b []byte) error {
+	n, err := io.ReadFull(z.r, b)
+	z.off += int64(n)
+	if err != nil {
+		return readErr(err)
+	}
+	return nil
+}
+
+// skippable reads past a skippable frame whose magic was read at off: a seek
+// table is returned, a pzstd size frame is kept for the frame that follows.
+func (z *zstdFrames) skippable(magic uint32, off int64) (*seekTable, error) {
+	var b [4]byte
+	if err := z.readN(b[:]); err != nil {
+		return nil, frameErr(off, err)
+	}
+	size := binary.LittleEndian.Uint32(b[:])
+	z.marker = pzstdMarker{}
+	var err error
+	switch {
+	case magic == pzstdMagic && size == 4:
+		if err = z.readN(b[:]); err == nil {
+			z.marker = pzstdMarker{ok: true, off: off, size: binary.LittleEndian.Uint32(b[:])}
+		}
+	case magic == seekTableMagic && size <= zstdSeekTableCap:
+		p := make([]byte, size)
+		if err = z.readN(p); err == nil {
+			t, perr := parseSeekTable(p)
+			if perr == nil {
+				return &t, nil
+			}
+			if perr != errNotSeekTable {
+				return nil, &zstdFrameError{msg: fmt.Sprintf("zstd: the seek table at offset %d", off), err: perr}
+			}
+		}
+	case magic == seekTableMagic:
+		// Too large to keep: read its footer only, to check the count.
+		if err = z.discard(int64(size) - seekFooterSize); err == nil {
+			var foot [seekFooterSize]byte
+			if err = z.readN(foot[:]); err == nil {
+				t, perr := parseSeekFooter(foot[:])
+				if perr == nil {
+					return &t, nil
+				}
+			}
+		}
+	default:
+		err = z.discard(int64(size))
+	}
+	if err != nil {
+		return nil, frameErr(off, err)
+	}
+	return nil, nil
+}
+
+func (z *zstdFrames) discard(n int64) error {
+	k, err := io.CopyN(io.Discard, z.r, n)
+	z.off += k
+	if err != nil {
+		return readErr(err)
+	}
+	return nil
+}
+
+// frame walks the frame whose magic is in hdr[:4]: its header, checked as
+// the decoder will, then its blocks and checksum into u.comp.
+func (z *zstdFrames) frame(u *zstdUnit, hdr []byte) error {
+	u.index = z.frames
+	z.frames++
+	marker := z.marker
+	z.marker = pzstdMarker{}
+	if err := z.readN(hdr[4:5]); err != nil {
+		return frameErr(u.off, err)
+	}
+	fhd := hdr[4]
+	single := fhd&0x20 != 0
+	if fhd&0x08 != 0 {
+		return frameErr(u.off, errors.New("reserved bit set in the frame header"))
+	}
+	n := [4]int{0, 1, 2, 4}[fhd&3]
+	fcsLen := [4]int{0, 2, 4, 8}[fhd>>6]
+	if fcsLen == 0 && single {
+		fcsLen = 1
+	}
+	if !single {
+		n++
+	}
+	n += fcsLen
+	h := hdr[:5+n]
+	if err := z.readN(h[5:]); err != nil {
+		return frameErr(u.off, err)
+	}
+	u.hasSum = fhd&0x04 != 0
+	var fcs uint64
+	hasFCS := fcsLen > 0
+	if hasFCS {
+		f := h[len(h)-fcsLen:]
+		switch fcsLen {
+		case 1:
+			fcs = uint64(f[0])
+		case 2:
+			fcs = uint64(binary.LittleEndian.Uint16(f)) + 256
+		case 4:
+			fcs = uint64(binary.LittleEndian.Uint32(f))
+		case 8:
+			fcs = binary.LittleEndian.Uint64(f)
+		}
+	}
+	window := fcs
+	if !single {
+		wd := h[5]
+		base := uint64(1) << (10 + wd>>3)
+		window = base + base/8*uint64(wd&7)
+	}
+	if window > z.limit {
+		return &zstdFrameError{msg: fmt.Sprintf("zstd: the frame at offset %d declares a %s window, more than the %s holdfast decodes%s", u.off, units.Whole(window), units.Whole(z.limit), zstdHint)}
+	}
+	u.comp = append(u.comp, h...)
+
+	// The blocks: buffered up to the cap, then (with the pipeline running)
+	// through a pipe.
+	var pw *io.PipeWriter
+	put := func(n int) error {
+		if pw == nil {
+			start := len(u.comp)
+			u.comp = slices.Grow(u.comp, n)[:start+n]
+			return z.readN(u.comp[start:])
+		}
+		if z.copyBuf == nil {
+			z.copyBuf = make([]byte, 64<<10)
+		}
+		k, err := io.CopyBuffer(pw, io.LimitReader(z.r, int64(n)), z.copyBuf)
+		z.off += k
+		if err == nil && k < int64(n) {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	fail := func(err error) error {
+		err = frameErr(u.off, err)
+		if pw != nil {
+			u.mu.Lock()
+			u.scanErr = err
+			u.mu.Unlock()
+			pw.CloseWithError(err)
+		}
+		return err
+	}
+	bound := uint64(0)
+	for last := false; !last; {
+		var bh [3]byte
+		if err := z.readN(bh[:]); err != nil {
+			return fail(err)
+		}
+		v := uint32(bh[0]) | uint32(bh[1])<<8 | uint32(bh[2])<<16
+		last = v&1 != 0
+		size := int(v >> 3)
+		content := size
+		switch (v >> 1) & 3 {
+		case 0: // raw
+			bound += uint64(size)
+		case 1: // RLE: one byte, size times
+			content = 1
+			bound += uint64(size)
+		case 2:
+			bound += min(window, zstdMaxBlock)
+		case 3:
+			return fail(zstd.ErrReservedBlockType)
+		}
+		if size > zstdMaxBlock {
+			return fail(zstd.ErrCompressedSizeTooBig)
+		}
+		if pw == nil && len(u.comp)+3+content > zstdFrameCompCap {
+			if !z.started {
+				// The first frame: the whole stream is decoded as one.
+				u.comp = append(u.comp, bh[:]...)
+				u.over = true
+				return nil
+			}
+			var pr *io.PipeReader
+			pr, pw = io.Pipe()
+			u.pipe, u.stream = pr, true
+			if !z.handOn(u) {
+				return errZstdClosed
+			}
+			if _, err := pw.Write(u.comp); err != nil {
+				return err
+			}
+		}
+		if pw == nil {
+			u.comp = append(u.comp, bh[:]...)
+		} else if _, err := pw.Write(bh[:]); err != nil {
+			return err
+		}
+		if err := put(content); err != nil {
+			return fail(err)
+		}
+	}
+	if u.hasSum {
+		var s [4]byte
+		if err := z.readN(s[:]); err != nil {
+			return fail(err)
+		}
+		u.sum = binary.LittleEndian.Uint32(s[:])
+		if pw == nil {
+			u.comp = append(u.comp, s[:]...)
+		} else if _, err := pw.Write(s[:]); err != nil {
+			return err
+		}
+	}
+	u.size = z.off - u.off
+	if hasFCS {
+		bound = min(bound, fcs)
+	}
+	if marker.ok && int64(marker.size) != u.size {
+		z.pending = markerErr("zstd: the pzstd size frame at offset %d says frame %d (at offset %d) is %d bytes compressed, it is %d", marker.off, u.index, u.off, marker.size, u.size)
+	}
+	if pw != nil {
+		pw.Close()
+		return nil
+	}
+	if bound > zstdFrameDecCap {
+		u.stream = true
+	} else {
+		u.bound = int(bound)
+	}
+	return nil
+}
