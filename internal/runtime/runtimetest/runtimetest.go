@@ -62,6 +62,7 @@ func Run(t *testing.T, prefix string, newBackend func(t *testing.T) Backend) {
 		{"ImportLeasesThenUnchanged", importLeases},
 		{"ImportWritesNoRecord", importWritesNoRecord},
 		{"LeaseWantsLeasesWhatIsThere", leaseWants},
+		{"ExportReadsBlobs", exportReadsBlobs},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, newBackend(t), prefix+c.name+":1") })
 	}
