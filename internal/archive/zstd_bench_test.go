@@ -1,6 +1,7 @@
 package archive
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/opencontainers/go-digest"
@@ -23,6 +25,46 @@ import (
 // klauspost/compress defaults: what Hauler, Zarf and K3s write.
 // HOLDFAST_BENCH_LAYER_MIB sets the layer size (default 32 MiB).
 func zstdBenchArchive(b *testing.B, layers int, c fixture.Compression) (string, int64) {
+	b.Helper()
+	img := zstdBenchImage(b, layers)
+	name := filepath.Join(b.TempDir(), "archive.tar"+c.Extension())
+	err := fixture.WriteFileAtomic(name, func(w io.Writer) error {
+		cw, err := fixture.Compress(w, c, fixture.CompressOptions{ZstdWindow: 8 << 20})
+		if err != nil {
+			return err
+		}
+		if err := fixture.WriteHybrid(b.Context(), cw, img); err != nil {
+			return err
+		}
+		return cw.Close()
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return name, drainedSize(b, name)
+}
+
+// zstdBenchSeekable writes the archive of zstdBenchArchive as seekable zstd
+// (SeekableZstdWriter, its defaults): what holdfast export writes.
+func zstdBenchSeekable(b *testing.B, layers int) (string, int64) {
+	b.Helper()
+	img := zstdBenchImage(b, layers)
+	name := filepath.Join(b.TempDir(), "archive.tar.zst")
+	err := fixture.WriteFileAtomic(name, func(w io.Writer) error {
+		zw := NewSeekableZstdWriter(w, SeekableOptions{})
+		if err := fixture.WriteHybrid(b.Context(), zw, img); err != nil {
+			return err
+		}
+		return zw.Close()
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return name, drainedSize(b, name)
+}
+
+// zstdBenchImage is the image of zstdBenchArchive.
+func zstdBenchImage(b *testing.B, layers int) *fixture.Image {
 	b.Helper()
 	size := int64(32 << 20)
 	if s := os.Getenv("HOLDFAST_BENCH_LAYER_MIB"); s != "" {
@@ -40,21 +82,7 @@ func zstdBenchArchive(b *testing.B, layers int, c fixture.Compression) (string, 
 	if err != nil {
 		b.Fatal(err)
 	}
-	name := filepath.Join(b.TempDir(), "archive.tar"+c.Extension())
-	err = fixture.WriteFileAtomic(name, func(w io.Writer) error {
-		cw, err := fixture.Compress(w, c, fixture.CompressOptions{ZstdWindow: 8 << 20})
-		if err != nil {
-			return err
-		}
-		if err := fixture.WriteHybrid(b.Context(), cw, img); err != nil {
-			return err
-		}
-		return cw.Close()
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return name, drainedSize(b, name)
+	return img
 }
 
 // drainedSize is the decompressed size of the archive in file name.
@@ -234,6 +262,122 @@ func BenchmarkWalkZstd(b *testing.B) {
 							b.Fatal(err)
 						}
 					}
+				})
+			}
+		})
+	}
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU seconds per op since start, and the share of
+// the wall clock they make (cores busy).
+func reportCPU(b *testing.B, start time.Duration, wall time.Time) {
+	cpu := cpuTime(b) - start
+	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
+	b.ReportMetric(cpu.Seconds()/time.Since(wall).Seconds(), "cores")
+}
+
+// BenchmarkZstdFrames decodes the bench archive (256 MiB, half of it
+// compressible) as one zstd frame, the path every one-frame .tar.zst takes,
+// and as seekable zstd of 4 MiB frames (SeekableZstdWriter) on 1, 2 and the
+// default number of workers; and walks the seekable one into hashStore, as
+// BenchmarkWalkZstd does the one-frame one. MB/s are of the decompressed
+// archive; cpu-s/op the CPU time of the process per op.
+func BenchmarkZstdFrames(b *testing.B) {
+	open := func(b *testing.B, name string) *os.File {
+		f, err := os.Open(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return f
+	}
+	decode := func(name string, n int64, workers int) func(b *testing.B) {
+		return func(b *testing.B) {
+			b.SetBytes(n)
+			cpu, wall := cpuTime(b), time.Now()
+			for b.Loop() {
+				f := open(b, name)
+				if _, _, err := DrainWorkers(f, workers); err != nil {
+					b.Fatal(err)
+				}
+				f.Close()
+			}
+			reportCPU(b, cpu, wall)
+		}
+	}
+	b.Run("one-frame", func(b *testing.B) {
+		name, n := zstdBenchArchive(b, 8, fixture.Zstd)
+		b.Run("decode", decode(name, n, 0))
+	})
+	b.Run("seekable", func(b *testing.B) {
+		name, n := zstdBenchSeekable(b, 8)
+		for _, w := range []int{1, 2, 0} {
+			label := "decode-" + strconv.Itoa(w)
+			if w == 0 {
+				label = "decode-default"
+			}
+			b.Run(label, decode(name, n, w))
+		}
+		b.Run("hash", func(b *testing.B) {
+			b.SetBytes(n)
+			cpu, wall := cpuTime(b), time.Now()
+			for b.Loop() {
+				f := open(b, name)
+				_, err := Walk(b.Context(), struct{ io.Reader }{f}, hashStore{})
+				f.Close()
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportCPU(b, cpu, wall)
+		})
+	})
+}
+
+// BenchmarkSeekableFrameSize writes 256 MiB, alternately 256 KiB of text
+// and of random bytes, as seekable zstd with frames of 1 to 16 MiB, and
+// decodes it on 1 and 2 workers: the ratio (compressed/original) and the
+// speeds that chose DefaultSeekableFrameSize.
+func BenchmarkSeekableFrameSize(b *testing.B) {
+	data := mixedContent(256<<20, 42)
+	for _, size := range []int{1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20} {
+		b.Run(strconv.Itoa(size>>20)+"MiB", func(b *testing.B) {
+			var z bytes.Buffer
+			b.Run("write", func(b *testing.B) {
+				b.SetBytes(int64(len(data)))
+				cpu, wall := cpuTime(b), time.Now()
+				for b.Loop() {
+					z.Reset()
+					w := NewSeekableZstdWriter(&z, SeekableOptions{FrameSize: size})
+					if _, err := w.Write(data); err != nil {
+						b.Fatal(err)
+					}
+					if err := w.Close(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportCPU(b, cpu, wall)
+				b.ReportMetric(float64(z.Len())/float64(len(data)), "ratio")
+			})
+			for _, workers := range []int{1, 2} {
+				b.Run("decode-"+strconv.Itoa(workers), func(b *testing.B) {
+					b.SetBytes(int64(len(data)))
+					cpu, wall := cpuTime(b), time.Now()
+					for b.Loop() {
+						n, _, err := DrainWorkers(bytes.NewReader(z.Bytes()), workers)
+						if err != nil || n != int64(len(data)) {
+							b.Fatalf("%d bytes, %v", n, err)
+						}
+					}
+					reportCPU(b, cpu, wall)
 				})
 			}
 		})

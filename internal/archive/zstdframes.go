@@ -2,17 +2,13 @@ package archive
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"runtime"
-	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
-
-	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 // A zstd stream of many frames (pzstd's, the seekable format's that
@@ -32,6 +28,31 @@ import (
 // decoder: from the scanner's buffer when only their content is too large,
 // or as the scanner walks them, through a pipe, when their compressed bytes
 // are.
+//
+// Memory is bounded whatever the stream declares: workers+2 frames are in
+// flight (being decoded, decoded and waiting, being read), each buffer at
+// most zstdFrameCompCap compressed and zstdFrameDecCap decoded, and reused
+// from frame to frame: with three workers (two CPUs), 120 MiB for a stream
+// made to cost the most, 30 MiB for frames of 4 MiB. Whether a frame's content fits its buffer is known
+// before it is decoded, from its block headers (see zstdFrameDecCap), so no
+// frame is decoded twice. The streaming decoder holds a window, at most the
+// limit, as the one-frame path always did.
+//
+// The first frame is scanned and decoded in the reader's goroutine, and the
+// scanner and workers start on the second read: a caller that reads only
+// the start of a stream (Probe) costs one frame, not a pipeline's worth.
+//
+// The scanner checks every frame's header as the decoder would (the window
+// limit of checkZstdWindow, reserved bits and block types, block sizes), and
+// the markers of the stream against what it finds: a pzstd size frame
+// against the next frame's compressed size, a seek table against the frames
+// since the previous table (their number, compressed and decompressed sizes,
+// and checksums where the frames carry theirs). A stream decoded as one (its
+// first frame too large) gets only the decoder's own checks, as before.
+// Errors name the frame's offset in the compressed stream ("zstd: frame at
+// offset 1234567: ..."), except a stream cut off, which is "zstd: unexpected
+// EOF" as it always was. A stream of frames cut at a frame boundary is, to
+// zstd, a shorter stream: the tar walk that reads it says it is cut off.
 const (
 	// zstdFrameCompCap is the largest compressed frame decoded whole, by a
 	// worker: 8 MiB. pzstd's and SeekableZstdWriter's frames are 4 MiB of
@@ -540,18 +561,6 @@ func (z *zstdFrames) scanLoop() {
 	}
 }
 
-// handOn hands u on to the reader, from the scanner goroutine, before it is
-// decoded: a frame streamed through a pipe.
-func (z *zstdFrames) handOn(u *zstdUnit) bool {
-	close(u.done)
-	select {
-	case z.order <- u:
-		return true
-	case <-z.stop:
-		return false
-	}
-}
-
 // Close stops the scanner and the workers and waits for them; the stream is
 // not read any more once it returns.
 func (z *zstdFrames) Close() error {
@@ -579,293 +588,6 @@ func (z *zstdFrames) Close() error {
 		if d != nil {
 			d.Close()
 		}
-	}
-	return nil
-}
-
-// scan reads the next unit into u: skippable frames are read past (a seek
-// table and a pzstd size frame are kept to be checked), a frame is walked
-// block by block and buffered. It reports false at the clean end of the
-// stream.
-//
-// Before the pipeline starts, a first frame larger than zstdFrameCompCap is
-// returned as it is (size 0, what was read of it in comp). Once it runs, a
-// frame of any size after the cap is handed on at once and fed to the reader
-// through a pipe as it is walked.
-func (z *zstdFrames) scan(u *zstdUnit) (bool, error) {
-	u.kind, u.err, u.stream, u.pipe, u.scanErr = zstdFrameUnit, nil, false, nil, nil
-	u.size, u.sum, u.hasSum, u.bound, u.over = 0, 0, false, 0, false
-	u.comp, u.out = u.comp[:0], u.out[:0]
-	u.done = make(chan struct{})
-	if err := z.pending; err != nil {
-		z.pending = nil
-		return false, err
-	}
-	var hdr [18]byte
-	for {
-		u.off = z.off
-		n, err := io.ReadFull(z.r, hdr[:4])
-		z.off += int64(n)
-		if err == io.EOF {
-			return false, nil
-		}
-		if err != nil {
-			return false, frameErr(u.off, readErr(err))
-		}
-		magic := binary.LittleEndian.Uint32(hdr[:4])
-		if magic&0xfffffff0 == 0x184D2A50 {
-			table, err := z.skippable(magic, u.off)
-			if err != nil {
-				return false, err
-			}
-			if table != nil {
-				u.kind, u.table = zstdTableUnit, *table
-				return true, nil
-			}
-			continue
-		}
-		if magic != 0xfd2fb528 {
-			return false, frameErr(u.off, zstd.ErrMagicMismatch)
-		}
-		break
-	}
-	return true, z.frame(u, hdr[:])
-}
-
-// readErr is a read error, the end of the stream being a truncation.
-func readErr(err error) error {
-	if err == io.EOF || err == io.ErrUnexpectedEOF {
-		return io.ErrUnexpectedEOF
-	}
-	return err
-}
-
-// readN reads len(b) bytes of the stream.
-func (z *zstdFrames) readN(b []byte) error {
-	n, err := io.ReadFull(z.r, b)
-	z.off += int64(n)
-	if err != nil {
-		return readErr(err)
-	}
-	return nil
-}
-
-// skippable reads past a skippable frame whose magic was read at off: a seek
-// table is returned, a pzstd size frame is kept for the frame that follows.
-func (z *zstdFrames) skippable(magic uint32, off int64) (*seekTable, error) {
-	var b [4]byte
-	if err := z.readN(b[:]); err != nil {
-		return nil, frameErr(off, err)
-	}
-	size := binary.LittleEndian.Uint32(b[:])
-	z.marker = pzstdMarker{}
-	var err error
-	switch {
-	case magic == pzstdMagic && size == 4:
-		if err = z.readN(b[:]); err == nil {
-			z.marker = pzstdMarker{ok: true, off: off, size: binary.LittleEndian.Uint32(b[:])}
-		}
-	case magic == seekTableMagic && size <= zstdSeekTableCap:
-		p := make([]byte, size)
-		if err = z.readN(p); err == nil {
-			t, perr := parseSeekTable(p)
-			if perr == nil {
-				return &t, nil
-			}
-			if perr != errNotSeekTable {
-				return nil, &zstdFrameError{msg: fmt.Sprintf("zstd: the seek table at offset %d", off), err: perr}
-			}
-		}
-	case magic == seekTableMagic:
-		// Too large to keep: read its footer only, to check the count.
-		if err = z.discard(int64(size) - seekFooterSize); err == nil {
-			var foot [seekFooterSize]byte
-			if err = z.readN(foot[:]); err == nil {
-				t, perr := parseSeekFooter(foot[:])
-				if perr == nil {
-					return &t, nil
-				}
-			}
-		}
-	default:
-		err = z.discard(int64(size))
-	}
-	if err != nil {
-		return nil, frameErr(off, err)
-	}
-	return nil, nil
-}
-
-func (z *zstdFrames) discard(n int64) error {
-	k, err := io.CopyN(io.Discard, z.r, n)
-	z.off += k
-	if err != nil {
-		return readErr(err)
-	}
-	return nil
-}
-
-// frame walks the frame whose magic is in hdr[:4]: its header, checked as
-// the decoder will, then its blocks and checksum into u.comp.
-func (z *zstdFrames) frame(u *zstdUnit, hdr []byte) error {
-	u.index = z.frames
-	z.frames++
-	marker := z.marker
-	z.marker = pzstdMarker{}
-	if err := z.readN(hdr[4:5]); err != nil {
-		return frameErr(u.off, err)
-	}
-	fhd := hdr[4]
-	single := fhd&0x20 != 0
-	if fhd&0x08 != 0 {
-		return frameErr(u.off, errors.New("reserved bit set in the frame header"))
-	}
-	n := [4]int{0, 1, 2, 4}[fhd&3]
-	fcsLen := [4]int{0, 2, 4, 8}[fhd>>6]
-	if fcsLen == 0 && single {
-		fcsLen = 1
-	}
-	if !single {
-		n++
-	}
-	n += fcsLen
-	h := hdr[:5+n]
-	if err := z.readN(h[5:]); err != nil {
-		return frameErr(u.off, err)
-	}
-	u.hasSum = fhd&0x04 != 0
-	var fcs uint64
-	hasFCS := fcsLen > 0
-	if hasFCS {
-		f := h[len(h)-fcsLen:]
-		switch fcsLen {
-		case 1:
-			fcs = uint64(f[0])
-		case 2:
-			fcs = uint64(binary.LittleEndian.Uint16(f)) + 256
-		case 4:
-			fcs = uint64(binary.LittleEndian.Uint32(f))
-		case 8:
-			fcs = binary.LittleEndian.Uint64(f)
-		}
-	}
-	window := fcs
-	if !single {
-		wd := h[5]
-		base := uint64(1) << (10 + wd>>3)
-		window = base + base/8*uint64(wd&7)
-	}
-	if window > z.limit {
-		return &zstdFrameError{msg: fmt.Sprintf("zstd: the frame at offset %d declares a %s window, more than the %s holdfast decodes%s", u.off, units.Whole(window), units.Whole(z.limit), zstdHint)}
-	}
-	u.comp = append(u.comp, h...)
-
-	// The blocks: buffered up to the cap, then (with the pipeline running)
-	// through a pipe.
-	var pw *io.PipeWriter
-	put := func(n int) error {
-		if pw == nil {
-			start := len(u.comp)
-			u.comp = slices.Grow(u.comp, n)[:start+n]
-			return z.readN(u.comp[start:])
-		}
-		if z.copyBuf == nil {
-			z.copyBuf = make([]byte, 64<<10)
-		}
-		k, err := io.CopyBuffer(pw, io.LimitReader(z.r, int64(n)), z.copyBuf)
-		z.off += k
-		if err == nil && k < int64(n) {
-			err = io.ErrUnexpectedEOF
-		}
-		return err
-	}
-	fail := func(err error) error {
-		err = frameErr(u.off, err)
-		if pw != nil {
-			u.mu.Lock()
-			u.scanErr = err
-			u.mu.Unlock()
-			pw.CloseWithError(err)
-		}
-		return err
-	}
-	bound := uint64(0)
-	for last := false; !last; {
-		var bh [3]byte
-		if err := z.readN(bh[:]); err != nil {
-			return fail(err)
-		}
-		v := uint32(bh[0]) | uint32(bh[1])<<8 | uint32(bh[2])<<16
-		last = v&1 != 0
-		size := int(v >> 3)
-		content := size
-		switch (v >> 1) & 3 {
-		case 0: // raw
-			bound += uint64(size)
-		case 1: // RLE: one byte, size times
-			content = 1
-			bound += uint64(size)
-		case 2:
-			bound += min(window, zstdMaxBlock)
-		case 3:
-			return fail(zstd.ErrReservedBlockType)
-		}
-		if size > zstdMaxBlock {
-			return fail(zstd.ErrCompressedSizeTooBig)
-		}
-		if pw == nil && len(u.comp)+3+content > zstdFrameCompCap {
-			if !z.started {
-				// The first frame: the whole stream is decoded as one.
-				u.comp = append(u.comp, bh[:]...)
-				u.over = true
-				return nil
-			}
-			var pr *io.PipeReader
-			pr, pw = io.Pipe()
-			u.pipe, u.stream = pr, true
-			if !z.handOn(u) {
-				return errZstdClosed
-			}
-			if _, err := pw.Write(u.comp); err != nil {
-				return err
-			}
-		}
-		if pw == nil {
-			u.comp = append(u.comp, bh[:]...)
-		} else if _, err := pw.Write(bh[:]); err != nil {
-			return err
-		}
-		if err := put(content); err != nil {
-			return fail(err)
-		}
-	}
-	if u.hasSum {
-		var s [4]byte
-		if err := z.readN(s[:]); err != nil {
-			return fail(err)
-		}
-		u.sum = binary.LittleEndian.Uint32(s[:])
-		if pw == nil {
-			u.comp = append(u.comp, s[:]...)
-		} else if _, err := pw.Write(s[:]); err != nil {
-			return err
-		}
-	}
-	u.size = z.off - u.off
-	if hasFCS {
-		bound = min(bound, fcs)
-	}
-	if marker.ok && int64(marker.size) != u.size {
-		z.pending = markerErr("zstd: the pzstd size frame at offset %d says frame %d (at offset %d) is %d bytes compressed, it is %d", marker.off, u.index, u.off, marker.size, u.size)
-	}
-	if pw != nil {
-		pw.Close()
-		return nil
-	}
-	if bound > zstdFrameDecCap {
-		u.stream = true
-	} else {
-		u.bound = int(bound)
 	}
 	return nil
 }

@@ -1,0 +1,358 @@
+package archive
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/holdfast-project/holdfast/internal/units"
+)
+
+// The frame scanner of zstdFrames: it cuts a zstd stream at frame
+// boundaries by reading frame headers and block headers (RFC 8878, 3.1.1),
+// never decoding.
+
+// scan reads the next unit into u: skippable frames are read past (a seek
+// table and a pzstd size frame are kept to be checked), a frame is walked
+// block by block and buffered. It reports false at the clean end of the
+// stream.
+//
+// Before the pipeline starts, a first frame larger than zstdFrameCompCap is
+// returned as it is (size 0, what was read of it in comp). Once it runs, a
+// frame of any size after the cap is handed on at once and fed to the reader
+// through a pipe as it is walked.
+func (z *zstdFrames) scan(u *zstdUnit) (bool, error) {
+	u.kind, u.err, u.stream, u.pipe, u.scanErr = zstdFrameUnit, nil, false, nil, nil
+	u.size, u.sum, u.hasSum, u.bound, u.over = 0, 0, false, 0, false
+	u.comp, u.out = u.comp[:0], u.out[:0]
+	u.done = make(chan struct{})
+	if err := z.pending; err != nil {
+		z.pending = nil
+		return false, err
+	}
+	var hdr [18]byte
+	for {
+		u.off = z.off
+		n, err := io.ReadFull(z.r, hdr[:4])
+		z.off += int64(n)
+		if err == io.EOF {
+			return false, nil
+		}
+		if err != nil {
+			return false, frameErr(u.off, readErr(err))
+		}
+		magic := binary.LittleEndian.Uint32(hdr[:4])
+		if magic&0xfffffff0 == 0x184D2A50 {
+			table, err := z.skippable(magic, u.off)
+			if err != nil {
+				return false, err
+			}
+			if table != nil {
+				u.kind, u.table = zstdTableUnit, *table
+				return true, nil
+			}
+			continue
+		}
+		if magic != 0xfd2fb528 {
+			return false, frameErr(u.off, zstd.ErrMagicMismatch)
+		}
+		break
+	}
+	return true, z.frame(u, hdr[:])
+}
+
+// readErr is a read error, the end of the stream being a truncation.
+func readErr(err error) error {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// readN reads len(b) bytes of the stream.
+func (z *zstdFrames) readN(b []byte) error {
+	n, err := io.ReadFull(z.r, b)
+	z.off += int64(n)
+	if err != nil {
+		return readErr(err)
+	}
+	return nil
+}
+
+// skippable reads past a skippable frame whose magic was read at off: a seek
+// table is returned, a pzstd size frame is kept for the frame that follows.
+func (z *zstdFrames) skippable(magic uint32, off int64) (*seekTable, error) {
+	var b [4]byte
+	if err := z.readN(b[:]); err != nil {
+		return nil, frameErr(off, err)
+	}
+	size := binary.LittleEndian.Uint32(b[:])
+	z.marker = pzstdMarker{}
+	var err error
+	switch {
+	case magic == pzstdMagic && size == 4:
+		if err = z.readN(b[:]); err == nil {
+			z.marker = pzstdMarker{ok: true, off: off, size: binary.LittleEndian.Uint32(b[:])}
+		}
+	case magic == seekTableMagic && size <= zstdSeekTableCap:
+		p := make([]byte, size)
+		if err = z.readN(p); err == nil {
+			t, perr := parseSeekTable(p)
+			if perr == nil {
+				return &t, nil
+			}
+			if perr != errNotSeekTable {
+				return nil, &zstdFrameError{msg: fmt.Sprintf("zstd: the seek table at offset %d", off), err: perr}
+			}
+		}
+	case magic == seekTableMagic:
+		// Too large to keep: read its footer only, to check the count.
+		if err = z.discard(int64(size) - seekFooterSize); err == nil {
+			var foot [seekFooterSize]byte
+			if err = z.readN(foot[:]); err == nil {
+				t, perr := parseSeekFooter(foot[:])
+				if perr == nil {
+					return &t, nil
+				}
+			}
+		}
+	default:
+		err = z.discard(int64(size))
+	}
+	if err != nil {
+		return nil, frameErr(off, err)
+	}
+	return nil, nil
+}
+
+func (z *zstdFrames) discard(n int64) error {
+	k, err := io.CopyN(io.Discard, z.r, n)
+	z.off += k
+	if err != nil {
+		return readErr(err)
+	}
+	return nil
+}
+
+// zstdFrameHeader is what the scanner needs of a frame header.
+type zstdFrameHeader struct {
+	window uint64
+	fcs    uint64 // the content size, if hasFCS
+	hasFCS bool
+}
+
+// frame walks the frame whose magic is in hdr[:4] (18 bytes, the largest
+// header): its header, checked as the decoder will, then its blocks and
+// checksum, into u.comp or, past the cap, through a pipe.
+func (z *zstdFrames) frame(u *zstdUnit, hdr []byte) error {
+	u.index = z.frames
+	z.frames++
+	marker := z.marker
+	z.marker = pzstdMarker{}
+	fh, err := z.frameHeader(u, hdr)
+	if err != nil {
+		return err
+	}
+	w := blockWalk{z: z, u: u, window: fh.window}
+	bound, err := w.blocks()
+	if err != nil || u.over {
+		return err
+	}
+	u.size = z.off - u.off
+	if fh.hasFCS {
+		bound = min(bound, fh.fcs)
+	}
+	if marker.ok && int64(marker.size) != u.size {
+		z.pending = markerErr("zstd: the pzstd size frame at offset %d says frame %d (at offset %d) is %d bytes compressed, it is %d", marker.off, u.index, u.off, marker.size, u.size)
+	}
+	if w.pw != nil {
+		w.pw.Close()
+		return nil
+	}
+	if bound > zstdFrameDecCap {
+		u.stream = true
+	} else {
+		u.bound = int(bound)
+	}
+	return nil
+}
+
+// frameHeader reads the rest of a frame header into hdr and u.comp, and
+// refuses a window over the limit.
+func (z *zstdFrames) frameHeader(u *zstdUnit, hdr []byte) (zstdFrameHeader, error) {
+	var fh zstdFrameHeader
+	if err := z.readN(hdr[4:5]); err != nil {
+		return fh, frameErr(u.off, err)
+	}
+	fhd := hdr[4]
+	single := fhd&0x20 != 0
+	if fhd&0x08 != 0 {
+		return fh, frameErr(u.off, errors.New("reserved bit set in the frame header"))
+	}
+	n := [4]int{0, 1, 2, 4}[fhd&3] // the dictionary ID
+	fcsLen := [4]int{0, 2, 4, 8}[fhd>>6]
+	if fcsLen == 0 && single {
+		fcsLen = 1
+	}
+	if !single {
+		n++ // the window descriptor
+	}
+	n += fcsLen
+	h := hdr[:5+n]
+	if err := z.readN(h[5:]); err != nil {
+		return fh, frameErr(u.off, err)
+	}
+	u.hasSum = fhd&0x04 != 0
+	if fh.hasFCS = fcsLen > 0; fh.hasFCS {
+		f := h[len(h)-fcsLen:]
+		switch fcsLen {
+		case 1:
+			fh.fcs = uint64(f[0])
+		case 2:
+			fh.fcs = uint64(binary.LittleEndian.Uint16(f)) + 256
+		case 4:
+			fh.fcs = uint64(binary.LittleEndian.Uint32(f))
+		case 8:
+			fh.fcs = binary.LittleEndian.Uint64(f)
+		}
+	}
+	fh.window = fh.fcs
+	if !single {
+		wd := h[5]
+		base := uint64(1) << (10 + wd>>3)
+		fh.window = base + base/8*uint64(wd&7)
+	}
+	if fh.window > z.limit {
+		return fh, &zstdFrameError{msg: fmt.Sprintf("zstd: the frame at offset %d declares a %s window, more than the %s holdfast decodes%s", u.off, units.Whole(fh.window), units.Whole(z.limit), zstdHint)}
+	}
+	u.comp = append(u.comp, h...)
+	return fh, nil
+}
+
+// blockWalk walks the blocks of one frame.
+type blockWalk struct {
+	z      *zstdFrames
+	u      *zstdUnit
+	window uint64
+	pw     *io.PipeWriter // once the frame is past the cap and handed on
+}
+
+// blocks reads the frame's blocks and checksum, and returns the most its
+// content can be: raw and RLE blocks say their size, a compressed block is
+// at most min(window, 128 KiB).
+func (w *blockWalk) blocks() (uint64, error) {
+	z, u := w.z, w.u
+	bound := uint64(0)
+	for last := false; !last; {
+		var bh [3]byte
+		if err := z.readN(bh[:]); err != nil {
+			return 0, w.fail(err)
+		}
+		v := uint32(bh[0]) | uint32(bh[1])<<8 | uint32(bh[2])<<16
+		last = v&1 != 0
+		size := int(v >> 3)
+		content := size
+		switch (v >> 1) & 3 {
+		case 0: // raw
+			bound += uint64(size)
+		case 1: // RLE: one byte, size times
+			content = 1
+			bound += uint64(size)
+		case 2:
+			bound += min(w.window, zstdMaxBlock)
+		case 3:
+			return 0, w.fail(zstd.ErrReservedBlockType)
+		}
+		if size > zstdMaxBlock {
+			return 0, w.fail(zstd.ErrCompressedSizeTooBig)
+		}
+		if w.pw == nil && len(u.comp)+len(bh)+content > zstdFrameCompCap {
+			if !z.started {
+				// The first frame: the whole stream is decoded as one.
+				u.comp = append(u.comp, bh[:]...)
+				u.over = true
+				return 0, nil
+			}
+			if err := w.handOn(); err != nil {
+				return 0, err
+			}
+		}
+		if err := w.write(bh[:]); err != nil {
+			return 0, err
+		}
+		if err := w.put(content); err != nil {
+			return 0, w.fail(err)
+		}
+	}
+	if u.hasSum {
+		var s [4]byte
+		if err := z.readN(s[:]); err != nil {
+			return 0, w.fail(err)
+		}
+		u.sum = binary.LittleEndian.Uint32(s[:])
+		if err := w.write(s[:]); err != nil {
+			return 0, err
+		}
+	}
+	return bound, nil
+}
+
+// handOn hands the frame on to the reader before it is walked whole, to be
+// decoded from a pipe that the rest of the walk feeds.
+func (w *blockWalk) handOn() error {
+	pr, pw := io.Pipe()
+	w.u.pipe, w.u.stream, w.pw = pr, true, pw
+	close(w.u.done)
+	select {
+	case w.z.order <- w.u:
+	case <-w.z.stop:
+		return errZstdClosed
+	}
+	_, err := pw.Write(w.u.comp)
+	return err
+}
+
+// write passes on bytes the walk has read.
+func (w *blockWalk) write(b []byte) error {
+	if w.pw == nil {
+		w.u.comp = append(w.u.comp, b...)
+		return nil
+	}
+	_, err := w.pw.Write(b)
+	return err
+}
+
+// put passes on the next n bytes of the stream.
+func (w *blockWalk) put(n int) error {
+	z, u := w.z, w.u
+	if w.pw == nil {
+		start := len(u.comp)
+		u.comp = slices.Grow(u.comp, n)[:start+n]
+		return z.readN(u.comp[start:])
+	}
+	if z.copyBuf == nil {
+		z.copyBuf = make([]byte, 64<<10)
+	}
+	k, err := io.CopyBuffer(w.pw, io.LimitReader(z.r, int64(n)), z.copyBuf)
+	z.off += k
+	if err == nil && k < int64(n) {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// fail is the walk's error about the frame; a reader of its pipe gets it.
+func (w *blockWalk) fail(err error) error {
+	err = frameErr(w.u.off, err)
+	if w.pw != nil {
+		w.u.mu.Lock()
+		w.u.scanErr = err
+		w.u.mu.Unlock()
+		w.pw.CloseWithError(err)
+	}
+	return err
+}
