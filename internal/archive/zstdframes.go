@@ -19,11 +19,12 @@ import (
 // their bytes on strictly in order. Nothing seeks: the input is read once,
 // as it comes.
 //
-// A stream whose first frame is larger than zstdFrameCompCap (every
-// one-frame .tar.zst: K3s airgap images, Hauler hauls, Zarf packages) is
-// decoded as it always was, by one streaming decoder in the reader's
-// goroutine (zstdConcurrency): the scanner stops at the cap, and what it read
-// is given back in front of the rest of the stream. Frames after the first
+// A stream whose first frame is larger than zstdFrameCompCap, or declares
+// more content than zstdFrameDecCap (every one-frame .tar.zst: K3s airgap
+// images, Hauler hauls, Zarf packages), is decoded as it always was, by one
+// streaming decoder in the reader's goroutine (zstdConcurrency): the scanner
+// stops at the cap (or the header), and what it read is given back in front
+// of the rest of the stream. Frames after the first
 // that are too large to decode whole are decoded in order by a streaming
 // decoder: from the scanner's buffer when only their content is too large,
 // or as the scanner walks them, through a pipe, when their compressed bytes

@@ -157,6 +157,13 @@ func (z *zstdFrames) frame(u *zstdUnit, hdr []byte) error {
 	if err != nil {
 		return err
 	}
+	if !z.started && fh.hasFCS && fh.fcs > zstdFrameDecCap {
+		// A first frame that says it is too large to decode whole (the
+		// zstd CLI writes its content size): the whole stream is decoded
+		// as one, without buffering the frame first.
+		u.over = true
+		return nil
+	}
 	w := blockWalk{z: z, u: u, window: fh.window}
 	bound, err := w.blocks()
 	if err != nil || u.over {

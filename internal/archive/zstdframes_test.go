@@ -136,8 +136,10 @@ func TestZstdFramesDecode(t *testing.T) {
 	mixedBytes = append(mixedBytes, concatZframes(mixed[3:])...)
 	mixedBytes = append(mixedBytes, seekTableOf(mixed)...)
 
-	// A first frame too large to buffer: the whole stream is decoded as one.
+	// A first frame too large to buffer, or that says its content is too
+	// large to decode whole: the whole stream is decoded as one.
 	big := append(zframesOf(randomLayer(9<<20, 4).data, 9<<20), small...)
+	long := append(zframesOf(bytes.Repeat([]byte("layer "), 20<<20/6), 20<<20), small...)
 
 	for _, tc := range []struct {
 		name   string
@@ -151,6 +153,7 @@ func TestZstdFramesDecode(t *testing.T) {
 		{"seekable by hand", append(concatZframes(small), seekTableOf(small)...), data, false},
 		{"mixed", mixedBytes, contentOf(mixed), false},
 		{"large first frame", concatZframes(big), contentOf(big), true},
+		{"long first frame", concatZframes(long), contentOf(long), true},
 		{"one small frame", small[0].comp, small[0].content, false},
 		{"skippable only", skippableZframe(0x184D2A5F, []byte("nothing")), nil, false},
 	} {
