@@ -459,3 +459,52 @@ func TestZstdFramesWalk(t *testing.T) {
 		})
 	}
 }
+
+// TestZstdFramesPipedCorrupt: a frame too large to buffer, decoded as the
+// scanner walks it, fails as a buffered one does: a broken one names its
+// offset, one cut off is an unexpected EOF, after the frames before it.
+func TestZstdFramesPipedCorrupt(t *testing.T) {
+	small := zframesOf(mixedContent(256<<10, 16), 64<<10)
+	big := zframesOf(randomLayer(10<<20, 6).data, 10<<20)[0]
+	in := append(concatZframes(small), big.comp...)
+	bigOff := len(concatZframes(small))
+	flipped := bytes.Clone(in)
+	flipped[len(flipped)-100] ^= 0x10
+	for _, tc := range []struct {
+		name, want string
+		in         []byte
+		is         error
+	}{
+		{"flipped byte", fmt.Sprintf("zstd: frame at offset %d: ", bigOff), flipped, nil},
+		{"cut off", "zstd: unexpected EOF", in[:bigOff+9<<20], io.ErrUnexpectedEOF},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, z, err := readZstdFrames(tc.in, 2, 1<<20)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) || tc.is != nil && !errors.Is(err, tc.is) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+			if z.single != nil || !bytes.HasPrefix(got, contentOf(small)) || !bytes.HasPrefix(big.content, got[len(contentOf(small)):]) {
+				t.Fatalf("%d bytes before the error, not the frames before and a part of the broken one", len(got))
+			}
+		})
+	}
+}
+
+// TestZstdFramesProbe: reading the start of a stream of frames decodes its
+// first frame only, in the reader's goroutine.
+func TestZstdFramesProbe(t *testing.T) {
+	fs := zframesOf(mixedContent(1<<20, 17), 64<<10)
+	z := newZstdFrames(bytes.NewReader(concatZframes(fs)), zstdMaxWindow, 2)
+	defer z.Close()
+	blk := make([]byte, blockSize)
+	if _, err := io.ReadFull(z, blk); err != nil || !bytes.Equal(blk, fs[0].content[:blockSize]) {
+		t.Fatalf("first block: %v", err)
+	}
+	if z.started || z.frames != 1 {
+		t.Fatalf("reading a block scanned %d frames (pipeline started: %v)", z.frames, z.started)
+	}
+	c, isTar, err := Probe(bytes.NewReader(concatZframes(fs)))
+	if err != nil || c != Zstd || isTar {
+		t.Fatalf("Probe: %s, tar %v, %v", c, isTar, err)
+	}
+}
