@@ -13,14 +13,14 @@ import (
 // The seekable zstd format (zstd's contrib/seekable_format): independent
 // frames, then a seek table in a skippable frame that ends with a footer.
 const (
-	seekTableMagic    = 0x184D2A5E // the skippable frame that holds the table
-	seekableMagic     = 0x8F92EAB1 // the footer's last four bytes
-	seekFooterSize    = 9          // frame count, descriptor, magic
-	seekChecksumFlag  = 0x80       // descriptor: entries carry a checksum
-	seekReservedBits  = 0x7c       // descriptor: must be zero
-	seekEntrySize     = 8          // compressed size, decompressed size
-	seekEntrySizeXXH  = 12         // the same and a checksum
-	seekMaxFrameBytes = 1 << 30    // the format's own limit on a frame's content
+	seekTableMagic   = 0x184D2A5E // the skippable frame that holds the table
+	seekableMagic    = 0x8F92EAB1 // the footer's last four bytes
+	seekFooterSize   = 9          // frame count, descriptor, magic
+	seekChecksumFlag = 0x80       // descriptor: entries carry a checksum
+	seekReservedBits = 0x7c       // descriptor: must be zero
+	seekEntrySize    = 8          // compressed size, decompressed size
+	seekEntrySizeXXH = 12         // the same and a checksum
+	seekMaxFrameSize = 64 << 20   // the largest FrameSize: each frame in flight is held whole
 )
 
 const (
@@ -41,7 +41,8 @@ const (
 type SeekableOptions struct {
 	// FrameSize is how many bytes of content each frame holds (the last one
 	// less): 0 is DefaultSeekableFrameSize; it is held between 64 KiB and
-	// 1 GiB. Frames up to 16 MiB are decoded on several cores by holdfast.
+	// 64 MiB. holdfast decodes frames of up to 16 MiB (and 8 MiB
+	// compressed) on several cores, larger ones one after the other.
 	FrameSize int
 	// Level is the zstd level, 1 to 22 as the zstd CLI takes it (mapped to
 	// the klauspost/compress encoder's four levels); 0 is zstd's default, 3.
@@ -99,7 +100,7 @@ func NewSeekableZstdWriter(w io.Writer, opts SeekableOptions) *SeekableZstdWrite
 	if size == 0 {
 		size = DefaultSeekableFrameSize
 	}
-	size = min(max(size, seekMinFrameSize), seekMaxFrameBytes)
+	size = min(max(size, seekMinFrameSize), seekMaxFrameSize)
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = min(runtime.GOMAXPROCS(0), 4)

@@ -131,6 +131,11 @@ func TestSeekableZstdWriter(t *testing.T) {
 				t.Fatalf("Decompress: %d of %d bytes, %v", len(got), len(tc.data), err)
 			}
 
+			// holdfast decodes it frame by frame.
+			if got, zf, err := readZstdFrames(z, 2, 1<<20); err != nil || !bytes.Equal(got, tc.data) || zf.single != nil {
+				t.Fatalf("frame by frame: %d of %d bytes, %v (as one stream: %v)", len(got), len(tc.data), err, zf.single != nil)
+			}
+
 			// The seek table: one entry per frame, with checksums, whose
 			// sizes add up to the frames and the content.
 			st, start := readSeekTable(t, z)
