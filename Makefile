@@ -49,7 +49,7 @@ build:
 # $(BIN)/holdfast-image.name holds the name. The same commit gives the same digest. Beside holdfast's binaries it
 # holds /spegel, the peer-to-peer registry mirror the chart runs with peers.enabled (scripts/spegel.sh builds it
 # from the Go module, once per architecture).
-image:
+image: build
 	@set -e; for arch in $(IMAGE_ARCHES); do for cmd in $(IMAGE_CMDS); do \
 		echo "building $$cmd for linux/$$arch"; \
 		GOOS=linux GOARCH=$$arch $(GO) build -ldflags '$(LDFLAGS)' \
@@ -70,7 +70,8 @@ demo: build
 # signature tests; spegel: the peer tests; containerd 1.7, 2.2, 2.3 and K3s's fork: the e2e core's matrix).
 # Three at a time: on a cold machine one part's module downloads overlap another's compiling (the scripts take
 # turns at apt-get); each part's output is printed when it ends. Nothing to do when all are cached.
-DEPS_PARTS := deps-base deps-cluster deps-helm deps-cosign deps-spegel deps-lines
+# Longest first: the cluster tools and the containerd lines take most of a cold run.
+DEPS_PARTS := deps-cluster deps-lines deps-cosign deps-helm deps-base deps-spegel
 deps:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target $(DEPS_PARTS)
 # timed PART CMD...: runs CMD, then says how long it took and the CPU time it used.
@@ -89,7 +90,7 @@ deps-lines:
 	@$(timed) $@ bash scripts/containerd-lines.sh "$(BIN)"
 .PHONY: $(DEPS_PARTS)
 
-lint: deps
+lint: deps-base
 	@out=$$(gofmt -l cmd internal test tools 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(BIN)/staticcheck ./...
@@ -98,16 +99,20 @@ lint: deps
 preflight: deps
 	bash scripts/preflight.sh "$(BIN)"
 
-# test: the suite and the lint side by side (the suite waits on containerds and clusters more than it computes), then
-# the demo. Its image is the host's platform only (the suite loads no other; `make image` builds both for a release).
-# Each step says when it ended, in seconds since make test started.
-test: IMAGE_ARCHES := $(HOST_ARCH)
+# test: first the parts of make deps, the build, the lint and the image, three at a time (the longest first; on a cold
+# machine one part's downloads overlap another's compiling; the build before the lint, which then compiles only the
+# tests, for the suite next), then
+# the preflight, the suite and the demo. The image is the host's platform only (the suite loads no other; `make
+# image` builds both for a release). Each step says when it ended, in seconds since make test started.
+TEST_PARTS := deps-cluster deps-lines build deps-base lint deps-cosign deps-helm deps-spegel image
 test: export HOLDFAST_TEST_START := $(or $(HOLDFAST_TEST_START),$(shell date +%s))
-test: preflight build image
-	@echo "make test: deps, build and image done at $$(( $$(date +%s) - $$HOLDFAST_TEST_START )) s"
-	@$(MAKE) --no-print-directory -j2 --output-sync=target lint test-go
-	@echo "make test: suite and lint done at $$(( $$(date +%s) - $$HOLDFAST_TEST_START )) s"
-	$(MAKE) demo
+test:
+	@$(MAKE) --no-print-directory -j3 --output-sync=target IMAGE_ARCHES=$(HOST_ARCH) $(TEST_PARTS)
+	@echo "make test: deps, build, image and lint done at $$(( $$(date +%s) - $$HOLDFAST_TEST_START )) s"
+	bash scripts/preflight.sh "$(BIN)"
+	@$(MAKE) --no-print-directory test-go
+	@echo "make test: suite done at $$(( $$(date +%s) - $$HOLDFAST_TEST_START )) s"
+	@$(MAKE) --no-print-directory demo
 	@echo "make test: demo done at $$(( $$(date +%s) - $$HOLDFAST_TEST_START )) s"
 
 test-go:
