@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need and a fresh machine lacks: Go modules, crictl and
 # staticcheck (go install), Debian's containerd 1.6 (the old-version target,
-# apt-get), strace and the zstd CLI (apt-get).
+# apt-get), strace and the zstd CLI with pzstd (apt-get).
 set -euo pipefail
 bin=$1 crictl_version=$2 staticcheck=$3
 mkdir -p "$bin"
@@ -19,8 +19,8 @@ fi
 # strace: the e2e test of the direct path's sync order traces holdfast.
 command -v strace >/dev/null 2>&1 || apt+=(strace)
 # zstd: internal/archive checks that the zstd CLI reads the seekable zstd
-# holdfast writes.
-command -v zstd >/dev/null 2>&1 || apt+=(zstd)
+# holdfast writes; the bench's P9 writes a multi-frame .tar.zst with its pzstd.
+{ command -v zstd && command -v pzstd; } >/dev/null 2>&1 || apt+=(zstd)
 if [ ${#apt[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		export DEBIAN_FRONTEND=noninteractive

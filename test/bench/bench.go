@@ -26,12 +26,15 @@ const (
 	ScenarioP5      = "P5"       // peak RSS of a cold import of the huge archive
 	ScenarioP7      = "P7"       // cold import of a Hauler haul and of a .tar.zst of the same images
 	ScenarioP8      = "P8"       // the large archive imported on node A, until pinned on node B through the peers
+	ScenarioP9      = "P9"       // cold import of the large archive's image as .tar, one zstd frame, pzstd's frames and holdfast export's
 	ScenarioDisk    = "disk"     // the disk's own durable write rate (measured with P1)
 )
 
 // Groups lists the scenario groups Config.Only selects from (P6 and the disk
 // rate are part of P1; "disk" alone runs only the disk rate).
-func Groups() []string { return []string{"P1", "P1s", "P2", "P3", "P4", "P5", "P7", "P8", "disk"} }
+func Groups() []string {
+	return []string{"P1", "P1s", "P2", "P3", "P4", "P5", "P7", "P8", "P9", "disk"}
+}
 
 // Write paths of holdfast sync (--write-path); every holdfast invocation of
 // the harness names one, so a row means the same whatever the default is.
@@ -276,6 +279,11 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 			return h.finish(), err
 		}
 	}
+	if cfg.runs("P9") {
+		if err := h.p9(ctx); err != nil {
+			return h.finish(), err
+		}
+	}
 	return h.finish(), nil
 }
 
@@ -285,7 +293,7 @@ func (h *harness) finish() *Results {
 	h.res.Machine.LoadAvgEnd = loadAvg()
 	h.res.Machine.ContainerdVersion = h.version
 	h.res.Stats = computeStats(h.res.Samples)
-	h.res.Targets = evaluateTargets(h.res.Stats)
+	h.res.Targets = append(evaluateTargets(h.res.Stats), p9Targets(h.res.Stats)...)
 	return h.res
 }
 

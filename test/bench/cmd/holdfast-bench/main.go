@@ -128,6 +128,10 @@ func run(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "holdfast-bench: %v\n", werr)
 		return 1
 	}
+	if werr := bench.WriteP9Report(os.Stdout, res); werr != nil {
+		fmt.Fprintf(os.Stderr, "holdfast-bench: %v\n", werr)
+		return 1
+	}
 	if werr := bench.WriteJSON(*out, res); werr != nil {
 		fmt.Fprintf(os.Stderr, "holdfast-bench: %v\n", werr)
 		return 1
