@@ -235,8 +235,12 @@ func (z *zstdFrames) Read(p []byte) (int, error) {
 		return 0, z.err
 	}
 	if z.single != nil {
-		// The decoder wrapper names the compression, as it always has.
+		// As it always was; the decoder wrapper still says a window too
+		// large as holdfast does.
 		n, err := z.single.Read(p)
+		if err != nil && err != io.EOF {
+			err = wrapDecodeErr(Zstd, err)
+		}
 		if err != nil {
 			z.err = err
 		}
