@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
@@ -24,7 +27,8 @@ import (
 // signed with its signature carried) are exported by pattern; into a fresh
 // containerd, holdfast import under a policy that requires the signature
 // takes the file, names every name at the same digest and pins it, and
-// ctr images import names them the same; the file is seekable zstd (frames
+// ctr images import and K3s's importer name them the same, and a docker
+// save reader takes each tag at its host platform's config; the file is seekable zstd (frames
 // and a seek table that adds up), and exporting again gives the same
 // bytes. An image whose layer is gone from the store is an error naming
 // both, and leaves no file.
@@ -132,6 +136,50 @@ func TestExport(t *testing.T) {
 		}
 	})
 
+	t.Run("k3s-import", func(t *testing.T) {
+		// K3s's importer: containerd's client import of every platform,
+		// skipping what the file lacks, on the decoded stream.
+		t.Parallel()
+		dst := startEmbedded(t)
+		imgs, err := dst.Client.Import(dst.ctx(), bytes.NewReader(decodeZstd(t, file)), containerd.WithAllPlatforms(true), containerd.WithSkipMissing())
+		if err != nil {
+			t.Fatalf("importing as K3s does: %v", err)
+		}
+		got := map[string]digest.Digest{}
+		for _, img := range imgs {
+			got[img.Name] = img.Target.Digest
+		}
+		for n, d := range want {
+			if got[n] != d {
+				t.Errorf("%s: imported at %q; want %s", n, got[n], d)
+			}
+		}
+	})
+	t.Run("docker-save-reader", func(t *testing.T) {
+		// go-containerregistry's docker save reader takes manifest.json:
+		// each tag is the image whose config the host platform's manifest
+		// names.
+		t.Parallel()
+		tarFile := decodeZstd(t, file)
+		opener := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tarFile)), nil }
+		for tag, img := range map[string]*fixture.Image{"e2e.local/export/multi:1": multi, "e2e.local/export/single:2": single} {
+			ref, err := name.NewTag(tag)
+			if err != nil {
+				t.Fatal(err)
+			}
+			read, err := tarball.Image(opener, &ref)
+			if err != nil {
+				t.Fatalf("reading %s from manifest.json: %v", tag, err)
+			}
+			cfg, err := read.ConfigName()
+			if want := img.ManifestFor(fixture.HostPlatform()).Config.Digest.String(); err != nil || cfg.String() != want {
+				t.Errorf("%s: config %s (%v); want the host platform's %s", tag, cfg, err, want)
+			}
+			if layers, err := read.Layers(); err != nil || len(layers) != len(img.ManifestFor(fixture.HostPlatform()).Layers) {
+				t.Errorf("%s: %d layers (%v)", tag, len(layers), err)
+			}
+		}
+	})
 	t.Run("missing-layer", func(t *testing.T) {
 		layer := single.ManifestFor(fixture.HostPlatform()).Layers[1].Digest()
 		src.ctr(t, "-n", namespace, "content", "rm", layer.String())
