@@ -311,6 +311,9 @@ func BenchmarkZstdFrames(b *testing.B) {
 				f.Close()
 			}
 			reportCPU(b, cpu, wall)
+			if fi, err := os.Stat(name); err == nil {
+				b.ReportMetric(float64(fi.Size())/float64(n), "ratio")
+			}
 		}
 	}
 	b.Run("one-frame", func(b *testing.B) {
