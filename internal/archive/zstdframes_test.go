@@ -508,3 +508,24 @@ func TestZstdFramesProbe(t *testing.T) {
 		t.Fatalf("Probe: %s, tar %v, %v", c, isTar, err)
 	}
 }
+
+// TestZstdFramesLargeSeekTable: of a seek table too large to keep, the
+// footer is read, and the number of frames it says checked.
+func TestZstdFramesLargeSeekTable(t *testing.T) {
+	fs := zframesOf(mixedContent(256<<10, 18), 64<<10)
+	table := func(count uint32) []byte {
+		p := make([]byte, zstdSeekTableCap+seekEntrySizeXXH)
+		foot := p[len(p)-seekFooterSize:]
+		binary.LittleEndian.PutUint32(foot, count)
+		foot[4] = seekChecksumFlag
+		binary.LittleEndian.PutUint32(foot[5:], seekableMagic)
+		return append(concatZframes(fs), skippableZframe(seekTableMagic, p)...)
+	}
+	if got, _, err := readZstdFrames(table(uint32(len(fs))), 2, 1<<20); err != nil || !bytes.Equal(got, contentOf(fs)) {
+		t.Fatalf("a large table that says %d frames: %d bytes, %v", len(fs), len(got), err)
+	}
+	want := fmt.Sprintf("zstd: the seek table at offset %d says %d frames, there are %d", len(concatZframes(fs)), len(fs)+1, len(fs))
+	if _, _, err := readZstdFrames(table(uint32(len(fs)+1)), 2, 1<<20); err == nil || err.Error() != want {
+		t.Fatalf("a large table that lies: %v, want %s", err, want)
+	}
+}
