@@ -647,14 +647,16 @@ func hostileInputs(t *testing.T, free int64) []badInput {
 	}
 
 	minFree := fmt.Sprintf("%dMiB", (free-4<<30)>>20) // a 10 GiB blob does not fit, a small one does
+	firstFrame := zstdFrame(20, plain, 0)
 	return []badInput{
 		{name: "zstd-2gib-window", file: "zstd-2gib-window.tar.zst",
 			cause: "zstd: a frame declares a 2 GiB window, more than the 128 MiB holdfast decodes",
 			write: func(w io.Writer) { w.Write(zstdFrame(31, plain, 2<<30)) }},
 		{name: "zstd-2gib-window-second-frame", file: "zstd-second-frame.tar.zst",
-			cause: "zstd: a frame declares a window larger than the 128 MiB holdfast decodes",
+			// Found before it is decoded, where the frame starts.
+			cause: fmt.Sprintf("zstd: the frame at offset %d declares a 2 GiB window, more than the 128 MiB holdfast decodes", len(firstFrame)),
 			write: func(w io.Writer) {
-				w.Write(zstdFrame(20, plain, 0))
+				w.Write(firstFrame)
 				w.Write(zstdFrame(31, nil, 2<<30))
 			}},
 		{name: "xz-1536mib-dictionary", file: "xz-dict.tar.xz",
