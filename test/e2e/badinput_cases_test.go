@@ -22,6 +22,7 @@ import (
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	hfarchive "github.com/holdfast-project/holdfast/internal/archive"
 	"github.com/holdfast-project/holdfast/internal/fixture"
 )
 
@@ -129,6 +130,26 @@ func badArchives(t *testing.T) []badInput {
 		return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameContainerd}, frame)
 	})
 	bads = append(bads, badInput{name: "badframe", file: "badframe.tar.zst", data: flipMiddle(zb), cause: "zstd", images: frame.Names})
+
+	// Seekable zstd (what holdfast export writes), frames of 64 KiB decoded on
+	// several workers: one byte flipped in a frame (caught by the frame's
+	// checksum: the layers are random, so the frames hold raw blocks), the
+	// file cut off in a frame, a seek table that lies about a frame's size.
+	seek := build(t, fixture.ImageSpec{Names: []string{"e2e.local/bad/seekable:1"}, Layers: fixture.UniformLayers(2, 256<<10, false, 12)})
+	sz := seekableZstd(t, archive(fixture.None, func(ctx context.Context, w io.Writer) error {
+		return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameContainerd}, seek)
+	}))
+	flipped := bytes.Clone(sz)
+	flipped[len(flipped)/2] ^= 0x01
+	lying := bytes.Clone(sz)
+	// The seek table's last entry (12 bytes: compressed size, size, checksum)
+	// ends where the 9-byte footer starts: its size one more.
+	last := len(lying) - 9 - 12
+	binary.LittleEndian.PutUint32(lying[last+4:], binary.LittleEndian.Uint32(lying[last+4:])+1)
+	bads = append(bads,
+		badInput{name: "seekable-flipped", file: "seekable-flipped.tar.zst", data: flipped, cause: "zstd: frame at offset", images: seek.Names},
+		badInput{name: "seekable-truncated", file: "seekable-truncated.tar.zst", data: sz[:len(sz)*3/5], cause: "unexpected EOF", images: seek.Names},
+		badInput{name: "seekable-lying-table", file: "seekable-lying-table.tar.zst", data: lying, cause: "decompresses to", images: seek.Names})
 
 	// A tar that is not an image.
 	junk := archive(fixture.None, func(ctx context.Context, w io.Writer) error { return fixture.WriteJunkTar(ctx, w, 9, 3) })
@@ -302,6 +323,21 @@ func compressBytes(t *testing.T, c fixture.Compression, b []byte) []byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// seekableZstd compresses data as holdfast export does (seekable zstd), in
+// frames of 64 KiB.
+func seekableZstd(t *testing.T, data []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w := hfarchive.NewSeekableZstdWriter(&buf, hfarchive.SeekableOptions{FrameSize: 64 << 10})
+	if _, err := w.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 func flipMiddle(b []byte) []byte {
