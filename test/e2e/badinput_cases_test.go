@@ -707,6 +707,17 @@ func hostileInputs(t *testing.T, free int64) []badInput {
 		{name: "zstd-10gib-zeros-after-the-archive", file: "zstd-trailing-bomb.tar.zst",
 			cause: "more than 16 MiB of data after the end of the tar archive",
 			write: func(w io.Writer) { w.Write(zstdFrame(20, plain, 10<<30)) }},
+		// The same in frames of 16 MiB, the largest decoded whole on several
+		// workers: the frames in flight, not the stream, bound the memory.
+		{name: "zstd-frames-10gib-zeros-after-the-archive", file: "zstd-frames-trailing-bomb.tar.zst",
+			cause: "more than 16 MiB of data after the end of the tar archive",
+			write: func(w io.Writer) {
+				w.Write(zstdFrame(20, plain, 0))
+				zeros := zstdFrame(24, nil, 16<<20)
+				for range 640 {
+					w.Write(zeros)
+				}
+			}},
 		{name: "gzip-10gib-zero-layer", file: "gzip-bomb-layer.tar.gz",
 			cause: "must stay free (--min-free)", write: bombLayer, extra: []string{"--min-free", minFree}},
 	}
