@@ -311,6 +311,20 @@ func TestZstdFramesCorrupt(t *testing.T) {
 	}
 }
 
+// unsizedZframe is a frame that declares no content size (a 1 MiB window)
+// and holds rle blocks of 128 KiB of zeros.
+func unsizedZframe(rle int) []byte {
+	b := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 10 << 3}
+	for i := range rle {
+		h := uint32(zstdMaxBlock)<<3 | 1<<1
+		if i == rle-1 {
+			h |= 1
+		}
+		b = append(b, byte(h), byte(h>>8), byte(h>>16), 0)
+	}
+	return b
+}
+
 // hostileZframe is a frame that declares fcs bytes of content (not single
 // segment, a 1 MiB window) and holds rle blocks of 128 KiB of zeros.
 func hostileZframe(fcs uint64, rle int) []byte {
@@ -342,6 +356,9 @@ func TestZstdFramesMemory(t *testing.T) {
 		{"a terabyte declared, first", hostileZframe(1<<40, 200), 200 * zstdMaxBlock, "frame size does not match", 32 << 20},
 		{"a terabyte declared, later", append(concatZframes(small), hostileZframe(1<<40, 200)...), 256<<10 + 200*zstdMaxBlock, "frame size does not match", 32 << 20},
 		{"frames of 16 MiB", bytes.Repeat(hostileZframe(16<<20, 128), 40), 40 * 16 << 20, "", (4+2)*zstdFrameDecCap + 8<<20},
+		// Its blocks may hold more than a frame decoded whole may: it is
+		// streamed, its memory its window's.
+		{"a frame of 64 MiB, its size not declared", append(concatZframes(small), unsizedZframe(512)...), 256<<10 + 512*zstdMaxBlock, "", 32 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var before, after runtime.MemStats

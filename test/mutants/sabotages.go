@@ -479,6 +479,31 @@ var sabotages = []sabotage{
 		tests: []tests{{"./internal/reconcile", []string{"TestKeptSourceStaysWhenItsFileIsGoneFromAnImagesDir"}, nil}},
 	},
 	{
+		name: "zstd-seek-table-unchecked",
+		// A seek table that lies about its frames is taken as it is.
+		edits: []edit{{"internal/archive/zstdframes.go",
+			"	defer func() { z.records, z.counted = z.records[:0], 0 }()",
+			"	defer func() { z.records, z.counted = z.records[:0], 0 }()\n\tif true {\n\t\treturn nil\n\t}"}},
+		tests: []tests{{"./internal/archive", []string{"TestZstdFramesCorrupt"}, nil}, {e2e, []string{"TestBadInputs"}, nil}},
+	},
+	{
+		name: "zstd-frames-in-flight-unbounded",
+		// Frames decoded ahead of the reader are not bounded by a few:
+		// memory grows with the stream.
+		edits: []edit{{"internal/archive/zstdframes.go",
+			"inFlight := z.workers + 2",
+			"inFlight := z.workers + 200"}},
+		tests: []tests{{e2e, []string{"TestHostileDecompression"}, nil}},
+	},
+	{
+		name: "zstd-frame-content-uncapped",
+		// A frame is decoded whole whatever content its blocks may hold.
+		edits: []edit{{"internal/archive/zstdframes_scan.go",
+			"if bound > zstdFrameDecCap {",
+			"if false && bound > zstdFrameDecCap {"}},
+		tests: []tests{{"./internal/archive", []string{"TestZstdFramesMemory"}, nil}},
+	},
+	{
 		name: "zstd-window-uncapped",
 		// A zstd frame header may declare a 2 GiB window: the decoder
 		// allocates and fills that much for a file of a few KiB.
