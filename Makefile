@@ -24,7 +24,7 @@ K8S_VERSION        := v1.36.3
 HOLDFAST_CLUSTER_BIN ?= $(HOME)/.cache/holdfast/cluster/$(K8S_VERSION)/bin
 export HOLDFAST_CLUSTER_BIN
 # HOLDFAST_TEST_SKIP: parts of the suite this machine may go without, comma-separated: root, containerd-1.6,
-# crictl, cosign, overlayfs, cluster. A part that is missing and not listed fails `make test` (preflight) and the tests that need it.
+# containerd-lines, crictl, cosign, spegel, zstd, overlayfs, cluster. A part that is missing and not listed fails `make test` (preflight) and the tests that need it.
 HOLDFAST_TEST_SKIP ?=
 export HOLDFAST_TEST_SKIP
 
