@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
 	"github.com/holdfast-project/holdfast/internal/fixture"
@@ -332,33 +330,12 @@ func tableRow(report string, lead ...string) []string {
 // archives, one round, real containerds, holdfast, pzstd and taskset. Like
 // TestSmoke, only with HOLDFAST_BENCH_SMOKE=1, as root.
 func TestSmokeP9(t *testing.T) {
-	if os.Getenv("HOLDFAST_BENCH_SMOKE") != "1" {
-		t.Skip("set HOLDFAST_BENCH_SMOKE=1 to run P9 end to end in quick mode (root)")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("HOLDFAST_BENCH_SMOKE=1 asks for the bench harness, which starts containerd: run as root")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-	defer cancel()
-	tmp, err := os.MkdirTemp("", "hfb-p9-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(tmp) })
-	t.Cleanup(func() {
-		if procs := processesOf(tmp); len(procs) > 0 {
-			t.Errorf("processes left behind: %v", procs)
-		}
-	})
-	tools, err := BuildTools(ctx, filepath.Join(tmp, "bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var progress bytes.Buffer
-	cfg := Config{Tools: tools, Set: QuickSet(), Rounds: 1, ZstdWindow: 8 << 20, WorkDir: tmp, Only: []string{"P9"}, Progress: &progress, Command: "smoke P9"}
+	smokeGate(t, "set HOLDFAST_BENCH_SMOKE=1 to run P9 end to end in quick mode (root)")
+	ctx, tmp, cfg := smokeConfig(t, "hfb-p9-", "smoke P9")
+	cfg.Only = []string{"P9"}
 	res, err := Run(ctx, cfg)
 	if err != nil {
-		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+		t.Fatalf("Run: %v\nprogress:\n%s", err, cfg.Progress)
 	}
 	for _, s := range res.Samples {
 		if s.Error != "" {

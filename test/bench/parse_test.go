@@ -79,7 +79,7 @@ func TestConfigValidate(t *testing.T) {
 		"no tools":        func(c *Config) { c.Tools = Tools{} },
 		"no rounds":       func(c *Config) { c.Rounds = 0 },
 		"odd window":      func(c *Config) { c.ZstdWindow = 3 << 20 },
-		"unknown only":    func(c *Config) { c.Only = []string{"P9"} },
+		"unknown only":    func(c *Config) { c.Only = []string{"P99"} },
 		"empty shape":     func(c *Config) { c.Set.Warm.Count = 0 },
 		"shape no format": func(c *Config) { c.Set.Large.Formats = nil },
 		"no huge layers":  func(c *Config) { c.Set.Huge.Layers = 0 },

@@ -16,36 +16,11 @@ import (
 // real containerds, holdfast and ctr. It takes about a minute, so it runs
 // only with HOLDFAST_BENCH_SMOKE=1 (as root).
 func TestSmoke(t *testing.T) {
-	if os.Getenv("HOLDFAST_BENCH_SMOKE") != "1" {
-		t.Skip("set HOLDFAST_BENCH_SMOKE=1 to run the bench harness end to end in quick mode (root, about a minute)")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("HOLDFAST_BENCH_SMOKE=1 asks for the bench harness, which starts containerd: run as root")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-	defer cancel()
-	// Short dirs: containerd's socket paths must stay within 104 bytes.
-	tmp, err := os.MkdirTemp("", "hfb-smoke-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(tmp) })
-	// Whatever happens, nothing the harness started may outlive it: no
-	// containerd (holdfast-containerd), agent or ctr built or run under tmp.
-	t.Cleanup(func() {
-		if procs := processesOf(tmp); len(procs) > 0 {
-			t.Errorf("processes left behind: %v", procs)
-		}
-	})
-	tools, err := BuildTools(ctx, filepath.Join(tmp, "bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var progress bytes.Buffer
-	cfg := Config{Tools: tools, Set: QuickSet(), Rounds: 1, ZstdWindow: 8 << 20, WorkDir: tmp, Progress: &progress, Command: "smoke"}
+	smokeGate(t, "set HOLDFAST_BENCH_SMOKE=1 to run the bench harness end to end in quick mode (root, about a minute)")
+	ctx, tmp, cfg := smokeConfig(t, "hfb-smoke-", "smoke")
 	res, err := Run(ctx, cfg)
 	if err != nil {
-		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+		t.Fatalf("Run: %v\nprogress:\n%s", err, cfg.Progress)
 	}
 	for _, s := range res.Samples {
 		if s.Error != "" {
@@ -156,4 +131,43 @@ func processesOf(dir string) []string {
 		}
 	}
 	return out
+}
+
+// smokeGate skips a smoke test unless HOLDFAST_BENCH_SMOKE=1, and fails it
+// when not root: the harness starts containerd.
+func smokeGate(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("HOLDFAST_BENCH_SMOKE") != "1" {
+		t.Skip(why)
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("HOLDFAST_BENCH_SMOKE=1 asks for the bench harness, which starts containerd: run as root")
+	}
+}
+
+// smokeConfig makes a smoke run's work dir (prefix: short, as containerd's
+// socket paths must stay within 104 bytes), builds the tools into it, and
+// gives a quick one-round Config, its progress in a buffer, with a context
+// of ten minutes. Whatever happens, nothing the harness started may outlive
+// the test: no containerd (holdfast-containerd), agent or ctr built or run
+// under the dir.
+func smokeConfig(t *testing.T, prefix, command string) (context.Context, string, Config) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	t.Cleanup(cancel)
+	tmp, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	t.Cleanup(func() {
+		if procs := processesOf(tmp); len(procs) > 0 {
+			t.Errorf("processes left behind: %v", procs)
+		}
+	})
+	tools, err := BuildTools(ctx, filepath.Join(tmp, "bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, tmp, Config{Tools: tools, Set: QuickSet(), Rounds: 1, ZstdWindow: 8 << 20, WorkDir: tmp, Progress: &bytes.Buffer{}, Command: command}
 }
