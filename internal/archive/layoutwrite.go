@@ -85,7 +85,7 @@ func WriteLayout(ctx context.Context, w io.Writer, l Layout) (LayoutStats, error
 	if err != nil {
 		return st, err
 	}
-	cw := &countWriter{w: w}
+	cw := &CountingWriter{W: w}
 	tw := tar.NewWriter(cw)
 	for _, m := range meta {
 		if err := writeLayoutFile(tw, m.name, m.data); err != nil {
@@ -118,7 +118,7 @@ func WriteLayout(ctx context.Context, w io.Writer, l Layout) (LayoutStats, error
 	if err := tw.Close(); err != nil {
 		return st, fmt.Errorf("ending the tar: %w", err)
 	}
-	st.TarBytes = cw.n
+	st.TarBytes = cw.N
 	return st, nil
 }
 
@@ -256,14 +256,14 @@ func copyLayoutBlob(tw *tar.Writer, name string, desc ocispec.Descriptor, r io.R
 	return nil
 }
 
-// countWriter counts the bytes written through it.
-type countWriter struct {
-	w io.Writer
-	n int64
+// CountingWriter counts the bytes written through it to W in N.
+type CountingWriter struct {
+	W io.Writer
+	N int64
 }
 
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
+func (c *CountingWriter) Write(p []byte) (int, error) {
+	n, err := c.W.Write(p)
+	c.N += int64(n)
 	return n, err
 }

@@ -214,7 +214,7 @@ func (nopWriteCloser) Close() error { return nil }
 // abort when commit did not happen.
 type exportOutput struct {
 	w       io.Writer
-	counted *countingWriter
+	counted *archive.CountingWriter
 	buf     *bufio.Writer
 	file    *os.File
 	path    string
@@ -223,7 +223,7 @@ type exportOutput struct {
 
 func openExportOutput(path string, stdout io.Writer) (*exportOutput, error) {
 	if path == "-" {
-		c := &countingWriter{w: stdout}
+		c := &archive.CountingWriter{W: stdout}
 		buf := bufio.NewWriterSize(c, 1<<20)
 		return &exportOutput{w: buf, counted: c, buf: buf}, nil
 	}
@@ -238,7 +238,7 @@ func openExportOutput(path string, stdout io.Writer) (*exportOutput, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating %s: %w", path, err)
 	}
-	c := &countingWriter{w: f}
+	c := &archive.CountingWriter{W: f}
 	buf := bufio.NewWriterSize(c, 1<<20)
 	return &exportOutput{w: buf, counted: c, buf: buf, file: f, path: abs}, nil
 }
@@ -283,19 +283,8 @@ func (e *exportOutput) abort() {
 	os.Remove(e.file.Name())
 }
 
-func (e *exportOutput) size() int64 { return e.counted.n }
+func (e *exportOutput) size() int64 { return e.counted.N }
 
-// countingWriter counts the bytes written through it.
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
-}
 
 // exportBar is export's one progress line: every blob read counts on it.
 // A nil one draws nothing.
