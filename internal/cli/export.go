@@ -285,7 +285,6 @@ func (e *exportOutput) abort() {
 
 func (e *exportOutput) size() int64 { return e.counted.N }
 
-
 // exportBar is export's one progress line: every blob read counts on it.
 // A nil one draws nothing.
 type exportBar struct {
