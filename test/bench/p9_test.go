@@ -33,20 +33,7 @@ func TestP9MethodNames(t *testing.T) {
 	if m := p9ImportMethod(p9Tar, p9AllCPUs); m != MethodHoldfastDirect {
 		t.Errorf("the plain tar on all CPUs is %q, want the baseline %q", m, MethodHoldfastDirect)
 	}
-	var names []string
-	for _, cpus := range p9CPUSets {
-		for _, f := range p9Files {
-			names = append(names, p9ImportMethod(f, cpus))
-		}
-	}
-	for _, f := range p9Files {
-		names = append(names, p9FloorMethod(f))
-	}
-	for _, f := range p9MultiFrame {
-		for _, w := range p9Workers {
-			names = append(names, p9DecodeMethod(f, w))
-		}
-	}
+	names := p9MethodNames(p9CPUSets)
 	seen := map[string]bool{}
 	for _, n := range names {
 		if seen[n] {
@@ -346,20 +333,7 @@ func TestSmokeP9(t *testing.T) {
 		}
 	}
 	sets, _, _ := p9Sets()
-	var want []string
-	for _, cpus := range sets {
-		for _, f := range p9Files {
-			want = append(want, p9ImportMethod(f, cpus))
-		}
-	}
-	for _, f := range p9Files {
-		want = append(want, p9FloorMethod(f))
-	}
-	for _, f := range p9MultiFrame {
-		for _, w := range p9Workers {
-			want = append(want, p9DecodeMethod(f, w))
-		}
-	}
+	want := p9MethodNames(sets)
 	for _, m := range want {
 		if s := findStat(res.Stats, ScenarioP9, m); s == nil || s.N == 0 {
 			t.Errorf("no successful sample of P9 / %s", m)
@@ -388,4 +362,24 @@ func TestSmokeP9(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(tmp, "hfb-*")); len(left) > 0 {
 		t.Errorf("work dir left behind: %v", left)
 	}
+}
+
+// p9MethodNames are P9's rows with holdfast on each of the CPU sets: the
+// imports, the decode floors, the decodes with 1 and 2 workers.
+func p9MethodNames(sets []string) []string {
+	var names []string
+	for _, cpus := range sets {
+		for _, f := range p9Files {
+			names = append(names, p9ImportMethod(f, cpus))
+		}
+	}
+	for _, f := range p9Files {
+		names = append(names, p9FloorMethod(f))
+	}
+	for _, f := range p9MultiFrame {
+		for _, w := range p9Workers {
+			names = append(names, p9DecodeMethod(f, w))
+		}
+	}
+	return names
 }
