@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 )
@@ -90,4 +91,85 @@ func (c *countingZeros) Read(b []byte) (int, error) {
 	clear(b)
 	c.n += int64(len(b))
 	return len(b), nil
+}
+
+// lender lends pieces of src, each at most max bytes, with at most held of
+// them out at once (lend waits for a release, as a decoder waits for a
+// buffer to decode into); every other call is a Read instead.
+type lender struct {
+	src      []byte
+	max      int
+	slots    chan struct{}
+	calls    int
+	mu       sync.Mutex
+	released map[int]int // by offset: releases
+}
+
+func newLender(src []byte, max, held int) *lender {
+	return &lender{src: src, max: max, slots: make(chan struct{}, held), released: map[int]int{}}
+}
+
+func (l *lender) Read(p []byte) (int, error) {
+	if len(l.src) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, l.src[:min(len(l.src), l.max)])
+	l.src = l.src[n:]
+	return n, nil
+}
+
+func (l *lender) lend() ([]byte, func(), bool) {
+	l.calls++
+	if len(l.src) == 0 || l.calls%2 == 0 {
+		return nil, nil, false
+	}
+	l.slots <- struct{}{}
+	key := len(l.src) // what is left: a piece's own
+	b := l.src[:min(len(l.src), l.max)]
+	l.src = l.src[len(b):]
+	return b, func() {
+		l.mu.Lock()
+		l.released[key]++
+		l.mu.Unlock()
+		<-l.slots
+	}, true
+}
+
+func TestAheadReaderPassesLentBlocks(t *testing.T) {
+	src := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
+	l := newLender(src, 300_001, 3)
+	a := newAheadReader(l)
+	got, err := io.ReadAll(a)
+	a.Close()
+	if err != nil || !bytes.Equal(got, src) {
+		t.Fatalf("%d of %d bytes, %v", len(got), len(src), err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.released) == 0 {
+		t.Fatal("nothing was lent")
+	}
+	for k, n := range l.released {
+		if n != 1 {
+			t.Fatalf("a lent block (key %d) released %d times", k, n)
+		}
+	}
+	if len(l.slots) != 0 {
+		t.Fatalf("%d lent blocks never released", len(l.slots))
+	}
+
+	// Closed early, with the lender waiting for a release: Close gives the
+	// blocks it holds back and returns.
+	l = newLender(src, 10_000, 2)
+	a = newAheadReader(l)
+	if _, err := io.ReadFull(a, make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() { a.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hung while the lender waited for a release")
+	}
 }

@@ -16,8 +16,9 @@ import (
 // by frame on several cores: a scanner goroutine cuts the compressed stream
 // at frame boundaries by walking frame and block headers, without decoding;
 // workers decode whole frames into memory (DecodeAll); the reader hands
-// their bytes on strictly in order. Nothing seeks: the input is read once,
-// as it comes.
+// their bytes on strictly in order, lending each frame's buffer to the
+// walk's read-ahead rather than copying it (lend). Nothing seeks: the input
+// is read once, as it comes.
 //
 // A stream whose first frame is larger than zstdFrameCompCap, or declares
 // more content than zstdFrameDecCap (every one-frame .tar.zst: K3s airgap
@@ -31,13 +32,14 @@ import (
 // are.
 //
 // Memory is bounded whatever the stream declares: workers+2 frames are in
-// flight (being decoded, decoded and waiting, being read), each buffer at
-// most zstdFrameCompCap compressed and zstdFrameDecCap decoded, and reused
-// from frame to frame: with three workers (two CPUs), 120 MiB for a stream
-// made to cost the most, 30 MiB for frames of 4 MiB. Whether a frame's content fits its buffer is known
-// before it is decoded, from its block headers (see zstdFrameDecCap), so no
-// frame is decoded twice. The streaming decoder holds a window, at most the
-// limit, as the one-frame path always did.
+// flight (being decoded, decoded and waiting, being read or lent and not given
+// back yet), each buffer at most zstdFrameCompCap compressed and
+// zstdFrameDecCap decoded, and reused from frame to frame: with three workers
+// (holdfast on two CPUs, GOMAXPROCS being the CPUs + 1), 120 MiB for a stream
+// made to cost the most, 40 MiB for frames of 4 MiB. Whether a frame's content
+// fits its buffer is known before it is decoded, from its block headers (see
+// zstdFrameDecCap), so no frame is decoded twice. The streaming decoder holds a
+// window, at most the limit, as the one-frame path always did.
 //
 // The first frame is scanned and decoded in the reader's goroutine, and the
 // scanner and workers start on the second read: a caller that reads only
@@ -55,10 +57,14 @@ import (
 // EOF" as it always was. A stream of frames cut at a frame boundary is, to
 // zstd, a shorter stream: the tar walk that reads it says it is cut off.
 const (
-	// zstdFrameCompCap is the largest compressed frame decoded whole, by a
-	// worker: 8 MiB. pzstd's and SeekableZstdWriter's frames are 4 MiB of
-	// content or less, so far below it.
-	zstdFrameCompCap = 8 << 20
+	// zstdFrameCompCap is the largest compressed frame decoded whole, by a worker:
+	// 8 MiB and 64 KiB, what 8 MiB of content takes at most compressed (zstd's
+	// bound: 8 MiB and 32 KiB, and the frame's header and checksum). pzstd cuts
+	// its input into frames of 8 MiB at its default level, 3, and up to 8 (2 MiB
+	// at -1, 4 MiB at -2, 16 MiB from about -12, 32 MiB from -17);
+	// SeekableZstdWriter's are 4 MiB. A frame of incompressible layer bytes is
+	// stored, its compressed size a little more than its content's.
+	zstdFrameCompCap = 8<<20 + 64<<10
 	// zstdFrameDecCap is the most content a frame decoded whole may have:
 	// 16 MiB. The scanner bounds a frame's content before it is decoded
 	// (the declared content size, else its blocks' sizes: raw and RLE blocks
@@ -159,9 +165,15 @@ type zstdFrames struct {
 	started bool
 	order   chan *zstdUnit // every unit, in stream order; closed when the scanner stops
 	work    chan *zstdUnit // frames for the workers
-	free    chan *zstdUnit // units to reuse; its capacity bounds the frames in flight
 	stop    chan struct{}
 	wg      sync.WaitGroup
+
+	// free holds the units to reuse, made with the reader: a lent frame's
+	// release, from any goroutine, puts its unit back here. Its capacity,
+	// workers+2, bounds the units there are (units counts them), so the
+	// frames in flight, lent ones included.
+	free  chan *zstdUnit
+	units int
 
 	// The reader's state.
 	reads   int
@@ -227,79 +239,117 @@ func newZstdFrames(r io.Reader, limit uint64, workers int) *zstdFrames {
 	if workers <= 0 {
 		workers = defaultZstdWorkers()
 	}
-	return &zstdFrames{r: r, limit: limit, workers: workers}
+	return &zstdFrames{r: r, limit: limit, workers: workers, free: make(chan *zstdUnit, workers+2)}
 }
 
 func (z *zstdFrames) Read(p []byte) (int, error) {
 	if z.err != nil {
 		return 0, z.err
 	}
-	if z.single != nil {
-		// As it always was; the decoder wrapper still says a window too
-		// large as holdfast does.
-		n, err := z.single.Read(p)
-		if err != nil && err != io.EOF {
-			err = wrapDecodeErr(Zstd, err)
-		}
-		if err != nil {
-			z.err = err
-		}
-		return n, err
-	}
-	z.reads++
-	// The pipeline starts on the second read: a caller that reads only the
-	// start of the stream (Probe) costs one frame, not a pipeline's worth.
-	if z.reads == 2 && !z.ended {
-		z.start()
-	}
+	z.tick()
 	for len(p) > 0 {
+		if err := z.ready(); err != nil {
+			return 0, err
+		}
+		if z.single != nil {
+			// As it always was; the decoder wrapper still says a window too
+			// large as holdfast does.
+			n, err := z.single.Read(p)
+			if err != nil && err != io.EOF {
+				err = wrapDecodeErr(Zstd, err)
+			}
+			if err != nil {
+				z.err = err
+			}
+			return n, err
+		}
 		if len(z.rest) > 0 {
 			n := copy(p, z.rest)
 			z.rest = z.rest[n:]
 			z.curDec += uint64(n)
 			return n, nil
 		}
-		if z.srd != nil {
-			n, err := z.srd.Read(p)
-			z.curDec += uint64(n)
-			if err == io.EOF {
-				err = z.cur.fedErr()
-				if err == nil {
-					z.srd = nil
-				}
-			} else if err != nil {
-				if e := z.cur.fedErr(); e != nil {
-					err = e
-				} else {
-					err = frameErr(z.cur.off, err)
-				}
+		n, err := z.srd.Read(p)
+		z.curDec += uint64(n)
+		if err == io.EOF {
+			err = z.cur.fedErr()
+			if err == nil {
+				z.srd = nil
 			}
-			if err != nil {
-				return n, z.fail(err)
+		} else if err != nil {
+			if e := z.cur.fedErr(); e != nil {
+				err = e
+			} else {
+				err = frameErr(z.cur.off, err)
 			}
-			if n > 0 {
-				return n, nil
-			}
-			continue
 		}
+		if err != nil {
+			return n, z.fail(err)
+		}
+		if n > 0 {
+			return n, nil
+		}
+	}
+	return 0, nil
+}
+
+// lend hands the rest of the frame being read, decoded whole, to the caller
+// without copying it: the read-ahead passes such a frame on as it is. The
+// caller reads b and then calls release, once, from any goroutine, which
+// gives the frame's buffers back to the scanner. ok is false when the next
+// bytes are not in such a buffer (a stream decoded as one, a frame decoded
+// in order by the streaming decoder, the end of the stream or an error):
+// Read them.
+func (z *zstdFrames) lend() (b []byte, release func(), ok bool) {
+	if z.err != nil || z.single != nil {
+		return nil, nil, false
+	}
+	z.tick()
+	if z.ready() != nil || len(z.rest) == 0 {
+		return nil, nil, false
+	}
+	b = z.rest
+	z.curDec += uint64(len(b))
+	// Done with here: the unit is the releaser's from now on.
+	u := z.endUnit()
+	return b, func() { z.recycle(u) }, true
+}
+
+// tick counts a read. The pipeline starts on the second: a caller that reads
+// only the start of the stream (Probe) costs one frame, not a pipeline's
+// worth.
+func (z *zstdFrames) tick() {
+	if z.single != nil {
+		return
+	}
+	z.reads++
+	if z.reads == 2 && !z.ended {
+		z.start()
+	}
+}
+
+// ready moves on to the next unit until there are bytes to read (in z.rest,
+// from z.srd, or from z.single): io.EOF at the end of the stream.
+func (z *zstdFrames) ready() error {
+	for z.single == nil && len(z.rest) == 0 && z.srd == nil {
 		if z.cur != nil {
 			z.finishUnit()
 		}
 		u, err := z.next()
 		if err != nil {
-			return 0, z.fail(err)
+			return z.fail(err)
 		}
 		if z.single != nil {
-			return z.Read(p)
+			return nil
 		}
 		if u == nil {
-			return 0, io.EOF
+			return io.EOF
 		}
 		if err := z.begin(u); err != nil {
-			return 0, z.fail(err)
+			return z.fail(err)
 		}
 	}
-	return 0, nil
+	return nil
 }
 
 func (z *zstdFrames) fail(err error) error {
@@ -322,7 +372,7 @@ func (z *zstdFrames) next() (*zstdUnit, error) {
 	if z.ended {
 		return nil, nil
 	}
-	u := &zstdUnit{}
+	u := z.unit()
 	more, err := z.scan(u)
 	if err != nil {
 		z.ended = true
@@ -342,6 +392,18 @@ func (z *zstdFrames) next() (*zstdUnit, error) {
 		z.decode(u)
 	}
 	return u, nil
+}
+
+// unit is a unit to scan into before the pipeline starts: one given back,
+// else a new one.
+func (z *zstdFrames) unit() *zstdUnit {
+	select {
+	case u := <-z.free:
+		return u
+	default:
+		z.units++
+		return &zstdUnit{}
+	}
 }
 
 // startSingle switches to one streaming decoder for the whole stream, head
@@ -404,21 +466,27 @@ func (z *zstdFrames) begin(u *zstdUnit) error {
 // finishUnit records the frame just read for the next seek table and gives
 // its buffers back.
 func (z *zstdFrames) finishUnit() {
+	z.recycle(z.endUnit())
+}
+
+// endUnit records the frame just read for the next seek table and leaves
+// it: the caller recycles it.
+func (z *zstdFrames) endUnit() *zstdUnit {
 	u := z.cur
 	z.cur, z.rest, z.srd = nil, nil, nil
 	if len(z.records) < zstdCheckedFrames {
 		z.records = append(z.records, zstdRecord{off: u.off, comp: uint64(u.size), dec: z.curDec, sum: u.sum, hasSum: u.hasSum})
 	}
 	z.counted++
-	z.recycle(u)
+	return u
 }
 
+// recycle gives u's buffers back to be scanned into again. It is safe from
+// any goroutine: a lent frame is released by whoever read it.
 func (z *zstdFrames) recycle(u *zstdUnit) {
-	if z.started {
-		select {
-		case z.free <- u:
-		default:
-		}
+	select {
+	case z.free <- u:
+	default:
 	}
 }
 
@@ -490,17 +558,12 @@ func (z *zstdFrames) newDecoder() {
 func (z *zstdFrames) start() {
 	z.newDecoder()
 	z.started = true
-	inFlight := z.workers + 2
+	inFlight := cap(z.free)
 	z.order = make(chan *zstdUnit, inFlight)
 	z.work = make(chan *zstdUnit, inFlight)
-	z.free = make(chan *zstdUnit, inFlight)
 	z.stop = make(chan struct{})
-	// The frame being read, if any, is one of them once read.
-	units := inFlight
-	if z.cur != nil {
-		units--
-	}
-	for range units {
+	// The units made so far (the frame being read, one lent) are among them.
+	for ; z.units < inFlight; z.units++ {
 		z.free <- &zstdUnit{}
 	}
 	z.wg.Add(1 + z.workers)

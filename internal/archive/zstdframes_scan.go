@@ -164,7 +164,20 @@ func (z *zstdFrames) frame(u *zstdUnit, hdr []byte) error {
 		u.over = true
 		return nil
 	}
-	w := blockWalk{z: z, u: u, window: fh.window}
+	// The frame's buffer grows to what the frame can be (see put): its
+	// size when pzstd's size frame says it, else at most zstd's bound for
+	// the content size it declares.
+	w := blockWalk{z: z, u: u, window: fh.window, most: zstdFrameCompCap}
+	switch {
+	case marker.ok:
+		w.most = min(int(marker.size), zstdFrameCompCap)
+		if w.most > cap(u.comp) {
+			u.comp = slices.Grow(u.comp, w.most-len(u.comp))
+		}
+	case fh.hasFCS:
+		c := int(min(fh.fcs, zstdFrameCompCap))
+		w.most = min(c+c>>8+1<<10, zstdFrameCompCap)
+	}
 	bound, err := w.blocks()
 	if err != nil || u.over {
 		return err
@@ -245,6 +258,7 @@ type blockWalk struct {
 	z      *zstdFrames
 	u      *zstdUnit
 	window uint64
+	most   int            // the most the frame is expected to take, to grow its buffer to
 	pw     *io.PipeWriter // once the frame is past the cap and handed on
 }
 
@@ -338,7 +352,15 @@ func (w *blockWalk) put(n int) error {
 	z, u := w.z, w.u
 	if w.pw == nil {
 		start := len(u.comp)
-		u.comp = slices.Grow(u.comp, n)[:start+n]
+		if start+n > cap(u.comp) {
+			// Doubled, up to what the frame can take, rather than by
+			// append's quarters: a buffer growing to 8 MiB is copied a few
+			// times, not a dozen.
+			b := make([]byte, start, max(min(2*cap(u.comp), w.most), start+n))
+			copy(b, u.comp)
+			u.comp = b
+		}
+		u.comp = u.comp[:start+n]
 		return z.readN(u.comp[start:])
 	}
 	if z.copyBuf == nil {

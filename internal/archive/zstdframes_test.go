@@ -546,3 +546,139 @@ func TestZstdFramesLargeSeekTable(t *testing.T) {
 		t.Fatalf("a large table that lies: %v, want %s", err, want)
 	}
 }
+
+// TestZstdFramesLend: a frame decoded whole is lent as it is, and its
+// buffer keeps its bytes until it is released, however many frames are
+// decoded meanwhile; what cannot be lent (a frame streamed in order, a
+// stream decoded as one) is read. The seek table is still checked, and a
+// lying one still fails.
+func TestZstdFramesLend(t *testing.T) {
+	data := mixedContent(3<<20+7, 19)
+	small := zframesOf(data, 64<<10)
+	mixed := append(append(small[:6:6], zframesOf(randomLayer(9<<20, 6).data, 9<<20)...), small[6:]...)
+	lying := append(concatZframes(small), seekTableOf(small)...)
+	binary.LittleEndian.PutUint32(lying[len(concatZframes(small))+8+4:], 1) // frame 0's content size
+	for _, tc := range []struct {
+		name     string
+		in       []byte
+		want     []byte
+		minLent  int // frames lent at least
+		err      string
+		onlyRead bool // nothing may be lent
+	}{
+		{name: "seekable", in: seekableBytes(t, data, SeekableOptions{FrameSize: 64 << 10}, 1<<20), want: data, minLent: len(small)},
+		{name: "pzstd", in: pzstdZframes(small), want: data, minLent: len(small)},
+		// The read that finds the streamed frame's end goes on into the
+		// next frame: that one is read, not lent.
+		{name: "a streamed frame among them", in: concatZframes(mixed), want: contentOf(mixed), minLent: len(small) - 1},
+		{name: "one stream", in: concatZframes(append(zframesOf(randomLayer(9<<20, 7).data, 9<<20), small...)), want: append(randomLayer(9<<20, 7).data, data...), onlyRead: true},
+		{name: "a lying seek table", in: lying, want: data, minLent: len(small), err: "zstd: the seek table says frame 0 (at offset 0) decompresses to 1 bytes"},
+	} {
+		for _, workers := range []int{1, 2, 4} {
+			t.Run(fmt.Sprintf("%s/%d", tc.name, workers), func(t *testing.T) {
+				z := newZstdFrames(bytes.NewReader(tc.in), zstdMaxWindow, workers)
+				defer z.Close()
+				type held struct {
+					off     int
+					b       []byte
+					release func()
+				}
+				var got []byte
+				var hold []held
+				check := func(h held) {
+					if !bytes.Equal(h.b, tc.want[h.off:h.off+len(h.b)]) {
+						t.Fatalf("the frame lent at %d changed before its release", h.off)
+					}
+				}
+				released := make(chan struct{}, 1)
+				lent, buf := 0, make([]byte, 100_000)
+				var err error
+				for {
+					b, release, ok := z.lend()
+					if !ok {
+						var k int
+						k, err = z.Read(buf)
+						got = append(got, buf[:k]...)
+						if err != nil {
+							break
+						}
+						continue
+					}
+					lent++
+					hold = append(hold, held{len(got), b, release})
+					got = append(got, b...)
+					// Keep all units but one lent: the decoder goes on
+					// with that one. Released from another goroutine.
+					if len(hold) > workers {
+						h := hold[0]
+						hold = hold[1:]
+						check(h)
+						go func() { h.release(); released <- struct{}{} }()
+						<-released
+					}
+				}
+				for _, h := range hold {
+					check(h)
+					h.release()
+				}
+				if tc.err != "" {
+					if err == nil || !strings.HasPrefix(err.Error(), tc.err) {
+						t.Fatalf("error %v, want %q", err, tc.err)
+					}
+					return
+				}
+				if err != io.EOF || !bytes.Equal(got, tc.want) {
+					t.Fatalf("%d of %d bytes, %v", len(got), len(tc.want), err)
+				}
+				if tc.onlyRead && lent > 0 || !tc.onlyRead && lent < tc.minLent {
+					t.Fatalf("%d frames lent, want %d or more (none when decoded as one stream)", lent, tc.minLent)
+				}
+			})
+		}
+	}
+}
+
+// TestZstdFramesLendThroughReadAhead: the read-ahead passes lent frames on
+// as they are; a walk gets every byte, and a reader that stops reading and
+// closes the read-ahead with every unit lent does not hang.
+func TestZstdFramesLendThroughReadAhead(t *testing.T) {
+	data := mixedContent(4<<20, 20)
+	in := concatZframes(zframesOf(data, 64<<10))
+	for _, workers := range []int{1, 2, 4} {
+		rc, _, err := decompressWith(bytes.NewReader(in), zstdMaxWindow, workers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := newAheadReader(rc)
+		got, err := io.ReadAll(struct{ io.Reader }{a})
+		a.Close()
+		rc.Close()
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%d workers: %d of %d bytes, %v", workers, len(got), len(data), err)
+		}
+
+		rc, _, err = decompressWith(bytes.NewReader(in), zstdMaxWindow, workers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a = newAheadReader(rc)
+		if _, err := io.ReadFull(a, make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+		// Let the read-ahead take every unit there is.
+		deadline := time.Now().Add(5 * time.Second)
+		for len(a.full) < min(aheadBlocks, workers+1) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		closed := make(chan struct{})
+		go func() { a.Close(); rc.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d workers: Close hung with the read-ahead holding lent frames", workers)
+		}
+		if left := frameGoroutines(); len(left) > 0 {
+			t.Fatalf("goroutines left after Close:\n%s", strings.Join(left, "\n\n"))
+		}
+	}
+}

@@ -491,9 +491,18 @@ var sabotages = []sabotage{
 		// Frames decoded ahead of the reader are not bounded by a few:
 		// memory grows with the stream.
 		edits: []edit{{"internal/archive/zstdframes.go",
-			"inFlight := z.workers + 2",
-			"inFlight := z.workers + 200"}},
+			"free: make(chan *zstdUnit, workers+2)",
+			"free: make(chan *zstdUnit, workers+200)"}},
 		tests: []tests{{e2e, []string{"TestHostileDecompression"}, nil}},
+	},
+	{
+		name: "zstd-lent-frame-reused",
+		// A frame lent to the read-ahead is decoded over before it was
+		// read: the walk hashes bytes of a later frame.
+		edits: []edit{{"internal/archive/zstdframes.go",
+			"return b, func() { z.recycle(u) }, true",
+			"z.recycle(u)\n\treturn b, func() {}, true"}},
+		tests: []tests{{"./internal/archive", []string{"TestZstdFramesLend"}, nil}},
 	},
 	{
 		name: "zstd-frame-content-uncapped",
