@@ -53,16 +53,7 @@ func TestAheadReaderPassesTheErrorAfterTheBytes(t *testing.T) {
 func TestAheadReaderCloseStopsReading(t *testing.T) {
 	src := &countingZeros{}
 	a := newAheadReader(src)
-	if _, err := io.ReadFull(a, make([]byte, 10)); err != nil {
-		t.Fatal(err)
-	}
-	closed := make(chan struct{})
-	go func() { a.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not return while the source had more to give")
-	}
+	readThenClose(t, a, "Close did not return while the source had more to give")
 	n := src.n
 	// Bounded: what the buffers hold plus the block being read at Close.
 	if limit := int64(aheadBlocks+2) * aheadBlockSize; n > limit {
@@ -160,8 +151,13 @@ func TestAheadReaderPassesLentBlocks(t *testing.T) {
 
 	// Closed early, with the lender waiting for a release: Close gives the
 	// blocks it holds back and returns.
-	l = newLender(src, 10_000, 2)
-	a = newAheadReader(l)
+	readThenClose(t, newAheadReader(newLender(src, 10_000, 2)), "Close hung while the lender waited for a release")
+}
+
+// readThenClose reads a few bytes of a, then closes it, failing with msg
+// unless Close returns within 10 s.
+func readThenClose(t *testing.T, a *aheadReader, msg string) {
+	t.Helper()
 	if _, err := io.ReadFull(a, make([]byte, 10)); err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +166,6 @@ func TestAheadReaderPassesLentBlocks(t *testing.T) {
 	select {
 	case <-closed:
 	case <-time.After(10 * time.Second):
-		t.Fatal("Close hung while the lender waited for a release")
+		t.Fatal(msg)
 	}
 }
