@@ -314,22 +314,19 @@ func TestZstdFramesCorrupt(t *testing.T) {
 // unsizedZframe is a frame that declares no content size (a 1 MiB window)
 // and holds rle blocks of 128 KiB of zeros.
 func unsizedZframe(rle int) []byte {
-	b := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 10 << 3}
-	for i := range rle {
-		h := uint32(zstdMaxBlock)<<3 | 1<<1
-		if i == rle-1 {
-			h |= 1
-		}
-		b = append(b, byte(h), byte(h>>8), byte(h>>16), 0)
-	}
-	return b
+	return appendRLEBlocks([]byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 10 << 3}, rle)
 }
 
 // hostileZframe is a frame that declares fcs bytes of content (not single
 // segment, a 1 MiB window) and holds rle blocks of 128 KiB of zeros.
 func hostileZframe(fcs uint64, rle int) []byte {
 	b := []byte{0x28, 0xb5, 0x2f, 0xfd, 0xc0, 10 << 3}
-	b = binary.LittleEndian.AppendUint64(b, fcs)
+	return appendRLEBlocks(binary.LittleEndian.AppendUint64(b, fcs), rle)
+}
+
+// appendRLEBlocks appends rle blocks of 128 KiB of zeros, the last marked
+// last, to a frame header.
+func appendRLEBlocks(b []byte, rle int) []byte {
 	for i := range rle {
 		h := uint32(zstdMaxBlock)<<3 | 1<<1
 		if i == rle-1 {
