@@ -1,6 +1,7 @@
 package archive
 
 import (
+	"context"
 	"fmt"
 	"io"
 )
@@ -13,18 +14,21 @@ type input struct {
 	comp     Compression
 	tar      io.Reader       // *countingReader, or *seekCounter when seekable
 	reads    *countingReader // bytes the tar reader read
-	seekable bool            // uncompressed and seekable: the tar reader seeks past skipped entries
+	seekable bool            // uncompressed or seekable zstd, read from a file: the tar reader seeks past skipped entries
 	sc       *seekCounter    // when seekable
 	raw      *countingReader // compressed input (nil when seekable)
 	dec      *decoder        // nil when seekable
 	ahead    *aheadReader    // reads dec ahead of the tar reader (nil when seekable)
 	rs       io.ReadSeeker   // when seekable
 	start    int64           // offset of rs at the start
+	ra       io.ReaderAt     // when seekable and uncompressed, if r is one: deferred writes read it
+	sz       *seekZstd       // seekable zstd (zstdseekread.go): rs reads its decoded bytes
 }
 
 // openInput prepares r for the tar reader: an uncompressed io.ReadSeeker is
-// read as it is, so that skipped entries are seeked over; anything else is
-// decompressed, the decoder running ahead of the reader.
+// read as it is, so that skipped entries are seeked over, and so is a
+// seekable zstd file, by its seek table; anything else is decompressed, the
+// decoder running ahead of the reader.
 func openInput(r io.Reader, lim limits) (*input, error) {
 	if rs, ok := r.(io.ReadSeeker); ok {
 		if start, err := rs.Seek(0, io.SeekCurrent); err == nil {
@@ -35,9 +39,14 @@ func openInput(r io.Reader, lim limits) (*input, error) {
 			if _, err := rs.Seek(start, io.SeekStart); err != nil {
 				return nil, fmt.Errorf("seeking: %w", err)
 			}
-			if Sniff(head) == None {
-				sc := &seekCounter{countingReader: countingReader{r: rs}, s: rs, pos: start}
-				return &input{comp: None, tar: sc, reads: &sc.countingReader, seekable: true, sc: sc, rs: rs, start: start}, nil
+			ra, _ := r.(io.ReaderAt)
+			switch Sniff(head) {
+			case None:
+				return seekableInput(None, rs, start, ra), nil
+			case Zstd:
+				if in := openSeekZstdInput(rs, start, ra, lim); in != nil {
+					return in, nil
+				}
 			}
 		}
 	}
@@ -51,6 +60,43 @@ func openInput(r io.Reader, lim limits) (*input, error) {
 	return &input{comp: c, tar: reads, reads: reads, raw: raw, dec: rc.(*decoder), ahead: ahead}, nil
 }
 
+// seekableInput reads rs, from start on, as it is.
+func seekableInput(c Compression, rs io.ReadSeeker, start int64, ra io.ReaderAt) *input {
+	sc := &seekCounter{countingReader: countingReader{r: rs}, s: rs, pos: start}
+	return &input{comp: c, tar: sc, reads: &sc.countingReader, seekable: true, sc: sc, rs: rs, start: start, ra: ra}
+}
+
+// openSeekZstdInput reads the zstd file rs, from start on, by its seek
+// table, or returns nil if it is not read so (openSeekZstd).
+func openSeekZstdInput(rs io.Seeker, start int64, ra io.ReaderAt, lim limits) *input {
+	if ra == nil {
+		return nil
+	}
+	end, err := rs.Seek(0, io.SeekEnd)
+	if _, serr := rs.Seek(start, io.SeekStart); err != nil || serr != nil {
+		return nil
+	}
+	z := openSeekZstd(io.NewSectionReader(ra, start, end-start), end-start, lim.zstdWindow, defaultZstdWorkers())
+	if z == nil {
+		return nil
+	}
+	in := seekableInput(Zstd, z.reader(0, z.total), 0, nil)
+	in.sz = z
+	return in
+}
+
+// reopens reports whether the bytes of an entry can be read again, from
+// another goroutine: writes can be deferred.
+func (in *input) reopens() bool { return in.ra != nil || in.sz != nil }
+
+// reopen reads size bytes at offset off again (see reopens).
+func (in *input) reopen(off, size int64) reopener {
+	if in.sz != nil {
+		return in.sz.opener(off, size)
+	}
+	return sectionOpener(in.ra, off, size)
+}
+
 // endsBefore reports whether a seekable input ends before offset off.
 func (in *input) endsBefore(off int64) bool {
 	end, err := in.rs.Seek(0, io.SeekEnd)
@@ -59,6 +105,9 @@ func (in *input) endsBefore(off int64) bool {
 
 // decodeErr is the error that ended the decoder, if any (not io.EOF).
 func (in *input) decodeErr() error {
+	if in.sz != nil {
+		return in.sz.Err()
+	}
 	if in.ahead == nil {
 		return nil
 	}
@@ -70,7 +119,13 @@ func (in *input) decodeErr() error {
 
 // streamErr prefers the decoder's own error: when the compressed stream is
 // broken, that is the cause, whatever the tar reader or the store made of it.
+// A seekable zstd file is first decoded as far as a stream would have been
+// (the tar reader may have seeked over a frame whose size the table lies
+// about, and found no header where it looked).
 func (in *input) streamErr(err error) error {
+	if in.sz != nil && in.sz.Err() == nil {
+		in.sz.verify(context.Background(), defaultZstdWorkers(), in.sc.pos)
+	}
 	if e := in.decodeErr(); e != nil {
 		return e
 	}
@@ -85,6 +140,12 @@ func (in *input) streamErr(err error) error {
 // more than maxTrailing of it is refused, so that a small compressed file
 // cannot keep a pass decoding gigabytes of nothing.
 func (in *input) finish() (int64, error) {
+	if in.sz != nil {
+		if in.sz.total-in.sc.pos > maxTrailing {
+			return 0, fmt.Errorf("more than %d MiB of data after the end of the tar archive", maxTrailing>>20)
+		}
+		return in.sz.size, nil
+	}
 	if in.seekable {
 		end, err := in.rs.Seek(0, io.SeekEnd)
 		if err != nil {
@@ -109,6 +170,9 @@ func (in *input) close() {
 	}
 	if in.dec != nil {
 		in.dec.Close()
+	}
+	if in.sz != nil {
+		in.sz.Close()
 	}
 }
 

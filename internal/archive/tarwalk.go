@@ -30,10 +30,7 @@ func walk(ctx context.Context, r io.Reader, st Store, opts WalkOptions, lim limi
 	tr := tar.NewReader(in.tar)
 	w := newWalker(st, lim, opts.concurrency())
 	w.name = opts.Name
-	var ra io.ReaderAt
-	if in.seekable && w.concurrency > 1 {
-		ra, w.deferred = r.(io.ReaderAt)
-	}
+	w.deferred = in.seekable && w.concurrency > 1 && in.reopens()
 	first := true
 	var prev string   // the entry before: when seekable, Next seeks past its data
 	var prevEnd int64 // where its data ends
@@ -73,7 +70,7 @@ func walk(ctx context.Context, r io.Reader, st Store, opts WalkOptions, lim limi
 			// The tar reader reads nothing ahead: the entry's data starts here.
 			prev, prevEnd = cleanName(hdr.Name), in.sc.pos+hdr.Size
 			if w.deferred {
-				again = sectionOpener(ra, in.sc.pos, hdr.Size)
+				again = in.reopen(in.sc.pos, hdr.Size)
 			}
 		}
 		if err := w.entry(ctx, hdr, tr, again); err != nil {
@@ -94,6 +91,12 @@ func walk(ctx context.Context, r io.Reader, st Store, opts WalkOptions, lim limi
 	if w.deferred {
 		w.queueHeldLayers()
 		if err := w.runJobs(ctx); err != nil {
+			return nil, in.streamErr(err)
+		}
+	}
+	if in.sz != nil {
+		// What no write decoded is checked as a stream would be.
+		if err := in.sz.verify(ctx, defaultZstdWorkers(), in.sz.total); err != nil {
 			return nil, err
 		}
 	}

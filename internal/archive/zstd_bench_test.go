@@ -289,7 +289,8 @@ func reportCPU(b *testing.B, start time.Duration, wall time.Time) {
 // compressible) as one zstd frame, the path every one-frame .tar.zst takes,
 // and as seekable zstd of 4 MiB frames (SeekableZstdWriter) on 1, 2 and the
 // default number of workers; and walks the seekable one into hashStore, as
-// BenchmarkWalkZstd does the one-frame one. MB/s are of the decompressed
+// BenchmarkWalkZstd does the one-frame one, as a stream and from the file
+// (by its seek table), and the same archive as a plain .tar from the file. MB/s are of the decompressed
 // archive; cpu-s/op the CPU time of the process per op.
 func BenchmarkZstdFrames(b *testing.B) {
 	open := func(b *testing.B, name string) *os.File {
@@ -329,20 +330,38 @@ func BenchmarkZstdFrames(b *testing.B) {
 			}
 			b.Run(label, decode(name, n, w))
 		}
-		b.Run("hash", func(b *testing.B) {
-			b.SetBytes(n)
-			cpu, wall := cpuTime(b), time.Now()
-			for b.Loop() {
-				f := open(b, name)
-				_, err := Walk(b.Context(), struct{ io.Reader }{f}, hashStore{})
-				f.Close()
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
-			reportCPU(b, cpu, wall)
-		})
+		b.Run("hash", walkHash(name, n, true))
+		b.Run("hash-by-table", walkHash(name, n, false))
 	})
+	b.Run("tar", func(b *testing.B) {
+		name, n := zstdBenchArchive(b, 8, fixture.None)
+		b.Run("hash", walkHash(name, n, false))
+	})
+}
+
+// walkHash walks the archive name (n bytes decompressed) into hashStore,
+// from the file, or as a stream read once in order.
+func walkHash(name string, n int64, stream bool) func(b *testing.B) {
+	return func(b *testing.B) {
+		b.SetBytes(n)
+		cpu, wall := cpuTime(b), time.Now()
+		for b.Loop() {
+			f, err := os.Open(name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var r io.Reader = f
+			if stream {
+				r = struct{ io.Reader }{f}
+			}
+			_, err = Walk(b.Context(), r, hashStore{})
+			f.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportCPU(b, cpu, wall)
+	}
 }
 
 // BenchmarkSeekableFrameSize writes 256 MiB, alternately 256 KiB of text

@@ -143,6 +143,7 @@ type zstdFrameHeader struct {
 	window uint64
 	fcs    uint64 // the content size, if hasFCS
 	hasFCS bool
+	hasSum bool // the frame ends with a checksum
 }
 
 // frame walks the frame whose magic is in hdr[:4] (18 bytes, the largest
@@ -208,25 +209,50 @@ func (z *zstdFrames) frameHeader(u *zstdUnit, hdr []byte) (zstdFrameHeader, erro
 	if err := z.readN(hdr[4:5]); err != nil {
 		return fh, frameErr(u.off, err)
 	}
-	fhd := hdr[4]
-	single := fhd&0x20 != 0
-	if fhd&0x08 != 0 {
-		return fh, frameErr(u.off, errors.New("reserved bit set in the frame header"))
+	n, err := zstdHeaderRest(hdr[4])
+	if err != nil {
+		return fh, frameErr(u.off, err)
 	}
-	n := [4]int{0, 1, 2, 4}[fhd&3] // the dictionary ID
-	fcsLen := [4]int{0, 2, 4, 8}[fhd>>6]
-	if fcsLen == 0 && single {
-		fcsLen = 1
-	}
-	if !single {
-		n++ // the window descriptor
-	}
-	n += fcsLen
 	h := hdr[:5+n]
 	if err := z.readN(h[5:]); err != nil {
 		return fh, frameErr(u.off, err)
 	}
-	u.hasSum = fhd&0x04 != 0
+	fh = parseZstdFrameHeader(h)
+	u.hasSum = fh.hasSum
+	if fh.window > z.limit {
+		return fh, &zstdFrameError{msg: fmt.Sprintf("zstd: the frame at offset %d declares a %s window, more than the %s holdfast decodes%s", u.off, units.Whole(fh.window), units.Whole(z.limit), zstdHint)}
+	}
+	u.comp = append(u.comp, h...)
+	return fh, nil
+}
+
+// zstdHeaderRest is how many bytes of a frame header follow its descriptor,
+// fhd: the window descriptor, the dictionary ID and the content size.
+func zstdHeaderRest(fhd byte) (int, error) {
+	if fhd&0x08 != 0 {
+		return 0, errors.New("reserved bit set in the frame header")
+	}
+	n := [4]int{0, 1, 2, 4}[fhd&3] // the dictionary ID
+	if fhd&0x20 == 0 {
+		n++ // the window descriptor
+	}
+	return n + zstdFCSLen(fhd), nil
+}
+
+// zstdFCSLen is the size of the content size field a frame descriptor says.
+func zstdFCSLen(fhd byte) int {
+	if fhd>>6 == 0 && fhd&0x20 != 0 {
+		return 1 // single segment: a one-byte size
+	}
+	return [4]int{0, 2, 4, 8}[fhd>>6]
+}
+
+// parseZstdFrameHeader reads a whole frame header, h: magic, descriptor
+// and the zstdHeaderRest bytes after it.
+func parseZstdFrameHeader(h []byte) zstdFrameHeader {
+	fhd := h[4]
+	fh := zstdFrameHeader{hasSum: fhd&0x04 != 0}
+	fcsLen := zstdFCSLen(fhd)
 	if fh.hasFCS = fcsLen > 0; fh.hasFCS {
 		f := h[len(h)-fcsLen:]
 		switch fcsLen {
@@ -241,16 +267,12 @@ func (z *zstdFrames) frameHeader(u *zstdUnit, hdr []byte) (zstdFrameHeader, erro
 		}
 	}
 	fh.window = fh.fcs
-	if !single {
+	if fhd&0x20 == 0 {
 		wd := h[5]
 		base := uint64(1) << (10 + wd>>3)
 		fh.window = base + base/8*uint64(wd&7)
 	}
-	if fh.window > z.limit {
-		return fh, &zstdFrameError{msg: fmt.Sprintf("zstd: the frame at offset %d declares a %s window, more than the %s holdfast decodes%s", u.off, units.Whole(fh.window), units.Whole(z.limit), zstdHint)}
-	}
-	u.comp = append(u.comp, h...)
-	return fh, nil
+	return fh
 }
 
 // blockWalk walks the blocks of one frame.

@@ -727,4 +727,49 @@ var sabotages = []sabotage{
 		edits: []edit{{"internal/pass/imports.go", "	if src.Incomplete == \"\" {\n		return nil", "	if true {\n		return nil"}},
 		tests: []tests{{"./internal/pass", []string{"TestIncompleteSplitWaitsThenFails"}, nil}},
 	},
+	{
+		name: "seek-zstd-skipped-frames-unchecked",
+		// Read by its seek table, a frame no write decoded (in a blob the
+		// store has) is never decoded: a broken one goes unnoticed.
+		edits: []edit{{"internal/archive/zstdseekread.go",
+			"if i >= len(z.frames) || z.frames[i].at >= below {",
+			"if true {"}},
+		tests: []tests{{"./internal/archive", []string{"TestSeekZstdCorrupt"}, nil}},
+	},
+	{
+		name: "seek-zstd-frame-size-unchecked",
+		// A frame read by the seek table that decodes to less than the
+		// table says is taken: every offset after it is off.
+		edits: []edit{{"internal/archive/zstdseekread.go",
+			"case len(out) != int(f.n):",
+			"case false:"}},
+		tests: []tests{{"./internal/archive", []string{"TestSeekZstdCorrupt"}, nil}},
+	},
+	{
+		name: "seek-zstd-header-size-trusted",
+		// A seek table that disagrees with a frame's declared content
+		// size is trusted.
+		edits: []edit{{"internal/archive/zstdseekread.go",
+			"if fh.window > limit || fh.hasFCS && fh.fcs != uint64(e.dec) {",
+			"if fh.window > limit {"}},
+		tests: []tests{{"./internal/archive", []string{"TestSeekZstdCorrupt"}, nil}},
+	},
+	{
+		name: "seek-zstd-table-checksum-unchecked",
+		// A seek table's checksum that is not the frame's is let pass,
+		// where the stream refuses it.
+		edits: []edit{{"internal/archive/zstdseekread.go",
+			"case f.hasSum && binary.LittleEndian.Uint32(b.comp[len(b.comp)-4:]) != f.sum:",
+			"case false:"}},
+		tests: []tests{{"./internal/archive", []string{"TestSeekZstdCorrupt"}, nil}},
+	},
+	{
+		name: "seek-zstd-small-blobs-deferred",
+		// Every blob read by the seek table is written by its own job:
+		// a frame holding many small blobs is decoded once per blob.
+		edits: []edit{{"internal/archive/zstdseekread.go",
+			"const seekZstdDeferFrames = 4",
+			"const seekZstdDeferFrames = 1"}},
+		tests: []tests{{"./internal/archive", []string{"TestSeekZstdDefers"}, nil}},
+	},
 }
