@@ -144,6 +144,9 @@ func (in *input) finish() (int64, error) {
 		if in.sz.total-in.sc.pos > maxTrailing {
 			return 0, fmt.Errorf("more than %d MiB of data after the end of the tar archive", maxTrailing>>20)
 		}
+		// The tar reader is done: its frame's buffers go before the
+		// deferred writes take theirs.
+		in.rs.(*seekZstdReader).Close()
 		return in.sz.size, nil
 	}
 	if in.seekable {
