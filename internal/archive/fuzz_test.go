@@ -29,7 +29,9 @@ func FuzzWalk(f *testing.F) {
 		"hybrid":      {tarBytes(f, hybridEntries(f, []image{im}, []ocispec.Descriptor{im.manifest.desc()}, [][]string{{"b:1"}}))},
 		"oci-gzip":    {compress(f, Gzip, oci)},
 		"oci-zstd":    {compress(f, Zstd, oci)},
-		"text":        {[]byte("not an archive")},
+		// Read by its seek table from the file, as a stream the other time.
+		"oci-seekable-zstd": {append(concatZframes(zframesOf(oci, 4096)), seekTableOf(zframesOf(oci, 4096))...)},
+		"text":              {[]byte("not an archive")},
 	})
 
 	f.Fuzz(func(t *testing.T, b []byte) {

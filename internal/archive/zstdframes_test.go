@@ -380,17 +380,26 @@ func TestZstdFramesMemory(t *testing.T) {
 	}
 }
 
-// frameGoroutines are the stacks of the frame decoder's goroutines.
+// frameGoroutines are the stacks of the frame decoder's goroutines still
+// there after Close. A goroutine that has called wg.Done may not have
+// returned yet when Close does: they are looked for again, for up to 5
+// seconds, until there are none; one that is blocked stays.
 func frameGoroutines() []string {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	var left []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "(*zstdFrames)") {
-			left = append(left, g)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		var left []string
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "(*zstdFrames)") {
+				left = append(left, g)
+			}
 		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(time.Millisecond)
 	}
-	return left
 }
 
 // TestZstdFramesClose: a reader that stops early, anywhere, leaves no
