@@ -27,9 +27,10 @@ type input struct {
 
 // openInput prepares r for the tar reader: an uncompressed io.ReadSeeker is
 // read as it is, so that skipped entries are seeked over, and so is a
-// seekable zstd file, by its seek table; anything else is decompressed, the
-// decoder running ahead of the reader.
-func openInput(r io.Reader, lim limits) (*input, error) {
+// seekable zstd file, by its seek table, when byTable (the walk defers
+// writes: it is their decoding that goes on several cores); anything else is
+// decompressed, the decoder running ahead of the reader.
+func openInput(r io.Reader, lim limits, byTable bool) (*input, error) {
 	if rs, ok := r.(io.ReadSeeker); ok {
 		if start, err := rs.Seek(0, io.SeekCurrent); err == nil {
 			head, err := readUpTo(rs, peekSize)
@@ -44,6 +45,9 @@ func openInput(r io.Reader, lim limits) (*input, error) {
 			case None:
 				return seekableInput(None, rs, start, ra), nil
 			case Zstd:
+				if !byTable {
+					break
+				}
 				if in := openSeekZstdInput(rs, start, ra, lim); in != nil {
 					return in, nil
 				}
@@ -126,6 +130,12 @@ func (in *input) streamErr(err error) error {
 	if in.sz != nil && in.sz.Err() == nil {
 		in.sz.verify(context.Background(), defaultZstdWorkers(), in.sc.pos)
 	}
+	return in.writeErr(err)
+}
+
+// writeErr is streamErr for the deferred writes, after the walk: a frame a
+// writer found broken is the cause; nothing more is decoded to look for one.
+func (in *input) writeErr(err error) error {
 	if e := in.decodeErr(); e != nil {
 		return e
 	}

@@ -20,7 +20,7 @@ import (
 // as a tar archive should, then runs the writes it deferred and resolves the
 // images.
 func walk(ctx context.Context, r io.Reader, st Store, opts WalkOptions, lim limits) (*Result, error) {
-	in, err := openInput(r, lim)
+	in, err := openInput(r, lim, opts.concurrency() > 1)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func walk(ctx context.Context, r io.Reader, st Store, opts WalkOptions, lim limi
 	if w.deferred {
 		w.queueHeldLayers()
 		if err := w.runJobs(ctx); err != nil {
-			return nil, in.streamErr(err)
+			return nil, in.writeErr(err)
 		}
 	}
 	if in.sz != nil {

@@ -74,7 +74,7 @@ type walkOutcome struct {
 // seeksZstd reports whether in, read from a file, is read by its seek table.
 func seeksZstd(t *testing.T, in []byte) bool {
 	t.Helper()
-	i, err := openInput(bytes.NewReader(in), smallLimits())
+	i, err := openInput(bytes.NewReader(in), smallLimits(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +118,15 @@ func TestSeekZstdWalk(t *testing.T) {
 			}
 		})
 	}
-	// A file without a table, or whose table does not tile it, is a stream.
+	// A file without a table, or whose table does not tile it, is a stream;
+	// so is any, for a walk that writes one blob at a time (its frames are
+	// decoded on several cores only so).
 	fs := zframesOf(tarb, 64<<10)
+	i, err := openInput(bytes.NewReader(append(concatZframes(fs), seekTableOf(fs)...)), smallLimits(), false)
+	if err != nil || i.sz != nil || i.ahead == nil {
+		t.Fatalf("not by the table: %v, read by it: %v", err, i != nil && i.sz != nil)
+	}
+	i.close()
 	if seeksZstd(t, concatZframes(fs)) || seeksZstd(t, append(pzstdZframes(fs), seekTableOf(fs)...)) {
 		t.Fatal("read by a seek table it does not have, or that does not place its frames")
 	}
