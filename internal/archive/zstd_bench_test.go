@@ -230,17 +230,10 @@ func BenchmarkWalkZstd(b *testing.B) {
 				name, n = zstdBenchArchive(b, 8, c)
 			}
 			blobs := b.TempDir()
-			open := func(b *testing.B) *os.File {
-				f, err := os.Open(name)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return f
-			}
 			b.Run("decode", func(b *testing.B) {
 				b.SetBytes(n)
 				for b.Loop() {
-					f := open(b)
+					f := openBench(b, name)
 					if _, _, err := Drain(f); err != nil {
 						b.Fatal(err)
 					}
@@ -251,18 +244,8 @@ func BenchmarkWalkZstd(b *testing.B) {
 				name string
 				st   Store
 			}{{"hash", hashStore{}}, {"direct", directStore{blobs}}} {
-				b.Run(s.name, func(b *testing.B) {
-					b.SetBytes(n)
-					for b.Loop() {
-						f := open(b)
-						// A stream, not a file: the walk reads it once, in order.
-						_, err := Walk(b.Context(), struct{ io.Reader }{f}, s.st)
-						f.Close()
-						if err != nil {
-							b.Fatal(err)
-						}
-					}
-				})
+				// A stream, not a file: the walk reads it once, in order.
+				b.Run(s.name, walkFile(name, n, s.st, true))
 			}
 		})
 	}
@@ -290,22 +273,16 @@ func reportCPU(b *testing.B, start time.Duration, wall time.Time) {
 // and as seekable zstd of 4 MiB frames (SeekableZstdWriter) on 1, 2 and the
 // default number of workers; and walks the seekable one into hashStore, as
 // BenchmarkWalkZstd does the one-frame one, as a stream and from the file
-// (by its seek table), and the same archive as a plain .tar from the file. MB/s are of the decompressed
-// archive; cpu-s/op the CPU time of the process per op.
+// (by its seek table), and the same archive as a plain .tar from the file.
+// MB/s are of the decompressed archive; cpu-s/op the CPU time of the
+// process per op.
 func BenchmarkZstdFrames(b *testing.B) {
-	open := func(b *testing.B, name string) *os.File {
-		f, err := os.Open(name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return f
-	}
 	decode := func(name string, n int64, workers int) func(b *testing.B) {
 		return func(b *testing.B) {
 			b.SetBytes(n)
 			cpu, wall := cpuTime(b), time.Now()
 			for b.Loop() {
-				f := open(b, name)
+				f := openBench(b, name)
 				if _, _, err := DrainWorkers(f, workers); err != nil {
 					b.Fatal(err)
 				}
@@ -330,31 +307,37 @@ func BenchmarkZstdFrames(b *testing.B) {
 			}
 			b.Run(label, decode(name, n, w))
 		}
-		b.Run("hash", walkHash(name, n, true))
-		b.Run("hash-by-table", walkHash(name, n, false))
+		b.Run("hash", walkFile(name, n, hashStore{}, true))
+		b.Run("hash-by-table", walkFile(name, n, hashStore{}, false))
 	})
 	b.Run("tar", func(b *testing.B) {
 		name, n := zstdBenchArchive(b, 8, fixture.None)
-		b.Run("hash", walkHash(name, n, false))
+		b.Run("hash", walkFile(name, n, hashStore{}, false))
 	})
 }
 
-// walkHash walks the archive name (n bytes decompressed) into hashStore,
-// from the file, or as a stream read once in order.
-func walkHash(name string, n int64, stream bool) func(b *testing.B) {
+// openBench opens the bench archive name.
+func openBench(b *testing.B, name string) *os.File {
+	f, err := os.Open(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return f
+}
+
+// walkFile walks the archive name (n bytes decompressed) into st, from the
+// file, or as a stream read once in order, and reports the CPU it took.
+func walkFile(name string, n int64, st Store, stream bool) func(b *testing.B) {
 	return func(b *testing.B) {
 		b.SetBytes(n)
 		cpu, wall := cpuTime(b), time.Now()
 		for b.Loop() {
-			f, err := os.Open(name)
-			if err != nil {
-				b.Fatal(err)
-			}
+			f := openBench(b, name)
 			var r io.Reader = f
 			if stream {
 				r = struct{ io.Reader }{f}
 			}
-			_, err = Walk(b.Context(), r, hashStore{})
+			_, err := Walk(b.Context(), r, st)
 			f.Close()
 			if err != nil {
 				b.Fatal(err)

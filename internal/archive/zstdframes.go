@@ -510,10 +510,24 @@ func (z *zstdFrames) checkTable(u *zstdUnit) error {
 		case uint64(e.comp) != r.comp:
 			return markerErr("zstd: the seek table says frame %d (at offset %d) is %d bytes compressed, it is %d", i, r.off, e.comp, r.comp)
 		case uint64(e.dec) != r.dec:
-			return markerErr("zstd: the seek table says frame %d (at offset %d) decompresses to %d bytes, it is %d", i, r.off, e.dec, r.dec)
+			return tableSizeErr(i, r.off, e.dec, r.dec)
 		case t.sums && r.hasSum && e.sum != r.sum:
-			return markerErr("zstd: the seek table says frame %d (at offset %d) has checksum %08x, the frame %08x", i, r.off, e.sum, r.sum)
+			return tableSumErr(i, r.off, e.sum, r.sum)
 		}
 	}
 	return nil
+}
+
+// tableSizeErr says a seek table's entry for frame i, at offset off, gives
+// a content size the frame does not have (is: its size, or "more"); the
+// stream (checkTable) and the read by the table (zstdseekread.go) say it
+// alike.
+func tableSizeErr(i int, off int64, said uint32, is any) error {
+	return markerErr("zstd: the seek table says frame %d (at offset %d) decompresses to %d bytes, it is %v", i, off, said, is)
+}
+
+// tableSumErr says a seek table's entry for frame i gives a checksum that is
+// not the frame's.
+func tableSumErr(i int, off int64, said, is uint32) error {
+	return markerErr("zstd: the seek table says frame %d (at offset %d) has checksum %08x, the frame %08x", i, off, said, is)
 }

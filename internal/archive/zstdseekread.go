@@ -187,9 +187,9 @@ func (z *seekZstd) decode(i int, b *seekZstdBufs) error {
 	case err != nil:
 		err = frameErr(f.off, err)
 	case len(out) != int(f.n):
-		err = markerErr("zstd: the seek table says frame %d (at offset %d) decompresses to %d bytes, it is %d", i, f.off, f.n, len(out))
+		err = tableSizeErr(i, f.off, f.n, len(out))
 	case f.hasSum && binary.LittleEndian.Uint32(b.comp[len(b.comp)-4:]) != f.sum:
-		err = markerErr("zstd: the seek table says frame %d (at offset %d) has checksum %08x, the frame %08x", i, f.off, f.sum, binary.LittleEndian.Uint32(b.comp[len(b.comp)-4:]))
+		err = tableSumErr(i, f.off, f.sum, binary.LittleEndian.Uint32(b.comp[len(b.comp)-4:]))
 	}
 	if err != nil {
 		return z.fail(err)
@@ -206,9 +206,9 @@ func (z *seekZstd) tooLarge(i int, comp []byte) error {
 	f := &z.frames[i]
 	out, err := z.dec.DecodeAll(comp, make([]byte, 0, zstdFrameDecCap))
 	if err != nil {
-		return markerErr("zstd: the seek table says frame %d (at offset %d) decompresses to %d bytes, it is more", i, f.off, f.n)
+		return tableSizeErr(i, f.off, f.n, "more")
 	}
-	return markerErr("zstd: the seek table says frame %d (at offset %d) decompresses to %d bytes, it is %d", i, f.off, f.n, len(out))
+	return tableSizeErr(i, f.off, f.n, len(out))
 }
 
 // reader reads decoded bytes [start, end).
