@@ -145,6 +145,9 @@ func plan(ctx context.Context, c runtime.Content, imgs []Image, records []runtim
 		p.Blobs++
 		p.Bytes += desc.Size
 	}
+	if err := whole(ctx, w, p); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 

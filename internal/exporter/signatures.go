@@ -97,12 +97,8 @@ func signatureCandidates(records []runtime.Image, states []runtime.SourceState) 
 		}
 	}
 	for _, r := range records {
-		if kind, ok := archive.CosignTag(r.Name); !ok || kind != "signature" {
-			continue
-		}
-		tag := r.Name[strings.LastIndexByte(r.Name, ':')+1:]
-		t, err := digest.Parse(strings.Replace(strings.TrimSuffix(tag, ".sig"), "-", ":", 1))
-		if err != nil {
+		t, ok := signatureTagOf(r.Name)
+		if !ok {
 			continue
 		}
 		d := r.Target
@@ -112,10 +108,25 @@ func signatureCandidates(records []runtime.Image, states []runtime.SourceState) 
 	return out
 }
 
+// signatureTagOf is the image a name with cosign's signature tag
+// (<repo>:sha256-<hex>.sig) signs.
+func signatureTagOf(name string) (digest.Digest, bool) {
+	if kind, ok := archive.CosignTag(name); !ok || kind != "signature" {
+		return "", false
+	}
+	tag := name[strings.LastIndexByte(name, ':')+1:]
+	t, err := digest.Parse(strings.Replace(strings.TrimSuffix(tag, ".sig"), "-", ":", 1))
+	if err != nil {
+		return "", false
+	}
+	return t, true
+}
+
 // signatureOf is the index.json entries and the blobs of one signature
 // manifest of image t: the manifest, the signatures found in it, and its
-// other blobs the store holds (holdfast keeps a signature's manifest and
-// signature layers, not always its config).
+// other blobs the store holds (its config). One the store does not hold
+// (a source kept before holdfast kept signature configs) is left to the
+// check of the whole layout (whole), which fails the export naming it.
 func signatureOf(ctx context.Context, c runtime.Content, t ocispec.Descriptor, sigs []layout.Signature, names []string) ([]ocispec.Descriptor, []ocispec.Descriptor, error) {
 	md := sigs[0].Manifest
 	raw, err := c.ReadBlob(ctx, md)

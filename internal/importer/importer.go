@@ -23,7 +23,6 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/archive"
 	"github.com/holdfast-project/holdfast/internal/runtime"
-	"github.com/holdfast-project/holdfast/internal/signature/layout"
 )
 
 // MaxDocSize bounds an index or manifest read back from the store (or a held
@@ -63,7 +62,7 @@ func importSource(ctx context.Context, s runtime.Store, req runtime.ImportReques
 	if err := s.Prepare(ctx, req); err != nil {
 		return res, err
 	}
-	prior, unchanged, err := openLease(ctx, s, id, req)
+	prior, unchanged, err := openLease(ctx, s, id, req, true)
 	if err != nil || unchanged {
 		res.Images, res.Unchanged = prior.Images, unchanged
 		if unchanged {
@@ -90,11 +89,16 @@ func importSource(ctx context.Context, s runtime.Store, req runtime.ImportReques
 // openLease reads a source's lease at this identity. When it holds a complete
 // import whose content is intact, the source is unchanged and nothing more is
 // to be done; otherwise the lease is made (or kept) for a new import.
-// req.Prior is the state the caller read already, if any.
-func openLease(ctx context.Context, s runtime.Store, id string, req runtime.ImportRequest) (runtime.SourceState, bool, error) {
+// req.Prior is the state the caller read already, if any. An archive's
+// import (carried) is not unchanged while its state lacks what a newer
+// import records of its signatures.
+func openLease(ctx context.Context, s runtime.Store, id string, req runtime.ImportRequest, carried bool) (runtime.SourceState, bool, error) {
+	upToDate := func(st runtime.SourceState) bool {
+		return (st.SignaturesRecorded || !req.Signed) && (!carried || signaturesListed(st))
+	}
 	var prior runtime.SourceState
 	if known := req.Prior; known != nil && known.Lease == id && known.Complete {
-		if prior = *known; prior.Intact && (prior.SignaturesRecorded || !req.Signed) {
+		if prior = *known; prior.Intact && upToDate(prior) {
 			return prior, true, nil
 		}
 	} else {
@@ -103,7 +107,7 @@ func openLease(ctx context.Context, s runtime.Store, id string, req runtime.Impo
 			return prior, false, err
 		}
 	}
-	if prior.Complete && (prior.SignaturesRecorded || !req.Signed) {
+	if prior.Complete && upToDate(prior) {
 		if ok, err := s.Intact(ctx, prior); err != nil || ok {
 			return prior, ok, err
 		}
@@ -155,11 +159,11 @@ func importLeased(ctx context.Context, s runtime.Store, sink runtime.Sink, lease
 		return runtime.SourceState{}, err
 	}
 	toLease = append(toLease, docs...)
-	sigs, pkg, sigLease, err := keepSignatures(ctx, sink, walked)
+	sigs, err := keepSignatures(ctx, s, sink, walked)
 	if err != nil {
 		return runtime.SourceState{}, err
 	}
-	toLease = append(toLease, sigLease...)
+	toLease = append(toLease, sigs.toLease...)
 	if err := s.AddToLease(ctx, lease, toLease); err != nil {
 		return runtime.SourceState{}, err
 	}
@@ -180,8 +184,15 @@ func importLeased(ctx context.Context, s runtime.Store, sink runtime.Sink, lease
 			size += ref.Desc.Size
 		}
 	}
+	// The signatures' blobs are needed too: one lost makes the source not
+	// intact, and the next pass imports it again.
+	for _, d := range sigs.blobs {
+		if !slices.Contains(required, d) {
+			required = append(required, d)
+		}
+	}
 	state := runtime.SourceState{Lease: lease, Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: Wants(walked.Images), Blobs: required, Size: size,
-		Format: res.Format, Skipped: skipped, Signatures: sigs, SignaturesRecorded: true, Package: pkg}
+		Format: res.Format, Skipped: skipped, Signatures: sigs.byImage, SignaturesRecorded: true, Package: sigs.pkg}
 	if err := sink.WriteState(ctx, state); err != nil {
 		return runtime.SourceState{}, err
 	}
@@ -334,7 +345,7 @@ func written(st runtime.SourceState) runtime.SourceState {
 func LeaseWants(ctx context.Context, s runtime.Store, req runtime.LeaseRequest) (runtime.ImportResult, error) {
 	id := runtime.LeaseID(req.Source, req.Identity)
 	res := runtime.ImportResult{Lease: id}
-	prior, unchanged, err := openLease(ctx, s, id, runtime.ImportRequest{Source: req.Source, Identity: req.Identity})
+	prior, unchanged, err := openLease(ctx, s, id, runtime.ImportRequest{Source: req.Source, Identity: req.Identity}, false)
 	if err != nil || unchanged {
 		res.Images, res.Unchanged = prior.Images, unchanged
 		if unchanged {
@@ -398,97 +409,3 @@ func LeaseWants(ctx context.Context, s runtime.Store, req runtime.LeaseRequest) 
 	res.Images, res.State = kept, written(st)
 	return res, errors.Join(errs...)
 }
-
-// signatureBlobs are the blobs of w's signature manifests (a pull found them
-// in the registry) that the store holds: the manifests and their layers,
-// for the list's lease. A signature that cannot be read is left out: the
-// policy then finds it missing.
-func signatureBlobs(ctx context.Context, s runtime.Store, w runtime.Want, read func(context.Context, ocispec.Descriptor) ([]byte, error)) []digest.Digest {
-	var out []digest.Digest
-	for _, sig := range w.Signatures {
-		refs, err := runtime.Closure(ctx, sig, read, s.Platform(), s.IsNotFound)
-		if err != nil {
-			continue
-		}
-		for _, ref := range refs {
-			if ok, _ := s.Has(ctx, ref.Desc.Digest); ok {
-				out = append(out, ref.Desc.Digest)
-			}
-		}
-	}
-	return out
-}
-
-// keepSignatures writes the signature manifests the walk found for its
-// images, and their signature layers, and a Zarf package's signature and
-// zarf.yaml, under the import's lease: small blobs, kept whatever the
-// policy so that a policy set later judges them without the archive. It
-// returns the manifests by image target, the package signature, and the
-// blobs that were in the store already, for the lease.
-func keepSignatures(ctx context.Context, sink runtime.Sink, walked *archive.Result) (map[digest.Digest][]ocispec.Descriptor, *runtime.PackageSignature, []digest.Digest, error) {
-	var toLease []digest.Digest
-	done := map[digest.Digest]bool{}
-	// keep writes a small blob (data, else what the walk read whole of it),
-	// or leases one the walk gave the sink.
-	keep := func(desc ocispec.Descriptor, data []byte) error {
-		if done[desc.Digest] {
-			return nil
-		}
-		done[desc.Digest] = true
-		if data == nil {
-			var ok bool
-			if data, ok = walked.Docs[desc.Digest]; !ok {
-				// Given to the sink as a blob: on the lease once committed.
-				if !sink.Committed(desc.Digest) {
-					toLease = append(toLease, desc.Digest)
-				}
-				return nil
-			}
-		}
-		desc.Size = int64(len(data))
-		committed, err := sink.WriteDoc(ctx, desc, data, nil)
-		if err != nil {
-			return fmt.Errorf("keeping signature %s: %w", desc.Digest, err)
-		}
-		if !committed {
-			toLease = append(toLease, desc.Digest)
-		}
-		return nil
-	}
-	var pkg *runtime.PackageSignature
-	if p := walked.Package; p != nil {
-		pkg = &runtime.PackageSignature{
-			Manifest: ocispec.Descriptor{MediaType: MediaTypeZarfYAML, Digest: digest.FromBytes(p.Manifest), Size: int64(len(p.Manifest))},
-			Bundle:   ocispec.Descriptor{MediaType: layout.MediaTypeBundle, Digest: digest.FromBytes(p.Bundle), Size: int64(len(p.Bundle))},
-		}
-		if err := errors.Join(keep(pkg.Manifest, p.Manifest), keep(pkg.Bundle, p.Bundle)); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	carried := layout.Carried(ctx, walked)
-	if len(carried) == 0 {
-		return nil, pkg, toLease, nil
-	}
-	out := map[digest.Digest][]ocispec.Descriptor{}
-	for target, sigs := range carried {
-		for _, sig := range sigs {
-			m := sig.Manifest
-			if data, ok := walked.Docs[m.Digest]; ok {
-				m.Size = int64(len(data))
-			}
-			if err := errors.Join(keep(m, nil), keep(sig.Layer, nil)); err != nil {
-				return nil, nil, nil, err
-			}
-			if !slices.ContainsFunc(out[target], func(d ocispec.Descriptor) bool {
-				return d.Digest == m.Digest && d.Annotations[ocispec.AnnotationRefName] == m.Annotations[ocispec.AnnotationRefName]
-			}) {
-				out[target] = append(out[target], m)
-			}
-		}
-	}
-	return out, pkg, toLease, nil
-}
-
-// MediaTypeZarfYAML is the media type holdfast gives a Zarf package's
-// zarf.yaml kept in the content store.
-const MediaTypeZarfYAML = "application/vnd.zarf.package.v1+yaml"
