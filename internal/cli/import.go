@@ -14,6 +14,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/source"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
 
@@ -23,7 +24,7 @@ func newImport(o *options) *cobra.Command {
 		name     string
 	)
 	cmd := &cobra.Command{
-		Use:   "import FILE|DIR...",
+		Use:   "import FILE|DIR|-...",
 		Short: "Import archives or OCI layout dirs once, and keep their images pinned until released",
 		Long: `import reads each archive (docker save, OCI, compressed or not) or OCI layout
 directory into containerd, pins its images and leases their content as a kept
@@ -41,6 +42,15 @@ split into .part000, .part001, ...), a cosign layout (cosign save --dir): only
 their images are imported, under the names the bundle gives them, never a
 signature, attestation, SBOM, chart or file. A cosign layout names no image:
 give its name with --name REF.
+
+With -, the archive is read from standard input (holdfast export -o - | ssh
+node holdfast import -), in any format and compression a file may have; it is
+not spooled to disk. Its identity is the digest of the bytes read, known once
+they are read: the kept source is named stdin@sha256:<first 12 hex digits>,
+the name status shows and release takes. The same bytes again are the same
+kept source; other bytes are another kept source, replacing none. /dev/stdin
+is read as -; a named pipe given as a path is refused: connect it to
+standard input and give -.
 
 Importing the same file again reads nothing (the file's identity is its size,
 mtime, inode and ctime). Importing a changed file at the same path replaces the
@@ -88,7 +98,16 @@ a failed import leaves nothing behind), 2 on bad usage.`,
 			upTo := d.announce(args)
 			for i, path := range args {
 				d.start()
-				k, err := pass.Keep(ctx, s.rt, path, standing, pass.KeepOptions{Progress: d.hook(), Name: name, Policy: o.policy})
+				opts := pass.KeepOptions{Progress: d.hook(), Name: name, Policy: o.policy}
+				var (
+					k   pass.Kept
+					err error
+				)
+				if source.IsStdin(path) {
+					k, err = pass.KeepStream(ctx, s.rt, cmd.InOrStdin(), standing, opts)
+				} else {
+					k, err = pass.Keep(ctx, s.rt, path, standing, opts)
+				}
 				d.stop()
 				d.passed(upTo[i])
 				for _, n := range slices.Sorted(maps.Keys(k.Verdicts)) {
@@ -128,6 +147,20 @@ a failed import leaves nothing behind), 2 on bad usage.`,
 	addProgressFlag(cmd, &progress)
 	cmd.Flags().StringVar(&name, "name", "", "name the image of a cosign layout (cosign save), whose index names none; with --name, give one path")
 	return cmd
+}
+
+// stdinOnce refuses standard input named more than once: it is read once.
+func stdinOnce(command string, args []string) error {
+	n := 0
+	for _, a := range args {
+		if source.IsStdin(a) {
+			n++
+		}
+	}
+	if n > 1 {
+		return &usageError{fmt.Errorf("%s: standard input (-) is read once; give it once", command)}
+	}
+	return nil
 }
 
 // writeKept lists the kept sources under status's table: where each was

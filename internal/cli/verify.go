@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/signature"
 	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -30,7 +31,7 @@ type VerifyImage struct {
 func newVerify() *cobra.Command {
 	var policyFile, name, output string
 	cmd := &cobra.Command{
-		Use:   "verify --policy FILE FILE|DIR...",
+		Use:   "verify --policy FILE FILE|DIR|-...",
 		Short: "Check the signatures of the images in archives and bundles against the policy, importing nothing",
 		Long: `verify checks each image of the archives and bundles it is given against the
 signature policy (--policy; see docs/signatures.md), offline: it imports
@@ -38,7 +39,8 @@ nothing, needs no containerd and changes nothing. It takes what holdfast import
 takes: docker save and OCI archives, compressed or not, OCI layout directories,
 Hauler hauls, Zarf packages, cosign layouts (name the image with --name REF)
 and split bundles. Each is read whole, every blob checked against its digest,
-as an import would read it.
+as an import would read it. With -, the archive is read from standard input
+(its images are listed with the path -); /dev/stdin is read as -.
 
 The signatures are the ones the archive carries beside the image: cosign's
 .sig manifests (a haul's and a cosign layout's signature entries, the
@@ -69,7 +71,7 @@ bad usage or a bad policy (each mistake printed as FILE:LINE: cause).`,
 			if name != "" && len(args) > 1 {
 				return &usageError{errors.New("verify: --name names the image of one path; give one")}
 			}
-			return nil
+			return stdinOnce("verify", args)
 		},
 		// No containerd and no data dir: only the flags' environment
 		// variables are applied.
@@ -95,12 +97,22 @@ bad usage or a bad policy (each mistake printed as FILE:LINE: cause).`,
 			images := []VerifyImage{}
 			failed := false
 			for _, path := range args {
-				vs, err := verifyPath(ctx, pol, path, name)
+				var (
+					vs  []VerifyImage
+					err error
+				)
+				what := path
+				if source.IsStdin(path) {
+					what = pass.StreamName
+					vs, err = verifyStream(ctx, pol, cmd.InOrStdin(), name)
+				} else {
+					vs, err = verifyPath(ctx, pol, path, name)
+				}
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				if err != nil {
-					fmt.Fprintf(errOut, "error: verify %s: %v\n", path, err)
+					fmt.Fprintf(errOut, "error: verify %s: %v\n", what, err)
 					failed = true
 					continue
 				}
@@ -163,12 +175,27 @@ func verifyPath(ctx context.Context, pol *signature.Policy, path, name string) (
 	if err != nil {
 		return nil, err
 	}
+	return verdicts(ctx, pol, res, src.Path), nil
+}
+
+// verifyStream is verifyPath for an archive read from r (standard input):
+// its images are listed with the path "-".
+func verifyStream(ctx context.Context, pol *signature.Policy, r io.Reader, name string) ([]VerifyImage, error) {
+	res, err := archive.WalkWith(ctx, r, archive.Discard, archive.WalkOptions{Name: name, ReadSkipped: true})
+	if err != nil {
+		return nil, err
+	}
+	return verdicts(ctx, pol, res, "-"), nil
+}
+
+// verdicts judges the images of an archive read whole against pol.
+func verdicts(ctx context.Context, pol *signature.Policy, res *archive.Result, path string) []VerifyImage {
 	var out []VerifyImage
 	for _, img := range signature.Check(ctx, pol, res, layout.Docs(res)) {
-		out = append(out, VerifyImage{Path: src.Path, Name: img.Name, Digest: img.Target.Digest.String(),
+		out = append(out, VerifyImage{Path: path, Name: img.Name, Digest: img.Target.Digest.String(),
 			State: img.State, By: img.By, Reason: img.Reason})
 	}
-	return out, nil
+	return out
 }
 
 // flatten lists the errors errors.Join joined (a policy's mistakes), or err

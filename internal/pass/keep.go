@@ -80,13 +80,22 @@ func Keep(ctx context.Context, rt hfruntime.Backend, path string, standing Stand
 	if err != nil {
 		return k, fmt.Errorf("import %s: %w", k.Path, err)
 	}
+	err = pinKept(ctx, rt, &k, src.Path, standing, opts)
+	return k, err
+}
+
+// pinKept pins what the kept import k.Result wants, as a pass would pin it,
+// every other lease taken as it is. The earlier kept imports of replaces (a
+// path; none when empty) are released once the pins are made, and the names
+// only they wanted are unpinned.
+func pinKept(ctx context.Context, rt hfruntime.Backend, k *Kept, replaces string, standing Standing, opts KeepOptions) error {
 	states, records, err := readStore(ctx, rt)
 	if err != nil {
-		return k, fmt.Errorf("import %s: %w", k.Path, err)
+		return fmt.Errorf("import %s: %w", k.Path, err)
 	}
 	var earlier []hfruntime.SourceState
 	states = slices.DeleteFunc(states, func(st hfruntime.SourceState) bool {
-		old := st.Kept && st.Source == src.Path && st.Lease != k.Result.Lease
+		old := replaces != "" && st.Kept && st.Source == replaces && st.Lease != k.Result.Lease
 		if old {
 			earlier = append(earlier, st)
 		}
@@ -141,13 +150,13 @@ func Keep(ctx context.Context, rt hfruntime.Backend, path string, standing Stand
 	}
 	if len(errs) > 0 {
 		// The earlier import may hold content a failed pin still needs.
-		return k, errors.Join(errs...)
+		return errors.Join(errs...)
 	}
 	for _, st := range earlier {
 		k.Replaced = append(k.Replaced, st.Lease)
 	}
 	k.Unpinned, err = releaseLeases(ctx, rt, earlier, plan.WantedNames, standing, records)
-	return k, err
+	return err
 }
 
 // Release is what ReleaseKept did, or would do.

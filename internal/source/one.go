@@ -32,7 +32,7 @@ func Identify(path string) (Source, error) {
 		return identify(path, OCIDir)
 	}
 	if !fi.Mode().IsRegular() {
-		return Source{}, fmt.Errorf("%s is not a regular file", path)
+		return Source{}, nonRegular(path, fi.Mode())
 	}
 	if base, p, ok := parsePart(filepath.Base(path)); ok && isPart(path, p) {
 		bundle := filepath.Join(filepath.Dir(path), base)
