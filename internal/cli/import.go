@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/runtime"
@@ -18,15 +19,8 @@ import (
 	"github.com/holdfast-project/holdfast/internal/units"
 )
 
-func newImport(o *options) *cobra.Command {
-	var (
-		progress progressFlag
-		name     string
-	)
-	cmd := &cobra.Command{
-		Use:   "import FILE|DIR|-...",
-		Short: "Import archives or OCI layout dirs once, and keep their images pinned until released",
-		Long: `import reads each archive (docker save, OCI, compressed or not) or OCI layout
+// importHelp is the long help of holdfast import.
+const importHelp = `import reads each archive (docker save, OCI, compressed or not) or OCI layout
 directory into containerd, pins its images and leases their content as a kept
 source: it no longer depends on the file. The file may then be deleted or moved
 to get the disk back; its images stay pinned, and holdfast heals them from the
@@ -64,7 +58,17 @@ takes the kept source in at once.
 
 Exit status: 0 when every path was imported, 1 when any failed (the others are
 still imported; each failure is printed as "error: import <path>: <cause>", and
-a failed import leaves nothing behind), 2 on bad usage.`,
+a failed import leaves nothing behind), 2 on bad usage.`
+
+func newImport(o *options) *cobra.Command {
+	var (
+		progress progressFlag
+		name     string
+	)
+	cmd := &cobra.Command{
+		Use:   "import FILE|DIR|-...",
+		Short: "Import archives or OCI layout dirs once, and keep their images pinned until released",
+		Long:  importHelp,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return &usageError{errors.New("import: give at least one archive or OCI layout directory")}
@@ -104,7 +108,12 @@ a failed import leaves nothing behind), 2 on bad usage.`,
 					err error
 				)
 				if source.IsStdin(path) {
-					k, err = pass.KeepStream(ctx, s.rt, cmd.InOrStdin(), standing, opts)
+					var in io.Reader
+					if in, err = stdinOf(cmd); err == nil {
+						k, err = pass.KeepStream(ctx, s.rt, in, standing, opts)
+					} else {
+						err = fmt.Errorf("import %s: %w", pass.StreamName, err)
+					}
 				} else {
 					k, err = pass.Keep(ctx, s.rt, path, standing, opts)
 				}
@@ -161,6 +170,16 @@ func stdinOnce(command string, args []string) error {
 		return &usageError{fmt.Errorf("%s: standard input (-) is read once; give it once", command)}
 	}
 	return nil
+}
+
+// stdinOf is the command's standard input, to read an archive from: a
+// terminal is refused rather than waited on.
+func stdinOf(cmd *cobra.Command) (io.Reader, error) {
+	in := cmd.InOrStdin()
+	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return nil, errors.New("standard input is a terminal: pipe an archive into it, or give a path")
+	}
+	return in, nil
 }
 
 // writeKept lists the kept sources under status's table: where each was

@@ -28,12 +28,8 @@ type VerifyImage struct {
 	Reason string          `json:"reason,omitempty"`
 }
 
-func newVerify() *cobra.Command {
-	var policyFile, name, output string
-	cmd := &cobra.Command{
-		Use:   "verify --policy FILE FILE|DIR|-...",
-		Short: "Check the signatures of the images in archives and bundles against the policy, importing nothing",
-		Long: `verify checks each image of the archives and bundles it is given against the
+// verifyHelp is the long help of holdfast verify.
+const verifyHelp = `verify checks each image of the archives and bundles it is given against the
 signature policy (--policy; see docs/signatures.md), offline: it imports
 nothing, needs no containerd and changes nothing. It takes what holdfast import
 takes: docker save and OCI archives, compressed or not, OCI layout directories,
@@ -63,7 +59,14 @@ under mode warn a pass would import it all the same, and only report it.
 Exit status: 0 when every image a rule applies to is verified (unchecked ones
 pass), 1 when any is unsigned or invalid, or a path cannot be read (printed
 as "error: verify <path>: <cause>"; the other paths are still checked), 2 on
-bad usage or a bad policy (each mistake printed as FILE:LINE: cause).`,
+bad usage or a bad policy (each mistake printed as FILE:LINE: cause).`
+
+func newVerify() *cobra.Command {
+	var policyFile, name, output string
+	cmd := &cobra.Command{
+		Use:   "verify --policy FILE FILE|DIR|-...",
+		Short: "Check the signatures of the images in archives and bundles against the policy, importing nothing",
+		Long:  verifyHelp,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return &usageError{errors.New("verify: give at least one archive or OCI layout directory")}
@@ -104,7 +107,10 @@ bad usage or a bad policy (each mistake printed as FILE:LINE: cause).`,
 				what := path
 				if source.IsStdin(path) {
 					what = pass.StreamName
-					vs, err = verifyStream(ctx, pol, cmd.InOrStdin(), name)
+					var in io.Reader
+					if in, err = stdinOf(cmd); err == nil {
+						vs, err = verifyStream(ctx, pol, in, name)
+					}
 				} else {
 					vs, err = verifyPath(ctx, pol, path, name)
 				}

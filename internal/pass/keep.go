@@ -301,8 +301,12 @@ func lostKept(states []hfruntime.SourceState) []error {
 				missing += " is"
 			}
 		}
-		err := fmt.Errorf("content lost: %s missing from the store, needed by %s; nothing restores it but importing the file again (holdfast import %s) or releasing it",
-			missing, strings.Join(names, ", "), st.Source)
+		again := "the file again (holdfast import " + st.Source + ")"
+		if strings.HasPrefix(st.Source, streamMark) {
+			again = "the same archive again (holdfast import -)"
+		}
+		err := fmt.Errorf("content lost: %s missing from the store, needed by %s; nothing restores it but importing %s or releasing it",
+			missing, strings.Join(names, ", "), again)
 		errs = append(errs, sourceFailed(st.Source, err, fmt.Errorf("kept source %s: %w", st.Source, err)))
 	}
 	return errs

@@ -658,7 +658,7 @@ var sabotages = []sabotage{
 		// A source whose lease holds a complete, intact import at its
 		// identity is read and written again at every pass.
 		edits: []edit{{"internal/importer/importer.go",
-			"if prior = *known; prior.Intact && (prior.SignaturesRecorded || !req.Signed) {",
+			"if prior = *known; prior.Intact && upToDate(prior) {",
 			"if prior = *known; false {"}, {"internal/importer/importer.go",
 			"if ok, err := s.Intact(ctx, prior); err != nil || ok {",
 			"if ok, err := s.Intact(ctx, prior); err != nil || (ok && false) {"}},
@@ -771,5 +771,36 @@ var sabotages = []sabotage{
 			"const seekZstdDeferFrames = 4",
 			"const seekZstdDeferFrames = 1"}},
 		tests: []tests{{"./internal/archive", []string{"TestSeekZstdDefers"}, nil}},
+	},
+	{
+		name: "signature-config-not-kept",
+		// An import keeps a signature manifest and its signature layer, not
+		// its config: an export of the image names a config it does not
+		// hold, and differs from one of a node where ctr imported it.
+		edits: []edit{{"internal/importer/signatures.go",
+			"for _, c := range signatureChildren(walked.Docs[m.Digest], sig.Layer) {",
+			"for _, c := range []ocispec.Descriptor{sig.Layer} {"}},
+		tests: []tests{{"./internal/importer", []string{"TestImportKeepsWholeSignatures"}, nil}, {"./internal/exporter", []string{"TestExportSignedIsWhole"}, nil},
+			{e2e, []string{"TestExportSignedSameWhicheverImporter"}, nil}},
+	},
+	{
+		name: "export-writes-incomplete-signature",
+		// The export writes a signature manifest whose config the store
+		// lost: containerd's importer makes its record incomplete.
+		edits: []edit{{"internal/exporter/whole.go",
+			"if held[c.Digest] {",
+			"if held[c.Digest] || true {"}},
+		tests: []tests{{"./internal/exporter", []string{"TestExportSignatureConfigLost"}, nil}},
+	},
+	{
+		name: "stream-content-not-kept",
+		// An archive read from standard input is kept under the lease
+		// named by its digest without the blobs it was read under: once
+		// that first lease goes, containerd's GC may take them, and heal
+		// has nothing to restore from.
+		edits: []edit{{"internal/pass/keepstream.go",
+			"store.Store.AddToLease(ctx, st.Lease, store.leased())",
+			"store.Store.AddToLease(ctx, st.Lease, nil)"}},
+		tests: []tests{{"./internal/pass", []string{"TestKeepStream"}, nil}, {e2e, []string{"TestImportStdin"}, nil}},
 	},
 }
