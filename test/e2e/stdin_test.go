@@ -133,7 +133,7 @@ func TestImportStdin(t *testing.T) {
 		if exp.Code != 0 || imp.Code != 0 {
 			t.Fatalf("export exited %d (%s), import - exited %d\nstdout:\n%s\nstderr:\n%s", exp.Code, exp.Stderr, imp.Code, imp.Stdout, imp.Stderr)
 		}
-		if !strings.Contains(imp.Stdout, name+": imported and kept, 2 images") {
+		if !strings.Contains(imp.Stdout, name+": imported and kept, 4 images") {
 			t.Errorf("import - does not report %s imported and kept:\n%s", name, imp.Stdout)
 		}
 		for n, dg := range want {
@@ -178,7 +178,7 @@ func TestImportStdin(t *testing.T) {
 
 		// The same bytes again: the same kept source, unchanged.
 		again := holdfastStdin(t, bytes.NewReader(archive), importArgs...)
-		if again.Code != 0 || !strings.Contains(again.Stdout, name+": unchanged, 2 images kept (lease "+kept[0].ID+")") {
+		if again.Code != 0 || !strings.Contains(again.Stdout, name+": unchanged, 4 images kept (lease "+kept[0].ID+")") {
 			t.Errorf("the same stream again exited %d:\n%s\n%s", again.Code, again.Stdout, again.Stderr)
 		}
 		if n := len(d.holdfastLeases(t)); n != 1 {
@@ -189,7 +189,7 @@ func TestImportStdin(t *testing.T) {
 		st := keepReadStatus(t, "--address", d.Address, "--data-dir", dataDir)
 		listed := false
 		for _, s := range st.Sources {
-			listed = listed || (s.Path == name && s.Kept && s.Images == 2 && s.Lease == kept[0].ID)
+			listed = listed || (s.Path == name && s.Kept && s.Images == 4 && s.Lease == kept[0].ID)
 		}
 		if !listed {
 			b, _ := json.Marshal(st)
@@ -265,7 +265,7 @@ func TestVerifyStdin(t *testing.T) {
 	}
 	fromFile, fromStream := read(file.Stdout), read(stream.Stdout)
 	if len(fromFile) != 3 || len(fromStream) != len(fromFile) {
-		t.Fatalf("verify of the file lists %d images, verify - %d; want 3 each", len(fromFile), len(fromStream))
+		t.Fatalf("verify of the file lists %d images, verify - %d; want 3 each\n%s", len(fromFile), len(fromStream), stream.Stderr)
 	}
 	for i := range fromFile {
 		f, s := fromFile[i], fromStream[i]
