@@ -1,46 +1,21 @@
 package archive
 
 import (
-	"errors"
 	"io/fs"
 	"os"
 	"syscall"
+
+	"github.com/holdfast-project/holdfast/internal/bounded"
 )
 
 // ErrNotRegular is the cause Open gives for anything but a regular file.
-var ErrNotRegular = errors.New("not a regular file")
+var ErrNotRegular = bounded.ErrNotRegular
 
-// Open opens a regular file for reading. The open itself cannot block (it is
-// made non-blocking, then checked with fstat), and anything but a regular
-// file is refused with ErrNotRegular: a file swapped for a named pipe after a
-// scan never hangs a pass.
-func Open(path string) (*os.File, error) {
-	var fd int
-	var err error
-	for {
-		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		syscall.Close(fd)
-		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
-	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		syscall.Close(fd)
-		return nil, &fs.PathError{Op: "open", Path: path, Err: ErrNotRegular}
-	}
-	if err := syscall.SetNonblock(fd, false); err != nil {
-		syscall.Close(fd)
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	return os.NewFile(uintptr(fd), path), nil
-}
+// Open opens a regular file for reading (bounded.Open). The open itself
+// cannot block (it is made non-blocking, then checked with fstat), and
+// anything but a regular file is refused with ErrNotRegular: a file swapped
+// for a named pipe after a scan never hangs a pass.
+func Open(path string) (*os.File, error) { return bounded.Open(path) }
 
 // openIn is Open for a file under root (a layout dir): name may not lead out
 // of root, not even through a symlink (os.Root refuses it with an error that

@@ -17,6 +17,10 @@ import (
 
 	"github.com/distribution/reference"
 	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/holdfast-project/holdfast/internal/bounded"
+	"github.com/holdfast-project/holdfast/internal/lineerr"
+	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 // The values of imagePullCredentialsVerificationPolicy.
@@ -124,11 +128,21 @@ func configFiles(path string) ([]string, error) {
 	return files, nil
 }
 
-// readFile reads one KubeletConfiguration file, YAML or JSON.
+// MaxFileBytes bounds one file of the kubelet's configuration
+// (docs/security.md): a KubeletConfiguration is a few KiB.
+const MaxFileBytes = 1 << 20
+
+// readFile reads one KubeletConfiguration file, YAML or JSON: a regular file
+// of at most MaxFileBytes (bounded.ReadFile), so that a drop-in that is a
+// named pipe, a device or a huge file is refused at once rather than waited
+// on or read without end.
 func readFile(name string) (map[string]any, error) {
-	data, err := os.ReadFile(name)
+	data, err := bounded.ReadFile(name, MaxFileBytes)
+	if errors.Is(err, bounded.ErrTooLarge) {
+		return nil, fmt.Errorf("kubelet configuration %s: larger than %s, more than a kubelet configuration may have", name, units.Whole(MaxFileBytes))
+	}
 	if err != nil {
-		return nil, fmt.Errorf("kubelet configuration: %w", err)
+		return nil, fmt.Errorf("kubelet configuration %s: %w", name, lineerr.Cause(err))
 	}
 	var doc map[string]any
 	if err := yaml.Unmarshal(data, &doc); err != nil {

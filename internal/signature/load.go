@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
@@ -485,22 +484,12 @@ func describe(n *yaml.Node) string {
 	return "an alias"
 }
 
-// readLimit reads a regular file of at most limit bytes; what names such a
-// file in the error for a larger one. Opening never blocks (a named pipe is
-// refused, not waited on). The error is the cause alone, for the caller to
-// name the file.
+// readLimit reads a regular file of at most limit bytes (bounded.ReadFile);
+// what names such a file in the error for a larger one. Opening never blocks
+// (a named pipe is refused, not waited on). The error is the cause alone,
+// for the caller to name the file.
 func readLimit(path string, limit int64, what string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, lineerr.Cause(err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil {
-		return nil, lineerr.Cause(err)
-	} else if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file (%s)", fileKind(st.Mode()))
-	}
-	data, err := bounded.ReadAll(f, limit)
+	data, err := bounded.ReadFile(path, limit)
 	if errors.Is(err, bounded.ErrTooLarge) {
 		return nil, fmt.Errorf("larger than %s, more than %s may have", units.Whole(uint64(limit)), what)
 	}
@@ -508,19 +497,4 @@ func readLimit(path string, limit int64, what string) ([]byte, error) {
 		return nil, lineerr.Cause(err)
 	}
 	return data, nil
-}
-
-// fileKind names the type of a file that is not regular.
-func fileKind(m os.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&os.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	case m&os.ModeDevice != 0:
-		return "a device"
-	}
-	return m.Type().String()
 }

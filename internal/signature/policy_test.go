@@ -323,7 +323,7 @@ func TestLoadErrors(t *testing.T) {
 		{"missing key file", "rules:\n  - images: [nginx]\n    keys:\n      - a.pub\n      - keys/gone.pub\n", nil, 5,
 			"keys/gone.pub: no such file or directory"},
 		{"key file is a directory", "rules:\n  - images: [nginx]\n    keys: [keys]\n", map[string]string{"keys/x": ""}, 3,
-			"keys: not a regular file (a directory)"},
+			"keys: not a regular file: a directory"},
 		{"key file not PEM", "rules:\n  - images: [nginx]\n    keys: [b.pub]\n", map[string]string{"b.pub": "ssh-ed25519 AAAA\n"}, 3,
 			"b.pub: no PEM block"},
 		{"key file a private key", "rules:\n  - images: [nginx]\n    keys: [b.key]\n",
@@ -486,7 +486,7 @@ func TestLoadNamedPipe(t *testing.T) {
 	go func() { _, err := Load(path); done <- err }()
 	select {
 	case err := <-done:
-		if err == nil || err.Error() != path+":3: key "+fifo+": not a regular file (a named pipe)" {
+		if err == nil || err.Error() != path+":3: key "+fifo+": not a regular file: a named pipe" {
 			t.Errorf("error %v", err)
 		}
 	case <-time.After(30 * time.Second):

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/bounded"
 	"github.com/holdfast-project/holdfast/internal/lineerr"
 )
 
@@ -299,22 +300,14 @@ func notRegular(path string, d fs.DirEntry) (string, error) {
 // Open opens a regular file for reading without blocking: see archive.Open.
 func Open(path string) (*os.File, error) { return archive.Open(path) }
 
-// readFileLimit is os.ReadFile through Open, for a file of at most limit bytes; a larger one
+// readFileLimit reads a regular file of at most limit bytes (bounded.ReadFile); a larger one
 // is an error that gives the bound.
 func readFileLimit(path string, limit int64) ([]byte, error) {
-	f, err := Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
+	b, err := bounded.ReadFile(path, limit)
+	if errors.Is(err, bounded.ErrTooLarge) {
 		return nil, fmt.Errorf("larger than %d MiB, more than a list may have", limit>>20)
 	}
-	return b, nil
+	return b, err
 }
 
 // Ignored reports whether a file or directory name is never a source: dotfiles
