@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,7 +21,8 @@ func holdfastIn(t *testing.T, in []byte, args ...string) (string, string, int) {
 	cmd := cli.New("test")
 	var out, errOut bytes.Buffer
 	cmd.SetArgs(args)
-	cmd.SetIn(bytes.NewReader(in))
+	// A pipe: no Seek, no ReadAt.
+	cmd.SetIn(struct{ io.Reader }{bytes.NewReader(in)})
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
 	err := cmd.ExecuteContext(context.Background())
