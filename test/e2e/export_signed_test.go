@@ -4,14 +4,23 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/signature/layout"
 )
@@ -112,4 +121,141 @@ func importerOf(d, byHoldfast *daemon) string {
 		return "holdfast"
 	}
 	return "containerd"
+}
+
+// TestExportSignedKeptBeforeConfigs: a source imported from an images dir
+// as a holdfast that kept no signature configs left it (its state lists
+// none of its signatures' blobs, the config is not in the store): holdfast
+// export of its image fails, naming the image, the signature manifest and
+// the config, and writes nothing; the next sync imports the source again,
+// which keeps the config, and the export then succeeds, whole.
+func TestExportSignedKeptBeforeConfigs(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		imagesDir, dataDir := filepath.Join(tempDir(t), "images"), filepath.Join(tempDir(t), "data")
+		scene := writeSignedScene(t, imagesDir)
+		if res := d.sync(t, dataDir, imagesDir); res.Code != 0 {
+			t.Fatalf("sync exited %d\n%s", res.Code, res.Stderr)
+		}
+		l, ok := d.leaseOf(t, scene.archive)
+		if !ok {
+			t.Fatalf("no lease of %s", scene.archive)
+		}
+		rec, ok := d.record(t, scene.signed)
+		if !ok {
+			t.Fatalf("sync made no record %s", scene.signed)
+		}
+		sigs, config := d.unlistSignatureBlobs(t, l.ID, rec.Target.Digest)
+		if err := d.Client.ContentStore().Delete(d.ctx(), config); err != nil && !errdefs.IsNotFound(err) {
+			t.Fatal(err)
+		}
+
+		outDir := filepath.Join(tempDir(t), "out")
+		if err := os.MkdirAll(outDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(outDir, "signed.tar.zst")
+		res := holdfast(t, "export", "--address", d.Address, "--data-dir", dataDir, scene.signed, "-o", out)
+		if res.Code != 1 {
+			t.Errorf("export of a signed image without its signature's config exited %d; want 1\n%s", res.Code, res.Stderr)
+		}
+		for _, want := range append([]string{scene.signed, config.String(), "is not in the store"}, sigs...) {
+			if !strings.Contains(res.Stderr, want) {
+				t.Errorf("export of a signed image without its signature's config does not say %q\n%s", want, res.Stderr)
+			}
+		}
+		if entries, _ := os.ReadDir(outDir); len(entries) != 0 {
+			t.Errorf("a failed export left %d entries", len(entries))
+		}
+
+		res = d.sync(t, dataDir, imagesDir)
+		if res.Code != 0 || !strings.Contains(res.Stdout, "1 imported") {
+			t.Fatalf("sync after the upgrade exited %d; want the source imported again\n%s\n%s", res.Code, res.Stdout, res.Stderr)
+		}
+		if !d.leaseContent(t, l)[config] {
+			t.Errorf("the import again left the signature config %s off the lease %s", config, l.ID)
+		}
+		if res := holdfast(t, "export", "--address", d.Address, "--data-dir", dataDir, scene.signed, "-o", out); res.Code != 0 {
+			t.Fatalf("export after the import again exited %d\n%s", res.Code, res.Stderr)
+		}
+		third := sameLine(t, d)
+		containerdImport(t, third, out)
+		for _, n := range third.recordNames(t) {
+			rec, _ := third.record(t, n)
+			if ok, _, _, missing, err := images.Check(third.ctx(), third.Client.ContentStore(), rec.Target, platforms.Default()); err != nil || !ok || len(missing) > 0 {
+				t.Errorf("record %s from the export: available %v, missing %v, err %v", n, ok, missing, err)
+			}
+		}
+	})
+}
+
+// unlistSignatureBlobs writes the state of lease as a holdfast that kept a
+// signature manifest without its config wrote it: its blobs list none of
+// its signatures' blobs. It returns the digests of the signature manifests
+// of image and the config of the first.
+func (d *daemon) unlistSignatureBlobs(t *testing.T, lease string, image digest.Digest) ([]string, digest.Digest) {
+	t.Helper()
+	ctx := d.ctx()
+	cs := d.Client.ContentStore()
+	var newest content.Info
+	if err := cs.Walk(ctx, func(info content.Info) error {
+		if info.CreatedAt.After(newest.CreatedAt) {
+			newest = info
+		}
+		return nil
+	}, `labels."io.holdfast.state"==`+strconv.Quote(lease)); err != nil || newest.Digest == "" {
+		t.Fatalf("finding the state of %s: %v", lease, err)
+	}
+	raw, err := content.ReadBlob(ctx, cs, ocispec.Descriptor{Digest: newest.Digest, Size: newest.Size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Blobs      []digest.Digest                        `json:"blobs"`
+		Signatures map[digest.Digest][]ocispec.Descriptor `json:"signatures"`
+	}
+	var whole map[string]any
+	if err := errors.Join(json.Unmarshal(raw, &st), json.Unmarshal(raw, &whole)); err != nil {
+		t.Fatal(err)
+	}
+	var sigs []string
+	var sigBlobs []digest.Digest
+	var config digest.Digest
+	for target, ds := range st.Signatures {
+		for _, desc := range ds {
+			mraw, err := content.ReadBlob(ctx, cs, desc)
+			if err != nil {
+				t.Fatalf("reading signature manifest %s: %v", desc.Digest, err)
+			}
+			var m ocispec.Manifest
+			if err := json.Unmarshal(mraw, &m); err != nil {
+				t.Fatal(err)
+			}
+			if target == image {
+				if config == "" {
+					config = m.Config.Digest
+				}
+				sigs = append(sigs, desc.Digest.String())
+			}
+			sigBlobs = append(sigBlobs, desc.Digest, m.Config.Digest)
+			for _, l := range m.Layers {
+				sigBlobs = append(sigBlobs, l.Digest)
+			}
+		}
+	}
+	if config == "" {
+		t.Fatalf("the state of %s lists no signature of %s: %s", lease, image, raw)
+	}
+	whole["blobs"] = slices.DeleteFunc(st.Blobs, func(b digest.Digest) bool { return slices.Contains(sigBlobs, b) })
+	old, err := json.Marshal(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := ocispec.Descriptor{Digest: digest.FromBytes(old), Size: int64(len(old))}
+	if err := content.WriteBlob(leases.WithLease(ctx, lease), cs, "e2e-unlisted-state-"+lease, bytes.NewReader(old), desc,
+		content.WithLabels(map[string]string{"io.holdfast.state": lease})); err != nil {
+		t.Fatal(err)
+	}
+	return sigs, config
 }
