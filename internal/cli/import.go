@@ -76,7 +76,7 @@ func newImport(o *options) *cobra.Command {
 			if name != "" && len(args) > 1 {
 				return &usageError{errors.New("import: --name names the image of one path; give one")}
 			}
-			return nil
+			return stdinOnce("import", args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()

@@ -78,3 +78,14 @@ func TestVerifyStdin(t *testing.T) {
 		})
 	}
 }
+
+// TestStdinOnce: standard input is read once: naming it twice, as - or
+// /dev/stdin, is bad usage.
+func TestStdinOnce(t *testing.T) {
+	for _, args := range [][]string{{"verify", "--policy", "p.yaml", "-", "/dev/stdin"}, {"import", "-", "-"}} {
+		_, errOut, code := holdfastIn(t, nil, args...)
+		if code != 2 || !strings.Contains(errOut, "standard input (-) is read once") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and why", args, code, errOut)
+		}
+	}
+}
