@@ -21,6 +21,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/registries"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/signature"
+	"github.com/holdfast-project/holdfast/internal/source"
 )
 
 // ExitError carries a process exit code out of a command.
@@ -128,7 +129,7 @@ holdfast sync refuses with a message naming the running agent.`,
 	pf.StringVar(&o.contentRoot, "content-root", "", "containerd's content store directory as holdfast sees it, whose filesystem imports check for free space; default: what containerd reports")
 	pf.Var(&o.minFree, "min-free", "free space an import must leave on the content store's filesystem: a size (2GiB, 500MB; 0: the archive must only fit) or a percentage of the filesystem (5%); default 5% of the filesystem, at most 1GiB; see docs/how-it-works.md#disk-space")
 	pf.Var(&o.writePath, "write-path", "how imports write blobs: stream (through containerd's content API), direct (into the content store's directory, recorded by metadata only; imports fail when it is not usable) or auto (direct when usable, else stream); see docs/how-it-works.md#write-path")
-	pf.BoolVar(&o.insecurePerms, "insecure-perms", false, "read images dirs, spool dirs, pull/pin lists and the signature policy's files (--policy, its keys and trusted roots) that users other than root and holdfast's own can change (group- or world-writable, or another user's, up to /); without it each such dir or list is a failed source, and such a policy file a bad policy, naming the path and why; see docs/security.md")
+	pf.BoolVar(&o.insecurePerms, "insecure-perms", false, "read images dirs, spool dirs, pull/pin lists and the signature policy's files (--policy, its keys and trusted roots) that users other than root and holdfast's own can change (group- or world-writable, or another user's, up to /), and write such a --registry-config; without it each such dir or list is a failed source, such a policy file a bad policy, and such a registry config a usage error, naming the path and why; see docs/security.md")
 	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for one pull of a pull-list entry")
 	pf.StringVar(&o.policyFile, "policy", "", "signature policy file: which keys or keyless identities must have signed which images; under mode enforce an image that is not verified is not pinned, under warn its verdict is reported. holdfast run puts it in force in the namespace, and commands without --policy then judge by it; see docs/signatures.md")
 	withEnv(pf, "address", "images", "spool", "data-dir", "namespace", "log-level", "log-format", "registry-config",
@@ -188,16 +189,29 @@ func applyEnv(cmd *cobra.Command) error {
 
 // agentConfig is the agent configuration the common flags give: images dirs,
 // registry settings (K3s's registries.yaml and the peer mirror applied) and
-// the logger.
-func (o *options) agentConfig(parallel int) (agent.Config, error) {
+// the logger, with no side effect on the registry config: the hosts.toml
+// files they make are returned for writeRegistryConfig, which writes them
+// once containerd answers. A bad --peer-mirror or --peer-registries is a
+// usage error naming it.
+func (o *options) agentConfig(parallel int) (agent.Config, hostsConfig, error) {
 	pc, err := o.passConfig(parallel)
 	cfg := agent.Config{Config: pc}
 	if err != nil || (o.registriesYAML == "" && o.peerMirror == "") {
-		return cfg, err
+		return cfg, hostsConfig{}, err
+	}
+	peerRegs := strings.Split(o.peerRegistries, ",")
+	if o.peerMirror != "" {
+		if err := registries.CheckPeerRegistries(peerRegs); err != nil {
+			return cfg, hostsConfig{}, &usageError{fmt.Errorf("--peer-registries: %w", err)}
+		}
 	}
 	var f registries.File
-	source := "--peer-mirror " + o.peerMirror
+	from := "--peer-mirror " + o.peerMirror
 	if o.registriesYAML != "" {
+		from = o.registriesYAML
+		if o.peerMirror != "" {
+			from += " and --peer-mirror " + o.peerMirror
+		}
 		loaded, err := registries.Load(o.registriesYAML)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -207,30 +221,70 @@ func (o *options) agentConfig(parallel int) (agent.Config, error) {
 			o.log.Warn(off)
 			cfg.FeaturesOff = append(cfg.FeaturesOff, off)
 		case err != nil:
-			return cfg, err
+			return cfg, hostsConfig{}, err
 		default:
-			f, source = loaded, o.registriesYAML
+			// Its own mistakes name it alone.
+			if _, _, err := loaded.HostsFiles(o.registriesYAML); err != nil {
+				return cfg, hostsConfig{}, err
+			}
+			f = loaded
 		}
 	}
 	if o.peerMirror != "" {
-		if f, err = f.WithPeerMirror(o.peerMirror, strings.Split(o.peerRegistries, ",")); err != nil {
-			return cfg, &usageError{fmt.Errorf("--peer-mirror: %w", err)}
+		if f, err = f.WithPeerMirror(o.peerMirror, peerRegs); err != nil {
+			return cfg, hostsConfig{}, &usageError{fmt.Errorf("--peer-mirror: %w", err)}
 		}
 	}
-	files, warnings, err := f.HostsFiles(source)
+	files, warnings, err := f.HostsFiles(from)
 	if err != nil {
-		return cfg, err
+		return cfg, hostsConfig{}, err
 	}
 	for _, w := range warnings {
 		o.log.Warn(w)
 	}
-	if err := registries.Write(o.registryConfig, files); err != nil {
-		return cfg, fmt.Errorf("applying %s to %s: %w", source, o.registryConfig, err)
-	}
 	if cfg.Credentials, err = f.Credentials(); err != nil {
-		return cfg, fmt.Errorf("%s: %w", o.registriesYAML, err)
+		return cfg, hostsConfig{}, fmt.Errorf("%s: %w", o.registriesYAML, err)
 	}
-	return cfg, nil
+	return cfg, hostsConfig{source: from, files: files, set: true}, nil
+}
+
+// hostsConfig is what --registries-yaml and --peer-mirror make of
+// --registry-config.
+type hostsConfig struct {
+	source string            // where the files come from, as messages name it
+	files  map[string]string // hosts.toml content by registry dir
+	set    bool              // false when neither flag is given: the dir is left alone
+}
+
+// writeRegistryConfig writes h into --registry-config, refusing (a usage
+// error that names the dir, why, and the way out) a dir that users other
+// than root and holdfast's own may write, unless --insecure-perms, and a
+// registry dir that is a symlink; nothing is written then. It returns, for
+// each registry whose hosts.toml the operator wrote (kept as it is), why it
+// goes without what h has for it.
+func (o *options) writeRegistryConfig(h hostsConfig) ([]string, error) {
+	if !h.set {
+		return nil, nil
+	}
+	var opts registries.WriteOptions
+	if !o.insecurePerms {
+		uid := os.Geteuid()
+		opts.Check = func(dir string) error { return source.CheckPerms("registry config", dir, uid) }
+	}
+	res, err := registries.Write(o.registryConfig, h.files, opts)
+	var refused *registries.RefusedError
+	if errors.As(err, &refused) {
+		return nil, &usageError{fmt.Errorf("applying %s to %s: %w", h.source, o.registryConfig, err)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("applying %s to %s: %w", h.source, o.registryConfig, err)
+	}
+	var skipped []string
+	for _, reg := range res.Skipped {
+		skipped = append(skipped, fmt.Sprintf("registry %s: %s was not written by holdfast and is kept as it is: pulls from %s follow it, without what %s has for it",
+			reg, filepath.Join(o.registryConfig, reg, "hosts.toml"), reg, h.source))
+	}
+	return skipped, nil
 }
 
 // passConfig is what a pass is given of the flags, with no side effect

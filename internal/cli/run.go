@@ -37,7 +37,7 @@ func newRun(o *options) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithCancelCause(cmd.Context())
 			defer cancel(nil)
-			cfg, err := o.agentConfig(parallel)
+			cfg, hosts, err := o.agentConfig(parallel)
 			if err != nil {
 				return err
 			}
@@ -52,6 +52,14 @@ func newRun(o *options) *cobra.Command {
 			cfg.Policy = o.policyFile // the one in force in the namespace, when none was given
 			if _, err := runtime.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
+			}
+			skipped, err := o.writeRegistryConfig(hosts)
+			if err != nil {
+				return err
+			}
+			for _, off := range skipped {
+				o.log.Warn(off)
+				cfg.FeaturesOff = append(cfg.FeaturesOff, off)
 			}
 			if why := s.rt.ContentRootOff(ctx); why != nil {
 				off := fmt.Sprintf("the content store's directory: %v", why)
@@ -92,7 +100,7 @@ func newRun(o *options) *cobra.Command {
 					}
 				})
 			}
-			g.Go(func() error { o.keepDataDir(runCtx, s.lock, parallel); return nil })
+			g.Go(func() error { o.keepDataDir(runCtx, s.lock, parallel, hosts); return nil })
 			if srv != nil {
 				g.Go(func() error { return srv.Run(runCtx) })
 			}
@@ -198,7 +206,7 @@ func extendUntilReady(ctx context.Context, a *agent.Agent) {
 // <data-dir>/pins would go unwatched. So the dir, its lock and owner, the
 // pins dir (the watcher watches it again once it is back) and the registry
 // config are made again, loudly.
-func (o *options) keepDataDir(ctx context.Context, lock *datadir.Lock, parallel int) {
+func (o *options) keepDataDir(ctx context.Context, lock *datadir.Lock, parallel int, hosts hostsConfig) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	failing := false
@@ -221,7 +229,10 @@ func (o *options) keepDataDir(ctx context.Context, lock *datadir.Lock, parallel 
 			continue
 		}
 		o.log.Error("the data dir was deleted under the agent: made it again, with its lock; what else it held (the state cache) is rebuilt as it is needed", "dir", o.dataDir)
-		if _, err := o.agentConfig(parallel); err != nil {
+		if _, err := o.passConfig(parallel); err != nil {
+			o.log.Error("making the data dir's contents again", "dir", o.dataDir, "error", err)
+		}
+		if _, err := o.writeRegistryConfig(hosts); err != nil {
 			o.log.Error("making the data dir's contents again", "dir", o.dataDir, "error", err)
 		}
 	}

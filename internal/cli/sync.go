@@ -27,7 +27,7 @@ bad usage. It ends with a one-line summary:
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			cfg, err := o.agentConfig(parallel)
+			cfg, hosts, err := o.agentConfig(parallel)
 			if err != nil {
 				return err
 			}
@@ -39,6 +39,13 @@ bad usage. It ends with a one-line summary:
 			cfg.Policy = o.policyFile // the one in force in the namespace, when none was given
 			if _, err := runtime.CheckServer(ctx, s.rt, o.log); err != nil {
 				return err
+			}
+			skipped, err := o.writeRegistryConfig(hosts)
+			if err != nil {
+				return err
+			}
+			for _, off := range skipped {
+				o.log.Warn(off)
 			}
 			d := o.newProgress(cmd, progress, true)
 			cfg.Progress = d.hook()

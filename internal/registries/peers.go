@@ -30,6 +30,9 @@ func (f File) WithPeerMirror(mirror string, regs []string) (File, error) {
 	if err != nil {
 		return File{}, err
 	}
+	if err := CheckPeerRegistries(regs); err != nil {
+		return File{}, err
+	}
 	out := File{Mirrors: map[string]Mirror{}, Configs: f.Configs}
 	for r, m := range f.Mirrors {
 		out.Mirrors[r] = m
@@ -42,9 +45,6 @@ func (f File) WithPeerMirror(mirror string, regs []string) (File, error) {
 		if r == "_default" {
 			r = "*"
 		}
-		if r != "*" && !validHost(r) {
-			return File{}, fmt.Errorf("peer registry %q is not a host name (host[:port]), * or _default", r)
-		}
 		m := out.Mirrors[r]
 		m.Endpoints = append([]string{endpoint}, slices.DeleteFunc(slices.Clone(m.Endpoints), func(e string) bool {
 			return strings.TrimSuffix(e, "/") == endpoint
@@ -52,6 +52,22 @@ func (f File) WithPeerMirror(mirror string, regs []string) (File, error) {
 		out.Mirrors[r] = m
 	}
 	return out, nil
+}
+
+// CheckPeerRegistries says which of regs (what --peer-registries lists,
+// blanks ignored) is neither a registry host (host[:port]) nor * or
+// _default, or nil.
+func CheckPeerRegistries(regs []string) error {
+	for _, r := range regs {
+		r = strings.TrimSpace(r)
+		if r == "" || r == "*" || r == "_default" {
+			continue
+		}
+		if err := hostError(r); err != nil {
+			return fmt.Errorf("registry %w; want host[:port], * or _default", err)
+		}
+	}
+	return nil
 }
 
 // peerEndpoint is the peer mirror URL as scheme://host:port, an IPv6 host
@@ -73,6 +89,11 @@ func peerEndpoint(mirror string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
 		return "", bad
+	}
+	if p := u.Port(); p != "" || strings.HasSuffix(u.Host, ":") {
+		if n, err := strconv.ParseUint(p, 10, 16); err != nil || n == 0 {
+			return "", fmt.Errorf("%w: port %q is not a number from 1 to 65535", bad, p)
+		}
 	}
 	return u.Scheme + "://" + u.Host, nil
 }

@@ -58,6 +58,11 @@ func TestWithPeerMirror(t *testing.T) {
 		{"ftp://10.0.0.5", "docker.io", "ftp://10.0.0.5"},
 		{"http://10.0.0.5:30020/v2", "docker.io", "/v2"},
 		{"http://10.0.0.5:30020", "docker.io/library", "docker.io/library"},
+		{"http://10.0.0.5:99999", "docker.io", "99999"},
+		{"http://10.0.0.5:0", "docker.io", "port \"0\""},
+		{"http://10.0.0.5:30020", "quay.io:99999", "quay.io:99999"},
+		{"http://10.0.0.5:30020", "quay.io:0", "quay.io:0"},
+		{"http://10.0.0.5:30020", "quay.io:", "quay.io:"},
 	} {
 		if _, err := f.WithPeerMirror(bad.mirror, []string{bad.reg}); err == nil || !strings.Contains(err.Error(), bad.names) {
 			t.Errorf("mirror %q, registry %q: %v, want an error naming %q", bad.mirror, bad.reg, err, bad.names)

@@ -15,7 +15,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -127,8 +126,10 @@ func (f File) HostsFiles(source string) (map[string]string, []string, error) {
 			warnings = append(warnings, fmt.Sprintf("%s: registry %s has rewrites, which hosts.toml cannot express; holdfast pulls it without them", source, reg))
 		}
 		dir := reg
-		if reg != "*" && !validHost(reg) {
-			return nil, nil, fmt.Errorf("%s: registry %q is not a host name (host[:port])", source, reg)
+		if reg != "*" {
+			if err := hostError(reg); err != nil {
+				return nil, nil, fmt.Errorf("%s: registry %w", source, err)
+			}
 		}
 		var b strings.Builder
 		b.WriteString(Marker + source + "; changes here are overwritten.\n")
@@ -155,15 +156,27 @@ func (f File) HostsFiles(source string) (map[string]string, []string, error) {
 	return out, warnings, nil
 }
 
-// validHost reports whether reg is a registry host as a reference names it
-// (host, host:port, [v6]:port): never a path, so that its hosts.toml dir is
-// one element under the hosts dir.
-func validHost(reg string) bool {
+// hostError says why reg is not a registry host as a reference names it
+// (host, host:port, [v6]:port, the port from 1 to 65535), or nil: never a
+// path, so that its hosts.toml dir is one element under the hosts dir.
+func hostError(reg string) error {
+	bad := fmt.Errorf("%q is not a host name (host[:port])", reg)
 	if reg == "" || reg == "." || reg == ".." || strings.ContainsAny(reg, "/\\ \t\r\n\x00") {
-		return false
+		return bad
 	}
 	u, err := url.Parse("https://" + reg)
-	return err == nil && u.Host == reg && u.Path == "" && u.User == nil
+	if err != nil || u.Host != reg || u.Path != "" || u.User != nil {
+		return bad
+	}
+	if strings.HasSuffix(u.Host, ":") {
+		return fmt.Errorf("%q has no port after its colon", reg)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.ParseUint(p, 10, 16); err != nil || n == 0 {
+			return fmt.Errorf("%q: port %s is not a number from 1 to 65535", reg, p)
+		}
+	}
+	return nil
 }
 
 func writeTLS(b *strings.Builder, t *TLS) {
@@ -239,48 +252,4 @@ func (f File) Credentials() (map[string]Credential, error) {
 		out[h] = cred
 	}
 	return out, nil
-}
-
-// Write writes the hosts.toml files into dir (one subdirectory each), removes
-// the ones it wrote before that are no longer wanted, and never touches a
-// hosts.toml it did not write.
-func Write(dir string, files map[string]string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for name, content := range files {
-		path := filepath.Join(dir, name, "hosts.toml")
-		if old, err := os.ReadFile(path); err == nil && !strings.HasPrefix(string(old), Marker) {
-			return fmt.Errorf("%s exists and was not written by holdfast; remove it or drop the registry from registries.yaml", path)
-		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
-		}
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			return err
-		}
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if _, wanted := files[e.Name()]; wanted || !e.IsDir() {
-			continue
-		}
-		path := filepath.Join(dir, e.Name(), "hosts.toml")
-		if old, err := os.ReadFile(path); err == nil && strings.HasPrefix(string(old), Marker) {
-			if err := os.Remove(path); err != nil {
-				return err
-			}
-			_ = os.Remove(filepath.Dir(path))
-		}
-	}
-	return nil
 }

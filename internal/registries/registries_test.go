@@ -139,22 +139,24 @@ func TestWriteKeepsOperatorsFiles(t *testing.T) {
 			t.Errorf("%s: operator's file is now %q, want %q", when, data, operators)
 		}
 	}
-	if err := Write(dir, map[string]string{"a.example.com": Marker + "x\n", "b.example.com": Marker + "y\n"}); err != nil {
+	if _, err := Write(dir, map[string]string{"a.example.com": Marker + "x\n", "b.example.com": Marker + "y\n"}, WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// b goes away from the YAML: its generated file is removed; the operator's stays.
-	if err := Write(dir, map[string]string{"a.example.com": Marker + "x2\n"}); err != nil {
+	res, err := Write(dir, map[string]string{"a.example.com": Marker + "x2\n"}, WriteOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "b.example.com", "hosts.toml")); !os.IsNotExist(err) {
-		t.Errorf("stale generated file kept: %v", err)
+	if _, err := os.Stat(filepath.Join(dir, "b.example.com", "hosts.toml")); !os.IsNotExist(err) || len(res.Removed) != 1 || res.Removed[0] != "b.example.com" {
+		t.Errorf("stale generated file kept: %v; removed %q", err, res.Removed)
 	}
 	unchanged("after removing a generated file")
-	err := Write(dir, map[string]string{"mine.example.com": Marker + "z\n"})
-	if err == nil || !strings.Contains(err.Error(), own) {
-		t.Errorf("writing over a hosts.toml holdfast did not write: %v, want an error naming %s", err, own)
+	// Given a registry whose hosts.toml is the operator's, it is skipped.
+	res, err = Write(dir, map[string]string{"mine.example.com": Marker + "z\n"}, WriteOptions{})
+	if err != nil || len(res.Skipped) != 1 || res.Skipped[0] != "mine.example.com" {
+		t.Errorf("writing over a hosts.toml holdfast did not write: %v, skipped %q; want it skipped", err, res.Skipped)
 	}
-	unchanged("after the refused write")
+	unchanged("after the skipped write")
 }
 
 func TestLoadRejectsUnknownKeys(t *testing.T) {
