@@ -128,7 +128,8 @@ func importerOf(d, byHoldfast *daemon) string {
 // none of its signatures' blobs, the config is not in the store): holdfast
 // export of its image fails, naming the image, the signature manifest and
 // the config, and writes nothing; the next sync imports the source again,
-// which keeps the config, and the export then succeeds, whole.
+// which keeps the config, and the export then succeeds, whole. The config
+// removed again (ctr content rm), the next sync restores it.
 func TestExportSignedKeptBeforeConfigs(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
@@ -178,6 +179,17 @@ func TestExportSignedKeptBeforeConfigs(t *testing.T) {
 		}
 		if res := holdfast(t, "export", "--address", d.Address, "--data-dir", dataDir, scene.signed, "-o", out); res.Code != 0 {
 			t.Fatalf("export after the import again exited %d\n%s", res.Code, res.Stderr)
+		}
+		// The config is among the blobs the source needs now: removed, the
+		// source is not intact, and the next sync imports it again.
+		if err := d.Client.ContentStore().Delete(d.ctx(), config); err != nil {
+			t.Fatal(err)
+		}
+		if res := d.sync(t, dataDir, imagesDir); res.Code != 0 || !strings.Contains(res.Stdout, "1 imported") {
+			t.Errorf("sync after the signature config was removed exited %d; want the source imported again\n%s\n%s", res.Code, res.Stdout, res.Stderr)
+		}
+		if _, err := d.Client.ContentStore().Info(d.ctx(), config); err != nil {
+			t.Errorf("the signature config %s after the sync: %v", config, err)
 		}
 		third := sameLine(t, d)
 		containerdImport(t, third, out)
