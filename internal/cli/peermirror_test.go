@@ -53,3 +53,31 @@ func TestPeerRegistriesRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistriesYAMLPerms: a registries.yaml that users other than root and
+// holdfast's own may change decides the node's mirrors and credentials, so
+// sync and run refuse it (a usage error naming it, what is wrong and the way
+// out) before they connect to containerd; --insecure-perms reads it.
+func TestRegistriesYAMLPerms(t *testing.T) {
+	dir := t.TempDir()
+	regYAML := filepath.Join(dir, "registries.yaml")
+	if err := os.WriteFile(regYAML, []byte("mirrors:\n  docker.io:\n    endpoint: [\"http://10.0.0.9:5000\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(regYAML, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--address", filepath.Join(dir, "no.sock"), "--data-dir", filepath.Join(dir, "data"),
+		"--images", filepath.Join(dir, "images"), "--registry-config", filepath.Join(dir, "certs.d"), "--registries-yaml", regYAML}
+	want := "registries.yaml " + regYAML + " is writable by others (mode 0666); fix the mode or owner, or pass --insecure-perms"
+	for _, cmd := range []string{"sync", "run"} {
+		_, errOut, code := holdfast(t, append([]string{cmd}, common...)...)
+		if code != 2 || !strings.Contains(errOut, want) {
+			t.Errorf("%s with a registries.yaml others may write: exit %d; want 2 and %q\n%s", cmd, code, want, errOut)
+		}
+		_, errOut, code = holdfast(t, append([]string{cmd, "--insecure-perms"}, common...)...)
+		if code != 1 || !strings.Contains(errOut, "connecting to containerd") {
+			t.Errorf("%s --insecure-perms: exit %d; want 1, from the missing containerd\n%s", cmd, code, errOut)
+		}
+	}
+}

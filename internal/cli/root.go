@@ -129,7 +129,7 @@ holdfast sync refuses with a message naming the running agent.`,
 	pf.StringVar(&o.contentRoot, "content-root", "", "containerd's content store directory as holdfast sees it, whose filesystem imports check for free space; default: what containerd reports")
 	pf.Var(&o.minFree, "min-free", "free space an import must leave on the content store's filesystem: a size (2GiB, 500MB; 0: the archive must only fit) or a percentage of the filesystem (5%); default 5% of the filesystem, at most 1GiB; see docs/how-it-works.md#disk-space")
 	pf.Var(&o.writePath, "write-path", "how imports write blobs: stream (through containerd's content API), direct (into the content store's directory, recorded by metadata only; imports fail when it is not usable) or auto (direct when usable, else stream); see docs/how-it-works.md#write-path")
-	pf.BoolVar(&o.insecurePerms, "insecure-perms", false, "read images dirs, spool dirs, pull/pin lists and the signature policy's files (--policy, its keys and trusted roots) that users other than root and holdfast's own can change (group- or world-writable, or another user's, up to /), and write such a --registry-config; without it each such dir or list is a failed source, such a policy file a bad policy, and such a registry config a usage error, naming the path and why; see docs/security.md")
+	pf.BoolVar(&o.insecurePerms, "insecure-perms", false, "read images dirs, spool dirs, pull/pin lists, --registries-yaml and the signature policy's files (--policy, its keys and trusted roots) that users other than root and holdfast's own can change (group- or world-writable, or another user's, up to /), and write into such a --registry-config; without it each such dir or list is a failed source, such a policy file a bad policy, and such a registries.yaml or registry config a usage error, naming the path and why; see docs/security.md")
 	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for one pull of a pull-list entry")
 	pf.StringVar(&o.policyFile, "policy", "", "signature policy file: which keys or keyless identities must have signed which images; under mode enforce an image that is not verified is not pinned, under warn its verdict is reported. holdfast run puts it in force in the namespace, and commands without --policy then judge by it; see docs/signatures.md")
 	withEnv(pf, "address", "images", "spool", "data-dir", "namespace", "log-level", "log-format", "registry-config",
@@ -212,7 +212,20 @@ func (o *options) agentConfig(parallel int) (agent.Config, hostsConfig, error) {
 		if o.peerMirror != "" {
 			from += " and --peer-mirror " + o.peerMirror
 		}
-		loaded, err := registries.Load(o.registriesYAML)
+		path := o.registriesYAML
+		if !o.insecurePerms {
+			// Whoever may change it decides the node's mirrors and
+			// credentials: judged as a pull list is, and the file judged
+			// is the one read.
+			real, err := source.CheckResolved("registries.yaml", path, os.Geteuid())
+			if err != nil {
+				return cfg, hostsConfig{}, &usageError{err}
+			}
+			if real != "" {
+				path = real
+			}
+		}
+		loaded, err := registries.Load(path)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			// As K3s reads it: no file, no mirrors. What an earlier file had

@@ -803,4 +803,25 @@ var sabotages = []sabotage{
 			"store.Store.AddToLease(ctx, st.Lease, nil)"}},
 		tests: []tests{{"./internal/pass", []string{"TestKeepStream"}, nil}, {e2e, []string{"TestImportStdin"}, nil}},
 	},
+	{
+		name: "registry-dir-link-followed",
+		// A registry dir in --registry-config that is a symlink is opened
+		// through the link: whoever planted quay.io -> DIR makes root write
+		// DIR/hosts.toml.
+		edits: []edit{{"internal/registries/write.go",
+			"case st.Mode&unix.S_IFMT == unix.S_IFLNK && wanted:",
+			"case false:"}, {"internal/registries/write.go",
+			"unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC",
+			"unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC"}},
+		tests: []tests{{"./internal/registries", []string{"TestWriteRefusalLeavesNothing"}, nil}},
+	},
+	{
+		name: "registry-config-others-may-write",
+		// --registry-config is written whoever else may write it: another
+		// local user points a registry at a mirror of their own.
+		edits: []edit{{"internal/cli/root.go",
+			"opts.Check = func(dir string) error { return source.CheckPerms(\"registry config\", dir, uid) }",
+			"opts.Check = func(dir string) error { return nil }"}},
+		tests: []tests{{e2e, []string{"TestSecRegistryConfigOthersMayWrite"}, nil}},
+	},
 }
