@@ -89,6 +89,7 @@ type Agent struct {
 	reqJudge sync.Mutex     // one judgment of them at a time
 	peers    peerList       // the peer source (reqJudge)
 	peerDue  chan time.Time // when the peer list's next grace ends
+	pulled   chan struct{}  // a pull beside the passes completed: run a pass
 
 	ready      atomic.Bool
 	readyState atomic.Value // string: why not ready
@@ -107,10 +108,17 @@ func New(rt hfruntime.Backend, cfg Config, rec Recorder) *Agent {
 	a := &Agent{rt: rt, cfg: cfg, log: log, rec: rec, clock: realClock{},
 		wanted: map[string]hfruntime.Want{}, heals: map[string]*healState{},
 		collecting: true, touched: map[string]bool{}, pinPatterns: map[string][]pattern.Pattern{}, foreign: map[string]bool{},
-		reqKick: make(chan struct{}, 1), peerDue: make(chan time.Time, 1)}
+		reqKick: make(chan struct{}, 1), peerDue: make(chan time.Time, 1), pulled: make(chan struct{}, 1)}
 	now := func() time.Time { return a.clock.Now() }
 	a.journal = journal.New(journal.DefaultSize, now)
-	a.passes = pass.New(rt, cfg.Config, pass.WithRecorder(rec), pass.WithClock(now), pass.WithJournal(a.journal), pass.WithHandoff(a))
+	onPulled := func() {
+		select {
+		case a.pulled <- struct{}{}:
+		default:
+		}
+	}
+	a.passes = pass.New(rt, cfg.Config, pass.WithRecorder(rec), pass.WithClock(now), pass.WithJournal(a.journal), pass.WithHandoff(a),
+		pass.WithBackgroundPulls(onPulled))
 	a.readyState.Store("the first pass has not finished")
 	return a
 }
@@ -132,8 +140,10 @@ func (a *Agent) Ready() (bool, string) {
 // first pass lists anything, so a deletion after the listing is healed from
 // its event (one in the few milliseconds before the stream is live waits for
 // the next full pass); an event that comes while a pass runs is healed
-// against the wanted set that pass makes. A source whose import failed, and a
-// pull list reference that failed, are tried again when their backoff ends.
+// against the wanted set that pass makes. A source whose import failed is
+// tried again when its backoff ends. Pull lists are pulled beside the
+// passes, each reference with its own backoff, and a pass runs when a pull
+// completes: no pull ever holds a pass.
 // A lost event stream is resubscribed with backoff, followed by a full pass.
 func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	for _, off := range a.cfg.FeaturesOff {
@@ -157,11 +167,10 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	}
 	passDone := make(chan passDone, 1)
 	var passWG sync.WaitGroup
-	passWG.Add(1)
-	go func() {
-		defer passWG.Done()
-		a.passLoop(ctx, trigger, passDone)
-	}()
+	passWG.Go(func() { a.passLoop(ctx, trigger, passDone) })
+	// Pull lists are pulled beside the passes: a pass asks for what it
+	// lacks and never waits; a pull that completes brings on a pass.
+	passWG.Go(func() { a.passes.RunPulls(ctx) })
 	defer passWG.Wait()
 	kick("start")
 
@@ -193,6 +202,8 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 			kick("resync")
 		case <-retry.C():
 			kick("retry")
+		case <-a.pulled:
+			kick("pulled")
 		case pr := <-passDone:
 			// Sources still being written, and failed imports and pulls, are
 			// looked at again when due.

@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -12,19 +14,34 @@ import (
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/datadir"
+	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/report"
 	"github.com/holdfast-project/holdfast/internal/source"
 )
 
 // The peer source (holdfast run --pull-required): a pull list the agent
-// writes, <data-dir>/peers/required.txt, naming each image of the node's
-// required set that the node lacked (or held unpinned) when it was judged.
-// The pass pulls what it names through the node's registry mirrors (spegel
-// serves what a peer holds), pins and leases it like any pull list's; an
-// image that leaves the required set stays listed for the grace period, so
-// that a workload moving away and back does not release it, then its line
-// goes and the pass releases it. Nothing another source wants is unpinned:
-// the pass unpins only what no source wants.
+// owns, naming each image of the node's required set that the node lacked
+// (or held unpinned) when it was judged. Passes take its references from
+// the agent (pass.Handoff's Peers), not from its file: they pull what it
+// names through the node's registry mirrors (spegel serves what a peer
+// holds), and pin and lease it like any pull list's; an image that leaves
+// the required set stays listed for the grace period, so that a workload
+// moving away and back does not release it, and is kept only as the source
+// leased it, never pulled again; then its line goes and the pass releases
+// it. Nothing another source wants is unpinned: the pass unpins only what
+// no source wants.
+//
+// The file, <data-dir>/peers/required.txt, is the record of the list for
+// restarts. A line added or removed by hand is not obeyed: the agent writes
+// its own list back over the file at each pass and each judgment. At start
+// the agent takes the file as the list it wrote last, as the data dir is
+// root's (0700; a file or dir on its way that someone else could write is
+// refused, as for any list, unless --insecure-perms): and whatever the file
+// says then, nothing on it is pulled, pinned or leased anew until the
+// reporter's required set names it; the rest is only kept as the source's
+// lease holds it, for the grace period. A line added by hand while the agent
+// was stopped brings nothing in; a line removed then lets go at the first
+// pass of what it held, as deleting the file would.
 
 // PeerListName is the file name of the peer source in its directory.
 const PeerListName = "required.txt"
@@ -61,16 +78,8 @@ func (a *Agent) updatePeers(set *report.RequiredSet, states map[string]report.St
 		return time.Time{}
 	}
 	p := &a.peers
-	if !p.loaded {
-		refs, err := readPeerList(path)
-		if err != nil {
-			// Written anew, it would drop at once what it holds: it stays as
-			// it is (the pass keeps an unreadable list's pins too), and is
-			// read again at the next judgment.
-			a.log.Warn("reading the peer list; it stays as it is", "path", path, "error", err)
-			return time.Time{}
-		}
-		p.refs, p.left, p.loaded = refs, map[string]time.Time{}, true
+	if !a.loadPeers() {
+		return time.Time{}
 	}
 	now := a.clock.Now()
 	inSet := map[string]bool{}
@@ -125,6 +134,8 @@ func (a *Agent) updatePeers(set *report.RequiredSet, states map[string]report.St
 		} else {
 			p.refs = refs
 		}
+	} else {
+		a.restorePeerFile()
 	}
 	var due time.Time
 	for _, since := range p.left {
@@ -133,6 +144,90 @@ func (a *Agent) updatePeers(set *report.RequiredSet, states map[string]report.St
 		}
 	}
 	return due
+}
+
+// loadPeers reads the peer list the agent wrote last, once: false while it
+// cannot. Written anew, it would drop at once what it holds: it stays as it
+// is (the pass reads it as any pull list, and keeps an unreadable list's
+// pins too), and is read again at the next judgment or pass. Call with
+// reqJudge held.
+func (a *Agent) loadPeers() bool {
+	p := &a.peers
+	if p.loaded {
+		return true
+	}
+	path := a.cfg.PeerList
+	refs, err := readPeerList(path)
+	if err == nil && !a.cfg.InsecurePerms {
+		err = source.CheckPerms("peer list", path, os.Geteuid())
+	}
+	if err != nil {
+		a.log.Warn("reading the peer list; it stays as it is", "path", path, "error", err)
+		return false
+	}
+	p.refs, p.left, p.loaded = refs, map[string]time.Time{}, true
+	return true
+}
+
+// restorePeerFile writes the agent's peer list back over its file when the
+// file says anything else (an edit by hand). Call with reqJudge held, the
+// list loaded.
+func (a *Agent) restorePeerFile() {
+	path := a.cfg.PeerList
+	want := peerListText(a.peers.refs)
+	got, err := readBounded(path, int64(len(want))+1)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && len(a.peers.refs) == 0:
+		return
+	case err == nil && len(a.peers.refs) > 0 && bytes.Equal(got, want):
+		return
+	}
+	a.log.Warn("the peer list's file differs from the agent's list (edited by hand?); writing the agent's back", "path", path)
+	if err := writePeerList(path, a.peers.refs); err != nil {
+		a.log.Error("writing the peer list", "path", path, "error", err)
+	}
+}
+
+// readBounded reads up to limit bytes of the file at path.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit))
+}
+
+// Peers gives a pass the peer source's references (pass.Handoff), after
+// writing the agent's list back over its file if someone edited it. Those
+// the required set does not name (in their grace period; all of them
+// before a reporter sent a set) are only kept.
+func (a *Agent) Peers() pass.PeerRefs {
+	if a.cfg.PeerList == "" {
+		return pass.PeerRefs{}
+	}
+	a.reqJudge.Lock()
+	defer a.reqJudge.Unlock()
+	if !a.loadPeers() {
+		return pass.PeerRefs{}
+	}
+	a.restorePeerFile()
+	inSet := map[string]bool{}
+	a.mu.Lock()
+	if a.cfg.PullRequired && a.req.set != nil {
+		for _, img := range a.req.set.Images {
+			inSet[img.Ref] = true
+		}
+	}
+	a.mu.Unlock()
+	out := pass.PeerRefs{Known: true, Keep: map[string]bool{}}
+	for i, ref := range a.peers.refs {
+		out.Entries = append(out.Entries, source.PullEntry{Ref: ref, Line: peerHeaderLines + i + 1})
+		if !inSet[ref] {
+			out.Keep[ref] = true
+		}
+	}
+	return out
 }
 
 // onPeerList says whether ref is on the peer list as last written.
@@ -171,13 +266,22 @@ func writePeerList(path string, refs []string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
+	return datadir.WriteFileAtomic(path, peerListText(refs), 0o644)
+}
+
+// peerHeaderLines is how many lines come before the first reference in the
+// peer list's file.
+const peerHeaderLines = 2
+
+// peerListText is the peer list's file as the agent writes it.
+func peerListText(refs []string) []byte {
 	var b strings.Builder
 	b.WriteString("# The images this node's workloads need, pulled from its peers and kept (holdfast run\n")
-	b.WriteString("# --pull-required). The agent writes this file: edits are overwritten.\n")
+	b.WriteString("# --pull-required). The agent writes this file: edits are not obeyed, and overwritten.\n")
 	for _, ref := range refs {
 		fmt.Fprintln(&b, ref)
 	}
-	return datadir.WriteFileAtomic(path, []byte(b.String()), 0o644)
+	return []byte(b.String())
 }
 
 // schedulePeers has the loop judge the required set again when due (the

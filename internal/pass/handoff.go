@@ -30,6 +30,23 @@ type Handoff interface {
 	// patterns of those it read, by path: an image that arrives later and
 	// matches one brings on a pass.
 	PinLists(found []string, read map[string][]pattern.Pattern)
+	// Peers gives the references of the peer source (Config.PeerList) as
+	// the daemon that owns it has them, as a pass starts and before it
+	// scans: the pass takes them, not the lines of its file.
+	Peers() PeerRefs
+}
+
+// PeerRefs are the references of the peer source as its owner has them.
+type PeerRefs struct {
+	// Known is false when the owner has none to give (it could not read
+	// its file at start): the file is then read as any pull list.
+	Known bool
+	// Entries are the references, each with its line in the file as the
+	// owner writes it, for the errors that name it.
+	Entries []source.PullEntry
+	// Keep are those of Entries no workload needs any more: kept as the
+	// source leased them before, never pulled or pinned anew.
+	Keep map[string]bool
 }
 
 type noHandoff struct{}
@@ -39,6 +56,7 @@ func (noHandoff) Changed(uint64) bool                               { return fal
 func (noHandoff) Pinning(map[string]hfruntime.Want)                 {}
 func (noHandoff) Pinned(map[string]hfruntime.Want, map[string]bool) {}
 func (noHandoff) PinLists([]string, map[string][]pattern.Pattern)   {}
+func (noHandoff) Peers() PeerRefs                                   { return PeerRefs{} }
 
 // pinning is what a plan hands heal while its pins are applied (Handoff.Pinning).
 func pinning(plan reconcile.Plan) map[string]hfruntime.Want {

@@ -161,6 +161,11 @@ type Runner struct {
 	seen       map[string]sighting
 	// actions, in a dry run only (DryRun), records what the pass would do.
 	actions *actionLog
+	// bg, when set (WithBackgroundPulls), pulls beside the passes.
+	bg *puller
+	// peers is the peer source's references as its owner gave them for the
+	// pass that runs (Handoff.Peers); only passes touch it.
+	peers PeerRefs
 }
 
 // Option sets up a Runner.
@@ -178,6 +183,24 @@ func WithJournal(j *journal.Journal) Option { return func(r *Runner) { r.journal
 // WithHandoff has passes hand what they decide to h.
 func WithHandoff(h Handoff) Option { return func(r *Runner) { r.hand = h } }
 
+// WithBackgroundPulls has the pull lists' references pulled beside the
+// passes, which never wait for a pull: RunPulls runs the pulls, and
+// onPulled is called when one completes, or has failed its first tries, so
+// that a pass takes it.
+func WithBackgroundPulls(onPulled func()) Option {
+	return func(r *Runner) {
+		r.bg = &puller{onPulled: onPulled, refs: map[string]*pullRef{}, wake: make(chan struct{}, 1)}
+	}
+}
+
+// RunPulls runs the pulls passes ask for until ctx ends (WithBackgroundPulls);
+// without it, it returns at once.
+func (p *Runner) RunPulls(ctx context.Context) {
+	if p.bg != nil {
+		p.bg.run(ctx)
+	}
+}
+
 // New makes a Runner over rt.
 func New(rt hfruntime.Backend, cfg Config, opts ...Option) *Runner {
 	r := &Runner{rt: rt, store: rt.ImportStore(), cfg: cfg, log: cfg.Log, rec: NoRecorder{}, now: time.Now, hand: noHandoff{},
@@ -192,6 +215,11 @@ func New(rt hfruntime.Backend, cfg Config, opts ...Option) *Runner {
 	if r.journal == nil {
 		r.journal = journal.New(journal.DefaultSize, r.now)
 	}
+	if r.bg != nil {
+		r.bg.pull, r.bg.now, r.bg.rec = r.pullOnce, r.now, r.rec
+		r.bg.lease = r.rt.TempLease
+		r.bg.release = func(ctx context.Context, lease string) { _ = r.rt.Release(ctx, lease) }
+	}
 	return r
 }
 
@@ -202,6 +230,7 @@ func (p *Runner) Run(ctx context.Context, opts Options) (Summary, Result) {
 	var sum Summary
 	var pr Result
 	mark := p.hand.Begin()
+	p.peers = p.hand.Peers() // before the scan: its owner writes its file back if it was edited
 	p.loadPolicy(&sum)
 	v, scan, spool := p.listAndScan(ctx)
 	// The leases as listed, before this pass's imports.
@@ -229,6 +258,11 @@ func (p *Runner) Run(ctx context.Context, opts Options) (Summary, Result) {
 		}
 	}
 	lists, unread := p.pullLists(ctx, sorted.pullLists, v, &sum, imported)
+	if p.bg != nil && len(unread) == 0 && len(sorted.waitingLists) == 0 {
+		// Every list was read: a reference none of them names is no
+		// longer pulled.
+		p.bg.sweep(ctx)
+	}
 	pins, unreadPins := p.pinLists(ctx, sorted.pinLists, scan, v, &sum, imported)
 	for path, pres := range pins {
 		lists[path] = pres
@@ -296,7 +330,9 @@ type sortedSources struct {
 func (p *Runner) sortSources(scan *source.Result, states []hfruntime.SourceState, opts Options, now time.Time, sum *Summary, pr *Result) sortedSources {
 	var out sortedSources
 	for _, src := range scan.Sources {
-		if wait, settling := p.waits(src, opts, now, sum, pr); wait {
+		// The peer source's owner gave its references: its file, a record,
+		// need not settle.
+		if wait, settling := p.waitsFor(src, opts, now, sum, pr); wait {
 			if settling {
 				out.writing = append(out.writing, dirOf(scan.Dirs, src.Path))
 			}
@@ -324,6 +360,15 @@ func (p *Runner) sortSources(scan *source.Result, states []hfruntime.SourceState
 		}
 	}
 	return out
+}
+
+// waitsFor is waits, but for the peer source whose owner gave its
+// references: it never waits.
+func (p *Runner) waitsFor(src source.Source, opts Options, now time.Time, sum *Summary, pr *Result) (wait, settling bool) {
+	if p.ownPeerList(src) {
+		return false, false
+	}
+	return p.waits(src, opts, now, sum, pr)
 }
 
 // knownStates is the complete leases as listed, read once, by source and

@@ -22,10 +22,13 @@ const pullAttempts = 3
 // A reference that the list wanted and leased before keeps that target, so a
 // record someone re-pointed is restored as drift; one whose record is in the
 // store is pinned as it is, without pulling; the others are pulled, a few at a
-// time, each with a timeout and retries. A bad or unreachable reference is
-// reported as file:line and never stops the others, and never drops what the
-// list pulled before: an unreachable registry unpins nothing. It also returns
-// the lists it could not read or lease: they keep what they had.
+// time, each with a timeout and retries: beside the pass when the Runner has
+// a puller (holdfast run), which the pass asks and never waits for, or within
+// the pass (sync). A bad or unreachable reference is reported as file:line
+// and never stops the others, and never drops what the list pulled before:
+// an unreachable registry unpins nothing. The peer source's references come
+// from its owner (Handoff.Peers) when it has them, not from its file. It also
+// returns the lists it could not read or lease: they keep what they had.
 func (p *Runner) pullLists(ctx context.Context, lists []source.Source, v *view, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
 	present := map[string]reconcile.Present{}
 	records, states, ok := storeView(v, len(lists), sum)
@@ -36,9 +39,19 @@ func (p *Runner) pullLists(ctx context.Context, lists []source.Source, v *view, 
 	for _, r := range records {
 		have[r.Name] = hfruntime.Want{Name: r.Name, Target: r.Target}
 	}
-	var unknown []string
+	var (
+		unknown []string
+		dones   []func(bool)
+	)
+	// Only once every list's own lease holds it may what was pulled lose
+	// its temporary lease, or the GC may take it; two lists may want it.
+	defer func() {
+		for _, done := range dones {
+			done(true)
+		}
+	}()
 	for _, src := range lists {
-		pl, err := source.ReadPullList(src.Path)
+		pl, keep, err := p.readPullList(src)
 		if err != nil {
 			unknown = append(unknown, listUnread(src, err, sum))
 			continue
@@ -47,17 +60,34 @@ func (p *Runner) pullLists(ctx context.Context, lists []source.Source, v *view, 
 		for _, le := range pl.Errors {
 			sum.Failures = append(sum.Failures, le)
 		}
-		wants, errs, done := p.resolvePulls(ctx, pl, have, leasedBefore(states, src.Path))
+		wants, errs, done := p.resolvePulls(ctx, pl, keep, have, leasedBefore(states, src.Path))
 		sum.Failures = append(sum.Failures, errs...)
-		leased := p.leaseList(ctx, "pull list", src, src.MtimeNs, wants, v, failuresBefore, sum, imported, present)
-		// Only now may what was pulled lose its temporary lease: the list's
-		// own holds it, or the GC may take it.
-		done()
-		if !leased {
+		if p.leaseList(ctx, "pull list", src, src.MtimeNs, wants, v, failuresBefore, sum, imported, present) {
+			dones = append(dones, done)
+		} else {
+			done(false)
 			unknown = append(unknown, src.Path)
 		}
 	}
 	return present, unknown
+}
+
+// readPullList reads the pull list src, or for the peer source, takes its
+// references from the daemon that owns it: a line added to its file by hand
+// is not obeyed. keep are the references to keep only as the list leased
+// them before, never to pull or pin anew.
+func (p *Runner) readPullList(src source.Source) (_ source.PullListFile, keep map[string]bool, _ error) {
+	if p.ownPeerList(src) {
+		return source.PullListFile{Path: src.Path, Entries: p.peers.Entries}, p.peers.Keep, nil
+	}
+	pl, err := source.ReadPullList(src.Path)
+	return pl, nil, err
+}
+
+// ownPeerList says whether src is the peer source and its owner gave its
+// references for this pass.
+func (p *Runner) ownPeerList(src source.Source) bool {
+	return p.peers.Known && src.Path == p.cfg.PeerList
 }
 
 // leasedBefore is what the complete leases of the source at path want, by
@@ -83,26 +113,45 @@ func leasedBefore(states []hfruntime.SourceState, path string) map[string]hfrunt
 // resolvePulls finds each entry's target: in what the list leased before,
 // in the store, or from its registry. What the list leased comes first: a
 // record re-pointed while no agent healed it (ctr tag --force, a pull) is
-// drift to restore, never what the list wants from then on. What it pulls
-// is held by a temporary lease until done is called: call it once the list's
-// own lease holds the content.
-func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, have, before map[string]hfruntime.Want) (_ []hfruntime.Want, _ []error, done func()) {
+// drift to restore, never what the list wants from then on. An entry in
+// keep is kept as leased before, and otherwise left out. What it pulls is
+// held by a temporary lease until done is called: call it once the list's
+// own lease holds the content (leased), or failed to.
+func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, keep map[string]bool, have, before map[string]hfruntime.Want) (_ []hfruntime.Want, _ []error, done func(leased bool)) {
 	var (
-		mu    sync.Mutex
-		wants []hfruntime.Want
-		errs  []error
+		mu     sync.Mutex
+		wants  []hfruntime.Want
+		errs   []error
+		taken  []string // pulled beside the pass, taken now
+		toPull []source.PullEntry
 	)
-	done = func() {}
-	var toPull []source.PullEntry
+	done = func(bool) {}
+	fromPeers := pl.Path == p.cfg.PeerList
 	for _, e := range pl.Entries {
 		if w, ok := before[e.Ref]; ok {
 			wants = append(wants, w) // leased before: the pass heals its record
 			p.rec.PullDone("present")
 			continue
 		}
+		if keep[e.Ref] {
+			continue
+		}
 		if w, ok := have[e.Ref]; ok {
 			wants = append(wants, w)
 			p.rec.PullDone("present")
+			continue
+		}
+		if p.bg != nil {
+			st := p.bg.ask(e.Ref, fromPeers)
+			switch {
+			case st.ok:
+				p.log.Info("pulled", "ref", e.Ref, "target", st.want.Target.Digest, "list", pl.Path)
+				p.rec.PullDone("pulled")
+				wants = append(wants, st.want)
+				taken = append(taken, e.Ref)
+			case st.err != nil:
+				errs = append(errs, source.LineError{Path: pl.Path, Line: e.Line, Err: fmt.Errorf("pulling %s: %w%s", e.Ref, st.err, waitingNote)})
+			}
 			continue
 		}
 		if err, wait := p.pullBackoff(e.Ref); wait {
@@ -115,14 +164,21 @@ func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, have,
 		}
 		toPull = append(toPull, e)
 	}
+	if len(taken) > 0 {
+		done = func(leased bool) {
+			if leased {
+				p.bg.taken(ctx, taken)
+			}
+		}
+	}
 	if len(toPull) > 0 {
 		lease, err := p.rt.TempLease(ctx)
 		if err != nil {
 			return wants, []error{fmt.Errorf("pull list %s: %w", pl.Path, err)}, done
 		}
-		done = func() { _ = p.rt.Release(context.WithoutCancel(ctx), lease) }
+		done = func(bool) { _ = p.rt.Release(context.WithoutCancel(ctx), lease) }
 		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(4)
+		g.SetLimit(pullConcurrency)
 		for _, e := range toPull {
 			g.Go(func() error {
 				w, err := p.pull(gctx, e.Ref, lease)
@@ -131,7 +187,7 @@ func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, have,
 				if err != nil {
 					errs = append(errs, source.LineError{Path: pl.Path, Line: e.Line, Err: fmt.Errorf("pulling %s: %w", e.Ref, err)})
 					p.rec.PullDone("failed")
-					p.notePullFailure(e.Ref, err, pl.Path == p.cfg.PeerList)
+					p.notePullFailure(e.Ref, err, fromPeers)
 					return nil
 				}
 				p.clearPullFailure(e.Ref)
@@ -142,19 +198,19 @@ func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, have,
 			})
 		}
 		_ = g.Wait()
-		sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	}
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	sort.Slice(wants, func(i, j int) bool { return wants[i].Name < wants[j].Name })
 	return wants, errs, done
 }
 
-// pull tries one reference a few times, with backoff.
+// pull tries one reference a few times, with backoff, within a pass.
 func (p *Runner) pull(ctx context.Context, ref, lease string) (hfruntime.Want, error) {
 	wait := backoff.New(time.Second, time.Minute)
 	var err error
 	for attempt := 1; attempt <= pullAttempts; attempt++ {
 		var w hfruntime.Want
-		w, err = p.rt.Pull(ctx, ref, hfruntime.PullOptions{HostsDir: p.cfg.RegistryConfig, Lease: lease, Timeout: p.cfg.PullTimeout, Credentials: p.credentials})
+		w, err = p.pullOnce(ctx, ref, lease)
 		if err == nil {
 			return w, nil
 		}
@@ -169,6 +225,11 @@ func (p *Runner) pull(ctx context.Context, ref, lease string) (hfruntime.Want, e
 		}
 	}
 	return hfruntime.Want{}, err
+}
+
+// pullOnce tries one reference once, with the pull's timeout.
+func (p *Runner) pullOnce(ctx context.Context, ref, lease string) (hfruntime.Want, error) {
+	return p.rt.Pull(ctx, ref, hfruntime.PullOptions{HostsDir: p.cfg.RegistryConfig, Lease: lease, Timeout: p.cfg.PullTimeout, Credentials: p.credentials})
 }
 
 // pullBackoff reports whether ref failed recently and waits before its next
@@ -217,6 +278,9 @@ func (p *Runner) credentials(host string) (string, string, error) {
 // PullFailure is why ref's last pull failed, while it waits to be tried
 // again; nil otherwise.
 func (p *Runner) PullFailure(ref string) error {
+	if p.bg != nil {
+		return p.bg.failure(ref)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if f, ok := p.pullFailed[ref]; ok && p.now().Before(f.retryAt) {
