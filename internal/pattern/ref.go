@@ -41,9 +41,15 @@ func parseRef(s string) (ref, error) {
 	if err := checkChars(s); err != nil {
 		return ref{}, err
 	}
+	if bareDigest(s) {
+		return ref{}, errors.New("a bare digest is not a reference: name the image, as repository@" + s)
+	}
 	n, err := reference.ParseNormalizedNamed(s)
 	if err != nil {
 		return ref{}, explain(s, err)
+	}
+	if upperHost(reference.Domain(n)) {
+		return ref{}, reference.ErrNameContainsUppercase
 	}
 	r := ref{full: n.String(), repo: n.Name()}
 	if t, ok := n.(reference.Tagged); ok {
@@ -53,6 +59,23 @@ func parseRef(s string) (ref, error) {
 		r.digest = d.Digest().String()
 	}
 	return r, nil
+}
+
+// bareDigest reports whether s is a digest alone ("sha256:<64 hex>", the
+// form of an image ID), which the reference grammar would read as a
+// repository named after the algorithm with the hex as its tag.
+func bareDigest(s string) bool {
+	alg, hex, ok := strings.Cut(s, ":")
+	size := map[string]int{"sha256": 64, "sha384": 96, "sha512": 128}[alg]
+	return ok && size > 0 && len(hex) == size && strings.Trim(hex, "0123456789abcdef") == ""
+}
+
+// upperHost reports whether domain is a first component that the reference
+// grammar takes for a registry host only because it has upper case
+// ("Team/app"): a host is told by a '.', a ':' port or "localhost", and what
+// is left is a repository path, which must be lower case.
+func upperHost(domain string) bool {
+	return !strings.ContainsAny(domain, ".:") && domain != "localhost" && strings.ToLower(domain) != domain
 }
 
 // checkChars refuses whitespace and control characters, which the

@@ -64,10 +64,10 @@ func TestReport(t *testing.T) {
 	}
 }
 
-// TestRequired: PUT /required from loopback hands the decoded set over
-// (204); a body that does not decode, or that the agent refuses, is 400
-// with the cause; a peer that is not loopback is refused (403) and nothing
-// is handed over.
+// TestRequired: PUT /required from loopback with the owner's token hands the
+// decoded set over (204); a body that does not decode, or that the agent
+// refuses, is 400 with the cause; a peer that is not loopback is refused
+// (403) and nothing is handed over.
 func TestRequired(t *testing.T) {
 	t.Parallel()
 	var (
@@ -76,6 +76,7 @@ func TestRequired(t *testing.T) {
 	)
 	got := func() []report.RequiredSet { mu.Lock(); defer mu.Unlock(); return slices.Clone(handed) }
 	s := New("127.0.0.1:0", nil, nil, nil)
+	s.Owner(testToken)
 	s.Required(func(_ context.Context, set report.RequiredSet) error {
 		if len(set.Images) > 0 && set.Images[0].Ref == "bad" {
 			return errors.New(`image "bad": invalid reference`)
@@ -91,6 +92,7 @@ func TestRequired(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		req.Header.Set("Authorization", "Bearer "+testToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -115,6 +117,7 @@ func TestRequired(t *testing.T) {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodPut, "/required", strings.NewReader(`{"images":[]}`))
 	req.RemoteAddr = "10.42.0.7:51234"
+	req.Header.Set("Authorization", "Bearer "+testToken)
 	s.mux.ServeHTTP(rec, req)
 	if rec.Code != http.StatusForbidden || len(got()) != 1 {
 		t.Errorf("from 10.42.0.7: %d, %d sets handed over", rec.Code, len(got()))

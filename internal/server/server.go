@@ -1,14 +1,18 @@
 // Package server serves the agent's HTTP endpoints: /metrics (Prometheus),
 // /healthz (liveness: can holdfast reach containerd), /readyz (readiness:
-// has the first pass applied) and /report (the summary and journal the
-// Kubernetes reporter reads). It listens on loopback by default.
+// has the first pass applied), /report and /held (the summary, journal and
+// held images the Kubernetes reporter reads) and PUT /required (the images
+// the node's workloads need), which only the node's own reporter may send
+// (auth.go). It listens on loopback by default.
 package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -38,8 +42,10 @@ type Server struct {
 	http *http.Server
 	mux  *http.ServeMux
 
-	mu sync.Mutex
-	ln net.Listener
+	mu    sync.Mutex
+	ln    net.Listener
+	owner [sha256.Size]byte // the hash of the owner's token (see Owner)
+	owned bool              // Owner was called
 }
 
 // New builds a server for addr. gatherer is exposed on /metrics; health is
@@ -121,23 +127,17 @@ const maxRequired = 8 << 20
 
 // Required serves PUT /required from the node's reporter, in the same pod
 // or on the same host: the set of images the node's workloads need
-// (report.RequiredSet as JSON), handed to set. Only a loopback peer may send it:
-// the agent listens on the pod network, and a set from anyone else would
-// make the node's condition and Events say what that peer wants. A body that
-// does not decode, or that set refuses, is 400 with the cause; 204 else.
+// (report.RequiredSet as JSON), handed to set. It changes what the node
+// keeps (with --pull-required, what it pulls), so it takes only the owner's
+// requests (see Owner). The body is one JSON object with an "images" list
+// (empty, not null or absent) and nothing after it; one that is not, or that
+// set refuses, is 400 with the cause; 204 else.
 func (s *Server) Required(set func(context.Context, report.RequiredSet) error) {
-	s.mux.HandleFunc("PUT /required", func(w http.ResponseWriter, r *http.Request) {
+	s.change("PUT /required", func(w http.ResponseWriter, r *http.Request) {
 		noCache(w)
-		host, _, err := net.SplitHostPort(r.RemoteAddr)
-		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-			http.Error(w, "PUT /required is taken from loopback only (the node's reporter)", http.StatusForbidden)
-			return
-		}
-		var body report.RequiredSet
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequired))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&body); err != nil {
-			http.Error(w, fmt.Sprintf("decoding the required set: %v", err), http.StatusBadRequest)
+		body, err := decodeRequired(http.MaxBytesReader(w, r.Body, maxRequired))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		if err := set(r.Context(), body); err != nil {
@@ -146,6 +146,27 @@ func (s *Server) Required(set func(context.Context, report.RequiredSet) error) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+}
+
+// decodeRequired reads exactly one required set from r: a JSON object with
+// an "images" list and no other field, then nothing but white space.
+func decodeRequired(r io.Reader) (report.RequiredSet, error) {
+	var body report.RequiredSet
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		return body, fmt.Errorf("decoding the required set: %w", err)
+	}
+	if body.Images == nil {
+		return body, errors.New(`decoding the required set: no images list (an empty set is {"images":[]})`)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err == nil {
+			err = errors.New("another JSON value")
+		}
+		return body, fmt.Errorf("decoding the required set: more after the required set: %w", err)
+	}
+	return body, nil
 }
 
 // Listen binds the server's address, so that Addr reports the real one (with
