@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"syscall"
 
 	"github.com/holdfast-project/holdfast/internal/cli"
@@ -27,11 +26,14 @@ func main() {
 		os.Exit(1)
 	}
 	spareProc()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	root := cli.New(version)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopSignals := endOnSignals(cancel, cli.StopBound(root, os.Args[1:]))
 	stopProfile := startProfile()
-	err := cli.New(version).ExecuteContext(ctx)
+	err := root.ExecuteContext(ctx)
 	stopProfile()
-	stop()
+	stopSignals()
+	cancel()
 	var ee *cli.ExitError
 	if err != nil && !(errors.As(err, &ee) && ee.Err == nil) {
 		fmt.Fprintf(os.Stderr, "holdfast: %v\n", err)

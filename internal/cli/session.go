@@ -126,7 +126,7 @@ func (s *session) close() {
 		_ = s.rt.Close()
 	}
 	if s.proc != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), containerdStopTimeout)
 		_ = s.proc.Stop(ctx)
 		cancel()
 	}

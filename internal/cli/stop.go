@@ -1,0 +1,35 @@
+package cli
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// stopBound is how long a command has to return once the first SIGTERM or
+// SIGINT has cancelled its context, before holdfast ends anyway (main: a
+// command blocked where no context reaches, such as a read of a pipe that
+// never ends). It leaves a command that starts its own embedded containerd
+// the time to stop it as it does under load; past it the containerd gets
+// SIGKILL from the kernel as holdfast exits (embedded.Start: Pdeathsig).
+const stopBound = 800 * time.Millisecond
+
+// containerdStopTimeout bounds the embedded containerd's clean stop when a
+// command that started it ends (session.close).
+const containerdStopTimeout = 30 * time.Second
+
+// runStopBound is stopBound for holdfast run: its parts' end
+// (shutdownTimeout), then the embedded containerd's clean stop, and a little
+// to spare. It is within systemd's TimeoutStopSec and the chart's
+// terminationGracePeriodSeconds (60 s each).
+const runStopBound = shutdownTimeout + containerdStopTimeout + 5*time.Second
+
+// StopBound is how long the command args name (os.Args[1:]) has to return
+// after the first SIGTERM or SIGINT: runStopBound for run, stopBound for
+// every other.
+func StopBound(root *cobra.Command, args []string) time.Duration {
+	if cmd, _, err := root.Find(args); err == nil && cmd.Name() == "run" {
+		return runStopBound
+	}
+	return stopBound
+}

@@ -1,0 +1,31 @@
+package cli
+
+import (
+	"testing"
+	"time"
+)
+
+// TestStopBound: run has the time of its own clean stop (its parts, then the
+// embedded containerd's) and no more than systemd's and the chart's 60 s;
+// every other command the short bound, whatever flags come first.
+func TestStopBound(t *testing.T) {
+	root := New("test")
+	if runStopBound < shutdownTimeout+containerdStopTimeout || runStopBound >= 60*time.Second {
+		t.Errorf("run's bound %s: want at least %s and under 60s", runStopBound, shutdownTimeout+containerdStopTimeout)
+	}
+	for _, c := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{[]string{"run", "--images", "/srv/images"}, runStopBound},
+		{[]string{"--data-dir", "/var/lib/holdfast", "run"}, runStopBound},
+		{[]string{"sync"}, stopBound},
+		{[]string{"check", "-f", "-"}, stopBound},
+		{[]string{"import", "run"}, stopBound},
+		{nil, stopBound},
+	} {
+		if got := StopBound(root, c.args); got != c.want {
+			t.Errorf("StopBound(%q) = %s, want %s", c.args, got, c.want)
+		}
+	}
+}
