@@ -7,7 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -204,3 +207,96 @@ func TestPeerListUnreadableStays(t *testing.T) {
 		t.Errorf("the unreadable peer list was rewritten (%v): %d bytes, want %d", err, len(got), len(body))
 	}
 }
+
+// TestPeerListIsTheAgents: the peer list's file is a record of the agent's
+// list, not an order. A line in it at start that no required set names is
+// neither pulled nor pinned, though its image is in the store; a line added
+// by hand while the agent runs is neither, and the agent writes its own
+// list back over the file.
+func TestPeerListIsTheAgents(t *testing.T) {
+	t.Parallel()
+	rt := fake.New()
+	needed := testimage.Stored(t, rt, "example.com/needed:1")
+	stale := testimage.Stored(t, rt, "example.com/stale:1")
+	extra := testimage.Stored(t, rt, "example.com/extra:1")
+	for _, w := range []hfruntime.Want{stale, extra} {
+		rt.Create(hfruntime.Image{Name: w.Name, Target: w.Target}) // in the store, unpinned
+	}
+	var (
+		mu     sync.Mutex
+		pulled []string
+	)
+	rt.PullFunc = func(ref string) (hfruntime.Want, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		pulled = append(pulled, ref)
+		if ref == needed.Name {
+			return needed, nil
+		}
+		return hfruntime.Want{}, os.ErrNotExist
+	}
+	peers := filepath.Join(t.TempDir(), "peers")
+	list := filepath.Join(peers, PeerListName)
+	if err := os.MkdirAll(peers, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(list, []byte(stale.Name+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := dirsConfig(t.TempDir(), peers)
+	cfg.PullRequired, cfg.PeerList, cfg.PeerGrace = true, list, 10*time.Minute
+	cfg.Log = slog.New(slog.DiscardHandler)
+	cfg.Resync = time.Hour
+	rec := &passCounter{}
+	a := New(rt, cfg, rec)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "the first pass", func() bool { return rec.n.Load() > 0 })
+	if err := a.SetRequired(context.Background(), report.RequiredSet{Images: []report.RequiredImage{{Ref: needed.Name}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the required image pinned", func() bool {
+		rec, ok := rt.Record(needed.Name)
+		return ok && rec.Pinned()
+	})
+	want, err := os.ReadFile(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(list, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(f, extra.Name)
+	f.Close()
+	waitFor(t, "the agent's list written back", func() bool {
+		got, err := os.ReadFile(list)
+		return err == nil && bytes.Equal(got, want)
+	})
+	// The write-back brings on one more pass: once it is done, nothing
+	// pulled or pinned either line.
+	passes := rec.n.Load()
+	waitFor(t, "a pass after the write-back", func() bool { return rec.n.Load() > passes })
+	mu.Lock()
+	defer mu.Unlock()
+	for _, w := range []hfruntime.Want{stale, extra} {
+		if slices.Contains(pulled, w.Name) || pinnedIn(rt, w.Name) {
+			t.Errorf("%s, a line the agent did not write, pulled %v, pinned %v", w.Name, slices.Contains(pulled, w.Name), pinnedIn(rt, w.Name))
+		}
+	}
+}
+
+func pinnedIn(rt *fake.Runtime, name string) bool {
+	rec, ok := rt.Record(name)
+	return ok && rec.Pinned()
+}
+
+// passCounter counts the passes done.
+type passCounter struct {
+	noRecorder
+	n atomic.Int32
+}
+
+func (c *passCounter) ReconcileDone(time.Duration, bool) { c.n.Add(1) }
