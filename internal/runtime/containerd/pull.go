@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/images"
@@ -45,7 +46,7 @@ func (r *Runtime) Pull(ctx context.Context, ref string, opts runtime.PullOptions
 		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
 		defer cancel()
 	}
-	hosts := config.HostOptions{Credentials: opts.Credentials}
+	hosts := config.HostOptions{Credentials: opts.Credentials, UpdateClient: boundWaits}
 	if opts.HostsDir != "" {
 		hosts.HostDir = config.HostDirFromRoot(opts.HostsDir)
 	}
@@ -59,6 +60,22 @@ func (r *Runtime) Pull(ctx context.Context, ref string, opts runtime.PullOptions
 		w.Signatures = []ocispec.Descriptor{sig}
 	}
 	return w, nil
+}
+
+// responseTimeout is how long a registry may take to answer a request once
+// it has it (to send its response headers); a TLS handshake may take 10 s
+// and a connection 30 s (containerd's defaults). A registry that accepts a
+// connection and never answers fails a try of a pull within 40 s, well
+// before the pull's own timeout, which bounds the whole of it.
+const responseTimeout = 30 * time.Second
+
+// boundWaits has the registry client give up on a registry that does not
+// answer after responseTimeout.
+func boundWaits(c *http.Client) error {
+	if t, ok := c.Transport.(*http.Transport); ok {
+		t.ResponseHeaderTimeout = responseTimeout
+	}
+	return nil
 }
 
 // fetch fetches ref's content for the platforms match takes into the
