@@ -28,6 +28,7 @@ func newRun(o *options) *cobra.Command {
 		resync   time.Duration
 		pullReq  bool
 		grace    time.Duration
+		tokenF   string
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -76,6 +77,14 @@ func newRun(o *options) *cobra.Command {
 					_, err := s.rt.Server(ctx)
 					return err
 				}, a.Ready)
+				if tokenF == "" {
+					tokenF = filepath.Join(o.dataDir, server.TokenFileName)
+				}
+				token, err := server.LoadToken(tokenF, o.insecurePerms)
+				if err != nil {
+					return &usageError{err}
+				}
+				srv.Owner(token)
 				srv.Report(a.Report)
 				srv.Required(a.SetRequired)
 				srv.Held(a.Held)
@@ -131,7 +140,8 @@ func newRun(o *options) *cobra.Command {
 	f.DurationVar(&resync, "resync", 5*time.Minute, "full pass at least this often")
 	f.BoolVar(&pullReq, "pull-required", false, "pull the images the node's workloads need (PUT /required) and the node lacks through its registry mirrors (its peers' spegel), and keep them pinned as the peer source <data-dir>/peers/"+agent.PeerListName)
 	f.DurationVar(&grace, "peer-grace", agent.DefaultPeerGrace, "with --pull-required: how long an image that no workload on the node needs any more stays on the peer source")
-	withEnv(f, "parallel", "listen", "settle", "resync", "pull-required", "peer-grace")
+	f.StringVar(&tokenF, "token-file", "", "file with the token of the agent's own reporter, the one caller that may PUT /required (it sends it as a bearer token); made when missing (random, mode 0640 with root's group); refused when others may read or change it; default <data-dir>/"+server.TokenFileName)
+	withEnv(f, "parallel", "listen", "settle", "resync", "pull-required", "peer-grace", "token-file")
 	return cmd
 }
 
@@ -145,10 +155,11 @@ also runs every --resync, and after containerd comes back from a restart.
 Spool dirs (--spool) are watched like images dirs.
 
 It serves /metrics, /healthz, /readyz and /report (read by holdfast-reporter)
-on --listen, and takes PUT /required from loopback (the reporter's set of the
-images the node's workloads need, judged on every pass and image event:
-GET /report's "required", holdfast_required_images, ImageMissing,
-ImageUnpinned and ImageReady events). With --pull-required, each image of
+on --listen, and takes PUT /required from loopback with the token of
+--token-file only (the reporter's set of the images the node's workloads
+need, judged on every pass and image event: GET /report's "required",
+holdfast_required_images, ImageMissing, ImageUnpinned and ImageReady
+events). With --pull-required, each image of
 that set the node lacks or holds unpinned is pulled through the node's
 registry mirrors (spegel serves what its peers hold), pinned and leased as
 the peer source <data-dir>/peers/required.txt, and released --peer-grace

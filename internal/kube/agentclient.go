@@ -1,7 +1,7 @@
 package kube
 
 // The reporter's client of the agent's HTTP server: GET /report, GET /held
-// and PUT /required.
+// and PUT /required, which the agent takes only with its token.
 
 import (
 	"bytes"
@@ -11,7 +11,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
+	"sync"
 
 	"github.com/holdfast-project/holdfast/internal/report"
 )
@@ -86,22 +88,81 @@ func (r *Reporter) getHeld(ctx context.Context) (report.Held, error) {
 }
 
 // putRequired sends the agent at agent the set of required images (body,
-// report.RequiredSet as JSON): PUT /required, which answers 204.
-func putRequired(ctx context.Context, hc *http.Client, agent string, body []byte) error {
+// report.RequiredSet as JSON): PUT /required, which answers 204. It sends
+// the agent's token; when the agent answers 401, the token file is read
+// again (the agent may have made a new one when it started) and the set sent
+// once more.
+func putRequired(ctx context.Context, hc *http.Client, agent string, tok *agentToken, body []byte) error {
 	u := strings.TrimSuffix(agent, "/") + "/required"
+	for again := false; ; again = true {
+		token, err := tok.get(again)
+		if err != nil {
+			return fmt.Errorf("PUT %s: %w", u, err)
+		}
+		code, err := putOnce(ctx, hc, u, token, body)
+		if code == http.StatusUnauthorized && !again && tok.path != "" {
+			continue
+		}
+		return err
+	}
+}
+
+// putOnce PUTs body to u with token (none when empty): the status code, and
+// an error unless it is 204.
+func putOnce(ctx context.Context, hc *http.Client, u, token string, body []byte) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("PUT %s: %w", u, err)
+		return 0, fmt.Errorf("PUT %s: %w", u, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("PUT %s: %s: %s", u, resp.Status, strings.TrimSpace(string(msg)))
+		return resp.StatusCode, fmt.Errorf("PUT %s: %s: %s", u, resp.Status, strings.TrimSpace(string(msg)))
 	}
-	return nil
+	return resp.StatusCode, nil
+}
+
+// agentToken is the token the agent takes from its own reporter alone, read
+// from the file the agent keeps it in (its --token-file; the reporter's
+// --token-file names the same file). No path: no token is sent.
+type agentToken struct {
+	path string
+
+	mu    sync.Mutex
+	value string
+	read  bool
+}
+
+// maxToken bounds the token file's read; the agent refuses larger ones.
+const maxToken = 4 << 10
+
+// get is the token, read from the file the first time and again when asked.
+func (t *agentToken) get(again bool) (string, error) {
+	if t == nil || t.path == "" {
+		return "", nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.read && !again {
+		return t.value, nil
+	}
+	f, err := os.Open(t.path)
+	if err != nil {
+		return "", fmt.Errorf("reading the agent's token: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxToken))
+	if err != nil {
+		return "", fmt.Errorf("reading the agent's token %s: %w", t.path, err)
+	}
+	t.value, t.read = strings.TrimSpace(string(data)), true
+	return t.value, nil
 }

@@ -33,6 +33,9 @@ type Config struct {
 	Interval time.Duration // between reads of /report
 	Log      *slog.Logger
 	HTTP     *http.Client // for /report and /required; nil: one with a 5 s timeout
+	// TokenFile holds the agent's token (the agent's --token-file), sent
+	// with PUT /required; read again when the agent answers 401.
+	TokenFile string
 
 	// Required: watch the images the node's workloads need, send them to
 	// the agent and keep the HoldfastImagesReady condition.

@@ -35,6 +35,7 @@ type requiredWatcher struct {
 	cfg    Config
 	log    *slog.Logger
 	http   *http.Client
+	token  *agentToken
 
 	changed chan struct{} // an object was added, changed or deleted
 	resend  chan struct{} // the agent has no set: send it again
@@ -46,7 +47,7 @@ type requiredWatcher struct {
 }
 
 func newRequiredWatcher(client kubernetes.Interface, cfg Config, log *slog.Logger, hc *http.Client) *requiredWatcher {
-	return &requiredWatcher{client: client, cfg: cfg, log: log, http: hc,
+	return &requiredWatcher{client: client, cfg: cfg, log: log, http: hc, token: &agentToken{path: cfg.TokenFile},
 		changed: make(chan struct{}, 1), resend: make(chan struct{}, 1)}
 }
 
@@ -187,7 +188,7 @@ func (w *requiredWatcher) send(ctx context.Context, force bool) error {
 		return nil
 	}
 	w.sent = nil
-	if err := putRequired(ctx, w.http, w.cfg.Agent, body); err != nil {
+	if err := putRequired(ctx, w.http, w.cfg.Agent, w.token, body); err != nil {
 		return err
 	}
 	w.sent = body

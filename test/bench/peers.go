@@ -29,6 +29,7 @@ type peerPair struct {
 	ns      string
 	a, b    *store
 	aData   string       // A's holdfast data dir
+	bToken  string       // B's agent's token file, which its reporter reads
 	spegels []*agentProc // A's, B's
 	agent   *agentProc   // B's holdfast run
 	client  *http.Client // dials into the namespace
@@ -116,6 +117,7 @@ func (p *peerPair) startAgent(ctx context.Context, holdfast, dir string) error {
 		return fmt.Errorf("creating %s: %w", images, err)
 	}
 	logBase := filepath.Join(dir, "run")
+	p.bToken = filepath.Join(dir, "holdfast", "token")
 	a, err := startAgent(ctx, logBase, "ip", "netns", "exec", p.ns, holdfast,
 		"run", "--address", p.b.Address(), "--write-path", WriteDirect, "--data-dir", filepath.Join(dir, "holdfast"),
 		"--images", images, "--listen", "127.0.0.1:0", "--settle", "200ms",
@@ -156,14 +158,19 @@ func (p *peerPair) waitSpegel(ctx context.Context, s *agentProc, addr string) er
 }
 
 // require PUTs the required set naming ref to B's agent, as its reporter
-// would.
+// would: with the agent's token.
 func (p *peerPair) require(ctx context.Context, ref string) error {
 	body := fmt.Sprintf(`{"images":[{"ref":%q,"usedBy":["Deployment bench/app containers/app"]}]}`, ref)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+p.agent.addr+"/required", strings.NewReader(body))
 	if err != nil {
 		return err
 	}
+	token, err := os.ReadFile(p.bToken)
+	if err != nil {
+		return fmt.Errorf("PUT /required on B: reading the agent's token: %w", err)
+	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
 	resp, err := p.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("PUT /required on B: %w", err)

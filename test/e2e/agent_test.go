@@ -32,6 +32,8 @@ type agentProc struct {
 	addr   string
 	exited chan error
 	client *http.Client // dials in the agent's network namespace
+	// tokenFile is the agent's --token-file, which its reporter reads.
+	tokenFile string
 }
 
 // startAgent starts `holdfast run` against d and waits until it serves HTTP.
@@ -63,7 +65,14 @@ func startAgentIn(t *testing.T, ns string, d *daemon, dataDir string, imageDirs 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	a := &agentProc{cmd: cmd, exited: make(chan error, 1), client: client}
+	a := &agentProc{cmd: cmd, exited: make(chan error, 1), client: client, tokenFile: filepath.Join(dataDir, "token")}
+	for i, arg := range extra {
+		if v, ok := strings.CutPrefix(arg, "--token-file="); ok {
+			a.tokenFile = v
+		} else if arg == "--token-file" && i+1 < len(extra) {
+			a.tokenFile = extra[i+1]
+		}
+	}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -145,13 +154,19 @@ func (a *agentProc) get(t *testing.T, path string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// put PUTs body to path and wants 204 No Content.
+// put PUTs body to path with the agent's token, as its reporter does, and
+// wants 204 No Content.
 func (a *agentProc) put(t *testing.T, path, body string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPut, "http://"+a.addr+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
+	token, err := os.ReadFile(a.tokenFile)
+	if err != nil {
+		t.Fatalf("PUT %s: reading the agent's token: %v", path, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
 	resp, err := a.client.Do(req)
 	if err != nil {
 		t.Fatalf("PUT %s: %v", path, err)
