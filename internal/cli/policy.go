@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/holdfast-project/holdfast/internal/runtime"
@@ -12,17 +13,20 @@ import (
 // must judge by the signature policy in force there.
 var writers = map[string]bool{"run": true, "sync": true, "import": true}
 
-// policyBy names the agent of this data dir, as the namespace's labels say
-// who put a policy in force.
+// policyBy names the agent of this data dir, as the claim on a namespace's
+// policy says who holds it.
 func (o *options) policyBy() string { return "holdfast run, data dir " + o.dataDir }
 
 // adoptPolicy makes this command judge by the signature policy in force in
 // the namespace (runtime.PolicyInForce), which holdfast run --policy puts
 // there:
 //
-//   - run with --policy puts its policy in force; run without one takes
-//     away the policy its own data dir's agent had put there (the operator
-//     turned it off), and otherwise uses the one in force;
+//   - run with --policy puts its policy in force by claiming the namespace
+//     (runtime.Policies), or takes its own claim again: of two agents with
+//     different policies one holds the claim and the other is refused,
+//     naming it, even when both start at the same instant; run without one
+//     takes away the policy its own data dir's agent had put there (the
+//     operator turned it off), and otherwise uses the one in force;
 //   - any other command without --policy uses the policy in force;
 //   - a command that writes (run, sync, import) with another --policy than
 //     the one in force is refused: an image that policy refuses would be
@@ -42,17 +46,23 @@ func (o *options) adoptPolicy(ctx context.Context, s *session, command string) e
 	ns := s.rt.Namespace()
 	switch {
 	case command == "run" && o.policyFile != "":
-		if ok && inForce.Path != o.policyFile && inForce.By != o.policyBy() {
-			return &usageError{fmt.Errorf("namespace %s: %s put the signature policy %s in force; another agent on the namespace must judge by the same one: give --policy %s, or none", ns, inForce.By, inForce.Path, inForce.Path)}
+		if ok && inForce.By != o.policyBy() {
+			return o.judgeByOthers(ns, inForce)
 		}
 		if ok && inForce.Path == o.policyFile {
-			return nil
+			o.log.Debug("taking again the claim on the namespace's signature policy", "namespace", ns, "policy", o.policyFile)
+		} else {
+			o.log.Info("putting the signature policy in force in the namespace", "namespace", ns, "policy", o.policyFile)
 		}
-		o.log.Info("putting the signature policy in force in the namespace", "namespace", ns, "policy", o.policyFile)
-		return s.rt.SetPolicyInForce(ctx, runtime.PolicyInForce{Path: o.policyFile, By: o.policyBy()})
+		err := s.rt.SetPolicyInForce(ctx, runtime.PolicyInForce{Path: o.policyFile, By: o.policyBy()})
+		if claimed := (*runtime.PolicyClaimedError)(nil); errors.As(err, &claimed) {
+			// Another agent took the claim since it was read.
+			return o.judgeByOthers(ns, claimed.Holder)
+		}
+		return err
 	case command == "run" && ok && inForce.By == o.policyBy():
 		o.log.Info("this agent runs without a signature policy: the one it had put in force is no longer", "namespace", ns, "policy", inForce.Path)
-		return s.rt.SetPolicyInForce(ctx, runtime.PolicyInForce{})
+		return s.rt.SetPolicyInForce(ctx, runtime.PolicyInForce{By: o.policyBy()})
 	case !ok:
 		return nil
 	case o.policyFile == "":
@@ -72,5 +82,16 @@ func (o *options) adoptPolicy(ctx context.Context, s *session, command string) e
 	default:
 		o.policyInForce = &inForce
 	}
+	return nil
+}
+
+// judgeByOthers is what run --policy does where another agent holds the
+// claim on the namespace's policy: it judges by the same policy, or is
+// refused.
+func (o *options) judgeByOthers(ns string, holder runtime.PolicyInForce) error {
+	if holder.Path != o.policyFile {
+		return &usageError{fmt.Errorf("namespace %s: %s put the signature policy %s in force; another agent on the namespace must judge by the same one: give --policy %s, or none", ns, holder.By, holder.Path, holder.Path)}
+	}
+	o.policyInForce = &holder
 	return nil
 }

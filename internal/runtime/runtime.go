@@ -7,6 +7,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -292,9 +293,33 @@ type Runtime interface {
 }
 
 // PolicyInForce is the signature policy an agent (holdfast run --policy) put
-// in force in a namespace, as the namespace's labels say: every holdfast
-// command that writes into the namespace judges by it.
+// in force in a namespace by its claim (Policies): every holdfast command
+// that writes into the namespace judges by it.
 type PolicyInForce struct {
 	Path string // the policy file
 	By   string // who put it in force: "holdfast run, data dir /var/lib/holdfast"
+}
+
+// Policies is the signature policy in force in a namespace. One claimant
+// at a time holds it: taking the claim is one atomic step of the store, so
+// of two agents that start together with different policies exactly one
+// puts its policy in force, and the other learns who holds the claim.
+type Policies interface {
+	// PolicyInForce reads the policy in force; ok is false when none is.
+	PolicyInForce(ctx context.Context) (p PolicyInForce, ok bool, err error)
+	// SetPolicyInForce claims the namespace for p.Path on behalf of p.By.
+	// The claimant that holds it (the same By) takes it again, with
+	// p.Path; anyone else gets a *PolicyClaimedError naming the holder. An
+	// empty p.Path withdraws p.By's claim: no policy is in force after it.
+	SetPolicyInForce(ctx context.Context, p PolicyInForce) error
+}
+
+// PolicyClaimedError says another claimant holds the namespace's policy.
+type PolicyClaimedError struct {
+	Namespace string
+	Holder    PolicyInForce
+}
+
+func (e *PolicyClaimedError) Error() string {
+	return fmt.Sprintf("namespace %s: %s holds the signature policy's claim, with %s in force", e.Namespace, e.Holder.By, e.Holder.Path)
 }

@@ -824,4 +824,25 @@ var sabotages = []sabotage{
 			"opts.Check = func(dir string) error { return nil }"}},
 		tests: []tests{{e2e, []string{"TestSecRegistryConfigOthersMayWrite"}, nil}},
 	},
+	{
+		name: "policy-claim-taken-over",
+		// A second agent with another policy takes the claim on the
+		// namespace's policy from its holder: two agents run with two
+		// policies, each deleting what the other names.
+		edits: []edit{{"internal/runtime/containerd/policy.go",
+			"case holder.By != p.By:",
+			"case false && holder.By != p.By:"}},
+		tests: []tests{{e2e, []string{"TestPolicyClaimedOnce"}, nil}},
+	},
+	{
+		name: "operator-file-not-regular",
+		// A file an operator names is read whatever it is: a kubelet
+		// drop-in linked to /dev/zero is read up to its bound as if it
+		// were a file, and a policy's key that is a named pipe is taken
+		// for an empty one.
+		edits: []edit{{"internal/bounded/file.go",
+			"if st.Mode&syscall.S_IFMT != syscall.S_IFREG {",
+			"if false {"}},
+		tests: []tests{{"./internal/bounded", []string{"TestReadFile"}, nil}, {"./internal/kubelet", []string{"TestDropInBounds"}, nil}},
+	},
 }

@@ -41,8 +41,9 @@ type Runtime struct {
 	lists   int            // Records and Sources calls
 	handed  int            // events the watcher's reader has received
 	cri     criState
-	down    bool         // Server fails: containerd does not answer
-	streams []chan error // the open event streams' error channels
+	down    bool                   // Server fails: containerd does not answer
+	streams []chan error           // the open event streams' error channels
+	claim   *runtime.PolicyInForce // the signature policy's claim (policy.go)
 }
 
 var _ runtime.Backend = &Runtime{}

@@ -45,7 +45,8 @@ type Store struct {
 
 // RunFurther runs the cases that need a Store: image events, a source whose
 // blob was lost, not-found and no-CRI errors, a Cleanup beside a live
-// import, and pins that leave every other label exactly as it was. Record
+// import, pins that leave every other label exactly as it was, and one
+// claimant at a time of the signature policy in force. Record
 // names start with prefix, which no other record of the store has.
 func RunFurther(t *testing.T, prefix string, newStore func(t *testing.T) Store) {
 	for _, c := range []struct {
@@ -58,6 +59,7 @@ func RunFurther(t *testing.T, prefix string, newStore func(t *testing.T) Store) 
 		{"NoCRIIsErrNoCRI", noCRI},
 		{"CleanupSparesLiveImport", cleanupSparesLiveImport},
 		{"PinUnpinTouchOnlyPinLabels", pinUnpinExactLabels},
+		{"PolicyClaimedOnce", policyClaimedOnce},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, newStore(t), prefix+c.name+":1") })
 	}
