@@ -321,9 +321,9 @@ var sabotages = []sabotage{
 		name: "peer-pull-backoff-as-registry",
 		// A failed pull of the peer source waits as long as a registry's.
 		edits: []edit{{"internal/pass/pulls.go",
-			"p.notePullFailure(e.Ref, err, pl.Path == p.cfg.PeerList)",
-			"p.notePullFailure(e.Ref, err, false)"}},
-		tests: []tests{{"./internal/pass", []string{"TestPeerPullRetriesSooner"}, nil}},
+			"fromPeers := pl.Path == p.cfg.PeerList",
+			"fromPeers := false"}},
+		tests: []tests{{"./internal/pass", []string{"TestPeerPullRetriesSooner", "TestBackgroundPullBackoff"}, nil}},
 	},
 	{
 		name: "content-root-made-lazily-not-probed",
@@ -347,8 +347,8 @@ var sabotages = []sabotage{
 		name: "peer-list-rewritten-when-unreadable",
 		// A peer list that cannot be read is written anew, dropping what it held.
 		edits: []edit{{"internal/agent/peers.go",
-			"a.log.Warn(\"reading the peer list; it stays as it is\", \"path\", path, \"error\", err)\n\t\t\treturn time.Time{}",
-			"a.log.Warn(\"reading the peer list; it stays as it is\", \"path\", path, \"error\", err)"}},
+			"a.log.Warn(\"reading the peer list; it stays as it is\", \"path\", path, \"error\", err)\n\t\treturn false",
+			"a.log.Warn(\"reading the peer list; it stays as it is\", \"path\", path, \"error\", err)\n\t\tp.loaded, p.left = true, map[string]time.Time{}\n\t\treturn true"}},
 		tests: []tests{{"./internal/agent", []string{"TestPeerListUnreadableStays"}, nil}},
 	},
 	{
@@ -844,5 +844,16 @@ var sabotages = []sabotage{
 			"if st.Mode&syscall.S_IFMT != syscall.S_IFREG {",
 			"if false {"}},
 		tests: []tests{{"./internal/bounded", []string{"TestReadFile"}, nil}, {"./internal/kubelet", []string{"TestDropInBounds"}, nil}},
+	},
+	{
+		name: "peer-list-file-obeyed",
+		// The peer list's file is read as any pull list's and never
+		// written back: a line added by hand under a running agent is
+		// pulled, pinned and leased as the peer source.
+		edits: []edit{
+			{"internal/pass/pulls.go", "if p.ownPeerList(src) {", "if p.ownPeerList(src) && false {"},
+			{"internal/agent/peers.go", "case errors.Is(err, fs.ErrNotExist) && len(a.peers.refs) == 0:", "case true:"},
+		},
+		tests: []tests{{"./internal/agent", []string{"TestPeerListIsTheAgents"}, nil}, {e2e, []string{"TestPeerListIsTheAgents"}, nil}},
 	},
 }
