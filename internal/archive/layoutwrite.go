@@ -105,11 +105,12 @@ func WriteLayout(ctx context.Context, w io.Writer, l Layout) (LayoutStats, error
 			return st, fmt.Errorf("writing %s: %w", d, err)
 		}
 	}
+	buf := make([]byte, aheadBlockSize)
 	for _, b := range blobs {
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
-		if err := writeLayoutBlob(ctx, tw, b); err != nil {
+		if err := writeLayoutBlob(ctx, tw, b, buf); err != nil {
 			return st, err
 		}
 		st.Blobs++
@@ -222,36 +223,50 @@ func writeLayoutFile(tw *tar.Writer, name string, data []byte) error {
 // writeLayoutBlob copies one blob into the tar, checking its size and
 // digest as it goes: a blob the store holds damaged is an error, not an
 // archive no reader takes.
-func writeLayoutBlob(ctx context.Context, tw *tar.Writer, b LayoutBlob) error {
+func writeLayoutBlob(ctx context.Context, tw *tar.Writer, b LayoutBlob, buf []byte) error {
 	name := BlobPath(b.Desc.Digest)
 	rc, err := b.Open(ctx)
 	if err != nil {
 		return fmt.Errorf("reading blob %s: %w", b.Desc.Digest, err)
 	}
-	err = copyLayoutBlob(tw, name, b.Desc, rc)
+	err = copyLayoutBlob(tw, name, b.Desc, rc, buf)
 	if cerr := rc.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("reading blob %s: %w", b.Desc.Digest, cerr)
 	}
 	return err
 }
 
-func copyLayoutBlob(tw *tar.Writer, name string, desc ocispec.Descriptor, r io.Reader) error {
-	b := LayoutBlob{Desc: desc}
-	if err := tw.WriteHeader(layoutHeader(name, tar.TypeReg, layoutFileMode, b.Desc.Size)); err != nil {
+// copyLayoutBlob writes the blob desc, read from r, into tw, through buf
+// (aheadBlockSize bytes). A blob larger than buf is read by a goroutine
+// ahead of the copy (aheadReader), in reads of aheadBlockSize (each a round
+// trip to containerd), and hashed there, while this one writes into tw what
+// was read before: reading and hashing, and the tar and the compression
+// behind it, each keep a core busy.
+func copyLayoutBlob(tw *tar.Writer, name string, desc ocispec.Descriptor, r io.Reader, buf []byte) error {
+	if err := tw.WriteHeader(layoutHeader(name, tar.TypeReg, layoutFileMode, desc.Size)); err != nil {
 		return fmt.Errorf("writing %s: %w", name, err)
 	}
-	h := b.Desc.Digest.Algorithm().Hash()
-	n, err := io.Copy(io.MultiWriter(tw, h), io.LimitReader(r, b.Desc.Size+1))
-	switch {
-	case errors.Is(err, tar.ErrWriteTooLong) || n > b.Desc.Size:
-		return fmt.Errorf("blob %s is longer than its %d bytes", b.Desc.Digest, b.Desc.Size)
-	case err != nil:
-		return fmt.Errorf("copying blob %s: %w", b.Desc.Digest, err)
-	case n < b.Desc.Size:
-		return fmt.Errorf("blob %s is %d bytes, its descriptor says %d", b.Desc.Digest, n, b.Desc.Size)
+	h := desc.Digest.Algorithm().Hash()
+	var n int64
+	var err error
+	if desc.Size < int64(len(buf)) {
+		n, err = io.CopyBuffer(io.MultiWriter(tw, h), io.LimitReader(r, desc.Size+1), buf)
+	} else {
+		ahead := newAheadReader(io.TeeReader(io.LimitReader(r, desc.Size+1), h))
+		n, err = io.CopyBuffer(tw, ahead, buf)
+		// Close waits for the goroutine: h has all it read.
+		ahead.Close()
 	}
-	if got := digest.NewDigest(b.Desc.Digest.Algorithm(), h); got != b.Desc.Digest {
-		return fmt.Errorf("blob %s read from the store has digest %s", b.Desc.Digest, got)
+	switch {
+	case errors.Is(err, tar.ErrWriteTooLong) || n > desc.Size:
+		return fmt.Errorf("blob %s is longer than its %d bytes", desc.Digest, desc.Size)
+	case err != nil:
+		return fmt.Errorf("copying blob %s: %w", desc.Digest, err)
+	case n < desc.Size:
+		return fmt.Errorf("blob %s is %d bytes, its descriptor says %d", desc.Digest, n, desc.Size)
+	}
+	if got := digest.NewDigest(desc.Digest.Algorithm(), h); got != desc.Digest {
+		return fmt.Errorf("blob %s read from the store has digest %s", desc.Digest, got)
 	}
 	return nil
 }

@@ -115,3 +115,38 @@ func TestWriteLayoutBadBlob(t *testing.T) {
 		})
 	}
 }
+
+// blobReadCounter counts the reads of a blob's stream, and those given less
+// than aheadBlockSize.
+type blobReadCounter struct {
+	r            io.Reader
+	reads, small int
+}
+
+func (c *blobReadCounter) Read(p []byte) (int, error) {
+	c.reads++
+	if len(p) < aheadBlockSize {
+		c.small++
+	}
+	return c.r.Read(p)
+}
+
+func (c *blobReadCounter) Close() error { return nil }
+
+// TestWriteLayoutLargeReads: a blob is read from the store in reads of
+// aheadBlockSize, but for its last bytes. containerd's content API makes a
+// round trip of each read: in reads of 32 KiB, a GiB took 32,768.
+func TestWriteLayoutLargeReads(t *testing.T) {
+	data := randomLayer(8<<20+5, 4)
+	b := layoutBlobOf(data)
+	c := &blobReadCounter{r: bytes.NewReader(data.data)}
+	b.Open = func(context.Context) (io.ReadCloser, error) { return c, nil }
+	cfg := randomLayer(10, 5)
+	l := Layout{Index: []ocispec.Descriptor{cfg.desc()}, Blobs: []LayoutBlob{b}}
+	if _, err := WriteLayout(context.Background(), io.Discard, l); err != nil {
+		t.Fatal(err)
+	}
+	if c.reads > 8+2 || c.small > 2 {
+		t.Errorf("an 8 MiB blob read in %d reads, %d of them of less than %d bytes; want at most 10, 2 (its end)", c.reads, c.small, aheadBlockSize)
+	}
+}

@@ -55,8 +55,9 @@ type SeekableOptions struct {
 	// Level is the zstd level, 1 to 22 as the zstd CLI takes it (mapped to
 	// the klauspost/compress encoder's four levels); 0 is zstd's default, 3.
 	Level int
-	// Workers is how many frames are compressed at once: 0 is
-	// min(GOMAXPROCS, 4). It changes the speed, never the bytes written.
+	// Workers is how many frames are compressed at once: 0 is one per CPU,
+	// at most 4 (defaultSeekableWorkers). It changes the speed and the
+	// memory, never the bytes written.
 	Workers int
 }
 
@@ -104,18 +105,20 @@ var errWriterClosed = errors.New("zstd: write after close")
 // SeekableZstdWriter says. Nothing is written to w before the first frame
 // is full, or Close.
 func NewSeekableZstdWriter(w io.Writer, opts SeekableOptions) *SeekableZstdWriter {
-	size := opts.FrameSize
-	if size == 0 {
-		size = DefaultSeekableFrameSize
-	}
-	size = min(max(size, seekMinFrameSize), seekMaxFrameSize)
-	workers := opts.Workers
-	if workers <= 0 {
-		workers = min(runtime.GOMAXPROCS(0), 4)
-	}
+	size, workers := opts.sizes()
 	level := zstd.SpeedDefault
 	if opts.Level != 0 {
 		level = zstd.EncoderLevelFromZstd(opts.Level)
+	}
+	encOpts := []zstd.EOption{
+		zstd.WithEncoderLevel(level),
+		zstd.WithEncoderConcurrency(1),
+		zstd.WithEncoderCRC(true),
+		// Buffers as large as what is encoded, not twice that.
+		zstd.WithLowerEncoderMem(true),
+	}
+	if w := seekableWindow(size); w > 0 {
+		encOpts = append(encOpts, zstd.WithWindowSize(w))
 	}
 	z := &SeekableZstdWriter{
 		w:         w,
@@ -125,11 +128,7 @@ func NewSeekableZstdWriter(w io.Writer, opts SeekableOptions) *SeekableZstdWrite
 	}
 	for range workers {
 		// EncodeAll only: an encoder used so starts no goroutine of its own.
-		enc, err := zstd.NewWriter(nil,
-			zstd.WithEncoderLevel(level),
-			zstd.WithEncoderConcurrency(1),
-			zstd.WithEncoderCRC(true),
-		)
+		enc, err := zstd.NewWriter(nil, encOpts...)
 		if err != nil {
 			// The options are constants that the encoder accepts.
 			panic(fmt.Sprintf("zstd encoder: %v", err))
@@ -200,6 +199,63 @@ func (z *SeekableZstdWriter) Close() error {
 	return err
 }
 
+// sizes are the frame size and the workers of o, defaults applied.
+func (o SeekableOptions) sizes() (frameSize, workers int) {
+	frameSize = o.FrameSize
+	if frameSize == 0 {
+		frameSize = DefaultSeekableFrameSize
+	}
+	frameSize = min(max(frameSize, seekMinFrameSize), seekMaxFrameSize)
+	workers = o.Workers
+	if workers <= 0 {
+		workers = defaultSeekableWorkers()
+	}
+	return frameSize, workers
+}
+
+// Memory is about the most a SeekableZstdWriter with options o holds,
+// however much is written through it: its frames in flight (workers + 2:
+// those being compressed, one written out, one being filled), each its
+// content and room for it compressed, and an encoder per worker, its window
+// and its tables (measured: 6 MiB for frames of 4 MiB at the default level).
+func (o SeekableOptions) Memory() int64 {
+	size, workers := o.sizes()
+	window := seekableWindow(size)
+	if window == 0 {
+		window = 8 << 20
+	}
+	frame := int64(2*size + size>>8 + 1<<10)
+	return int64(workers+2)*frame + int64(workers)*int64(window+4<<20)
+}
+
+// defaultSeekableWorkers is how many frames a SeekableZstdWriter compresses
+// at once unless told: one per CPU holdfast may use, at most 4. Not
+// GOMAXPROCS, which holdfast sets one above the CPUs: an encoder more than
+// the cores costs its memory (each holds its frame, compressed and not, and
+// its tables) and gains nothing.
+func defaultSeekableWorkers() int {
+	return max(1, min(runtime.GOMAXPROCS(0), runtime.NumCPU(), 4))
+}
+
+// seekableWindow is the window each frame's encoder keeps: the least power
+// of two that holds a whole frame, so that its history buffer is a frame's
+// size and not the encoder's default of 8 MiB; 0 (that default) for frames
+// larger than 8 MiB. A frame is compressed on its own, so no match reaches
+// further back than its start: the bytes written are the same either way
+// (TestSeekableZstdWriterBytes), and a frame header written whole (single
+// segment) names no window.
+func seekableWindow(frameSize int) int {
+	const encoderDefault = 8 << 20
+	if frameSize > encoderDefault {
+		return 0
+	}
+	w := zstd.MinWindowSize
+	for w < frameSize {
+		w <<= 1
+	}
+	return w
+}
+
 // takeFrame is an empty frame to fill, a spare one if any.
 func (z *SeekableZstdWriter) takeFrame() *seekFrame {
 	if n := len(z.spare); n > 0 {
@@ -208,7 +264,10 @@ func (z *SeekableZstdWriter) takeFrame() *seekFrame {
 		f.in = f.in[:0]
 		return f
 	}
-	return &seekFrame{in: make([]byte, 0, z.frameSize)}
+	// out holds the frame compressed: no larger than its content and the
+	// headers of its blocks (the encoder stores a block it cannot shrink),
+	// so it is made once, not grown by doubling as the encoder appends.
+	return &seekFrame{in: make([]byte, 0, z.frameSize), out: make([]byte, 0, z.frameSize+z.frameSize>>8+1<<10)}
 }
 
 // submit hands the frame being filled to an encoder, then writes out the

@@ -2,11 +2,14 @@ package archive
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -233,5 +236,62 @@ func TestSeekableZstdWriterErrors(t *testing.T) {
 	}
 	if _, err := w.Write([]byte("y")); err == nil {
 		t.Fatal("Write after Close: no error")
+	}
+}
+
+// TestSeekableZstdWriterBytes: the bytes written for a given input, frame
+// size and level are those the writer has always written (the SHA-256 of
+// each output, taken once), whatever the workers: an archive exported
+// again is the same file, so that a digest or signature of it still holds.
+func TestSeekableZstdWriterBytes(t *testing.T) {
+	t.Parallel()
+	data := mixedContent(6<<20+12345, 3)
+	for _, c := range []struct {
+		opts SeekableOptions
+		sum  string
+	}{
+		{SeekableOptions{}, "2f062fea1059b0b6f0c20a73655e096e5d45e6097732a9a4b4807b97a4774832"},
+		{SeekableOptions{Workers: 1}, "2f062fea1059b0b6f0c20a73655e096e5d45e6097732a9a4b4807b97a4774832"},
+		{SeekableOptions{FrameSize: 1 << 20, Workers: 3}, "c173253c8ada65bc05d7b60c267a5985125d1214ed15ecdd191d4fdeeb324c20"},
+		{SeekableOptions{FrameSize: 1 << 20, Level: 1}, "b39324b4ca26203d4d153f1e9f894e40a28fe95a475d0d2f062178bebac25b5f"},
+		{SeekableOptions{FrameSize: 512 << 10, Level: 19}, "899abe990ce11f1f7c98f998c977cdbd22925bc7b04b647b781fac67501ac489"},
+	} {
+		if got := fmt.Sprintf("%x", sha256.Sum256(seekableBytes(t, data, c.opts, 100_003))); got != c.sum {
+			t.Errorf("%+v: output SHA-256 %s, want %s", c.opts, got, c.sum)
+		}
+	}
+	if got := fmt.Sprintf("%x", sha256.Sum256(seekableBytes(t, nil, SeekableOptions{}, 1))); got != "b7d15a5ad22abefd4349ba83924d40cef26eb64f2895259cd6d4fe6957539b6c" {
+		t.Errorf("empty input: output SHA-256 %s", got)
+	}
+}
+
+// TestSeekableZstdWriterMemory: what the writer allocates is bounded by its
+// frames in flight (workers + 2, each its content and its compressed bytes)
+// and its encoders (a window of a frame and their tables each), however
+// much is written through it: 64 MiB, half of it incompressible.
+func TestSeekableZstdWriterMemory(t *testing.T) {
+	data := mixedContent(64<<20, 9)
+	const size, workers = 4 << 20, 2
+	frame := 2*size + size>>8 + 1<<10
+	bound := uint64((workers+2)*frame + workers*(size+4<<20))
+	if m := (SeekableOptions{FrameSize: size, Workers: workers}).Memory(); uint64(m) != bound {
+		t.Errorf("Memory says %d bytes, want %d", m, bound)
+	}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	w := NewSeekableZstdWriter(io.Discard, SeekableOptions{FrameSize: size, Workers: workers})
+	for p := data; len(p) > 0; p = p[min(len(p), 100_003):] {
+		if _, err := w.Write(p[:min(len(p), 100_003)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > bound {
+		t.Errorf("writing %d MiB allocated %.1f MiB; want at most %.1f MiB (%d frames of %d MiB in flight, %d encoders)",
+			len(data)>>20, float64(got)/(1<<20), float64(bound)/(1<<20), workers+2, size>>20, workers)
 	}
 }
