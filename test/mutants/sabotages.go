@@ -856,4 +856,14 @@ var sabotages = []sabotage{
 		},
 		tests: []tests{{"./internal/agent", []string{"TestPeerListIsTheAgents"}, nil}, {e2e, []string{"TestPeerListIsTheAgents"}, nil}},
 	},
+	{
+		name: "required-from-anyone",
+		// PUT /required is taken without the reporter's token: any user of
+		// the node, on loopback, chooses what holdfast run --pull-required
+		// pulls, pins and leases, and what the node says is ready.
+		edits: []edit{{"internal/server/auth.go",
+			"if match := subtle.ConstantTimeCompare(got[:], want[:]); !ok || match != 1 {",
+			"if match := subtle.ConstantTimeCompare(got[:], want[:]); false && (!ok || match != 1) {"}},
+		tests: []tests{{"./internal/server", []string{"TestRequiredNeedsOwner"}, nil}, {e2e, []string{"TestSecRequiredOwner"}, nil}},
+	},
 }
