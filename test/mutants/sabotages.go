@@ -821,7 +821,7 @@ var sabotages = []sabotage{
 		// local user points a registry at a mirror of their own.
 		edits: []edit{{"internal/cli/root.go",
 			"opts.Check = func(dir string) error { return source.CheckPerms(\"registry config\", dir, uid) }",
-			"opts.Check = func(dir string) error { return nil }"}},
+			"opts.Check = func(dir string) error { _ = uid; return nil }"}},
 		tests: []tests{{e2e, []string{"TestSecRegistryConfigOthersMayWrite"}, nil}},
 	},
 	{
