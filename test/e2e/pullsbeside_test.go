@@ -128,7 +128,8 @@ func TestPullsNeverHoldAPass(t *testing.T) {
 				a.put(t, "/required", `{"images":[`+strings.Join(refs, ",")+`]}`)
 				eventually(t, "the pulls to reach the "+upstream+" upstream", busy)
 
-				app := build(t, fixture.ImageSpec{Names: []string{"e2e.local/beside/app:1"}})
+				// A name of its own: the other case's agent pinned its image in this containerd.
+				app := build(t, fixture.ImageSpec{Names: []string{"e2e.local/beside/" + upstream + ":1"}})
 				callsAtDrop := calls()
 				dropped := time.Now()
 				writeDockerSave(t, filepath.Join(imagesDir, "app.tar"), app)
