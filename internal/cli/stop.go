@@ -24,12 +24,29 @@ const containerdStopTimeout = 30 * time.Second
 // terminationGracePeriodSeconds (60 s each).
 const runStopBound = shutdownTimeout + containerdStopTimeout + 5*time.Second
 
+// cleanupTimeout bounds the clean-up of an import a cancelled command gives
+// up (its lease and ingests; importer's abandonTimeout, the stream's
+// clean-up in pass/keepstream.go).
+const cleanupTimeout = 30 * time.Second
+
+// writerStopBound is stopBound for the other commands that write into
+// containerd (writers, release): the clean-up of an import they gave up,
+// then the embedded containerd's clean stop, and a little to spare, so that
+// a cancelled sync leaves no lease, ingest or record behind.
+const writerStopBound = cleanupTimeout + containerdStopTimeout + 5*time.Second
+
 // StopBound is how long the command args name (os.Args[1:]) has to return
-// after the first SIGTERM or SIGINT: runStopBound for run, stopBound for
-// every other.
+// after the first SIGTERM or SIGINT: runStopBound for run, writerStopBound
+// for sync, import and release, stopBound for every other.
 func StopBound(root *cobra.Command, args []string) time.Duration {
-	if cmd, _, err := root.Find(args); err == nil && cmd.Name() == "run" {
+	cmd, _, err := root.Find(args)
+	switch {
+	case err != nil:
+		return stopBound
+	case cmd.Name() == "run":
 		return runStopBound
+	case writers[cmd.Name()] || cmd.Name() == "release":
+		return writerStopBound
 	}
 	return stopBound
 }
