@@ -73,25 +73,9 @@ func newRun(o *options) *cobra.Command {
 			a := agent.New(s.rt, cfg, metrics.New(reg))
 			var srv *server.Server
 			if listen != "" {
-				srv = server.New(listen, reg, func(ctx context.Context) error {
-					_, err := s.rt.Server(ctx)
-					return err
-				}, a.Ready)
-				if tokenF == "" {
-					tokenF = filepath.Join(o.dataDir, server.TokenFileName)
-				}
-				token, err := server.LoadToken(tokenF, o.insecurePerms)
-				if err != nil {
-					return &usageError{err}
-				}
-				srv.Owner(token)
-				srv.Report(a.Report)
-				srv.Required(a.SetRequired)
-				srv.Held(a.Held)
-				if err := srv.Listen(ctx); err != nil {
+				if srv, err = o.serve(ctx, listen, tokenF, reg, s, a); err != nil {
 					return err
 				}
-				o.log.Info("serving /metrics, /healthz, /readyz, /report, /required and /held", "address", srv.Addr())
 			}
 
 			// The daemon's parts, under one group: the first to fail stops
@@ -166,6 +150,33 @@ the peer source <data-dir>/peers/required.txt, and released --peer-grace
 after no workload on the node needs it any more; nothing another source
 wants is unpinned. It tells systemd
 READY=1 (Type=notify) once every source of the first pass is final.`
+
+// serve makes the agent's HTTP server on listen and binds it. Its
+// state-changing endpoints take only requests with the token of tokenFile
+// (default <data-dir>/token, made when missing); a token file that others may
+// read or change is bad usage (exit 2).
+func (o *options) serve(ctx context.Context, listen, tokenFile string, reg *prometheus.Registry, s *session, a *agent.Agent) (*server.Server, error) {
+	srv := server.New(listen, reg, func(ctx context.Context) error {
+		_, err := s.rt.Server(ctx)
+		return err
+	}, a.Ready)
+	if tokenFile == "" {
+		tokenFile = filepath.Join(o.dataDir, server.TokenFileName)
+	}
+	token, err := server.LoadToken(tokenFile, o.insecurePerms)
+	if err != nil {
+		return nil, &usageError{err}
+	}
+	srv.Owner(token)
+	srv.Report(a.Report)
+	srv.Required(a.SetRequired)
+	srv.Held(a.Held)
+	if err := srv.Listen(ctx); err != nil {
+		return nil, err
+	}
+	o.log.Info("serving /metrics, /healthz, /readyz, /report, /required and /held", "address", srv.Addr())
+	return srv, nil
+}
 
 // errAgentDone is why the daemon's other parts end once the agent has
 // stopped.

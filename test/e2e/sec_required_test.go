@@ -45,7 +45,8 @@ func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 // on the peer list, and the agent's report says no set came. Bodies that are
 // not one set of full references are 400 even with the token. Then uid 65534
 // in root's group, as the chart runs the reporter, reads the token and is
-// taken: the image is pulled, pinned and leased as the peer source.
+// taken: the image is pulled, pinned and leased as the peer source. A
+// token file others may read stops run (exit 2).
 func TestSecRequiredOwner(t *testing.T) {
 	requireRoot(t)
 	forEachDaemon(t, func(t *testing.T, d *daemon) {
@@ -131,5 +132,18 @@ func TestSecRequiredOwner(t *testing.T) {
 			_, leased := d.leaseOf(t, peerList)
 			return (cri || d.Old) && hf && leased
 		})
+
+		// A token file others may read: run does not start (exit 2), and says why.
+		loose := filepath.Join(dir, "loose-token")
+		if err := os.WriteFile(loose, []byte(strings.Repeat("ab", 32)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(loose, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res := holdfast(t, "run", "--address", d.Address, "--data-dir", filepath.Join(dir, "data2"), "--listen", "127.0.0.1:0", "--token-file", loose)
+		if want := "token file " + loose + " is readable by others (mode 0644)"; res.Code != 2 || !strings.Contains(res.Stderr, want) {
+			t.Errorf("run with a token file others may read: exit %d, want 2 and %q\n%s", res.Code, want, res.Stderr)
+		}
 	})
 }
