@@ -2,11 +2,13 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -14,6 +16,9 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/archive"
 	"github.com/holdfast-project/holdfast/internal/exporter"
+	"github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/signature"
+	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
 
@@ -22,6 +27,7 @@ type exportOptions struct {
 	output      string
 	sources     []string
 	all         bool
+	signedOnly  bool
 	compression compressionFlag
 	progress    progressFlag
 }
@@ -29,7 +35,7 @@ type exportOptions struct {
 func newExport(o *options) *cobra.Command {
 	var eo exportOptions
 	cmd := &cobra.Command{
-		Use:   "export [PATTERN...] [--source PATH]... [--all] -o FILE",
+		Use:   "export [PATTERN...] [--source PATH]... [--all] [--signed-only] -o FILE",
 		Short: "Write images from containerd into one archive that holdfast, K3s and ctr import",
 		Long: `export writes images from containerd's store into one archive, FILE: an OCI
 image layout tar (oci-layout, index.json, blobs/sha256/...) with a docker save
@@ -62,6 +68,14 @@ import --all-platforms would want the others. manifest.json names the host
 platform's manifest of it. An image whose own platform is not whole in the
 store is an error naming the image and the blob. See docs/bundles.md.
 
+Under a signature policy (the one in force in the namespace, which holdfast
+run --policy puts there, or --policy), each image is judged as an enforcing
+node would judge it, by the signatures the store keeps for it; every image the
+policy refuses (a rule matches it and no signature verifies) is named on
+standard error with its digest and why. It is written all the same, unless
+--signed-only is given: then it is left out (and when every image chosen is
+refused, nothing is written). --signed-only without a policy is bad usage.
+
 The same images give the same bytes: entries sorted, fixed times, owners and
 modes, stable JSON, and compression that depends only on its input.
 
@@ -71,8 +85,9 @@ must end in .tar.zst or .tzst; with none, in .tar (K3s picks the decoder by the
 suffix). -o - writes to standard output, never to a terminal. A summary line
 goes to standard error.
 
-Exit status: 0 when FILE was written, 1 when it was not (nothing is left), 2 on
-bad usage.`,
+Exit status: 0 when FILE was written (also when it holds images the policy
+refuses: they are named on standard error), 1 when it was not (nothing is
+left), 2 on bad usage.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			return eo.check(args)
 		},
@@ -84,6 +99,8 @@ bad usage.`,
 	f.StringVarP(&eo.output, "output", "o", "", "the archive to write (- for standard output)")
 	f.StringArrayVar(&eo.sources, "source", nil, "export the images of this source (a kept source or an images-dir file, as status names it, or its lease ID); repeatable")
 	f.BoolVar(&eo.all, "all", false, "export every image holdfast pins")
+	f.BoolVar(&eo.signedOnly, "signed-only", false, "leave out the images the signature policy refuses (the policy in force, or --policy); without it they are written and named")
+	withEnv(f, "signed-only")
 	eo.compression = "zstd"
 	f.Var(&eo.compression, "compression", "zstd (seekable: frames of a few MiB and a seek table) or none")
 	addProgressFlag(cmd, &eo.progress)
@@ -129,9 +146,20 @@ func (o *options) export(cmd *cobra.Command, args []string, eo *exportOptions) e
 		return err
 	}
 	defer s.close()
-	plan, err := exporter.Prepare(ctx, s.rt, s.rt.ExportContent(), exporter.Selection{Patterns: pats, Sources: eo.sources, All: eo.all})
+	sel := exporter.Selection{Patterns: pats, Sources: eo.sources, All: eo.all, SignedOnly: eo.signedOnly}
+	content := s.rt.ExportContent()
+	switch {
+	case o.policy != nil:
+		sel.Policy = exportPolicy{pol: o.policy, store: content}
+	case eo.signedOnly:
+		return &usageError{errors.New("export: --signed-only needs a signature policy: give --policy FILE, or run the agent with one (holdfast run --policy puts it in force)")}
+	}
+	plan, err := exporter.Prepare(ctx, s.rt, content, sel)
 	if err != nil {
 		return err
+	}
+	for _, r := range plan.Refused {
+		fmt.Fprintln(cmd.ErrOrStderr(), refusedLine(o.policy, r, eo.signedOnly))
 	}
 	for _, w := range plan.Warnings {
 		o.log.Warn(w)
@@ -144,6 +172,7 @@ func (o *options) export(cmd *cobra.Command, args []string, eo *exportOptions) e
 		return err
 	}
 	defer out.abort()
+	defer limitExportMemory(string(eo.compression))()
 	zw := newCompressor(out.w, string(eo.compression))
 	d := o.newProgress(cmd, eo.progress, false)
 	d.start()
@@ -171,6 +200,39 @@ func (o *options) export(cmd *cobra.Command, args []string, eo *exportOptions) e
 		fmt.Fprintf(cmd.ErrOrStderr(), "left out %d manifests of other platforms the store does not hold whole (--log-level debug lists them)\n", n)
 	}
 	return nil
+}
+
+// exportPolicy judges the images an export chose by the signature policy
+// pol, as an enforcing node judges them, reading their signatures from the
+// store.
+type exportPolicy struct {
+	pol   *signature.Policy
+	store layout.BlobReader
+}
+
+func (p exportPolicy) Refused(ctx context.Context, states []runtime.SourceState, imgs []exporter.Image) []exporter.Refusal {
+	judge := signature.Judge{Policy: p.pol, Blobs: layout.StoreBlobs(p.store)}
+	judgment := judge.For(ctx, states)
+	var out []exporter.Refusal
+	for _, img := range imgs {
+		if v := judgment.Of(img.Name, img.Target); signature.Enforce.Refuses(v) {
+			out = append(out, exporter.Refusal{Image: img, Why: v.String()})
+		}
+	}
+	return out
+}
+
+// refusedLine says of an image the policy refuses what export did with it.
+func refusedLine(pol *signature.Policy, r exporter.Refusal, signedOnly bool) string {
+	what := "refused by the signature policy"
+	if pol.Mode != signature.Enforce {
+		what = "not verified by the signature policy (mode " + string(pol.Mode) + ")"
+	}
+	done := "written all the same (--signed-only leaves it out)"
+	if signedOnly {
+		done = "left out"
+	}
+	return fmt.Sprintf("image %s (%s) %s: %s; %s", r.Name, r.Target.Digest, what, r.Why, done)
 }
 
 // count is n things: "1 image", "2 images".
@@ -203,6 +265,28 @@ func newCompressor(w io.Writer, compression string) io.WriteCloser {
 		return nopWriteCloser{w}
 	}
 	return archive.NewSeekableZstdWriter(w, archive.SeekableOptions{})
+}
+
+// exportHeapSlack is what export's soft memory limit leaves beside the
+// compressor's frames and encoders: the blob read ahead, the output buffer,
+// the containerd client and its messages.
+const exportHeapSlack = 40 << 20
+
+// limitExportMemory sets the Go runtime's soft memory limit to what an
+// export holds (the compressor's Memory and exportHeapSlack), unless
+// GOMEMLIMIT sets one: the garbage of each blob read (containerd's messages
+// of up to a MiB) is collected before the heap doubles over the frames in
+// flight. It returns what restores the limit before.
+func limitExportMemory(compression string) func() {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return func() {}
+	}
+	limit := int64(exportHeapSlack)
+	if compression != "none" {
+		limit += archive.SeekableOptions{}.Memory()
+	}
+	prev := debug.SetMemoryLimit(limit)
+	return func() { debug.SetMemoryLimit(prev) }
 }
 
 type nopWriteCloser struct{ io.Writer }

@@ -58,7 +58,10 @@ type Plan struct {
 	// Warnings are the signatures the export leaves out because the store
 	// cannot give them whole.
 	Warnings []string
-	Layout   archive.Layout
+	// Refused are the images chosen that the selection's policy refuses,
+	// by name: in Images unless the selection was SignedOnly.
+	Refused []Refusal
+	Layout  archive.Layout
 
 	content runtime.Content
 }
@@ -70,7 +73,8 @@ type WriteOptions struct {
 }
 
 // Prepare chooses the images sel names among rt's records and sources,
-// walks what each needs in c, and finds their signatures. An image whose
+// judges them by sel's policy, walks what each needs in c, and finds their
+// signatures. An image whose
 // host-platform content is not whole in the store is an error naming the
 // image and the blob; other platforms are taken when whole, else left out
 // (LeftOut).
@@ -87,7 +91,16 @@ func Prepare(ctx context.Context, rt runtime.Runtime, c runtime.Content, sel Sel
 	if err != nil {
 		return nil, err
 	}
-	return plan(ctx, c, imgs, records, states)
+	imgs, refused, err := screen(ctx, sel, imgs, records, states)
+	if err != nil {
+		return nil, err
+	}
+	p, err := plan(ctx, c, imgs, records, states)
+	if err != nil {
+		return nil, err
+	}
+	p.Refused = refused
+	return p, nil
 }
 
 // plan walks the chosen images and lays them out.

@@ -14,7 +14,9 @@ import (
 
 // Selection says which images an export takes: those whose names match a
 // pattern, those a source wants, and with All every image holdfast pins.
-// Each pattern and each source must give at least one image.
+// Each pattern and each source must give at least one image. With a
+// Policy, the images it refuses are named (Plan.Refused), and with
+// SignedOnly left out.
 type Selection struct {
 	Patterns []pattern.Pattern
 	// Sources are sources as status names them: the path an images-dir
@@ -22,6 +24,9 @@ type Selection struct {
 	// or a lease ID.
 	Sources []string
 	All     bool
+	// Policy judges the images chosen; nil judges none.
+	Policy     Policy
+	SignedOnly bool
 }
 
 // choose picks the images sel names: records (by pattern, or pinned by
