@@ -27,13 +27,14 @@ const (
 	ScenarioP7      = "P7"       // cold import of a Hauler haul and of a .tar.zst of the same images
 	ScenarioP8      = "P8"       // the large archive imported on node A, until pinned on node B through the peers
 	ScenarioP9      = "P9"       // cold import of the large archive's image as .tar, one zstd frame, pzstd's frames and holdfast export's
+	ScenarioP10     = "P10"      // export of the large archive's image: holdfast export, ctr export through zstd
 	ScenarioDisk    = "disk"     // the disk's own durable write rate (measured with P1)
 )
 
 // Groups lists the scenario groups Config.Only selects from (P6 and the disk
 // rate are part of P1; "disk" alone runs only the disk rate).
 func Groups() []string {
-	return []string{"P1", "P1s", "P2", "P3", "P4", "P5", "P7", "P8", "P9", "disk"}
+	return []string{"P1", "P1s", "P2", "P3", "P4", "P5", "P7", "P8", "P9", "P10", "disk"}
 }
 
 // Write paths of holdfast sync (--write-path); every holdfast invocation of
@@ -284,6 +285,11 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 			return h.finish(), err
 		}
 	}
+	if cfg.runs("P10") {
+		if err := h.p10(ctx); err != nil {
+			return h.finish(), err
+		}
+	}
 	return h.finish(), nil
 }
 
@@ -293,7 +299,7 @@ func (h *harness) finish() *Results {
 	h.res.Machine.LoadAvgEnd = loadAvg()
 	h.res.Machine.ContainerdVersion = h.version
 	h.res.Stats = computeStats(h.res.Samples)
-	h.res.Targets = append(evaluateTargets(h.res.Stats), p9Targets(h.res.Stats)...)
+	h.res.Targets = append(append(evaluateTargets(h.res.Stats), p9Targets(h.res.Stats)...), p10Targets(h.res.Stats)...)
 	return h.res
 }
 

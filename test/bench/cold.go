@@ -20,6 +20,7 @@ import (
 type coldMethod struct {
 	scenario, method string
 	containerd       bool     // needs a fresh containerd
+	shared           *store   // ... or runs on this one, which stays up for its group
 	on16             bool     // ... Debian's containerd 1.6, not the embedded one
 	coldCache        bool     // drop the page cache before it (always, not only with -drop-caches)
 	bytes            int64    // what it imports or writes, for the per-GiB and MB/s figures
@@ -254,7 +255,7 @@ func (h *harness) measureCold(ctx context.Context, m coldMethod, round int) (s S
 	if err := h.quiesceDrop(m.coldCache); err != nil {
 		return s, err
 	}
-	env := coldEnv{dir: dir}
+	env := coldEnv{dir: dir, st: m.shared}
 	if m.containerd {
 		var st *store
 		var err error
@@ -294,7 +295,7 @@ func (h *harness) measureCold(ctx context.Context, m coldMethod, round int) (s S
 	s.Bytes = m.bytes
 	s.Summary = summaryLine(r.Stdout)
 	child := r.CPU
-	if !m.containerd {
+	if !m.containerd && m.shared == nil {
 		child = 0 // the floor runs in the harness: its CPU is the harness's
 	}
 	meter.finish(&s, child)
