@@ -176,8 +176,9 @@ func TestImportStdin(t *testing.T) {
 			t.Fatalf("release %s exited %d\n%s", file, res.Code, res.Stderr)
 		}
 
-		// The same bytes again: the same kept source, unchanged.
-		again := holdfastStdin(t, bytes.NewReader(archive), importArgs...)
+		// The same bytes again, through /dev/stdin: the same kept source,
+		// unchanged.
+		again := holdfastStdin(t, bytes.NewReader(archive), append(importArgs[:len(importArgs)-1:len(importArgs)-1], "/dev/stdin")...)
 		if again.Code != 0 || !strings.Contains(again.Stdout, name+": unchanged, 4 images kept (lease "+kept[0].ID+")") {
 			t.Errorf("the same stream again exited %d:\n%s\n%s", again.Code, again.Stdout, again.Stderr)
 		}
@@ -276,6 +277,11 @@ func TestVerifyStdin(t *testing.T) {
 		if f != s {
 			t.Errorf("verify -: %+v; verify of the file: %+v", s, f)
 		}
+	}
+	// /dev/stdin is read as - is.
+	dev := holdfastStdin(t, bytes.NewReader(data), "verify", "-o", "json", "--policy", pol, "/dev/stdin")
+	if dev.Code != file.Code || dev.Stdout != stream.Stdout {
+		t.Errorf("verify /dev/stdin exited %d and printed\n%s\nverify - exited %d and printed\n%s", dev.Code, dev.Stdout, stream.Code, stream.Stdout)
 	}
 	cut := holdfastStdin(t, bytes.NewReader(data[:len(data)/2]), "verify", "--policy", pol, "-")
 	if cut.Code != 1 || !strings.Contains(cut.Stderr, "error: verify standard input: ") {
