@@ -72,8 +72,9 @@ func newRun(o *options) *cobra.Command {
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			a := agent.New(s.rt, cfg, metrics.New(reg))
 			var srv *server.Server
+			restore := func() error { return nil }
 			if listen != "" {
-				if srv, err = o.serve(ctx, listen, tokenF, reg, s, a); err != nil {
+				if srv, restore, err = o.serve(ctx, listen, tokenF, reg, s, a); err != nil {
 					return err
 				}
 			}
@@ -93,7 +94,7 @@ func newRun(o *options) *cobra.Command {
 					}
 				})
 			}
-			g.Go(func() error { o.keepDataDir(runCtx, s.lock, parallel, hosts); return nil })
+			g.Go(func() error { o.keepDataDir(runCtx, s.lock, parallel, hosts, restore); return nil })
 			if srv != nil {
 				g.Go(func() error { return srv.Run(runCtx) })
 			}
@@ -154,9 +155,10 @@ READY=1 (Type=notify) once every source of the first pass is final.`
 // serve makes the agent's HTTP server on listen and binds it. Its
 // state-changing endpoints take only requests with the token of tokenFile
 // (default <data-dir>/token, made when missing); a token file that others may
-// read or change is bad usage (exit 2).
-func (o *options) serve(ctx context.Context, listen, tokenFile string, reg *prometheus.Registry, s *session, a *agent.Agent) (*server.Server, error) {
-	srv := server.New(listen, reg, func(ctx context.Context) error {
+// read or change is bad usage (exit 2). restore writes the token back when its
+// file is gone.
+func (o *options) serve(ctx context.Context, listen, tokenFile string, reg *prometheus.Registry, s *session, a *agent.Agent) (srv *server.Server, restore func() error, err error) {
+	srv = server.New(listen, reg, func(ctx context.Context) error {
 		_, err := s.rt.Server(ctx)
 		return err
 	}, a.Ready)
@@ -165,17 +167,17 @@ func (o *options) serve(ctx context.Context, listen, tokenFile string, reg *prom
 	}
 	token, err := server.LoadToken(tokenFile, o.insecurePerms)
 	if err != nil {
-		return nil, &usageError{err}
+		return nil, nil, &usageError{err}
 	}
 	srv.Owner(token)
 	srv.Report(a.Report)
 	srv.Required(a.SetRequired)
 	srv.Held(a.Held)
 	if err := srv.Listen(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	o.log.Info("serving /metrics, /healthz, /readyz, /report, /required and /held", "address", srv.Addr())
-	return srv, nil
+	return srv, func() error { return server.RestoreToken(tokenFile, token) }, nil
 }
 
 // errAgentDone is why the daemon's other parts end once the agent has
@@ -227,8 +229,8 @@ func extendUntilReady(ctx context.Context, a *agent.Agent) {
 // holding a lock on a deleted file: a sync could then run beside it, and
 // <data-dir>/pins would go unwatched. So the dir, its lock and owner, the
 // pins dir (the watcher watches it again once it is back) and the registry
-// config are made again, loudly.
-func (o *options) keepDataDir(ctx context.Context, lock *datadir.Lock, parallel int, hosts hostsConfig) {
+// config, and the reporter's token (restore), are made again, loudly.
+func (o *options) keepDataDir(ctx context.Context, lock *datadir.Lock, parallel int, hosts hostsConfig, restore func() error) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	failing := false
@@ -256,6 +258,9 @@ func (o *options) keepDataDir(ctx context.Context, lock *datadir.Lock, parallel 
 		}
 		if _, err := o.writeRegistryConfig(hosts); err != nil {
 			o.log.Error("making the data dir's contents again", "dir", o.dataDir, "error", err)
+		}
+		if err := restore(); err != nil {
+			o.log.Error("writing the reporter's token again", "error", err)
 		}
 	}
 }

@@ -42,7 +42,7 @@ const (
 // without following a symlink. insecurePerms skips the checks of owner and
 // mode (--insecure-perms).
 func LoadToken(path string, insecurePerms bool) (string, error) {
-	if err := makeToken(path); err != nil {
+	if err := makeToken(path, ""); err != nil {
 		return "", err
 	}
 	if !insecurePerms {
@@ -84,10 +84,17 @@ func LoadToken(path string, insecurePerms bool) (string, error) {
 	return token, nil
 }
 
-// makeToken writes a new random token to path when nothing is there (and
-// the directories above it, mode 0755, when missing); a file, a directory or
-// a link already there (dangling or not) is left alone.
-func makeToken(path string) error {
+// RestoreToken writes token to path when nothing is there, as LoadToken
+// makes a new one: for an agent whose data dir was deleted under it, so that
+// its reporter reads the token the agent still takes.
+func RestoreToken(path, token string) error {
+	return makeToken(path, token)
+}
+
+// makeToken writes token (a new random one when empty) to path when nothing
+// is there (and the directories above it, mode 0755, when missing); a file, a
+// directory or a link already there (dangling or not) is left alone.
+func makeToken(path, token string) error {
 	mode := uint32(0o600)
 	if os.Getegid() == 0 {
 		mode = 0o640
@@ -103,11 +110,14 @@ func makeToken(path string) error {
 		return fmt.Errorf("making token file %s: %w", path, &fs.PathError{Op: "open", Path: path, Err: err})
 	}
 	f := os.NewFile(uintptr(fd), path)
-	raw := make([]byte, tokenBytes)
-	_, _ = rand.Read(raw)            // never fails (crypto/rand)
+	if token == "" {
+		raw := make([]byte, tokenBytes)
+		_, _ = rand.Read(raw) // never fails (crypto/rand)
+		token = hex.EncodeToString(raw)
+	}
 	err = f.Chmod(fs.FileMode(mode)) // the mode whatever the umask
 	if err == nil {
-		_, err = f.WriteString(hex.EncodeToString(raw) + "\n")
+		_, err = f.WriteString(token + "\n")
 	}
 	if err == nil {
 		err = f.Sync()

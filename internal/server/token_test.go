@@ -10,7 +10,8 @@ import (
 
 // TestLoadTokenMade: with no file there, LoadToken makes one (64 hex digits,
 // mode 0640 under root's group, else 0600) and reads the same token again;
-// another file's token is read as it is.
+// RestoreToken writes it back once the file is gone, and leaves a file that
+// is there; another file's token is read as it is.
 func TestLoadTokenMade(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -36,6 +37,22 @@ func TestLoadTokenMade(t *testing.T) {
 	again, err := LoadToken(path, false)
 	if err != nil || again != token {
 		t.Errorf("read again: %q, %v; want the token made", again, err)
+	}
+	// Gone (the data dir deleted under the agent): written back as it was.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := RestoreToken(path, token); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := LoadToken(path, false); err != nil || again != token {
+		t.Errorf("restored: %q, %v; want the token made", again, err)
+	}
+	if err := RestoreToken(path, strings.Repeat("b", 64)); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := LoadToken(path, false); err != nil || again != token {
+		t.Errorf("restored over a file: %q, %v; want the file left alone", again, err)
 	}
 	other := filepath.Join(dir, "given")
 	if err := os.WriteFile(other, []byte("  "+strings.Repeat("Zq9-", 10)+"\n\n"), 0o600); err != nil {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os"
@@ -192,8 +193,9 @@ func TestImagesDirReplaced(t *testing.T) {
 }
 
 // TestDataDirDeletedUnderAgent: the data dir deleted while `holdfast run` owns
-// it is re-created with its lock: a sync on it refuses, naming the agent, and
-// `holdfast pin` on it takes effect in the agent.
+// it is re-created with its lock and the reporter's token (the same, which the
+// agent still takes): a sync on it refuses, naming the agent, and `holdfast
+// pin` on it takes effect in the agent.
 func TestDataDirDeletedUnderAgent(t *testing.T) {
 	d, imagesDir, dataDir := embeddedScene(t)
 	writeDockerSave(t, filepath.Join(imagesDir, "a.tar"), build(t, fixture.ImageSpec{Names: []string{"e2e.local/fsdata/a:1"}}))
@@ -209,14 +211,20 @@ func TestDataDirDeletedUnderAgent(t *testing.T) {
 	agent := startAgent(t, d, dataDir, []string{imagesDir})
 	d.waitPinned(t, "e2e.local/fsdata/a:1")
 
+	token, err := os.ReadFile(agent.tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.RemoveAll(dataDir); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the data dir and its lock to exist again", func() bool {
+	eventually(t, "the data dir, its lock and the reporter's token to exist again", func() bool {
 		_, lerr := os.Stat(filepath.Join(dataDir, "lock"))
 		_, oerr := os.Stat(filepath.Join(dataDir, "owner.json"))
-		return lerr == nil && oerr == nil
+		again, terr := os.ReadFile(agent.tokenFile)
+		return lerr == nil && oerr == nil && terr == nil && bytes.Equal(again, token)
 	})
+	agent.put(t, "/required", `{"images":[]}`)
 	if agent.logged("the data dir was deleted", nil) == 0 {
 		t.Errorf("the agent did not say the data dir was deleted:\n%s", tail(agent.dump(), 20))
 	}
