@@ -73,7 +73,8 @@ func TestSmoke(t *testing.T) {
 		ids[o.ID] = true
 	}
 	for _, id := range []string{"P1 CPU per GiB", "P1 containerd CPU per GiB", "P1 vs ctr", "P1 vs ctr --local", "P1 vs floor",
-		"P1s vs ctr", "P2 vs ctr", "P3 warm sync", "P3 vs ctr", "P4 heal p99", "P4 watch p99", "P5 RSS (direct)", "P5 RSS (stream)", "P6 zst vs tar"} {
+		"P1s vs ctr", "P2 vs ctr", "P3 warm sync", "P3 vs ctr", "P4 heal p99", "P4 watch p99", "P5 RSS (direct)", "P5 RSS (stream)", "P6 zst vs tar",
+		"P10 export vs ctr + zstd", "P10 export RSS"} {
 		if !ids[id] {
 			t.Errorf("target %q not evaluated", id)
 		}
