@@ -866,4 +866,14 @@ var sabotages = []sabotage{
 			"if match := subtle.ConstantTimeCompare(got[:], want[:]); false && (!ok || match != 1) {"}},
 		tests: []tests{{"./internal/server", []string{"TestRequiredNeedsOwner"}, nil}, {e2e, []string{"TestSecRequiredOwner"}, nil}},
 	},
+	{
+		name: "export-signed-only-ignored",
+		// holdfast export --signed-only writes the images the signature
+		// policy refuses all the same: an unsigned image leaves the node
+		// in an archive said to hold signed images only.
+		edits: []edit{{"internal/exporter/policy.go",
+			"if !sel.SignedOnly || len(refused) == 0 {",
+			"if true {"}},
+		tests: []tests{{"./internal/exporter", []string{"TestExportPolicy"}, nil}, {e2e, []string{"TestExportUnderPolicy"}, nil}},
+	},
 }
