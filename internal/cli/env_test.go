@@ -49,6 +49,7 @@ func TestEnvNames(t *testing.T) {
 		"holdfast --write-path HOLDFAST_WRITE_PATH",
 		"holdfast check --kubelet-config HOLDFAST_KUBELET_CONFIG",
 		"holdfast export --progress HOLDFAST_PROGRESS",
+		"holdfast export --signed-only HOLDFAST_SIGNED_ONLY",
 		"holdfast import --progress HOLDFAST_PROGRESS",
 		"holdfast run --listen HOLDFAST_LISTEN",
 		"holdfast run --parallel HOLDFAST_PARALLEL",
