@@ -126,8 +126,11 @@ func (r *healSilentRegistry) hang() {
 }
 
 // TestAgentHealsDuringFirstPass: an image deleted while the agent's first pass
-// is still waiting on an unreachable registry (and so before that pass has a
-// wanted set) is healed once the pass is done, not at the next resync.
+// is still importing a large archive (and so before that pass has a wanted
+// set) is healed once the pass is done, not at the next resync. A pull list
+// whose registry hangs holds no pass (pulls run beside the passes), so an
+// import holds it: a 256 MiB layer, streamed through the content API, whose
+// ingest the test sees.
 func TestAgentHealsDuringFirstPass(t *testing.T) {
 	d, imagesDir, dataDir := embeddedScene(t)
 	reg := healStartSilentRegistry(t)
@@ -136,20 +139,26 @@ func TestAgentHealsDuringFirstPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A first sync leases both sources, so that the agent's first pass finds
-	// them unchanged and imports nothing.
+	// them unchanged.
 	res := holdfast(t, "sync", "--address", d.Address, "--data-dir", dataDir, "--images", imagesDir, "--pull-timeout", "2s")
 	if res.Code != 1 || !strings.Contains(res.Stderr, reg.addr+"/x:1") {
 		t.Fatalf("sync with the registry down: exit %d, want 1 naming the reference\n%s\n%s", res.Code, res.Stdout, res.Stderr)
 	}
 	d.requirePinned(t, "e2e.local/early/app:1")
+	writeDockerSave(t, filepath.Join(imagesDir, "large.tar"), build(t, fixture.ImageSpec{Names: []string{"e2e.local/early/large:1"},
+		Layers: []fixture.LayerSpec{{Size: 256 << 20, Compressible: true, Seed: 17}}}))
+	// Complete already: the first pass imports it, rather than wait for it to settle.
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(imagesDir, "large.tar"), old, old); err != nil {
+		t.Fatal(err)
+	}
 
 	reg.hang()
-	agent := startAgent(t, d, dataDir, []string{imagesDir}, "--resync", "1h", "--pull-timeout", "3s")
-	select {
-	case <-reg.accepted:
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("the agent never reached the registry\n%s", agent.dump())
-	}
+	agent := startAgent(t, d, dataDir, []string{imagesDir}, "--resync", "1h", "--pull-timeout", "3s", "--write-path", "stream")
+	eventually(t, "the first pass to write the large layer", func() bool {
+		st, err := d.Client.ContentStore().ListStatuses(d.ctx())
+		return err == nil && len(st) > 0
+	})
 	rec, ok := d.record(t, "e2e.local/early/app:1")
 	if !ok {
 		t.Fatal("app is not in the store")
