@@ -664,6 +664,7 @@ func checkHardened(t *testing.T, r rendered) {
 	if e := env["HOLDFAST_AGENT"]; e.Value != fmt.Sprintf("http://127.0.0.1:%d", agentPort) {
 		t.Errorf("reporter HOLDFAST_AGENT %q", e.Value)
 	}
+	checkAgentToken(t, ds, hf, rep)
 	m, v := mountOf(t, ds, rep, "/var/run/secrets/kubernetes.io/serviceaccount")
 	if !m.ReadOnly || v.Projected == nil {
 		t.Fatalf("reporter's API token mount %+v from %+v, want a read-only projected volume", m, v.VolumeSource)
@@ -676,6 +677,30 @@ func checkHardened(t *testing.T, r rendered) {
 	}
 	if !token || !ca || !ns {
 		t.Errorf("the reporter's projected volume has token %v, ca.crt %v, namespace %v: client-go's in-cluster config needs all three", token, ca, ns)
+	}
+}
+
+// checkAgentToken asserts how the reporter gets the agent's token, which PUT /required needs: the agent keeps it
+// in a directory of its data dir (--token-file), and the reporter mounts that directory alone, read-only, from the
+// same volume, and reads the file (mode 0640, root's group) by root's group, not as root.
+func checkAgentToken(t *testing.T, ds appsv1.DaemonSet, hf, rep corev1.Container) {
+	t.Helper()
+	dataDir := flags(hf.Args)["data-dir"]
+	tokenFile := flags(hf.Args)["token-file"]
+	if len(dataDir) != 1 || !slices.Equal(tokenFile, []string{dataDir[0] + "/reporter/token"}) {
+		t.Fatalf("holdfast --token-file %q, want <data-dir>/reporter/token (data dir %q)", tokenFile, dataDir)
+	}
+	if v, ok := env(rep, "HOLDFAST_TOKEN_FILE"); !ok || v != "/run/holdfast/token" {
+		t.Errorf("reporter HOLDFAST_TOKEN_FILE %q, want /run/holdfast/token", v)
+	}
+	m, v := mountOf(t, ds, rep, "/run/holdfast")
+	agentData, _ := mountOf(t, ds, hf, dataDir[0])
+	if v.Name != agentData.Name || m.SubPath != "reporter" || !m.ReadOnly {
+		t.Errorf("reporter's /run/holdfast is %+v, want the subPath reporter of the agent's data volume %s, read-only", m, agentData.Name)
+	}
+	sc := rep.SecurityContext
+	if sc.RunAsGroup == nil || *sc.RunAsGroup != 0 || sc.RunAsUser == nil || *sc.RunAsUser == 0 {
+		t.Errorf("reporter runs as uid %v gid %v, want a user other than root in root's group", sc.RunAsUser, sc.RunAsGroup)
 	}
 }
 
