@@ -37,7 +37,7 @@ var rank = map[string]int{
 	"internal/runtime": 3, "internal/source": 3, "internal/signature/layout": 3,
 	"internal/reconcile": 4, "internal/workload": 4, "internal/watch": 4, "internal/signature": 4,
 	"internal/server": 4, // the agent's HTTP; its token file is judged as lists are (source)
-	"internal/kube": 5,
+	"internal/kube":   5,
 	// the import and export use cases, then the backends that serve them
 	"internal/importer": 6, "internal/exporter": 6,
 	"internal/runtime/containerd": 7, "internal/runtime/fake": 7, "internal/runtime/runtimetest": 7,
