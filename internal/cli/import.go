@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/runtime"
@@ -109,7 +108,7 @@ func newImport(o *options) *cobra.Command {
 				)
 				if source.IsStdin(path) {
 					var in io.Reader
-					if in, err = stdinOf(cmd); err == nil {
+					if in, err = stdinOf(ctx, cmd); err == nil {
 						k, err = pass.KeepStream(ctx, s.rt, in, standing, opts)
 					} else {
 						err = fmt.Errorf("import %s: %w", pass.StreamName, err)
@@ -170,16 +169,6 @@ func stdinOnce(command string, args []string) error {
 		return &usageError{fmt.Errorf("%s: standard input (-) is read once; give it once", command)}
 	}
 	return nil
-}
-
-// stdinOf is the command's standard input, to read an archive from: a
-// terminal is refused rather than waited on.
-func stdinOf(cmd *cobra.Command) (io.Reader, error) {
-	in := cmd.InOrStdin()
-	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		return nil, errors.New("standard input is a terminal: pipe an archive into it, or give a path")
-	}
-	return in, nil
 }
 
 // writeKept lists the kept sources under status's table: where each was

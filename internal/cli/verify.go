@@ -108,7 +108,7 @@ func newVerify() *cobra.Command {
 				if source.IsStdin(path) {
 					what = pass.StreamName
 					var in io.Reader
-					if in, err = stdinOf(cmd); err == nil {
+					if in, err = stdinOf(ctx, cmd); err == nil {
 						vs, err = verifyStream(ctx, pol, in, name)
 					}
 				} else {
