@@ -238,6 +238,22 @@ func TestKeptBeforeSignaturesWereKept(t *testing.T) {
 // signatures wrote it: without "signatures" and "signaturesRecorded".
 func (d *daemon) forgetSignatures(t *testing.T, lease string) {
 	t.Helper()
+	raw := d.newestState(t, lease)
+	var st map[string]any
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st["signaturesRecorded"]; !ok {
+		t.Fatalf("the state of %s records no signatures to forget: %s", lease, raw)
+	}
+	delete(st, "signatures")
+	delete(st, "signaturesRecorded")
+	d.writeState(t, lease, "e2e-old-state-", st)
+}
+
+// newestState is the newest state blob of lease.
+func (d *daemon) newestState(t *testing.T, lease string) []byte {
+	t.Helper()
 	ctx := d.ctx()
 	cs := d.Client.ContentStore()
 	var newest content.Info
@@ -253,21 +269,19 @@ func (d *daemon) forgetSignatures(t *testing.T, lease string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st map[string]any
-	if err := json.Unmarshal(raw, &st); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := st["signaturesRecorded"]; !ok {
-		t.Fatalf("the state of %s records no signatures to forget: %s", lease, raw)
-	}
-	delete(st, "signatures")
-	delete(st, "signaturesRecorded")
-	old, err := json.Marshal(st)
+	return raw
+}
+
+// writeState writes st as the newest state of lease, under an ingest ref
+// starting with ref.
+func (d *daemon) writeState(t *testing.T, lease, ref string, st any) {
+	t.Helper()
+	raw, err := json.Marshal(st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	desc := ocispec.Descriptor{Digest: digest.FromBytes(old), Size: int64(len(old))}
-	if err := content.WriteBlob(leases.WithLease(ctx, lease), cs, "e2e-old-state-"+lease, bytes.NewReader(old), desc,
+	desc := ocispec.Descriptor{Digest: digest.FromBytes(raw), Size: int64(len(raw))}
+	if err := content.WriteBlob(leases.WithLease(d.ctx(), lease), d.Client.ContentStore(), ref+lease, bytes.NewReader(raw), desc,
 		content.WithLabels(map[string]string{"io.holdfast.state": lease})); err != nil {
 		t.Fatal(err)
 	}

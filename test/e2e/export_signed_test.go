@@ -9,14 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
-	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
@@ -210,19 +208,7 @@ func (d *daemon) unlistSignatureBlobs(t *testing.T, lease string, image digest.D
 	t.Helper()
 	ctx := d.ctx()
 	cs := d.Client.ContentStore()
-	var newest content.Info
-	if err := cs.Walk(ctx, func(info content.Info) error {
-		if info.CreatedAt.After(newest.CreatedAt) {
-			newest = info
-		}
-		return nil
-	}, `labels."io.holdfast.state"==`+strconv.Quote(lease)); err != nil || newest.Digest == "" {
-		t.Fatalf("finding the state of %s: %v", lease, err)
-	}
-	raw, err := content.ReadBlob(ctx, cs, ocispec.Descriptor{Digest: newest.Digest, Size: newest.Size})
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := d.newestState(t, lease)
 	var st struct {
 		Blobs      []digest.Digest                        `json:"blobs"`
 		Signatures map[digest.Digest][]ocispec.Descriptor `json:"signatures"`
@@ -260,14 +246,6 @@ func (d *daemon) unlistSignatureBlobs(t *testing.T, lease string, image digest.D
 		t.Fatalf("the state of %s lists no signature of %s: %s", lease, image, raw)
 	}
 	whole["blobs"] = slices.DeleteFunc(st.Blobs, func(b digest.Digest) bool { return slices.Contains(sigBlobs, b) })
-	old, err := json.Marshal(whole)
-	if err != nil {
-		t.Fatal(err)
-	}
-	desc := ocispec.Descriptor{Digest: digest.FromBytes(old), Size: int64(len(old))}
-	if err := content.WriteBlob(leases.WithLease(ctx, lease), cs, "e2e-unlisted-state-"+lease, bytes.NewReader(old), desc,
-		content.WithLabels(map[string]string{"io.holdfast.state": lease})); err != nil {
-		t.Fatal(err)
-	}
+	d.writeState(t, lease, "e2e-unlisted-state-", whole)
 	return sigs, config
 }
