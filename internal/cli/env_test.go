@@ -57,6 +57,7 @@ func TestEnvNames(t *testing.T) {
 		"holdfast run --pull-required HOLDFAST_PULL_REQUIRED",
 		"holdfast run --resync HOLDFAST_RESYNC",
 		"holdfast run --settle HOLDFAST_SETTLE",
+		"holdfast run --token-file HOLDFAST_TOKEN_FILE",
 		"holdfast sync --parallel HOLDFAST_PARALLEL",
 		"holdfast sync --progress HOLDFAST_PROGRESS",
 		"holdfast verify --policy HOLDFAST_POLICY",
