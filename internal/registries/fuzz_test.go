@@ -2,11 +2,15 @@ package registries
 
 import (
 	"encoding/base64"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pelletier/go-toml/v2"
 	"go.yaml.in/yaml/v3"
@@ -158,5 +162,40 @@ func TestLoadBound(t *testing.T) {
 	}
 	if f, err := Load(fits); err != nil || len(f.Mirrors) != 3 {
 		t.Fatalf("Load of a file inside the bound: %d mirrors, %v", len(f.Mirrors), err)
+	}
+}
+
+// TestLoadRegularOnly: a registries.yaml that is a named pipe with no
+// writer, or a device, is an error naming it at once, never waited on or
+// read without end; a missing one is still fs.ErrNotExist (K3s's "no file,
+// no mirrors").
+func TestLoadRegularOnly(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "registries.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero.yaml")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, zero} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := Load(path)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "not a regular file") {
+				t.Errorf("Load(%s): %v; want an error naming it, not a regular file", path, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Load(%s) has not returned after 10 s", path)
+		}
+	}
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Load of a missing file: %v; want fs.ErrNotExist", err)
 	}
 }

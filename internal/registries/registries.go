@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/holdfast-project/holdfast/internal/bounded"
+	"github.com/holdfast-project/holdfast/internal/lineerr"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
 
@@ -69,19 +69,16 @@ type Credential struct{ Username, Password string }
 // is refused before it is parsed.
 const MaxFileBytes = 4 << 20
 
-// Load reads and parses a registries.yaml of at most MaxFileBytes.
+// Load reads and parses a registries.yaml of at most MaxFileBytes: a
+// regular file only, opened as every operator's file is (bounded.Open: a
+// named pipe or a device is refused, never waited on).
 func Load(path string) (File, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return File{}, fmt.Errorf("reading %s: %w", path, err)
-	}
-	defer fh.Close()
-	data, err := bounded.ReadAll(fh, MaxFileBytes)
+	data, err := bounded.ReadFile(path, MaxFileBytes)
 	if errors.Is(err, bounded.ErrTooLarge) {
 		return File{}, fmt.Errorf("reading %s: larger than %s, more than a registries.yaml may have", path, units.Whole(MaxFileBytes))
 	}
 	if err != nil {
-		return File{}, fmt.Errorf("reading %s: %w", path, err)
+		return File{}, fmt.Errorf("reading %s: %w", path, lineerr.Cause(err))
 	}
 	return Parse(path, data)
 }
