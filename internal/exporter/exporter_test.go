@@ -446,7 +446,24 @@ func TestExportSignatureRecord(t *testing.T) {
 	img := build(t, fixture.ImageSpec{Names: []string{"example.com/pulled:1"}, Layers: fixture.UniformLayers(1, 8<<10, false, 71)})
 	rt := fake.New()
 	importArchive(t, rt, "/images/pulled.tar", ociArchive(t, fixture.OCIOptions{}, img))
-	sig, err := fixture.SignedCosignSignature("example.com/pulled", img.Target.Digest, func([]byte) (string, error) { return "c2lnbmF0dXJl", nil })
+	sig := putSignatureRecord(t, rt, "example.com/pulled", img.Target.Digest)
+
+	out, p := export(t, rt, exporter.Selection{Patterns: patterns(t, "example.com/pulled")})
+	if p.Signatures != 1 || len(p.Images) != 2 {
+		t.Fatalf("%d signatures, images %v; want the record's signature beside the image and its digest name", p.Signatures, p.Images)
+	}
+	res := importArchive(t, fake.New(), "/images/export.tar", out)
+	if got := res.State.Signatures[img.Target.Digest]; len(got) != 1 || got[0].Digest != sig.Descriptor.Digest {
+		t.Errorf("imported again with signatures %v; want %s", got, sig.Descriptor.Digest)
+	}
+}
+
+// putSignatureRecord puts a cosign signature of image into rt's store and
+// names it as a pull of cosign's tag would: <repo>:sha256-<hex>.sig, a
+// record no source lists.
+func putSignatureRecord(t *testing.T, rt *fake.Runtime, repo string, image digest.Digest) fixture.Artifact {
+	t.Helper()
+	sig, err := fixture.SignedCosignSignature(repo, image, func([]byte) (string, error) { return "c2lnbmF0dXJl", nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,14 +474,6 @@ func TestExportSignatureRecord(t *testing.T) {
 	rt.PutContent(content)
 	target := sig.Descriptor
 	target.Annotations = nil
-	rt.Create(runtime.Image{Name: "example.com/pulled:sha256-" + img.Target.Digest.Encoded() + ".sig", Target: target})
-
-	out, p := export(t, rt, exporter.Selection{Patterns: patterns(t, "example.com/pulled")})
-	if p.Signatures != 1 || len(p.Images) != 2 {
-		t.Fatalf("%d signatures, images %v; want the record's signature beside the image and its digest name", p.Signatures, p.Images)
-	}
-	res := importArchive(t, fake.New(), "/images/export.tar", out)
-	if got := res.State.Signatures[img.Target.Digest]; len(got) != 1 || got[0].Digest != target.Digest {
-		t.Errorf("imported again with signatures %v; want %s", got, target.Digest)
-	}
+	rt.Create(runtime.Image{Name: repo + ":sha256-" + image.Encoded() + ".sig", Target: target})
+	return sig
 }

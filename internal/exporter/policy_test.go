@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/opencontainers/go-digest"
-
 	"github.com/holdfast-project/holdfast/internal/exporter"
 	"github.com/holdfast-project/holdfast/internal/fixture"
 	"github.com/holdfast-project/holdfast/internal/runtime"
@@ -42,18 +40,7 @@ func TestExportPolicy(t *testing.T) {
 	bare := build(t, fixture.ImageSpec{Names: []string{"example.com/bare:1"}, Layers: fixture.UniformLayers(1, 8<<10, false, 82)})
 	rt := fake.New()
 	importArchive(t, rt, "/images/both.tar", ociArchive(t, fixture.OCIOptions{}, signed, bare))
-	sig, err := fixture.SignedCosignSignature("example.com/signed", signed.Target.Digest, func([]byte) (string, error) { return "c2lnbmF0dXJl", nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	content := map[digest.Digest][]byte{}
-	for _, b := range sig.Blobs {
-		content[digest.FromBytes(b)] = b
-	}
-	rt.PutContent(content)
-	target := sig.Descriptor
-	target.Annotations = nil
-	rt.Create(runtime.Image{Name: "example.com/signed:sha256-" + signed.Target.Digest.Encoded() + ".sig", Target: target})
+	putSignatureRecord(t, rt, "example.com/signed", signed.Target.Digest)
 	bareLayer := bare.ManifestFor(fixture.HostPlatform()).Layers[0].Digest()
 
 	pol := &unsignedRefused{}
@@ -85,7 +72,7 @@ func TestExportPolicy(t *testing.T) {
 			wantsOf(res.Images), p.Refused, strings.Contains(string(out), bareLayer.Encoded()))
 	}
 
-	_, _, err = tryExport(rt, exporter.Selection{Patterns: patterns(t, "example.com/bare"), Policy: pol, SignedOnly: true})
+	_, _, err := tryExport(rt, exporter.Selection{Patterns: patterns(t, "example.com/bare"), Policy: pol, SignedOnly: true})
 	if err == nil || !strings.Contains(err.Error(), "refuses every image") || !strings.Contains(err.Error(), bare.Target.Digest.String()) {
 		t.Errorf("SignedOnly over refused images alone: %v; want an error naming them", err)
 	}
