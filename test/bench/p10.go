@@ -67,52 +67,32 @@ func (h *harness) p10(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("P10: bash is not on PATH: it runs the ctr | zstd pipeline")
 	}
-	run, err := h.newRunDir()
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if rerr := os.RemoveAll(run); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("removing %s: %w", run, rerr))
-		}
-	}()
-	st, err := startStore(ctx, filepath.Join(run, "containerd"), h.cfg.Tools.Holdfast)
-	if err != nil {
-		return fmt.Errorf("P10: starting containerd: %w", err)
-	}
-	defer func() {
-		if serr := st.stop(ctx); serr != nil {
-			err = errors.Join(err, serr)
-		}
-	}()
 	a := h.arch.Large
-	data := filepath.Join(run, "holdfast")
-	if _, err := runProc(ctx, filepath.Join(run, "import"), h.cfg.Tools.Holdfast, importArgs(st.Address(), data, a.Path)...); err != nil {
-		return fmt.Errorf("P10: importing %s to export it: %w", a.Path, err)
-	}
-	ms := []coldMethod{
-		{scenario: ScenarioP10, method: MethodExport, shared: st, names: a.Names, bytes: a.Bytes,
-			run: func(ctx context.Context, env coldEnv) (procRun, error) {
-				out := filepath.Join(env.dir, "export.tar.zst")
-				r, err := runProc(ctx, filepath.Join(env.dir, "export"), h.cfg.Tools.Holdfast, p9ExportArgs(st.Address(), data, out, a.Names)...)
-				if err == nil {
-					err = nonEmpty(out)
-				}
-				return r, err
-			}},
-		{scenario: ScenarioP10, method: MethodCtrExportZstd, shared: st, names: a.Names, bytes: a.Bytes,
-			run: func(ctx context.Context, env coldEnv) (procRun, error) {
-				out := filepath.Join(env.dir, "ctr.tar.zst")
-				r, err := runProc(ctx, filepath.Join(env.dir, "ctr"), bash, "-c", p10CtrScript(h.cfg.Tools.Ctr, zstd, st.Address(), out, a.Names))
-				if err == nil {
-					err = nonEmpty(out)
-				}
-				// The peak is bash's own, not the pipeline's: not reported.
-				r.MaxRSS = 0
-				return r, err
-			}},
-	}
-	return h.alternate(ctx, ms, h.cfg.Rounds)
+	return h.withImported(ctx, "P10", a, "", func(_, data string, st *store) error {
+		ms := []coldMethod{
+			{scenario: ScenarioP10, method: MethodExport, shared: st, names: a.Names, bytes: a.Bytes,
+				run: func(ctx context.Context, env coldEnv) (procRun, error) {
+					out := filepath.Join(env.dir, "export.tar.zst")
+					r, err := runProc(ctx, filepath.Join(env.dir, "export"), h.cfg.Tools.Holdfast, p9ExportArgs(st.Address(), data, out, a.Names)...)
+					if err == nil {
+						err = nonEmpty(out)
+					}
+					return r, err
+				}},
+			{scenario: ScenarioP10, method: MethodCtrExportZstd, shared: st, names: a.Names, bytes: a.Bytes,
+				run: func(ctx context.Context, env coldEnv) (procRun, error) {
+					out := filepath.Join(env.dir, "ctr.tar.zst")
+					r, err := runProc(ctx, filepath.Join(env.dir, "ctr"), bash, "-c", p10CtrScript(h.cfg.Tools.Ctr, zstd, st.Address(), out, a.Names))
+					if err == nil {
+						err = nonEmpty(out)
+					}
+					// The peak is bash's own, not the pipeline's: not reported.
+					r.MaxRSS = 0
+					return r, err
+				}},
+		}
+		return h.alternate(ctx, ms, h.cfg.Rounds)
+	})
 }
 
 // nonEmpty checks that an export wrote something at path.

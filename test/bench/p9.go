@@ -297,7 +297,24 @@ func (h *harness) p9Prepare(ctx context.Context, dir, pzstd string) (map[string]
 
 // p9Export imports the plain tar a into a fresh containerd and writes its
 // image to out with holdfast export.
-func (h *harness) p9Export(ctx context.Context, a Archive, out, logs string) (err error) {
+func (h *harness) p9Export(ctx context.Context, a Archive, out, logs string) error {
+	return h.withImported(ctx, "P9", a, logs, func(_, data string, st *store) error {
+		if _, err := runProc(ctx, filepath.Join(logs, "export"), h.cfg.Tools.Holdfast, p9ExportArgs(st.Address(), data, out, a.Names)...); err != nil {
+			return fmt.Errorf("P9: exporting %s: %w", strings.Join(a.Names, " "), err)
+		}
+		if b, err := os.ReadFile(filepath.Join(logs, "export.err")); err == nil {
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			h.logf("P9: holdfast export: %s", lines[len(lines)-1]) // its summary line
+		}
+		return nil
+	})
+}
+
+// withImported runs fn beside a fresh containerd that holds a's images,
+// imported with holdfast import (holdfast's data dir: data; its logs in logs,
+// or run when empty), in a run dir of its own, removed after it; what
+// stands in the errors: the scenario.
+func (h *harness) withImported(ctx context.Context, scenario string, a Archive, logs string, fn func(run, data string, st *store) error) (err error) {
 	run, err := h.newRunDir()
 	if err != nil {
 		return err
@@ -309,25 +326,21 @@ func (h *harness) p9Export(ctx context.Context, a Archive, out, logs string) (er
 	}()
 	st, err := startStore(ctx, filepath.Join(run, "containerd"), h.cfg.Tools.Holdfast)
 	if err != nil {
-		return fmt.Errorf("P9: starting containerd for the export: %w", err)
+		return fmt.Errorf("%s: starting containerd for the export: %w", scenario, err)
 	}
 	defer func() {
 		if serr := st.stop(ctx); serr != nil {
 			err = errors.Join(err, serr)
 		}
 	}()
+	if logs == "" {
+		logs = run
+	}
 	data := filepath.Join(run, "holdfast")
 	if _, err := runProc(ctx, filepath.Join(logs, "import"), h.cfg.Tools.Holdfast, importArgs(st.Address(), data, a.Path)...); err != nil {
-		return fmt.Errorf("P9: importing %s to export it: %w", a.Path, err)
+		return fmt.Errorf("%s: importing %s to export it: %w", scenario, a.Path, err)
 	}
-	if _, err := runProc(ctx, filepath.Join(logs, "export"), h.cfg.Tools.Holdfast, p9ExportArgs(st.Address(), data, out, a.Names)...); err != nil {
-		return fmt.Errorf("P9: exporting %s: %w", strings.Join(a.Names, " "), err)
-	}
-	if b, err := os.ReadFile(filepath.Join(logs, "export.err")); err == nil {
-		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		h.logf("P9: holdfast export: %s", lines[len(lines)-1]) // its summary line
-	}
-	return nil
+	return fn(run, data, st)
 }
 
 // p9Sync is holdfast sync (direct) of f's images dir, on the CPU set cpus.
