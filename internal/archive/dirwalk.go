@@ -11,7 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/holdfast-project/holdfast/internal/bounded"
+	"github.com/holdfast-project/holdfast/internal/files"
 )
 
 // walkDir is WalkDirWith with chosen limits (tests use small ones).
@@ -98,8 +98,8 @@ func readFileLimit(root *os.Root, name string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := bounded.ReadAll(f, limit)
-	if errors.Is(err, bounded.ErrTooLarge) {
+	b, err := files.ReadAll(f, limit)
+	if errors.Is(err, files.ErrTooLarge) {
 		return nil, fmt.Errorf("larger than %d bytes", limit)
 	}
 	return b, err

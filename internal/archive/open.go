@@ -5,17 +5,17 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/holdfast-project/holdfast/internal/bounded"
+	"github.com/holdfast-project/holdfast/internal/files"
 )
 
 // ErrNotRegular is the cause Open gives for anything but a regular file.
-var ErrNotRegular = bounded.ErrNotRegular
+var ErrNotRegular = files.ErrNotRegular
 
-// Open opens a regular file for reading (bounded.Open). The open itself
+// Open opens a regular file for reading (files.Open). The open itself
 // cannot block (it is made non-blocking, then checked with fstat), and
 // anything but a regular file is refused with ErrNotRegular: a file swapped
 // for a named pipe after a scan never hangs a pass.
-func Open(path string) (*os.File, error) { return bounded.Open(path) }
+func Open(path string) (*os.File, error) { return files.Open(path) }
 
 // openIn is Open for a file under root (a layout dir): name may not lead out
 // of root, not even through a symlink (os.Root refuses it with an error that

@@ -18,7 +18,7 @@ import (
 	"github.com/distribution/reference"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/holdfast-project/holdfast/internal/bounded"
+	"github.com/holdfast-project/holdfast/internal/files"
 	"github.com/holdfast-project/holdfast/internal/lineerr"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
@@ -133,12 +133,12 @@ func configFiles(path string) ([]string, error) {
 const MaxFileBytes = 1 << 20
 
 // readFile reads one KubeletConfiguration file, YAML or JSON: a regular file
-// of at most MaxFileBytes (bounded.ReadFile), so that a drop-in that is a
+// of at most MaxFileBytes (files.ReadFile), so that a drop-in that is a
 // named pipe, a device or a huge file is refused at once rather than waited
 // on or read without end.
 func readFile(name string) (map[string]any, error) {
-	data, err := bounded.ReadFile(name, MaxFileBytes)
-	if errors.Is(err, bounded.ErrTooLarge) {
+	data, err := files.ReadFile(name, MaxFileBytes)
+	if errors.Is(err, files.ErrTooLarge) {
 		return nil, fmt.Errorf("kubelet configuration %s: larger than %s, more than a kubelet configuration may have", name, units.Whole(MaxFileBytes))
 	}
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/holdfast-project/holdfast/internal/bounded"
+	"github.com/holdfast-project/holdfast/internal/files"
 	"github.com/holdfast-project/holdfast/internal/lineerr"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
@@ -70,11 +70,11 @@ type Credential struct{ Username, Password string }
 const MaxFileBytes = 4 << 20
 
 // Load reads and parses a registries.yaml of at most MaxFileBytes: a
-// regular file only, opened as every operator's file is (bounded.Open: a
+// regular file only, opened as every operator's file is (files.Open: a
 // named pipe or a device is refused, never waited on).
 func Load(path string) (File, error) {
-	data, err := bounded.ReadFile(path, MaxFileBytes)
-	if errors.Is(err, bounded.ErrTooLarge) {
+	data, err := files.ReadFile(path, MaxFileBytes)
+	if errors.Is(err, files.ErrTooLarge) {
 		return File{}, fmt.Errorf("reading %s: larger than %s, more than a registries.yaml may have", path, units.Whole(MaxFileBytes))
 	}
 	if err != nil {

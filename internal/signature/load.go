@@ -14,7 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/holdfast-project/holdfast/internal/bounded"
+	"github.com/holdfast-project/holdfast/internal/files"
 	"github.com/holdfast-project/holdfast/internal/lineerr"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -484,13 +484,13 @@ func describe(n *yaml.Node) string {
 	return "an alias"
 }
 
-// readLimit reads a regular file of at most limit bytes (bounded.ReadFile);
+// readLimit reads a regular file of at most limit bytes (files.ReadFile);
 // what names such a file in the error for a larger one. Opening never blocks
 // (a named pipe is refused, not waited on). The error is the cause alone,
 // for the caller to name the file.
 func readLimit(path string, limit int64, what string) ([]byte, error) {
-	data, err := bounded.ReadFile(path, limit)
-	if errors.Is(err, bounded.ErrTooLarge) {
+	data, err := files.ReadFile(path, limit)
+	if errors.Is(err, files.ErrTooLarge) {
 		return nil, fmt.Errorf("larger than %s, more than %s may have", units.Whole(uint64(limit)), what)
 	}
 	if err != nil {

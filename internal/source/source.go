@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
-	"github.com/holdfast-project/holdfast/internal/bounded"
+	"github.com/holdfast-project/holdfast/internal/files"
 	"github.com/holdfast-project/holdfast/internal/lineerr"
 )
 
@@ -300,11 +300,11 @@ func notRegular(path string, d fs.DirEntry) (string, error) {
 // Open opens a regular file for reading without blocking: see archive.Open.
 func Open(path string) (*os.File, error) { return archive.Open(path) }
 
-// readFileLimit reads a regular file of at most limit bytes (bounded.ReadFile); a larger one
+// readFileLimit reads a regular file of at most limit bytes (files.ReadFile); a larger one
 // is an error that gives the bound.
 func readFileLimit(path string, limit int64) ([]byte, error) {
-	b, err := bounded.ReadFile(path, limit)
-	if errors.Is(err, bounded.ErrTooLarge) {
+	b, err := files.ReadFile(path, limit)
+	if errors.Is(err, files.ErrTooLarge) {
 		return nil, fmt.Errorf("larger than %d MiB, more than a list may have", limit>>20)
 	}
 	return b, err

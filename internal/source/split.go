@@ -16,7 +16,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/holdfast-project/holdfast/internal/bounded"
+	"github.com/holdfast-project/holdfast/internal/files"
 	"github.com/holdfast-project/holdfast/internal/lineerr"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
@@ -300,8 +300,8 @@ func readZarfMeta(path string) (zarfMeta, error) {
 		return zarfMeta{}, fmt.Errorf("reading %s: %w", name, lineerr.Cause(err))
 	}
 	defer f.Close()
-	b, err := bounded.ReadAll(f, maxZarfMeta)
-	if errors.Is(err, bounded.ErrTooLarge) {
+	b, err := files.ReadAll(f, maxZarfMeta)
+	if errors.Is(err, files.ErrTooLarge) {
 		return zarfMeta{}, fmt.Errorf("%s is larger than a part list (%s at most)", name, units.Whole(maxZarfMeta))
 	}
 	if err != nil {

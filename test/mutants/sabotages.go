@@ -840,10 +840,10 @@ var sabotages = []sabotage{
 		// drop-in linked to /dev/zero is read up to its bound as if it
 		// were a file, and a policy's key that is a named pipe is taken
 		// for an empty one.
-		edits: []edit{{"internal/bounded/file.go",
+		edits: []edit{{"internal/files/file.go",
 			"if st.Mode&syscall.S_IFMT != syscall.S_IFREG {",
 			"if false {"}},
-		tests: []tests{{"./internal/bounded", []string{"TestReadFile"}, nil}, {"./internal/kubelet", []string{"TestDropInBounds"}, nil}},
+		tests: []tests{{"./internal/files", []string{"TestReadFile"}, nil}, {"./internal/kubelet", []string{"TestDropInBounds"}, nil}},
 	},
 	{
 		name: "peer-list-file-obeyed",

@@ -1,4 +1,4 @@
-package bounded
+package files
 
 import (
 	"errors"
