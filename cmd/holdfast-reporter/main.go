@@ -22,7 +22,7 @@ import (
 	"golang.org/x/term"
 	"k8s.io/klog/v2"
 
-	"github.com/holdfast-project/holdfast/internal/kube"
+	"github.com/holdfast-project/holdfast/internal/reporter"
 )
 
 var version = "dev"
@@ -40,14 +40,14 @@ func run(args []string, stderr io.Writer) int {
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig for running outside a pod; empty: the in-cluster config (env KUBECONFIG)")
 	interval := fs.Duration("interval", 10*time.Second, "how often the agent's report is read (env HOLDFAST_REPORT_INTERVAL)")
 	requiredImages := fs.Bool("required", true, "watch the images the node's workloads need, send them to the agent and keep the condition "+
-		string(kube.ImagesConditionType)+" and the node's NodeImages (env HOLDFAST_REQUIRED)")
+		string(reporter.ImagesConditionType)+" and the node's NodeImages (env HOLDFAST_REQUIRED)")
 	clusterWorkloads := fs.Bool("cluster-workloads", true, "with --required, also every workload of the cluster that may run on the node, "+
 		"not only the Pods bound to it (env HOLDFAST_CLUSTER_WORKLOADS)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
 		_, _ = fmt.Fprintf(stderr, "Usage: holdfast-reporter [flags]\n\nKeeps the node conditions %s and %s and Events on the Node in line with the holdfast agent's /report,\n"+
 			"and sends the agent the images the node's workloads need.\n\n%s",
-			kube.ConditionType, kube.ImagesConditionType, fs.FlagUsages())
+			reporter.ConditionType, reporter.ImagesConditionType, fs.FlagUsages())
 	}
 	for _, ef := range [][2]string{{"HOLDFAST_REPORT_INTERVAL", "interval"}, {"HOLDFAST_REQUIRED", "required"}, {"HOLDFAST_CLUSTER_WORKLOADS", "cluster-workloads"}} {
 		if v := os.Getenv(ef[0]); v != "" {
@@ -77,7 +77,7 @@ func run(args []string, stderr io.Writer) int {
 		log.Error("--interval must be positive", "interval", *interval)
 		return 2
 	}
-	client, err := kube.Client(*kubeconfig, "holdfast-reporter/"+version)
+	client, err := reporter.Client(*kubeconfig, "holdfast-reporter/"+version)
 	if err != nil {
 		log.Error("connecting to the API server", "error", err)
 		return 1
@@ -86,7 +86,7 @@ func run(args []string, stderr io.Writer) int {
 	defer stop()
 	log.Info("reporting", "node", *node, "agent", *agent, "tokenFile", *tokenFile, "interval", interval.String(), "required", *requiredImages,
 		"clusterWorkloads", *clusterWorkloads, "version", version)
-	r := kube.New(client, kube.Config{Agent: *agent, Node: *node, Interval: *interval, Log: log, TokenFile: *tokenFile,
+	r := reporter.New(client, reporter.Config{Agent: *agent, Node: *node, Interval: *interval, Log: log, TokenFile: *tokenFile,
 		Required: *requiredImages, ClusterWorkloads: *clusterWorkloads})
 	if err := r.Run(ctx); err != nil {
 		log.Error("reporting", "error", err)

@@ -44,10 +44,10 @@ var sabotages = []sabotage{
 		// The reporter never reads what the node holds again after the
 		// first time: check --cluster -f goes on saying an image carried
 		// since is missing.
-		edits: []edit{{"internal/kube/nodeimages.go",
+		edits: []edit{{"internal/reporter/nodeimages.go",
 			"if rep.HeldHash != p.hash {",
 			"if p.hash == \"\" {"}},
-		tests: []tests{{"./internal/kube", []string{"TestNodeImages"}, nil}},
+		tests: []tests{{"./internal/reporter", []string{"TestNodeImages"}, nil}},
 	},
 	{
 		name: "refused-images-pinned",

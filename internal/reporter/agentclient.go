@@ -1,4 +1,4 @@
-package kube
+package reporter
 
 // The reporter's client of the agent's HTTP server: GET /report, GET /held
 // and PUT /required, which the agent takes only with its token.

@@ -1,4 +1,4 @@
-// Package kube is holdfast's Kubernetes reporter: it reads the agent's
+// Package reporter is holdfast's Kubernetes reporter: it reads the agent's
 // GET /report and keeps the node's HoldfastPinned condition and the Events on
 // the Node in line with it; it watches the workloads for the images the node
 // needs, sends that set to the agent, and keeps the HoldfastImagesReady
@@ -8,7 +8,7 @@
 // (holdfast-reporter), so that the node CLI does not link them and the agent
 // never waits for the API server; holdfast check --cluster reads what it
 // writes through internal/kubeapi (client-go's clientcmd and dynamic client).
-package kube
+package reporter
 
 import (
 	"context"
