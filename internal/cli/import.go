@@ -151,6 +151,7 @@ func newImport(o *options) *cobra.Command {
 			}
 			return nil
 		},
+		Annotations: writes,
 	}
 	addProgressFlag(cmd, &progress)
 	cmd.Flags().StringVar(&name, "name", "", "name the image of a cosign layout (cosign save), whose index names none; with --name, give one path")

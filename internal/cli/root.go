@@ -87,6 +87,9 @@ type options struct {
 	// policyInForce is the policy an agent put in force in the namespace,
 	// when the command judges by it (adoptPolicy).
 	policyInForce *runtime.PolicyInForce
+	// use is how the command uses the namespace (its useAnnotation): empty
+	// when it only reads.
+	use string
 }
 
 // dataDirDefault is --data-dir's default as the help and the docs say it; the
@@ -152,6 +155,7 @@ func (o *options) complete(cmd *cobra.Command) error {
 		return &usageError{err}
 	}
 	o.log = log
+	o.use = cmd.Annotations[useAnnotation]
 	if o.dataDir == "" {
 		return &usageError{errors.New("--data-dir must not be empty")}
 	}

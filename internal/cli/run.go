@@ -117,6 +117,7 @@ func newRun(o *options) *cobra.Command {
 			o.log.Info("stopping")
 			return nil
 		},
+		Annotations: claims,
 	}
 	f := cmd.Flags()
 	f.IntVar(&parallel, "parallel", 0, "archives imported at once; 0: from the CPU count")

@@ -45,7 +45,7 @@ func StopBound(root *cobra.Command, args []string) time.Duration {
 		return stopBound
 	case cmd.Name() == "run":
 		return runStopBound
-	case writers[cmd.Name()] || cmd.Name() == "release":
+	case writer(cmd) || cmd.Name() == "release":
 		return writerStopBound
 	}
 	return stopBound

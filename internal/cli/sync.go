@@ -70,6 +70,7 @@ bad usage. It ends with a one-line summary:
 			}
 			return nil
 		},
+		Annotations: writes,
 	}
 	cmd.Flags().IntVar(&parallel, "parallel", 0, "archives imported at once; 0: from the CPU count")
 	withEnv(cmd.Flags(), "parallel")

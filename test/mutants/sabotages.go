@@ -91,10 +91,10 @@ var sabotages = []sabotage{
 		name: "policy-in-force-ignored",
 		// A holdfast command without --policy beside an enforcing agent
 		// judges by no policy: holdfast import names an unsigned image.
-		edits: []edit{{"internal/cli/policy.go",
-			"o.policyFile, o.policy, o.policyInForce = inForce.Path, pol, &inForce",
-			"_ = pol"}},
-		tests: []tests{{e2e, []string{"TestEnforceNamesNoRefusedImage"}, nil}},
+		edits: []edit{{"internal/signature/inforce.go",
+			"return Adoption{File: inForce.Path, Policy: pol, InForce: &inForce}, nil",
+			"_ = pol; return own, nil"}},
+		tests: []tests{{"./internal/signature", []string{"TestAdopt"}, nil}, {e2e, []string{"TestEnforceNamesNoRefusedImage"}, nil}},
 	},
 	{
 		name: "present-blobs-not-leased",
