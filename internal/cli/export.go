@@ -147,7 +147,7 @@ func (o *options) export(cmd *cobra.Command, args []string, eo *exportOptions) e
 	}
 	defer s.close()
 	sel := exporter.Selection{Patterns: pats, Sources: eo.sources, All: eo.all, SignedOnly: eo.signedOnly}
-	content := s.rt.ExportContent()
+	content := s.rt.ImportStore()
 	switch {
 	case o.policy != nil:
 		sel.Policy = exportPolicy{pol: o.policy, store: content}

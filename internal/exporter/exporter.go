@@ -10,6 +10,7 @@ package exporter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -21,6 +22,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -174,8 +176,8 @@ func (p *Plan) Write(ctx context.Context, out io.Writer, opts WriteOptions) (arc
 		l.Blobs[i].Open = func(ctx context.Context) (io.ReadCloser, error) {
 			r, err := p.content.OpenBlob(ctx, desc)
 			if err != nil {
-				if p.content.IsNotFound(err) {
-					return nil, fmt.Errorf("%s %s is no longer in the store: %w", runtime.Kind(desc.MediaType), desc.Digest, err)
+				if errors.Is(err, oci.ErrNotFound) {
+					return nil, fmt.Errorf("%s %s is no longer in the store: %w", oci.Kind(desc.MediaType), desc.Digest, err)
 				}
 				return nil, err
 			}

@@ -82,7 +82,7 @@ func export(t *testing.T, rt *fake.Runtime, sel exporter.Selection) ([]byte, *ex
 
 func tryExport(rt *fake.Runtime, sel exporter.Selection) ([]byte, *exporter.Plan, error) {
 	ctx := context.Background()
-	p, err := exporter.Prepare(ctx, rt, rt.ExportContent(), sel)
+	p, err := exporter.Prepare(ctx, rt, rt.ImportStore(), sel)
 	if err != nil {
 		return nil, nil, err
 	}

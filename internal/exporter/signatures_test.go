@@ -12,6 +12,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/exporter"
 	"github.com/holdfast-project/holdfast/internal/fixture"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
 )
@@ -40,7 +41,7 @@ func requireWhole(t *testing.T, out []byte) {
 	}
 	for d, b := range blobs {
 		var m ocispec.Manifest
-		if json.Unmarshal(b, &m) != nil || !runtime.IsManifest(m.MediaType) {
+		if json.Unmarshal(b, &m) != nil || !oci.IsManifest(m.MediaType) {
 			continue
 		}
 		for _, c := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {

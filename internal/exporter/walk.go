@@ -9,6 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -16,7 +17,7 @@ import (
 // each document once.
 type walker struct {
 	c    runtime.Content
-	p    runtime.Platform
+	p    oci.Platform
 	has  map[digest.Digest]bool
 	docs map[digest.Digest][]byte
 }
@@ -41,12 +42,12 @@ type hostManifest struct {
 
 // missingError says a blob an image needs is not in the store.
 type missingError struct {
-	p    runtime.Platform
+	p    oci.Platform
 	desc ocispec.Descriptor
 }
 
 func (e *missingError) Error() string {
-	return fmt.Sprintf("%s %s %s is not in the store", e.p, runtime.Kind(e.desc.MediaType), e.desc.Digest)
+	return fmt.Sprintf("%s %s %s is not in the store", e.p, oci.Kind(e.desc.MediaType), e.desc.Digest)
 }
 
 // image walks target: the host platform's content must be whole; each
@@ -56,7 +57,7 @@ func (e *missingError) Error() string {
 // platform needs one other platform whole.
 func (w *walker) image(ctx context.Context, target ocispec.Descriptor) (walked, error) {
 	var res walked
-	blobs, ok, err := w.walk(ctx, target, true, &res)
+	blobs, ok, err := w.unit(ctx, target, true, &res)
 	if err != nil {
 		return res, err
 	}
@@ -68,76 +69,68 @@ func (w *walker) image(ctx context.Context, target ocispec.Descriptor) (walked, 
 	return res, err
 }
 
-// walk returns desc and what it names. A required blob that is missing is
-// an error; a missing optional one makes the manifest that needs it
-// incomplete (ok false), and so left out by its index.
-func (w *walker) walk(ctx context.Context, desc ocispec.Descriptor, required bool, res *walked) ([]ocispec.Descriptor, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, false, err
-	}
-	has, err := w.present(ctx, desc)
-	if err != nil {
-		return nil, false, err
-	}
-	if !has {
-		if required {
-			return nil, false, &missingError{w.p, desc}
+// unit walks desc and what it names (oci.Walk), whole or not at all: a
+// blob missing from a required unit is an error; one missing from an
+// optional unit (another platform's manifest) leaves the unit out (ok
+// false), and so its index leaves it out. An index's manifests are units
+// of their own (index).
+func (w *walker) unit(ctx context.Context, desc ocispec.Descriptor, required bool, res *walked) ([]ocispec.Descriptor, bool, error) {
+	var out []ocispec.Descriptor
+	err := oci.Walk(ctx, oci.HandlerFunc(func(ctx context.Context, d ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
-		return nil, false, nil
-	}
-	out, err := w.children(ctx, desc, required, res)
+		has, err := w.present(ctx, d)
+		if err != nil {
+			return nil, err
+		}
+		if !has {
+			return nil, &missingError{w.p, d}
+		}
+		out = append(out, d)
+		switch {
+		case oci.IsIndex(d.MediaType):
+			var idx ocispec.Index
+			if err := w.doc(ctx, d, &idx); err != nil {
+				return nil, err
+			}
+			sub, err := w.index(ctx, d, idx, required, res)
+			out = append(out, sub...)
+			return nil, err
+		case oci.IsManifest(d.MediaType):
+			var m ocispec.Manifest
+			if err := w.doc(ctx, d, &m); err != nil {
+				return nil, err
+			}
+			return append([]ocispec.Descriptor{m.Config}, m.Layers...), nil
+		}
+		return nil, nil
+	}), desc)
 	var missing *missingError
 	if !required && errors.As(err, &missing) {
 		return nil, false, nil
 	}
-	return out, err == nil && out != nil, err
-}
-
-// children returns desc and, for a document, what it names; nil when an
-// optional manifest is not whole.
-func (w *walker) children(ctx context.Context, desc ocispec.Descriptor, required bool, res *walked) ([]ocispec.Descriptor, error) {
-	out := []ocispec.Descriptor{desc}
-	switch {
-	case runtime.IsIndex(desc.MediaType):
-		var idx ocispec.Index
-		if err := w.doc(ctx, desc, &idx); err != nil {
-			return nil, err
-		}
-		children, err := w.index(ctx, desc, idx, required, res)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, children...)
-	case runtime.IsManifest(desc.MediaType):
-		var m ocispec.Manifest
-		if err := w.doc(ctx, desc, &m); err != nil {
-			return nil, err
-		}
-		for _, c := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
-			sub, ok, err := w.walk(ctx, c, required, res)
-			if err != nil || !ok {
-				return nil, err
-			}
-			out = append(out, sub...)
-		}
+	if err != nil {
+		return nil, false, err
 	}
-	return out, nil
+	return out, true, nil
 }
 
-// index walks an index's manifests: the host platform's is required when
-// the index is; the others are taken when whole.
+// index walks an index's manifests, each a unit: those the platform rule
+// requires (oci.Required) when the index is required; the others are
+// taken when whole.
 func (w *walker) index(ctx context.Context, desc ocispec.Descriptor, idx ocispec.Index, required bool, res *walked) ([]ocispec.Descriptor, error) {
 	best := w.p.Best(idx.Manifests)
+	needed := oci.Required(idx.Manifests, best)
 	var out []ocispec.Descriptor
 	whole := 0
 	for i, m := range idx.Manifests {
-		childRequired := required && (i == best || (m.Platform == nil && runtime.IsIndex(m.MediaType)))
-		sub, ok, err := w.walk(ctx, m, childRequired, res)
+		sub, ok, err := w.unit(ctx, m, required && needed[i], res)
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
-			res.left = append(res.left, fmt.Sprintf("%s %s (%s) left out: not whole in the store", runtime.Kind(m.MediaType), m.Digest, platformOf(m)))
+			res.left = append(res.left, fmt.Sprintf("%s %s (%s) left out: not whole in the store", oci.Kind(m.MediaType), m.Digest, platformOf(m)))
 			continue
 		}
 		whole++
@@ -153,7 +146,7 @@ func (w *walker) index(ctx context.Context, desc ocispec.Descriptor, idx ocispec
 // itself, or the host platform's manifest of an index; nil when there is
 // none.
 func (w *walker) host(ctx context.Context, desc ocispec.Descriptor) (*hostManifest, error) {
-	for depth := 0; runtime.IsIndex(desc.MediaType); depth++ {
+	for depth := 0; oci.IsIndex(desc.MediaType); depth++ {
 		var idx ocispec.Index
 		if err := w.doc(ctx, desc, &idx); err != nil {
 			return nil, err
@@ -164,7 +157,7 @@ func (w *walker) host(ctx context.Context, desc ocispec.Descriptor) (*hostManife
 		}
 		desc = idx.Manifests[best]
 	}
-	if !runtime.IsManifest(desc.MediaType) {
+	if !oci.IsManifest(desc.MediaType) {
 		return nil, nil
 	}
 	var m ocispec.Manifest
@@ -185,7 +178,7 @@ func (w *walker) present(ctx context.Context, desc ocispec.Descriptor) (bool, er
 	}
 	has, err := w.c.Has(ctx, desc.Digest)
 	if err != nil {
-		return false, fmt.Errorf("checking %s %s: %w", runtime.Kind(desc.MediaType), desc.Digest, err)
+		return false, fmt.Errorf("checking %s %s: %w", oci.Kind(desc.MediaType), desc.Digest, err)
 	}
 	w.has[desc.Digest] = has
 	return has, nil
@@ -198,7 +191,7 @@ func (w *walker) doc(ctx context.Context, desc ocispec.Descriptor, v any) error 
 		return err
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("parsing %s %s: %w", runtime.Kind(desc.MediaType), desc.Digest, err)
+		return fmt.Errorf("parsing %s %s: %w", oci.Kind(desc.MediaType), desc.Digest, err)
 	}
 	return nil
 }
@@ -210,17 +203,17 @@ func (w *walker) read(ctx context.Context, desc ocispec.Descriptor) ([]byte, err
 		return b, nil
 	}
 	if desc.Size > maxDocSize {
-		return nil, fmt.Errorf("%s %s: %d bytes is too large for a document (at most %d)", runtime.Kind(desc.MediaType), desc.Digest, desc.Size, maxDocSize)
+		return nil, fmt.Errorf("%s %s: %d bytes is too large for a document (at most %d)", oci.Kind(desc.MediaType), desc.Digest, desc.Size, maxDocSize)
 	}
 	b, err := w.c.ReadBlob(ctx, desc)
 	if err != nil {
-		if w.c.IsNotFound(err) {
+		if errors.Is(err, oci.ErrNotFound) {
 			return nil, &missingError{w.p, desc}
 		}
-		return nil, fmt.Errorf("reading %s %s: %w", runtime.Kind(desc.MediaType), desc.Digest, err)
+		return nil, fmt.Errorf("reading %s %s: %w", oci.Kind(desc.MediaType), desc.Digest, err)
 	}
 	if int64(len(b)) != desc.Size || desc.Digest.Algorithm().FromBytes(b) != desc.Digest {
-		return nil, fmt.Errorf("%s %s in the store does not match its descriptor", runtime.Kind(desc.MediaType), desc.Digest)
+		return nil, fmt.Errorf("%s %s in the store does not match its descriptor", oci.Kind(desc.MediaType), desc.Digest)
 	}
 	w.docs[desc.Digest] = b
 	return b, nil

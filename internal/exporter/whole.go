@@ -8,7 +8,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/oci"
 )
 
 // whole checks, before anything is written, that the plan's layout names
@@ -50,43 +50,57 @@ func whole(ctx context.Context, w *walker, p *Plan) error {
 	return nil
 }
 
-// whole checks that what desc names is held, for a manifest; for an index,
-// it checks each of its manifests that is held.
-func (w *walker) whole(ctx context.Context, desc ocispec.Descriptor, kind string, held, seen map[digest.Digest]bool) error {
-	if seen[desc.Digest] {
-		return nil
-	}
-	seen[desc.Digest] = true
-	switch {
-	case runtime.IsIndex(desc.MediaType):
-		var idx ocispec.Index
-		if err := w.doc(ctx, desc, &idx); err != nil {
-			return err
+// whole walks the entry root (oci.Walk) and checks that what each
+// manifest names is held; for an index, it walks each of its manifests
+// that is held. kind is what root is called in a message.
+func (w *walker) whole(ctx context.Context, root ocispec.Descriptor, kind string, held, seen map[digest.Digest]bool) error {
+	return oci.Walk(ctx, oci.HandlerFunc(func(ctx context.Context, desc ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+		if seen[desc.Digest] {
+			return nil, nil
 		}
-		for _, m := range idx.Manifests {
-			if held[m.Digest] {
-				if err := w.whole(ctx, m, runtime.Kind(m.MediaType), held, seen); err != nil {
-					return err
+		seen[desc.Digest] = true
+		switch {
+		case oci.IsIndex(desc.MediaType):
+			var idx ocispec.Index
+			if err := w.doc(ctx, desc, &idx); err != nil {
+				return nil, err
+			}
+			var next []ocispec.Descriptor
+			for _, m := range idx.Manifests {
+				if held[m.Digest] {
+					next = append(next, m)
 				}
 			}
+			return next, nil
+		case oci.IsManifest(desc.MediaType):
+			var m ocispec.Manifest
+			if err := w.doc(ctx, desc, &m); err != nil {
+				return nil, err
+			}
+			k := oci.Kind(desc.MediaType)
+			if desc.Digest == root.Digest {
+				k = kind
+			}
+			return nil, w.manifestWhole(ctx, desc, k, m, held)
 		}
-	case runtime.IsManifest(desc.MediaType):
-		var m ocispec.Manifest
-		if err := w.doc(ctx, desc, &m); err != nil {
+		return nil, nil
+	}), root)
+}
+
+// manifestWhole checks that the layout holds the config and layers of the
+// manifest m (desc), called kind in a message.
+func (w *walker) manifestWhole(ctx context.Context, desc ocispec.Descriptor, kind string, m ocispec.Manifest, held map[digest.Digest]bool) error {
+	for _, c := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
+		if held[c.Digest] {
+			continue
+		}
+		why := "which the export left out"
+		if has, err := w.present(ctx, c); err != nil {
 			return err
+		} else if !has {
+			why = "which is not in the store"
 		}
-		for _, c := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
-			if held[c.Digest] {
-				continue
-			}
-			why := "which the export left out"
-			if has, err := w.present(ctx, c); err != nil {
-				return err
-			} else if !has {
-				why = "which is not in the store"
-			}
-			return fmt.Errorf("%s %s names %s %s, %s", kind, desc.Digest, runtime.Kind(c.MediaType), c.Digest, why)
-		}
+		return fmt.Errorf("%s %s names %s %s, %s", kind, desc.Digest, oci.Kind(c.MediaType), c.Digest, why)
 	}
 	return nil
 }
@@ -95,7 +109,7 @@ func (w *walker) whole(ctx context.Context, desc ocispec.Descriptor, kind string
 // (its names) or signs, its kind, and whether it is a signature.
 func entryOf(e ocispec.Descriptor, names map[digest.Digest][]string) (image, kind string, sig bool) {
 	if ns, ok := names[e.Digest]; ok {
-		return strings.Join(ns, ", "), runtime.Kind(e.MediaType), false
+		return strings.Join(ns, ", "), oci.Kind(e.MediaType), false
 	}
 	signed := digest.Digest(e.Annotations[AnnotationManifestSubject])
 	if t, ok := signatureTagOf(e.Annotations[AnnotationImageName]); ok {
@@ -105,7 +119,7 @@ func entryOf(e ocispec.Descriptor, names map[digest.Digest][]string) (image, kin
 		return strings.Join(ns, ", "), "signature manifest", true
 	}
 	if n := e.Annotations[AnnotationImageName]; n != "" {
-		return n, runtime.Kind(e.MediaType), false
+		return n, oci.Kind(e.MediaType), false
 	}
-	return e.Digest.String(), runtime.Kind(e.MediaType), false
+	return e.Digest.String(), oci.Kind(e.MediaType), false
 }

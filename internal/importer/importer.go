@@ -22,6 +22,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -240,28 +241,28 @@ func walkSource(ctx context.Context, sink runtime.Sink, req runtime.ImportReques
 
 // needOf is everything the walked images need, parents before children, and
 // the names each blob is needed by.
-func needOf(ctx context.Context, s runtime.Store, sink runtime.Sink, walked *archive.Result) ([]runtime.BlobRef, runtime.Names, error) {
-	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
+func needOf(ctx context.Context, s runtime.Store, sink runtime.Sink, walked *archive.Result) ([]oci.BlobRef, runtime.Names, error) {
+	read := oci.ReaderFunc(func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
 		if b, ok := walked.Docs[desc.Digest]; ok {
 			return b, nil
 		}
 		if desc.Size > MaxDocSize {
-			return nil, fmt.Errorf("%s %s: %d bytes is too large for an image document (at most %d)", runtime.Kind(desc.MediaType), desc.Digest, desc.Size, MaxDocSize)
+			return nil, fmt.Errorf("%s %s: %d bytes is too large for an image document (at most %d)", oci.Kind(desc.MediaType), desc.Digest, desc.Size, MaxDocSize)
 		}
 		if b, ok, err := sink.ReadPending(desc.Digest); ok || err != nil {
 			return b, err
 		}
 		return s.ReadBlob(ctx, desc)
-	}
-	var need []runtime.BlobRef
+	})
+	var need []oci.BlobRef
 	index := map[digest.Digest]int{}
 	names := runtime.Names{}
 	for _, img := range walked.Images {
-		refs, err := runtime.Closure(ctx, img.Target, read, s.Platform(), s.IsNotFound)
+		refs, err := oci.Closure(ctx, img.Target, read, s.Platform())
 		if err != nil {
 			return nil, nil, fmt.Errorf("image %s: %w", img.Name, err)
 		}
-		names.Add(img.Name, runtime.Digests(refs))
+		names.Add(img.Name, oci.Digests(refs))
 		for _, ref := range refs {
 			if i, ok := index[ref.Desc.Digest]; ok {
 				need[i].Required = need[i].Required || ref.Required
@@ -277,7 +278,7 @@ func needOf(ctx context.Context, s runtime.Store, sink runtime.Sink, walked *arc
 // checkComplete makes sure every required blob is in the archive or in the
 // store, and returns those the lease must take beyond what the sink
 // committed under it: walked blobs it did not commit, and blobs found present.
-func checkComplete(ctx context.Context, s runtime.Store, sink runtime.Sink, walked *archive.Result, need []runtime.BlobRef, res *runtime.ImportResult) ([]digest.Digest, error) {
+func checkComplete(ctx context.Context, s runtime.Store, sink runtime.Sink, walked *archive.Result, need []oci.BlobRef, res *runtime.ImportResult) ([]digest.Digest, error) {
 	var toLease []digest.Digest
 	for _, ref := range need {
 		d := ref.Desc.Digest
@@ -300,7 +301,7 @@ func checkComplete(ctx context.Context, s runtime.Store, sink runtime.Sink, walk
 			continue
 		}
 		if ref.Required {
-			return nil, fmt.Errorf("%s %s %s is neither in the archive nor in the store", s.Platform(), runtime.Kind(ref.Desc.MediaType), d)
+			return nil, fmt.Errorf("%s %s %s is neither in the archive nor in the store", s.Platform(), oci.Kind(ref.Desc.MediaType), d)
 		}
 	}
 	return toLease, nil
@@ -309,7 +310,7 @@ func checkComplete(ctx context.Context, s runtime.Store, sink runtime.Sink, walk
 // writeDocs writes the documents, children first: a document commits only
 // once what it names is there. It returns the documents that were there
 // already, for the lease to take.
-func writeDocs(ctx context.Context, sink runtime.Sink, walked *archive.Result, need []runtime.BlobRef, names runtime.Names, labelled map[digest.Digest]bool, res *runtime.ImportResult) ([]digest.Digest, error) {
+func writeDocs(ctx context.Context, sink runtime.Sink, walked *archive.Result, need []oci.BlobRef, names runtime.Names, labelled map[digest.Digest]bool, res *runtime.ImportResult) ([]digest.Digest, error) {
 	var present []digest.Digest
 	for i := len(need) - 1; i >= 0; i-- {
 		desc := need[i].Desc
@@ -353,7 +354,6 @@ func LeaseWants(ctx context.Context, s runtime.Store, req runtime.LeaseRequest) 
 		}
 		return res, err
 	}
-	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) { return s.ReadBlob(ctx, desc) }
 	var (
 		blobs    []digest.Digest
 		required []digest.Digest
@@ -362,7 +362,7 @@ func LeaseWants(ctx context.Context, s runtime.Store, req runtime.LeaseRequest) 
 		sigs     map[digest.Digest][]ocispec.Descriptor
 	)
 	for _, w := range req.Wants {
-		refs, err := runtime.Closure(ctx, w.Target, read, s.Platform(), s.IsNotFound)
+		refs, err := oci.Closure(ctx, w.Target, s, s.Platform())
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", w.Name, err))
 			continue
@@ -376,7 +376,7 @@ func LeaseWants(ctx context.Context, s runtime.Store, req runtime.LeaseRequest) 
 			if ok, _ := s.Has(ctx, ref.Desc.Digest); ok {
 				have = append(have, ref.Desc.Digest)
 			} else if ref.Required {
-				errs = append(errs, fmt.Errorf("%s: %s %s is not in the store", w.Name, runtime.Kind(ref.Desc.MediaType), ref.Desc.Digest))
+				errs = append(errs, fmt.Errorf("%s: %s %s is not in the store", w.Name, oci.Kind(ref.Desc.MediaType), ref.Desc.Digest))
 				complete = false
 				break
 			}
@@ -385,7 +385,7 @@ func LeaseWants(ctx context.Context, s runtime.Store, req runtime.LeaseRequest) 
 			blobs = append(blobs, have...)
 			required = append(required, need...)
 			kept = append(kept, w)
-			blobs = append(blobs, signatureBlobs(ctx, s, w, read)...)
+			blobs = append(blobs, signatureBlobs(ctx, s, w)...)
 			if len(w.Signatures) > 0 {
 				if sigs == nil {
 					sigs = map[digest.Digest][]ocispec.Descriptor{}

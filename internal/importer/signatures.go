@@ -10,6 +10,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/signature/layout"
 )
@@ -169,10 +170,10 @@ func signaturesListed(st runtime.SourceState) bool {
 // in the registry) that the store holds: the manifests and their layers,
 // for the list's lease. A signature that cannot be read is left out: the
 // policy then finds it missing.
-func signatureBlobs(ctx context.Context, s runtime.Store, w runtime.Want, read func(context.Context, ocispec.Descriptor) ([]byte, error)) []digest.Digest {
+func signatureBlobs(ctx context.Context, s runtime.Store, w runtime.Want) []digest.Digest {
 	var out []digest.Digest
 	for _, sig := range w.Signatures {
-		refs, err := runtime.Closure(ctx, sig, read, s.Platform(), s.IsNotFound)
+		refs, err := oci.Closure(ctx, sig, s, s.Platform())
 		if err != nil {
 			continue
 		}

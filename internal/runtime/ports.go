@@ -1,8 +1,9 @@
 package runtime
 
-// The ports of the import: what an import (internal/importer) needs of a
-// content store and its leases, and of the writer of one import's blobs; and
-// the port of the export (internal/exporter), which only reads. A backend
+// The ports of the import and the export: what an import
+// (internal/importer) needs of a content store and its leases, and of the
+// writer of one import's blobs; and what both read of a content store
+// (Content), which is all an export (internal/exporter) needs. A backend
 // offers them beside Runtime.
 
 import (
@@ -13,7 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/oci"
 )
 
 // Names are, for each blob, the names of the images that hold it.
@@ -28,14 +29,30 @@ func (n Names) Add(name string, ds []digest.Digest) {
 	}
 }
 
-// Backend is a runtime whose content an import writes through Store.
+// Backend is a runtime whose content an import writes, and an export reads,
+// through Store.
 type Backend interface {
 	Runtime
 	ImportStore() Store
 }
 
+// Content is what the import and the export read of a content store: which
+// blobs it holds, small documents whole (oci.Reader: a blob that is not
+// there is oci.ErrNotFound), and any blob as a stream.
+type Content interface {
+	oci.Reader
+	// Has says whether the store holds a blob.
+	Has(ctx context.Context, d digest.Digest) (bool, error)
+	// OpenBlob streams a blob of any size; the caller closes it. A blob
+	// that is not there is an error wrapping oci.ErrNotFound.
+	OpenBlob(ctx context.Context, desc ocispec.Descriptor) (io.ReadCloser, error)
+	// Platform is the platform whose content an image must have whole.
+	Platform() oci.Platform
+}
+
 // Store is what an import needs of a content store and its leases.
 type Store interface {
+	Content
 	// Prepare readies the store for the import of req, before it reads its
 	// lease (containerd's adapter forgets the records of blobs whose files
 	// are gone, so they are written again); its error fails the import.
@@ -50,13 +67,6 @@ type Store interface {
 	ReadState(ctx context.Context, id string) (SourceState, error)
 	// Intact says whether every blob a complete state needs is in the store.
 	Intact(ctx context.Context, st SourceState) (bool, error)
-	// Has says whether the store holds a blob.
-	Has(ctx context.Context, d digest.Digest) (bool, error)
-	// ReadBlob reads a small blob; its error says when it is not there
-	// (IsNotFound).
-	ReadBlob(ctx context.Context, desc ocispec.Descriptor) ([]byte, error)
-	// IsNotFound says whether an error of ReadBlob means the blob is not there.
-	IsNotFound(err error) bool
 	// AddToLease puts blobs on a lease.
 	AddToLease(ctx context.Context, id string, ds []digest.Digest) error
 	// LabelSources labels blobs already in the store with where the images
@@ -66,16 +76,19 @@ type Store interface {
 	Sync(ctx context.Context) error
 	// NewSink starts the writes of one import of source under lease.
 	NewSink(lease, source string) Sink
-	// Platform is the platform whose content an import requires.
-	Platform() Platform
 }
 
 // Sink writes the blobs of one import under its lease.
 type Sink interface {
-	// Has and Put take the blobs the walk meets (archive.Store); Reserve
-	// is told what a walk is about to write (archive.Reserver).
-	archive.Store
-	archive.Reserver
+	// Has reports whether the store already holds the complete blob
+	// (archive.Store).
+	Has(ctx context.Context, d digest.Digest) (bool, error)
+	// Put writes a blob of exactly size bytes read from r, verified against
+	// a non-empty expected digest, else hashed, and returns its digest
+	// (archive.Store).
+	Put(ctx context.Context, expected digest.Digest, size int64, r io.Reader) (digest.Digest, error)
+	// Reserve is told what a walk is about to write (archive.Reserver).
+	Reserve(ctx context.Context, blobs int, bytes int64) error
 	// ReadPending reads a blob Put holds back to commit later, if it does.
 	ReadPending(d digest.Digest) ([]byte, bool, error)
 	// CommitPending commits the blobs held back, with the names of the
@@ -104,26 +117,4 @@ type Stats struct {
 	Written int // committed by this import
 	Present int // found in the store already
 	Direct  int // of those written, placed in the store's directory by holdfast
-}
-
-// Exportable is a runtime whose content an export reads through Content.
-type Exportable interface {
-	Runtime
-	ExportContent() Content
-}
-
-// Content is what an export reads of a content store: which blobs it holds,
-// small documents whole, and any blob as a stream.
-type Content interface {
-	// Has says whether the store holds a blob.
-	Has(ctx context.Context, d digest.Digest) (bool, error)
-	// ReadBlob reads a small blob (an index, a manifest, a signature).
-	ReadBlob(ctx context.Context, desc ocispec.Descriptor) ([]byte, error)
-	// OpenBlob streams a blob of any size; the caller closes it.
-	OpenBlob(ctx context.Context, desc ocispec.Descriptor) (io.ReadCloser, error)
-	// IsNotFound says whether an error of ReadBlob or OpenBlob means the
-	// blob is not there.
-	IsNotFound(err error) bool
-	// Platform is the platform whose content an image must have whole.
-	Platform() Platform
 }

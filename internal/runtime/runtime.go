@@ -6,7 +6,6 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/oci"
 )
 
 // Labels on image records and content, and the lease ID prefix.
@@ -50,8 +51,9 @@ const (
 	LabelProbe = "io.holdfast.probe"
 )
 
-// ErrNotFound is returned when a record, lease or blob does not exist.
-var ErrNotFound = errors.New("not found")
+// ErrNotFound is returned when a record, lease or blob does not exist: the
+// one not-found error of oci, which a blob read wraps too.
+var ErrNotFound = oci.ErrNotFound
 
 // Image is an image record in the store.
 type Image struct {

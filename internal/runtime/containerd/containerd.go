@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/holdfast-project/holdfast/internal/datadir"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -42,7 +43,7 @@ type Runtime struct {
 	client    *containerd.Client
 	content   contentapi.ContentClient // the content service, for what its proxy does slowly
 	namespace string
-	platform  runtime.Platform
+	platform  oci.Platform
 	// version is the server's version as New found it; fresh says no call of
 	// Server has used it yet (later calls ask again: containerd may have been
 	// upgraded and restarted since).
@@ -110,7 +111,7 @@ func New(ctx context.Context, address, namespace string, opts ...Option) (*Runti
 		c.Close()
 		return nil, fmt.Errorf("connecting to containerd at %s: not a gRPC connection", address)
 	}
-	r := &Runtime{client: c, content: contentapi.NewContentClient(conn), namespace: namespace, platform: runtime.HostPlatform(),
+	r := &Runtime{client: c, content: contentapi.NewContentClient(conn), namespace: namespace, platform: oci.HostPlatform(),
 		owner: randomHex(8), run: randomHex(4), space: &spaceGuard{}}
 	v, err := c.Version(r.ns(ctx))
 	if err != nil {

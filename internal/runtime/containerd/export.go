@@ -6,20 +6,22 @@ import (
 	"io"
 
 	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
-// ExportContent is containerd's content store as an export reads it
-// (internal/exporter): the import's reads, and blobs as streams.
-func (r *Runtime) ExportContent() runtime.Content { return importStore{r} }
+var _ runtime.Content = importStore{}
 
-var _ runtime.Exportable = (*Runtime)(nil)
-
-// OpenBlob streams a blob from the content store.
+// OpenBlob streams a blob from the content store, as an export reads it
+// (internal/exporter); one that is not there is oci.ErrNotFound.
 func (s importStore) OpenBlob(ctx context.Context, desc ocispec.Descriptor) (io.ReadCloser, error) {
 	ra, err := s.r.client.ContentStore().ReaderAt(ctx, desc)
+	if errdefs.IsNotFound(err) {
+		return nil, oci.NotFound(err)
+	}
 	if err != nil {
 		return nil, err
 	}

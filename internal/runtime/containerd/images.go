@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/opencontainers/go-digest"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
@@ -27,10 +25,6 @@ func (r *Runtime) Images(ctx context.Context) ([]runtime.ImageDetail, error) {
 		size   int64
 	}
 	cache := map[digest.Digest]detail{}
-	cs := r.client.ContentStore()
-	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
-		return content.ReadBlob(ctx, cs, desc)
-	}
 	var out []runtime.ImageDetail
 	for _, rec := range recs {
 		if runtime.IsCRIRecord(rec.Name) {
@@ -38,7 +32,7 @@ func (r *Runtime) Images(ctx context.Context) ([]runtime.ImageDetail, error) {
 		}
 		d, ok := cache[rec.Target.Digest]
 		if !ok {
-			if refs, err := r.closure(ctx, rec.Target, read); err == nil {
+			if refs, err := r.closure(ctx, rec.Target); err == nil {
 				for _, ref := range refs {
 					if !ref.Required {
 						continue

@@ -12,12 +12,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -73,10 +73,8 @@ func (s importStore) Has(ctx context.Context, d digest.Digest) (bool, error) {
 }
 
 func (s importStore) ReadBlob(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
-	return content.ReadBlob(ctx, s.r.client.ContentStore(), desc)
+	return s.r.readBlob(ctx, desc)
 }
-
-func (importStore) IsNotFound(err error) bool { return errdefs.IsNotFound(err) }
 
 func (s importStore) AddToLease(ctx context.Context, id string, ds []digest.Digest) error {
 	return s.r.addToLease(leases.WithLease(ctx, id), ds)
@@ -92,7 +90,7 @@ func (s importStore) NewSink(lease, source string) runtime.Sink {
 	return &leasedSink{ing: s.r.newIngester(), lease: lease, source: source}
 }
 
-func (s importStore) Platform() runtime.Platform { return s.r.platform }
+func (s importStore) Platform() oci.Platform { return s.r.platform }
 
 // leasedSink is one import's ingester, each write under the import's lease.
 type leasedSink struct {
@@ -134,7 +132,7 @@ func (s *leasedSink) Committed(d digest.Digest) bool {
 // distribution source labels of its images.
 func (s *leasedSink) WriteDoc(ctx context.Context, desc ocispec.Descriptor, data []byte, names []string) (bool, error) {
 	var labels map[string]string
-	if runtime.IsDoc(desc.MediaType) {
+	if oci.IsDoc(desc.MediaType) {
 		var err error
 		if labels, err = gcLabels(desc, data); err != nil {
 			return false, err

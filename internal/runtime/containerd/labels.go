@@ -17,6 +17,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -155,16 +156,26 @@ func sourceLabelsOf(names runtime.Names) sourceLabels {
 	return s
 }
 
-// closure lists every blob reachable from target (runtime.Closure for the
-// host platform).
-func (r *Runtime) closure(ctx context.Context, target ocispec.Descriptor, read runtime.DocFunc) ([]runtime.BlobRef, error) {
-	return runtime.Closure(ctx, target, read, r.platform, errdefs.IsNotFound)
+// closure lists every blob reachable from target (oci.Closure for the
+// host platform), reading its documents from the content store.
+func (r *Runtime) closure(ctx context.Context, target ocispec.Descriptor) ([]oci.BlobRef, error) {
+	return oci.Closure(ctx, target, oci.ReaderFunc(r.readBlob), r.platform)
+}
+
+// readBlob reads a small blob from the content store; one that is not there
+// is oci.ErrNotFound (and containerd's not-found).
+func (r *Runtime) readBlob(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
+	b, err := content.ReadBlob(ctx, r.client.ContentStore(), desc)
+	if errdefs.IsNotFound(err) {
+		return nil, oci.NotFound(err)
+	}
+	return b, err
 }
 
 // gcLabels are the labels a document needs so that containerd's GC keeps its
 // children while anything holds the document.
 func gcLabels(desc ocispec.Descriptor, data []byte) (map[string]string, error) {
-	children, err := runtime.Children(desc, data)
+	children, err := oci.Children(desc, data)
 	if err != nil || len(children) == 0 {
 		return nil, err
 	}

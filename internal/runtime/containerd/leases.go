@@ -19,6 +19,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -234,21 +235,18 @@ func (r *Runtime) intact(ctx context.Context, st runtime.SourceState) (bool, err
 		}
 		return true, nil
 	}
-	read := func(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
-		return content.ReadBlob(ctx, cs, desc)
-	}
 	checked := map[digest.Digest]bool{}
 	for _, w := range st.Images {
 		if checked[w.Target.Digest] {
 			continue
 		}
 		checked[w.Target.Digest] = true
-		refs, err := r.closure(ctx, w.Target, read)
+		refs, err := r.closure(ctx, w.Target)
 		if err != nil {
 			return false, nil
 		}
 		for _, ref := range refs {
-			if !ref.Required || runtime.IsDoc(ref.Desc.MediaType) {
+			if !ref.Required || oci.IsDoc(ref.Desc.MediaType) {
 				continue // documents were read by closure
 			}
 			if _, err := cs.Info(ctx, ref.Desc.Digest); err != nil {

@@ -10,10 +10,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
-// ExportContent is the fake's store as an export reads it.
-func (r *Runtime) ExportContent() runtime.Content { return store{r} }
-
-var _ runtime.Exportable = (*Runtime)(nil)
+var _ runtime.Content = store{}
 
 // OpenBlob streams a blob of the fake's store.
 func (s store) OpenBlob(ctx context.Context, desc ocispec.Descriptor) (io.ReadCloser, error) {

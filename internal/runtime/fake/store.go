@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -85,7 +86,7 @@ func (r *Runtime) Syncs() int {
 }
 
 // errNoBlob is a blob the fake's store does not hold.
-var errNoBlob = errors.New("fake: blob not found")
+var errNoBlob = oci.NotFound(errors.New("fake: blob not found"))
 
 type fakeLease struct {
 	labels map[string]string
@@ -159,8 +160,6 @@ func (s store) ReadBlob(_ context.Context, desc ocispec.Descriptor) ([]byte, err
 	return b, nil
 }
 
-func (store) IsNotFound(err error) bool { return errors.Is(err, errNoBlob) }
-
 func (s store) AddToLease(_ context.Context, id string, ds []digest.Digest) error {
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
@@ -181,7 +180,7 @@ func (s store) Sync(context.Context) error {
 	s.r.syncs++
 	return nil
 }
-func (store) Platform() runtime.Platform { return runtime.HostPlatform() }
+func (store) Platform() oci.Platform { return oci.HostPlatform() }
 
 func (s store) NewSink(lease, _ string) runtime.Sink {
 	return &sink{s: s, lease: lease, committed: map[digest.Digest]bool{}}

@@ -8,14 +8,15 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
 // absentIsNotFound: what is not there is no failure where holdfast's callers
 // take it as done (Unpin, Delete, Release of what is gone, which a pass may
 // ask after someone else removed it), and is told apart as not found where
-// they look for it (a lease's state: runtime.ErrNotFound; a blob: the
-// store's IsNotFound).
+// they look for it (a lease's state: runtime.ErrNotFound; a blob:
+// oci.ErrNotFound, which is the same error).
 func absentIsNotFound(t *testing.T, s Store, name string) {
 	ctx := context.Background()
 	absent := name + "-absent"
@@ -43,8 +44,8 @@ func absentIsNotFound(t *testing.T, s Store, name string) {
 	if has, err := store.Has(ctx, blob.Digest); has || err != nil {
 		t.Errorf("Has of a blob that is not there: %v, %v; want false and no error", has, err)
 	}
-	if b, err := store.ReadBlob(ctx, blob); err == nil || !store.IsNotFound(err) {
-		t.Errorf("reading a blob that is not there: %d bytes, %v; want an error the store says is not found", len(b), err)
+	if b, err := store.ReadBlob(ctx, blob); !errors.Is(err, oci.ErrNotFound) {
+		t.Errorf("reading a blob that is not there: %d bytes, %v; want oci.ErrNotFound", len(b), err)
 	}
 }
 

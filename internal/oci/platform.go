@@ -1,4 +1,4 @@
-package runtime
+package oci
 
 import (
 	"github.com/containerd/platforms"
@@ -34,4 +34,26 @@ func (p Platform) Best(manifests []ocispec.Descriptor) int {
 		}
 	}
 	return best
+}
+
+// Required says, for each of an index's manifests, whether an image whose
+// index is required requires it: the best match for the host (best, from
+// Best), and a nested index without a platform, which names platforms of
+// its own. The others are optional.
+func Required(manifests []ocispec.Descriptor, best int) []bool {
+	out := make([]bool, len(manifests))
+	for i, m := range manifests {
+		out[i] = i == best || (m.Platform == nil && IsIndex(m.MediaType))
+	}
+	return out
+}
+
+// HasNestedIndex says whether manifests list an index.
+func HasNestedIndex(manifests []ocispec.Descriptor) bool {
+	for _, d := range manifests {
+		if IsIndex(d.MediaType) {
+			return true
+		}
+	}
+	return false
 }
