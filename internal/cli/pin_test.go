@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/holdfast-project/holdfast/internal/cli"
@@ -228,47 +227,5 @@ func TestPinWhileDataDirLocked(t *testing.T) {
 	}
 	if _, errOut, code := holdfast(t, "unpin", "--data-dir", dd, "nginx"); code != 0 {
 		t.Fatalf("unpin while the data dir is owned: exit %d: %s", code, errOut)
-	}
-}
-
-func TestPinConcurrent(t *testing.T) {
-	t.Parallel()
-	dd := t.TempDir()
-	const workers, each = 2, 20
-	var wg sync.WaitGroup
-	errs := make(chan string, workers*each)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				p := fmt.Sprintf("registry.example.com/w%d/app%d", w, i)
-				if _, errOut, code := holdfast(t, "pin", "--data-dir", dd, p); code != 0 {
-					errs <- fmt.Sprintf("pin %s: exit %d: %s", p, code, errOut)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error(e)
-	}
-	got := map[string]bool{}
-	for _, l := range patternLines(t, dd) {
-		if got[l] {
-			t.Errorf("%s listed twice", l)
-		}
-		got[l] = true
-	}
-	for w := range workers {
-		for i := range each {
-			if p := fmt.Sprintf("registry.example.com/w%d/app%d", w, i); !got[p] {
-				t.Errorf("lost %s", p)
-			}
-		}
-	}
-	if len(got) != workers*each {
-		t.Errorf("%d patterns, want %d", len(got), workers*each)
 	}
 }

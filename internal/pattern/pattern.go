@@ -113,6 +113,25 @@ type Pattern struct {
 	repo, tag, digest string
 }
 
+// ParseAll parses every one of patterns, in order; its error joins one
+// error for each that is not a pattern.
+func ParseAll(patterns []string) ([]Pattern, error) {
+	pats := make([]Pattern, len(patterns))
+	var errs []error
+	for i, s := range patterns {
+		p, err := Parse(s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		pats[i] = p
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return pats, nil
+}
+
 // Parse parses and normalises a pattern.
 func Parse(s string) (Pattern, error) {
 	p, err := parse(s)

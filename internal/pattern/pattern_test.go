@@ -365,3 +365,16 @@ func TestNormalizeRef(t *testing.T) {
 		}
 	}
 }
+
+// TestParseAll: every pattern is parsed, and the error names each bad one.
+func TestParseAll(t *testing.T) {
+	t.Parallel()
+	pats, err := ParseAll([]string{"nginx", "registry.example.com/team/*"})
+	if err != nil || len(pats) != 2 || pats[0].String() != "docker.io/library/nginx" || pats[1].Kind() != Prefix {
+		t.Errorf("ParseAll: %v, %v", pats, err)
+	}
+	pats, err = ParseAll([]string{"ngi*nx", "nginx", "Nginx"})
+	if pats != nil || err == nil || !strings.Contains(err.Error(), `"ngi*nx"`) || !strings.Contains(err.Error(), `"Nginx"`) {
+		t.Errorf("ParseAll of two bad patterns: %v, %v", pats, err)
+	}
+}

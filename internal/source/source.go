@@ -1,6 +1,7 @@
 // Package source finds holdfast's sources in the images directories: archive
 // files (whole or split into parts), OCI layout directories, pull lists
-// (*.txt) and pin lists (*.pins).
+// (*.txt) and pin lists (*.pins), and edits a pin list in place (PinFile,
+// for holdfast pin and unpin).
 package source
 
 import (
