@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -170,34 +169,6 @@ func stdinOnce(command string, args []string) error {
 		return &usageError{fmt.Errorf("%s: standard input (-) is read once; give it once", command)}
 	}
 	return nil
-}
-
-// writeKept lists the kept sources under status's table: where each was
-// imported from (the file may be gone), when, and the bytes it holds.
-func writeKept(w io.Writer, srcs []StatusSource) error {
-	var kept []StatusSource
-	for _, s := range srcs {
-		if s.Kept {
-			kept = append(kept, s)
-		}
-	}
-	if len(kept) == 0 {
-		return nil
-	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEPT SOURCE\tIMPORTED\tSIZE\tIMAGES\tCONTENT")
-	for _, s := range kept {
-		content := "complete"
-		switch {
-		case len(s.Missing) > 0:
-			content = fmt.Sprintf("lost (%d blobs missing: import it again)", len(s.Missing))
-		case s.Missing != nil:
-			content = "lost (import it again)"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", s.Path, s.ImportedAt, units.Bytes(s.Size), s.Images, content)
-	}
-	return tw.Flush()
 }
 
 // spoolDirs returns the spool dirs, absolute, created if missing.

@@ -151,33 +151,7 @@ func Diff(in Input) Plan {
 	kept := keptLeases(in, &plan)
 
 	// The names kept sources want; on a conflict the newest source wins.
-	type claim struct {
-		want  runtime.Want
-		state runtime.SourceState
-	}
-	claims := map[string][]claim{}
-	refused := map[string]map[string]bool{} // name → refused targets
-	for _, st := range kept {
-		for _, w := range st.Images {
-			if in.Refused != nil {
-				if why, no := in.Refused(w); no {
-					plan.Refusals = append(plan.Refusals, Refusal{Name: w.Name, Target: w.Target.Digest.String(), Source: st.Source, Lease: st.Lease, Reason: why})
-					if refused[w.Name] == nil {
-						refused[w.Name] = map[string]bool{}
-					}
-					refused[w.Name][w.Target.Digest.String()] = true
-					continue
-				}
-			}
-			claims[w.Name] = append(claims[w.Name], claim{w, st})
-			if st.Kept {
-				if plan.KeptNames == nil {
-					plan.KeptNames = map[string]bool{}
-				}
-				plan.KeptNames[w.Name] = true
-			}
-		}
-	}
+	claims, refused := claimsOf(in, kept, &plan)
 	wanted := map[string]claim{}
 	for name, cs := range claims {
 		sort.SliceStable(cs, func(i, j int) bool { return newer(cs[i].state, cs[j].state) })
@@ -247,18 +221,60 @@ func Diff(in Input) Plan {
 		}
 		plan.Unpins = append(plan.Unpins, Unpin{Name: name, Reason: reason})
 	}
-	sort.Slice(plan.Pins, func(i, j int) bool { return plan.Pins[i].Want.Name < plan.Pins[j].Want.Name })
-	sort.Slice(plan.Unpins, func(i, j int) bool { return plan.Unpins[i].Name < plan.Unpins[j].Name })
-	sort.Slice(plan.Deletes, func(i, j int) bool { return plan.Deletes[i].Name < plan.Deletes[j].Name })
-	sort.Strings(plan.Foreign)
-	sort.Slice(plan.Releases, func(i, j int) bool { return plan.Releases[i].Lease < plan.Releases[j].Lease })
-	sort.Slice(plan.Held, func(i, j int) bool { return plan.Held[i].Lease < plan.Held[j].Lease })
-	sort.Slice(plan.Conflicts, func(i, j int) bool { return plan.Conflicts[i].Name < plan.Conflicts[j].Name })
-	sort.Slice(plan.Refusals, func(i, j int) bool {
-		a, b := plan.Refusals[i], plan.Refusals[j]
+	plan.sort()
+	return plan
+}
+
+// claim is one kept source's want of a name.
+type claim struct {
+	want  runtime.Want
+	state runtime.SourceState
+}
+
+// claimsOf are the wants of the kept leases by name, but those the
+// signature policy refuses, which go into plan.Refusals and are returned as
+// the refused targets of each name; the names kept sources want go into
+// plan.KeptNames.
+func claimsOf(in Input, kept []runtime.SourceState, plan *Plan) (map[string][]claim, map[string]map[string]bool) {
+	claims := map[string][]claim{}
+	refused := map[string]map[string]bool{} // name → refused targets
+	for _, st := range kept {
+		for _, w := range st.Images {
+			if in.Refused != nil {
+				if why, no := in.Refused(w); no {
+					plan.Refusals = append(plan.Refusals, Refusal{Name: w.Name, Target: w.Target.Digest.String(), Source: st.Source, Lease: st.Lease, Reason: why})
+					if refused[w.Name] == nil {
+						refused[w.Name] = map[string]bool{}
+					}
+					refused[w.Name][w.Target.Digest.String()] = true
+					continue
+				}
+			}
+			claims[w.Name] = append(claims[w.Name], claim{w, st})
+			if st.Kept {
+				if plan.KeptNames == nil {
+					plan.KeptNames = map[string]bool{}
+				}
+				plan.KeptNames[w.Name] = true
+			}
+		}
+	}
+	return claims, refused
+}
+
+// sort puts each list of the plan in a stable order.
+func (p *Plan) sort() {
+	sort.Slice(p.Pins, func(i, j int) bool { return p.Pins[i].Want.Name < p.Pins[j].Want.Name })
+	sort.Slice(p.Unpins, func(i, j int) bool { return p.Unpins[i].Name < p.Unpins[j].Name })
+	sort.Slice(p.Deletes, func(i, j int) bool { return p.Deletes[i].Name < p.Deletes[j].Name })
+	sort.Strings(p.Foreign)
+	sort.Slice(p.Releases, func(i, j int) bool { return p.Releases[i].Lease < p.Releases[j].Lease })
+	sort.Slice(p.Held, func(i, j int) bool { return p.Held[i].Lease < p.Held[j].Lease })
+	sort.Slice(p.Conflicts, func(i, j int) bool { return p.Conflicts[i].Name < p.Conflicts[j].Name })
+	sort.Slice(p.Refusals, func(i, j int) bool {
+		a, b := p.Refusals[i], p.Refusals[j]
 		return a.Name < b.Name || a.Name == b.Name && a.Lease < b.Lease
 	})
-	return plan
 }
 
 // keptLeases returns the leases whose wants stay, and plans the release of the others.

@@ -1,11 +1,11 @@
-package cli
+package pass
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
-	"github.com/holdfast-project/holdfast/internal/runtime"
+	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 )
 
 // StatusCRI is the CRI's side of `status -o json`: whether there is a CRI
@@ -19,14 +19,14 @@ type StatusCRI struct {
 // addCRI asks the CRI image service about every image of st, as the kubelet
 // would, and says once what the CRI cannot do here. A CRI that does not answer
 // leaves the images without a CRI view, with a note saying why.
-func addCRI(ctx context.Context, rt runtime.Runtime, namespace string, st *Status) {
+func addCRI(ctx context.Context, rt hfruntime.Runtime, namespace string, st *Status) {
 	names := make([]string, len(st.Images))
 	for i, img := range st.Images {
 		names[i] = img.Name
 	}
 	views, err := rt.CRIImages(ctx, names)
 	switch {
-	case errors.Is(err, runtime.ErrNoCRI):
+	case errors.Is(err, hfruntime.ErrNoCRI):
 		st.CRI.Note = fmt.Sprintf("no CRI: namespace %s has no CRI image service (containerd's CRI works in k8s.io only, and only with its CRI plugin); no kubelet reads these pins", namespace)
 		return
 	case err != nil:
@@ -43,21 +43,8 @@ func addCRI(ctx context.Context, rt runtime.Runtime, namespace string, st *Statu
 		st.CRI.Note = err.Error()
 		return
 	}
-	st.CRI.PinsReported = runtime.CRIHonoursPins(info.Version)
+	st.CRI.PinsReported = hfruntime.CRIHonoursPins(info.Version)
 	if !st.CRI.PinsReported {
 		st.CRI.Note = fmt.Sprintf("containerd %s does not report pins through its CRI (needs 1.7.10 or 1.6.25): the kubelet cannot see pins here; holdfast's heal restores deleted images", info.Version)
 	}
-}
-
-// criWord is the CRI column of the status table.
-func criWord(img StatusImage) string {
-	switch {
-	case img.CRI == nil:
-		return "-"
-	case img.CRI.Pinned:
-		return "pinned"
-	case img.CRI.Seen:
-		return "seen"
-	}
-	return "unseen"
 }
