@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -21,7 +20,6 @@ import (
 	"github.com/holdfast-project/holdfast/internal/registries"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/signature"
-	"github.com/holdfast-project/holdfast/internal/source"
 )
 
 // ExitError carries a process exit code out of a command.
@@ -192,116 +190,45 @@ func applyEnv(cmd *cobra.Command) error {
 }
 
 // agentConfig is the agent configuration the common flags give: images dirs,
-// registry settings (K3s's registries.yaml and the peer mirror applied) and
-// the logger, with no side effect on the registry config: the hosts.toml
-// files they make are returned for writeRegistryConfig, which writes them
-// once containerd answers. A bad --peer-mirror or --peer-registries is a
-// usage error naming it.
-func (o *options) agentConfig(parallel int) (agent.Config, hostsConfig, error) {
+// the node's registries (registries.yaml and the peer mirror, applied by
+// registries.Settings) and the logger, with no side effect on the registry
+// config: the hosts.toml files they make are returned for
+// writeRegistryConfig, which writes them once containerd answers. A bad
+// --peer-mirror or --peer-registries is a usage error naming it.
+func (o *options) agentConfig(parallel int) (agent.Config, registries.Hosts, error) {
 	pc, err := o.passConfig(parallel)
 	cfg := agent.Config{Config: pc}
-	if err != nil || (o.registriesYAML == "" && o.peerMirror == "") {
-		return cfg, hostsConfig{}, err
-	}
-	peerRegs := strings.Split(o.peerRegistries, ",")
-	if o.peerMirror != "" {
-		if err := registries.CheckPeerRegistries(peerRegs); err != nil {
-			return cfg, hostsConfig{}, &usageError{fmt.Errorf("--peer-registries: %w", err)}
-		}
-	}
-	var f registries.File
-	from := "--peer-mirror " + o.peerMirror
-	if o.registriesYAML != "" {
-		from = o.registriesYAML
-		if o.peerMirror != "" {
-			from += " and --peer-mirror " + o.peerMirror
-		}
-		path := o.registriesYAML
-		if !o.insecurePerms {
-			// Whoever may change it decides the node's mirrors and
-			// credentials: judged as a pull list is, and the file judged
-			// is the one read.
-			real, err := source.CheckResolved("registries.yaml", path, os.Geteuid())
-			if err != nil {
-				return cfg, hostsConfig{}, &usageError{err}
-			}
-			if real != "" {
-				path = real
-			}
-		}
-		loaded, err := registries.Load(path)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			// As K3s reads it: no file, no mirrors. What an earlier file had
-			// written into the registry config goes with it.
-			off := fmt.Sprintf("registries.yaml %s does not exist: pulls use no mirrors, TLS settings or credentials from it", o.registriesYAML)
-			o.log.Warn(off)
-			cfg.FeaturesOff = append(cfg.FeaturesOff, off)
-		case err != nil:
-			return cfg, hostsConfig{}, err
-		default:
-			// Its own mistakes name it alone.
-			if _, _, err := loaded.HostsFiles(o.registriesYAML); err != nil {
-				return cfg, hostsConfig{}, err
-			}
-			f = loaded
-		}
-	}
-	if o.peerMirror != "" {
-		if f, err = f.WithPeerMirror(o.peerMirror, peerRegs); err != nil {
-			return cfg, hostsConfig{}, &usageError{fmt.Errorf("--peer-mirror: %w", err)}
-		}
-	}
-	files, warnings, err := f.HostsFiles(from)
 	if err != nil {
-		return cfg, hostsConfig{}, err
+		return cfg, registries.Hosts{}, err
 	}
-	for _, w := range warnings {
+	hosts, err := registries.Settings{YAML: o.registriesYAML, PeerMirror: o.peerMirror, PeerRegistries: strings.Split(o.peerRegistries, ","),
+		Dir: o.registryConfig, InsecurePerms: o.insecurePerms}.Hosts()
+	if hosts.Off != "" {
+		o.log.Warn(hosts.Off)
+		cfg.FeaturesOff = append(cfg.FeaturesOff, hosts.Off)
+	}
+	for _, w := range hosts.Warnings {
 		o.log.Warn(w)
 	}
-	if cfg.Credentials, err = f.Credentials(); err != nil {
-		return cfg, hostsConfig{}, fmt.Errorf("%s: %w", o.registriesYAML, err)
-	}
-	return cfg, hostsConfig{source: from, files: files, set: true}, nil
+	cfg.Credentials = hosts.Credentials
+	return cfg, hosts, registriesError(err)
 }
 
-// hostsConfig is what --registries-yaml and --peer-mirror make of
-// --registry-config.
-type hostsConfig struct {
-	source string            // where the files come from, as messages name it
-	files  map[string]string // hosts.toml content by registry dir
-	set    bool              // false when neither flag is given: the dir is left alone
+// writeRegistryConfig writes what agentConfig made of --registry-config
+// (registries.Hosts.Write): a dir it refuses is a usage error.
+func (o *options) writeRegistryConfig(h registries.Hosts) ([]string, error) {
+	skipped, err := h.Write()
+	return skipped, registriesError(err)
 }
 
-// writeRegistryConfig writes h into --registry-config, refusing (a usage
-// error that names the dir, why, and the way out) a dir that users other
-// than root and holdfast's own may write, unless --insecure-perms, and a
-// registry dir that is a symlink; nothing is written then. It returns, for
-// each registry whose hosts.toml the operator wrote (kept as it is), why it
-// goes without what h has for it.
-func (o *options) writeRegistryConfig(h hostsConfig) ([]string, error) {
-	if !h.set {
-		return nil, nil
-	}
-	var opts registries.WriteOptions
-	if !o.insecurePerms {
-		uid := os.Geteuid()
-		opts.Check = func(dir string) error { return source.CheckPerms("registry config", dir, uid) }
-	}
-	res, err := registries.Write(o.registryConfig, h.files, opts)
+// registriesError makes what registries refuses of the flags a usage error.
+func registriesError(err error) error {
+	var bad *registries.SettingError
 	var refused *registries.RefusedError
-	if errors.As(err, &refused) {
-		return nil, &usageError{fmt.Errorf("applying %s to %s: %w", h.source, o.registryConfig, err)}
+	if errors.As(err, &bad) || errors.As(err, &refused) {
+		return &usageError{err}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("applying %s to %s: %w", h.source, o.registryConfig, err)
-	}
-	var skipped []string
-	for _, reg := range res.Skipped {
-		skipped = append(skipped, fmt.Sprintf("registry %s: %s was not written by holdfast and is kept as it is: pulls from %s follow it, without what %s has for it",
-			reg, filepath.Join(o.registryConfig, reg, "hosts.toml"), reg, h.source))
-	}
-	return skipped, nil
+	return err
 }
 
 // passConfig is what a pass is given of the flags, with no side effect

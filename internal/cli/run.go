@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/notify"
+	"github.com/holdfast-project/holdfast/internal/registries"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/server"
 )
@@ -231,7 +232,7 @@ func extendUntilReady(ctx context.Context, a *agent.Agent) {
 // <data-dir>/pins would go unwatched. So the dir, its lock and owner, the
 // pins dir (the watcher watches it again once it is back) and the registry
 // config, and the reporter's token (restore), are made again, loudly.
-func (o *options) keepDataDir(ctx context.Context, lock *datadir.Lock, parallel int, hosts hostsConfig, restore func() error) {
+func (o *options) keepDataDir(ctx context.Context, lock *datadir.Lock, parallel int, hosts registries.Hosts, restore func() error) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	failing := false

@@ -1,5 +1,7 @@
 // Package registries turns K3s's registries.yaml into containerd hosts.toml
-// files, so that pull lists follow the same mirrors as the node's K3s.
+// files, so that pull lists follow the same mirrors as the node's K3s, with
+// the node's peer mirror first where it is given (Settings: what a node is
+// told, applied to its registry config).
 //
 // What carries over: mirrors' endpoints (tried in order, the registry itself
 // last), TLS settings (ca_file, cert_file/key_file, insecure_skip_verify) and

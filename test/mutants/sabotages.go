@@ -819,7 +819,7 @@ var sabotages = []sabotage{
 		name: "registry-config-others-may-write",
 		// --registry-config is written whoever else may write it: another
 		// local user points a registry at a mirror of their own.
-		edits: []edit{{"internal/cli/root.go",
+		edits: []edit{{"internal/registries/apply.go",
 			"opts.Check = func(dir string) error { return source.CheckPerms(\"registry config\", dir, uid) }",
 			"opts.Check = func(dir string) error { _ = uid; return nil }"}},
 		tests: []tests{{e2e, []string{"TestSecRegistryConfigOthersMayWrite"}, nil}},
