@@ -1,24 +1,17 @@
 package cli
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"runtime/debug"
 	"strings"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast-project/holdfast/internal/archive"
 	"github.com/holdfast-project/holdfast/internal/exporter"
-	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/signature"
-	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
 
@@ -117,10 +110,7 @@ func (eo *exportOptions) check(args []string) error {
 	case eo.output == "-":
 		return nil
 	}
-	suffixes := []string{".tar.zst", ".tzst"}
-	if eo.compression == "none" {
-		suffixes = []string{".tar"}
-	}
+	suffixes := exporter.Compression(eo.compression).Suffixes()
 	for _, s := range suffixes {
 		if strings.HasSuffix(eo.output, s) {
 			return nil
@@ -150,7 +140,7 @@ func (o *options) export(cmd *cobra.Command, args []string, eo *exportOptions) e
 	content := s.rt.ImportStore()
 	switch {
 	case o.policy != nil:
-		sel.Policy = exportPolicy{pol: o.policy, store: content}
+		sel.Policy = signature.StoreJudge(o.policy, content)
 	case eo.signedOnly:
 		return &usageError{errors.New("export: --signed-only needs a signature policy: give --policy FILE, or run the agent with one (holdfast run --policy puts it in force)")}
 	}
@@ -167,13 +157,17 @@ func (o *options) export(cmd *cobra.Command, args []string, eo *exportOptions) e
 	for _, l := range plan.LeftOut {
 		o.log.Debug("not exported", "what", l)
 	}
-	out, err := openExportOutput(eo.output, cmd.OutOrStdout())
+	if fi, err := os.Stat(eo.output); eo.output != "-" && err == nil && fi.IsDir() {
+		return &usageError{fmt.Errorf("export: %s is a directory", eo.output)}
+	}
+	out, err := exporter.CreateOutput(eo.output, cmd.OutOrStdout())
 	if err != nil {
 		return err
 	}
-	defer out.abort()
-	defer limitExportMemory(string(eo.compression))()
-	zw := newCompressor(out.w, string(eo.compression))
+	defer out.Abort()
+	compression := exporter.Compression(eo.compression)
+	defer compression.LimitMemory()()
+	zw := compression.Writer(out)
 	d := o.newProgress(cmd, eo.progress, false)
 	d.start()
 	bar := d.single(eo.output, plan.Bytes)
@@ -185,7 +179,7 @@ func (o *options) export(cmd *cobra.Command, args []string, eo *exportOptions) e
 		err = cerr
 	}
 	if err == nil {
-		err = out.commit()
+		err = out.Commit()
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -195,31 +189,11 @@ func (o *options) export(cmd *cobra.Command, args []string, eo *exportOptions) e
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "exported %s (%s), %s, %s (%s), %s written to %s\n",
 		count(plan.Targets, "image"), count(len(plan.Images), "name"), count(plan.Signatures, "signature"),
-		count(st.Blobs, "blob"), units.Bytes(st.BlobBytes), units.Bytes(out.size()), eo.output)
+		count(st.Blobs, "blob"), units.Bytes(st.BlobBytes), units.Bytes(out.Size()), eo.output)
 	if n := len(plan.LeftOut); n > 0 {
 		fmt.Fprintf(cmd.ErrOrStderr(), "left out %d manifests of other platforms the store does not hold whole (--log-level debug lists them)\n", n)
 	}
 	return nil
-}
-
-// exportPolicy judges the images an export chose by the signature policy
-// pol, as an enforcing node judges them, reading their signatures from the
-// store.
-type exportPolicy struct {
-	pol   *signature.Policy
-	store layout.BlobReader
-}
-
-func (p exportPolicy) Refused(ctx context.Context, states []runtime.SourceState, imgs []exporter.Image) []exporter.Refusal {
-	judge := signature.Judge{Policy: p.pol, Blobs: layout.StoreBlobs(p.store)}
-	judgment := judge.For(ctx, states)
-	var out []exporter.Refusal
-	for _, img := range imgs {
-		if v := judgment.Of(img.Name, img.Target); signature.Enforce.Refuses(v) {
-			out = append(out, exporter.Refusal{Image: img, Why: v.String()})
-		}
-	}
-	return out
 }
 
 // refusedLine says of an image the policy refuses what export did with it.
@@ -244,130 +218,18 @@ func count(n int, thing string) string {
 }
 
 // compressionFlag is --compression.
-type compressionFlag string
+type compressionFlag exporter.Compression
 
 func (c *compressionFlag) String() string { return string(*c) }
 func (c *compressionFlag) Type() string   { return "zstd|none" }
 func (c *compressionFlag) Set(v string) error {
-	switch v {
-	case "zstd", "none":
-		*c = compressionFlag(v)
-		return nil
-	}
-	return fmt.Errorf("%q: want zstd or none", v)
-}
-
-// newCompressor compresses what export writes into w: seekable zstd, whose
-// frames holdfast decodes on every core and any zstd decoder reads as one
-// stream, and whose bytes depend only on the input.
-func newCompressor(w io.Writer, compression string) io.WriteCloser {
-	if compression == "none" {
-		return nopWriteCloser{w}
-	}
-	return archive.NewSeekableZstdWriter(w, archive.SeekableOptions{})
-}
-
-// exportHeapSlack is what export's soft memory limit leaves beside the
-// compressor's frames and encoders: the blob read ahead, the output buffer,
-// the containerd client and its messages.
-const exportHeapSlack = 40 << 20
-
-// limitExportMemory sets the Go runtime's soft memory limit to what an
-// export holds (the compressor's Memory and exportHeapSlack), unless
-// GOMEMLIMIT sets one: the garbage of each blob read (containerd's messages
-// of up to a MiB) is collected before the heap doubles over the frames in
-// flight. It returns what restores the limit before.
-func limitExportMemory(compression string) func() {
-	if os.Getenv("GOMEMLIMIT") != "" {
-		return func() {}
-	}
-	limit := int64(exportHeapSlack)
-	if compression != "none" {
-		limit += archive.SeekableOptions{}.Memory()
-	}
-	prev := debug.SetMemoryLimit(limit)
-	return func() { debug.SetMemoryLimit(prev) }
-}
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
-
-// exportOutput is where export writes: standard output, or a hidden
-// temporary file beside FILE, renamed to FILE by commit and removed by
-// abort when commit did not happen.
-type exportOutput struct {
-	w       io.Writer
-	counted *archive.CountingWriter
-	buf     *bufio.Writer
-	file    *os.File
-	path    string
-	done    bool
-}
-
-func openExportOutput(path string, stdout io.Writer) (*exportOutput, error) {
-	if path == "-" {
-		c := &archive.CountingWriter{W: stdout}
-		buf := bufio.NewWriterSize(c, 1<<20)
-		return &exportOutput{w: buf, counted: c, buf: buf}, nil
-	}
-	abs, err := filepath.Abs(path)
+	parsed, err := exporter.ParseCompression(v)
 	if err != nil {
-		return nil, err
-	}
-	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
-		return nil, &usageError{fmt.Errorf("export: %s is a directory", path)}
-	}
-	f, err := os.CreateTemp(filepath.Dir(abs), "."+filepath.Base(abs)+".*.partial")
-	if err != nil {
-		return nil, fmt.Errorf("creating %s: %w", path, err)
-	}
-	c := &archive.CountingWriter{W: f}
-	buf := bufio.NewWriterSize(c, 1<<20)
-	return &exportOutput{w: buf, counted: c, buf: buf, file: f, path: abs}, nil
-}
-
-// commit makes the written file durable and gives it its name.
-func (e *exportOutput) commit() error {
-	if err := e.buf.Flush(); err != nil {
 		return err
 	}
-	e.done = true
-	if e.file == nil {
-		return nil
-	}
-	tmp := e.file.Name()
-	err := e.file.Chmod(0o644)
-	if err == nil {
-		err = e.file.Sync()
-	}
-	if cerr := e.file.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, e.path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if dir, err := os.Open(filepath.Dir(e.path)); err == nil {
-		_ = dir.Sync()
-		dir.Close()
-	}
+	*c = compressionFlag(parsed)
 	return nil
 }
-
-// abort removes the temporary file unless commit renamed it.
-func (e *exportOutput) abort() {
-	if e.done || e.file == nil {
-		return
-	}
-	e.file.Close()
-	os.Remove(e.file.Name())
-}
-
-func (e *exportOutput) size() int64 { return e.counted.N }
 
 // exportBar is export's one progress line: every blob read counts on it.
 // A nil one draws nothing.

@@ -14,13 +14,14 @@ import (
 
 // Policy judges the chosen images by their signatures: the signature
 // policy in force, which the caller verifies with (the export links no
-// verification code).
+// verification code; signature.Judge is one).
 type Policy interface {
-	// Refused are the images among imgs the policy refuses, and why. states
-	// are the store's sources and, last, one that wants imgs with every
-	// signature manifest the store keeps for them, so that an image chosen
-	// by its record alone is judged by the signatures the export carries.
-	Refused(ctx context.Context, states []runtime.SourceState, imgs []Image) []Refusal
+	// Enforced says why a node enforcing the policy refuses each of wants
+	// ("" where it takes it). states are the store's sources and, last, one
+	// that wants them with every signature manifest the store keeps for
+	// them, so that an image chosen by its record alone is judged by the
+	// signatures the export carries.
+	Enforced(ctx context.Context, states []runtime.SourceState, wants []runtime.Want) []string
 }
 
 // Refusal is an image the policy refuses, and why (its verdict).
@@ -41,7 +42,16 @@ func screen(ctx context.Context, sel Selection, imgs []Image, records []runtime.
 	if sel.Policy == nil {
 		return imgs, nil, nil
 	}
-	refused := sel.Policy.Refused(ctx, append(slices.Clone(states), exportState(imgs, records, states)), imgs)
+	wants := make([]runtime.Want, len(imgs))
+	for i, img := range imgs {
+		wants[i] = runtime.Want{Name: img.Name, Target: img.Target}
+	}
+	var refused []Refusal
+	for i, why := range sel.Policy.Enforced(ctx, append(slices.Clone(states), exportState(imgs, records, states)), wants) {
+		if why != "" {
+			refused = append(refused, Refusal{Image: imgs[i], Why: why})
+		}
+	}
 	slices.SortFunc(refused, func(a, b Refusal) int { return strings.Compare(a.Name, b.Name) })
 	if !sel.SignedOnly || len(refused) == 0 {
 		return imgs, refused, nil

@@ -15,16 +15,16 @@ import (
 // image no source state lists a signature manifest for.
 type unsignedRefused struct{ states []runtime.SourceState }
 
-func (p *unsignedRefused) Refused(_ context.Context, states []runtime.SourceState, imgs []exporter.Image) []exporter.Refusal {
+func (p *unsignedRefused) Enforced(_ context.Context, states []runtime.SourceState, wants []runtime.Want) []string {
 	p.states = states
-	var out []exporter.Refusal
-	for _, img := range imgs {
+	out := make([]string, len(wants))
+	for i, w := range wants {
 		signed := false
 		for _, st := range states {
-			signed = signed || len(st.Signatures[img.Target.Digest]) > 0
+			signed = signed || len(st.Signatures[w.Target.Digest]) > 0
 		}
 		if !signed {
-			out = append(out, exporter.Refusal{Image: img, Why: "unsigned: no signature found"})
+			out[i] = "unsigned: no signature found"
 		}
 	}
 	return out

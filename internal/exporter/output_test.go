@@ -1,13 +1,15 @@
-package cli
+package exporter_test
 
 import (
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/holdfast-project/holdfast/internal/exporter"
 )
 
-// TestExportOutput: what export writes goes to a hidden .partial file
+// TestExportOutput: what an export writes goes to a hidden .partial file
 // beside FILE; commit renames it to FILE (mode 0644), abort removes it,
 // and FILE is never there half-written.
 func TestExportOutput(t *testing.T) {
@@ -26,32 +28,32 @@ func TestExportOutput(t *testing.T) {
 		return names
 	}
 
-	out, err := openExportOutput(path, io.Discard)
+	out, err := exporter.CreateOutput(path, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := out.w.Write([]byte("half")); err != nil {
+	if _, err := out.Write([]byte("half")); err != nil {
 		t.Fatal(err)
 	}
 	if es := entries(); len(es) != 1 || es[0][0] != '.' || filepath.Ext(es[0]) != ".partial" {
 		t.Errorf("while writing, the dir holds %v; want one hidden .partial file", es)
 	}
-	out.abort()
+	out.Abort()
 	if es := entries(); len(es) != 0 {
 		t.Errorf("after abort, the dir holds %v", es)
 	}
 
-	out, err = openExportOutput(path, io.Discard)
+	out, err = exporter.CreateOutput(path, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := out.w.Write([]byte("whole")); err != nil {
+	if _, err := out.Write([]byte("whole")); err != nil {
 		t.Fatal(err)
 	}
-	if err := out.commit(); err != nil {
+	if err := out.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	out.abort() // after commit: nothing to undo
+	out.Abort() // after commit: nothing to undo
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -60,8 +62,8 @@ func TestExportOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(b) != "whole" || fi.Mode().Perm() != 0o644 || out.size() != 5 {
-		t.Errorf("FILE %q, mode %v, size %d; want \"whole\", 0644, 5", b, fi.Mode(), out.size())
+	if string(b) != "whole" || fi.Mode().Perm() != 0o644 || out.Size() != 5 {
+		t.Errorf("FILE %q, mode %v, size %d; want \"whole\", 0644, 5", b, fi.Mode(), out.Size())
 	}
 	if es := entries(); len(es) != 1 || es[0] != "node.tar.zst" {
 		t.Errorf("after commit, the dir holds %v", es)
