@@ -239,7 +239,7 @@ func (a *Agent) onPeerList(ref string) bool {
 // readPeerList reads the references of the peer list at path; none if it
 // does not exist.
 func readPeerList(path string) ([]string, error) {
-	l, err := source.ReadPullList(path)
+	l, err := source.ReadPeerList(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

@@ -37,8 +37,9 @@ type Config struct {
 	// RegistryConfig is a hosts.toml directory (containerd's certs.d layout) for pulls.
 	RegistryConfig string
 	PullTimeout    time.Duration // for one pull of a pull list entry
-	// PeerList is the peer source's path (holdfast run --pull-required): its
-	// failed pulls wait less before their next try.
+	// PeerList is the peer source's path (holdfast run --pull-required): the
+	// list there is read as kind source.Peers, whose failed pulls wait less
+	// before their next try.
 	PeerList string
 	// Credentials per registry host for pulls (from K3s's registries.yaml).
 	Credentials map[string]registries.Credential

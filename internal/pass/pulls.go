@@ -72,13 +72,18 @@ func (p *Runner) pullLists(ctx context.Context, lists []source.Source, v *view, 
 	return present, unknown
 }
 
-// readPullList reads the pull list src, or for the peer source, takes its
-// references from the daemon that owns it: a line added to its file by hand
-// is not obeyed. keep are the references to keep only as the list leased
-// them before, never to pull or pin anew.
+// readPullList reads the pull list src. The peer source (Config.PeerList)
+// is a list of kind Peers, whose references come from the daemon that owns
+// it when it gave them: a line added to its file by hand is not obeyed.
+// keep are the references to keep only as the list leased them before,
+// never to pull or pin anew.
 func (p *Runner) readPullList(src source.Source) (_ source.PullListFile, keep map[string]bool, _ error) {
-	if p.ownPeerList(src) {
-		return source.PullListFile{Path: src.Path, Entries: p.peers.Entries}, p.peers.Keep, nil
+	switch {
+	case p.ownPeerList(src):
+		return source.PullListFile{Path: src.Path, Kind: source.Peers, Entries: p.peers.Entries}, p.peers.Keep, nil
+	case src.Path == p.cfg.PeerList:
+		pl, err := source.ReadPeerList(src.Path)
+		return pl, nil, err
 	}
 	pl, err := source.ReadPullList(src.Path)
 	return pl, nil, err
@@ -126,7 +131,7 @@ func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, keep 
 		toPull []source.PullEntry
 	)
 	done = func(bool) {}
-	fromPeers := pl.Path == p.cfg.PeerList
+	fromPeers := pl.Kind == source.Peers
 	for _, e := range pl.Entries {
 		if w, ok := before[e.Ref]; ok {
 			wants = append(wants, w) // leased before: the pass heals its record

@@ -12,9 +12,24 @@ import (
 // LineError is what is wrong with one line of a list.
 type LineError = lineerr.Error
 
-// PullListFile is a parsed *.txt pull list.
+// ListKind is what a list is for. Pull lists and the peer list share one
+// grammar (ReadPullList, ReadPeerList); what differs is who writes the file
+// and how long a failed pull waits for its next try.
+type ListKind string
+
+const (
+	Pulls ListKind = "pulls" // a *.txt pull list: references to pull, pin and lease
+	Pins  ListKind = "pins"  // a *.pins pin list: patterns of names to pin
+	// Peers is the peer source (holdfast run --pull-required): a pull list
+	// the agent writes, of the images the node's workloads need, pulled
+	// through the node's peers.
+	Peers ListKind = "peers"
+)
+
+// PullListFile is a parsed *.txt pull list, or the peer list.
 type PullListFile struct {
 	Path    string
+	Kind    ListKind    // Pulls or Peers
 	Entries []PullEntry // in file order, each reference once
 	Errors  []LineError // lines that are not references; the others still count
 }
@@ -29,6 +44,7 @@ type PullEntry struct {
 // PinListFile is a parsed *.pins pin list.
 type PinListFile struct {
 	Path     string
+	Kind     ListKind     // Pins
 	Patterns []PinPattern // in file order, each pattern once
 	Errors   []LineError  // lines that are not patterns; the others still count
 }
@@ -55,10 +71,21 @@ func ReadPullList(path string) (PullListFile, error) {
 	return parsePullList(path, data), nil
 }
 
+// ReadPeerList reads the peer list at path: a pull list of kind Peers.
+func ReadPeerList(path string) (PullListFile, error) {
+	data, err := readList(path)
+	if err != nil {
+		return PullListFile{}, err
+	}
+	l := parsePullList(path, data)
+	l.Kind = Peers
+	return l, nil
+}
+
 // parsePullList parses the bytes of a pull list read from path.
 func parsePullList(path string, data []byte) PullListFile {
 	lines := listLines(data)
-	l := PullListFile{Path: path}
+	l := PullListFile{Path: path, Kind: Pulls}
 	seen := map[string]bool{}
 	for _, ln := range lines {
 		if len(strings.Fields(ln.text)) > 1 {
@@ -95,7 +122,7 @@ func ReadPinList(path string) (PinListFile, error) {
 // parsePinList parses the bytes of a pin list read from path.
 func parsePinList(path string, data []byte) PinListFile {
 	lines := listLines(data)
-	l := PinListFile{Path: path}
+	l := PinListFile{Path: path, Kind: Pins}
 	seen := map[pattern.Pattern]bool{}
 	for _, ln := range lines {
 		p, err := pattern.Parse(ln.text)

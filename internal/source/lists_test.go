@@ -72,6 +72,31 @@ func TestReadPullList(t *testing.T) {
 	}
 }
 
+// TestListKinds: a pull list, the peer list and a pin list are each read as
+// their kind; the peer list has a pull list's grammar.
+func TestListKinds(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pulls, peers, pins := filepath.Join(dir, "list.txt"), filepath.Join(dir, "required.txt"), filepath.Join(dir, "keep.pins")
+	for _, p := range []string{pulls, peers, pins} {
+		write(t, p, []byte("# header\nnginx\nNot A Ref\n"))
+	}
+	pl, err := ReadPullList(pulls)
+	if err != nil || pl.Kind != Pulls {
+		t.Errorf("pull list: kind %q (%v), want %q", pl.Kind, err, Pulls)
+	}
+	peer, err := ReadPeerList(peers)
+	if err != nil || peer.Kind != Peers {
+		t.Errorf("peer list: kind %q (%v), want %q", peer.Kind, err, Peers)
+	}
+	if !reflect.DeepEqual(peer.Entries, pl.Entries) || len(peer.Errors) != len(pl.Errors) {
+		t.Errorf("peer list: %+v, want a pull list's entries and errors %+v", peer, pl)
+	}
+	if pn, err := ReadPinList(pins); err != nil || pn.Kind != Pins {
+		t.Errorf("pin list: kind %q (%v), want %q", pn.Kind, err, Pins)
+	}
+}
+
 func TestReadPinList(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "keep.pins")

@@ -321,7 +321,7 @@ var sabotages = []sabotage{
 		name: "peer-pull-backoff-as-registry",
 		// A failed pull of the peer source waits as long as a registry's.
 		edits: []edit{{"internal/pass/pulls.go",
-			"fromPeers := pl.Path == p.cfg.PeerList",
+			"fromPeers := pl.Kind == source.Peers",
 			"fromPeers := false"}},
 		tests: []tests{{"./internal/pass", []string{"TestPeerPullRetriesSooner", "TestBackgroundPullBackoff"}, nil}},
 	},
@@ -851,7 +851,7 @@ var sabotages = []sabotage{
 		// written back: a line added by hand under a running agent is
 		// pulled, pinned and leased as the peer source.
 		edits: []edit{
-			{"internal/pass/pulls.go", "if p.ownPeerList(src) {", "if p.ownPeerList(src) && false {"},
+			{"internal/pass/pulls.go", "case p.ownPeerList(src):", "case p.ownPeerList(src) && false:"},
 			{"internal/agent/peers.go", "case errors.Is(err, fs.ErrNotExist) && len(a.peers.refs) == 0:", "case true:"},
 		},
 		tests: []tests{{"./internal/agent", []string{"TestPeerListIsTheAgents"}, nil}, {e2e, []string{"TestPeerListIsTheAgents"}, nil}},
