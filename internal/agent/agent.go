@@ -4,20 +4,25 @@
 // lease, every wanted record an image event says was deleted or re-pointed,
 // against the wanted set the last pass handed over; and it says when the node
 // is ready.
+//
+// An Agent is made of parts, each with its own state and its own lock, in a
+// file of its own: the loop of passes (loop.go), heal (heal.go, with what
+// each pass hands it in handoff.go), the required images (required.go) and
+// the peer source they feed (peers.go), and readiness (readiness.go,
+// cri.go). Run starts them together; none reads another's state but
+// through its methods.
 package agent
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/holdfast-project/holdfast/internal/backoff"
 	"github.com/holdfast-project/holdfast/internal/journal"
 	"github.com/holdfast-project/holdfast/internal/pass"
-	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/report"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/watch"
@@ -61,43 +66,27 @@ func (noRecorder) SetRequired(map[report.State]int) {}
 // timer and reconnects; and it heals wanted records the moment an image event
 // says they changed.
 type Agent struct {
-	rt     hfruntime.Runtime
-	passes *pass.Runner // runs the passes, and hands each one's outcome over (Handoff)
-	cfg    Config
-	log    *slog.Logger
-	rec    Recorder
-
-	clock   Clock
+	rt      hfruntime.Runtime
+	cfg     Config
+	log     *slog.Logger
+	rec     Recorder
 	journal *journal.Journal // what GET /report tells
 
-	mu     sync.Mutex
-	wanted map[string]hfruntime.Want // what the last plan wants: heal restores these
-	heals  map[string]*healState     // per-name heal history, for backoff
-	// Image events a pass may not have seen: from its start (or the agent's)
-	// until it hands over its wanted set (Pinned), the names of image events are kept
-	// (true: created or updated), to be healed against the new wanted set;
-	// imageEvents counts every event, so a pass knows its listing is stale.
-	collecting  bool
-	touched     map[string]bool
-	imageEvents uint64
-	pinPatterns map[string][]pattern.Pattern // the last pass's pin list patterns, by list path
-	kept        map[string]bool              // the wanted names kept sources want (holdfast import)
-	foreign     map[string]bool              // names pinned by another holdfast process during a pass
-
-	req      requiredState  // the images the node's workloads need (mu)
-	reqKick  chan struct{}  // judge the required images again
-	reqJudge sync.Mutex     // one judgment of them at a time
-	peers    peerList       // the peer source (reqJudge)
-	peerDue  chan time.Time // when the peer list's next grace ends
-	pulled   chan struct{}  // a pull beside the passes completed: run a pass
-
-	ready      atomic.Bool
-	readyState atomic.Value // string: why not ready
-	lost       atomic.Bool  // containerd's event stream is lost: reconnecting
+	passes   *pass.Runner // runs the passes, and hands each one's outcome over (Handoff)
+	loop     *loop        // the passes, one at a time, and what brings them on
+	heal     *healer      // wanted records put back between passes
+	required *required    // the images the node's workloads need
+	peers    *peerSource  // the peer source the required images feed
+	ready    *readiness   // what /readyz and the report say
 }
 
 // New makes an agent. rec may be nil.
 func New(rt hfruntime.Backend, cfg Config, rec Recorder) *Agent {
+	return newAgent(rt, cfg, rec, realClock{})
+}
+
+// newAgent makes an agent that decides backoffs and retries by clock.
+func newAgent(rt hfruntime.Backend, cfg Config, rec Recorder, clock Clock) *Agent {
 	if rec == nil {
 		rec = noRecorder{}
 	}
@@ -105,36 +94,21 @@ func New(rt hfruntime.Backend, cfg Config, rec Recorder) *Agent {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Agent{rt: rt, cfg: cfg, log: log, rec: rec, clock: realClock{},
-		wanted: map[string]hfruntime.Want{}, heals: map[string]*healState{},
-		collecting: true, touched: map[string]bool{}, pinPatterns: map[string][]pattern.Pattern{}, foreign: map[string]bool{},
-		reqKick: make(chan struct{}, 1), peerDue: make(chan time.Time, 1), pulled: make(chan struct{}, 1)}
-	now := func() time.Time { return a.clock.Now() }
-	a.journal = journal.New(journal.DefaultSize, now)
-	onPulled := func() {
-		select {
-		case a.pulled <- struct{}{}:
-		default:
-		}
-	}
-	a.passes = pass.New(rt, cfg.Config, pass.WithRecorder(rec), pass.WithClock(now), pass.WithJournal(a.journal), pass.WithHandoff(a),
-		pass.WithBackgroundPulls(onPulled))
-	a.readyState.Store("the first pass has not finished")
+	a := &Agent{rt: rt, cfg: cfg, log: log, rec: rec, journal: journal.New(journal.DefaultSize, clock.Now)}
+	a.loop = newLoop(clock, log)
+	a.passes = pass.New(rt, cfg.Config, pass.WithRecorder(rec), pass.WithClock(clock.Now), pass.WithJournal(a.journal), pass.WithHandoff(a),
+		pass.WithBackgroundPulls(a.loop.pulled))
+	a.heal = newHealer(rt, clock, log, rec, a.journal)
+	a.peers = newPeerSource(cfg, clock, log)
+	a.required = newRequired(rt, cfg.PullRequired, a.passes, a.peers, clock, log, rec, a.journal)
+	a.ready = newReadiness(rt, a.heal.wantedNames, clock, log)
 	return a
 }
 
 // Ready reports whether every source of the first pass has reached a final
 // state (imported, unchanged or failed) and the CRI sees every image pinned
 // (unless there is no CRI), and containerd answers; and if not, why.
-func (a *Agent) Ready() (bool, string) {
-	if a.lost.Load() {
-		return false, "containerd does not answer: reconnecting"
-	}
-	if a.ready.Load() {
-		return true, "ready"
-	}
-	return false, a.readyState.Load().(string)
-}
+func (a *Agent) Ready() (bool, string) { return a.ready.state() }
 
 // Run runs the agent until ctx ends. It subscribes to image events before the
 // first pass lists anything, so a deletion after the listing is healed from
@@ -145,6 +119,8 @@ func (a *Agent) Ready() (bool, string) {
 // passes, each reference with its own backoff, and a pass runs when a pull
 // completes: no pull ever holds a pass.
 // A lost event stream is resubscribed with backoff, followed by a full pass.
+//
+// The parts run in one group until ctx ends; Run returns once every one has.
 func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	for _, off := range a.cfg.FeaturesOff {
 		a.journal.Record(journal.Warning, journal.ReasonFeatureOff, off)
@@ -158,132 +134,75 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	}
 	defer w.Close()
 
-	trigger := make(chan string, 1)
-	kick := func(why string) {
-		select {
-		case trigger <- why:
-		default:
-		}
-	}
-	passDone := make(chan passDone, 1)
-	var passWG sync.WaitGroup
-	passWG.Go(func() { a.passLoop(ctx, trigger, passDone) })
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { a.loop.run(gctx, a.passes, a.heal.takeTouched); return nil })
 	// Pull lists are pulled beside the passes: a pass asks for what it
 	// lacks and never waits; a pull that completes brings on a pass.
-	passWG.Go(func() { a.passes.RunPulls(ctx) })
-	defer passWG.Wait()
-	kick("start")
+	g.Go(func() error { a.passes.RunPulls(gctx); return nil })
+	g.Go(func() error { a.required.run(gctx); return nil })
+	g.Go(func() error { a.ready.run(gctx, onReady); return nil })
+	g.Go(func() error { a.steer(gctx, w, events, streamErr); return nil })
+	a.loop.kick("start")
+	return g.Wait()
+}
 
+// steer takes what happens to the agent, one thing at a time, to the part
+// it concerns: a change in the dirs, the timer, a retry or a pull brings on
+// a pass; a pass done is handed to heal, the required images and
+// readiness; an image event is healed; a lost event stream is resubscribed.
+func (a *Agent) steer(ctx context.Context, w *watch.Watcher, events <-chan hfruntime.ImageEvent, streamErr <-chan error) {
 	resync := a.cfg.Resync
 	if resync <= 0 {
 		resync = 5 * time.Minute
 	}
 	ticker := time.NewTicker(resync)
 	defer ticker.Stop()
-	retry := a.clock.NewTimer()
-	defer retry.Stop()
-	healTimer := a.clock.NewTimer()
-	defer healTimer.Stop()
-	peerTimer := a.clock.NewTimer()
-	defer peerTimer.Stop()
-	initial := true
-	cri := &criWait{timer: a.clock.NewTimer(), wait: backoff.New(criFirstDelay, criMaxDelay)} // after the first pass, until the CRI sees its images
-	defer cri.timer.Stop()
-
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case why := <-w.Events():
 			a.log.Debug("images dir changed", "what", why)
-			kick("watch")
+			a.loop.kick("watch")
 		case <-ticker.C:
 			w.Refresh() // a resync watches again what went unwatched
-			kick("resync")
-		case <-retry.C():
-			kick("retry")
-		case <-a.pulled:
-			kick("pulled")
-		case pr := <-passDone:
+			a.loop.kick("resync")
+		case <-a.loop.retryDue():
+			a.loop.kick("retry")
+		case <-a.loop.pullDone():
+			a.loop.kick("pulled")
+		case pr := <-a.loop.done():
 			// Sources still being written, and failed imports and pulls, are
 			// looked at again when due.
-			if pr.NextCheck.IsZero() {
-				retry.Stop()
-			} else {
-				retry.Reset(max(pr.NextCheck.Sub(a.clock.Now())+100*time.Millisecond, 100*time.Millisecond))
+			a.loop.retryAt(pr.NextCheck)
+			if a.heal.afterPass(ctx, pr.touched) {
+				a.loop.kick("pin pattern")
 			}
-			if a.afterPass(ctx, pr.touched, healTimer) {
-				kick("pin pattern")
-			}
-			a.kickRequired()
-			if initial {
-				if len(pr.Settling) == 0 {
-					initial = false
-					a.awaitCRI(ctx, cri, onReady)
-				} else {
-					a.readyState.Store(fmt.Sprintf("waiting for %d source(s) of the first pass still being written: %v", len(pr.Settling), pr.Settling))
-				}
-			}
+			a.required.kick()
+			a.ready.passed(pr.Result)
 		case ev, ok := <-events:
 			if !ok {
 				events = nil
 				continue
 			}
-			if a.onImageEvent(ctx, ev, healTimer) {
-				kick("pin pattern")
+			if a.heal.onImageEvent(ctx, ev) {
+				a.loop.kick("pin pattern")
 			}
-			a.kickRequired()
-		case <-a.reqKick:
-			a.judgeRequired(ctx)
-		case due := <-a.peerDue:
-			peerTimer.Reset(max(due.Sub(a.clock.Now()), 0) + 100*time.Millisecond)
-		case <-peerTimer.C():
-			a.judgeRequired(ctx)
-		case <-healTimer.C():
-			a.retryBackedOff(ctx, healTimer)
-		case <-cri.timer.C():
-			a.awaitCRI(ctx, cri, onReady)
+			a.required.kick()
+		case <-a.heal.due():
+			a.heal.retryBackedOff(ctx)
 		case err := <-streamErr:
 			a.rec.SetConnected(false)
-			a.lost.Store(true)
+			a.ready.setLost(true)
 			a.log.Warn("lost containerd's event stream; reconnecting", "error", err)
 			events, streamErr = a.resubscribe(ctx)
 			if ctx.Err() != nil {
-				return nil
-			}
-			a.rec.SetConnected(true)
-			a.lost.Store(false)
-			a.log.Info("reconnected to containerd")
-			kick("reconnect")
-		}
-	}
-}
-
-// passDone is what the loop learns of a pass: its result, and the names of
-// the image events that came while it ran, which heal takes up once the
-// pass has handed over its wanted set.
-type passDone struct {
-	pass.Result
-	touched map[string]bool
-}
-
-// passLoop runs passes one at a time as triggers arrive.
-func (a *Agent) passLoop(ctx context.Context, trigger <-chan string, done chan<- passDone) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case why := <-trigger:
-			sum, res := a.passes.Run(ctx, pass.Options{Settle: true, Memo: why != "resync"})
-			for _, f := range sum.Failures {
-				a.log.Error("pass", "error", f)
-			}
-			a.log.Info("pass: "+sum.String(), "trigger", why, "pending", len(res.Pending))
-			select {
-			case done <- passDone{Result: res, touched: a.takeTouched()}:
-			case <-ctx.Done():
 				return
 			}
+			a.rec.SetConnected(true)
+			a.ready.setLost(false)
+			a.log.Info("reconnected to containerd")
+			a.loop.kick("reconnect")
 		}
 	}
 }

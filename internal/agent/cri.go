@@ -11,7 +11,7 @@ import (
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 )
 
-// criWait is how the agent, once its first pass is final, waits for the CRI
+// criWait is how readiness, once the first pass is final, waits for the CRI
 // (what the kubelet asks) to see the images it pinned before it says it is
 // ready: the CRI learns of records from containerd's events, a moment later.
 type criWait struct {
@@ -33,20 +33,21 @@ const (
 
 // awaitCRI makes the agent ready, and calls onReady, when the CRI sees every
 // image the agent pinned and wants; otherwise it says why not and looks again
-// when w's timer fires. A store without a CRI has nothing to wait for.
-func (a *Agent) awaitCRI(ctx context.Context, w *criWait, onReady func()) {
-	// The loop heals while it waits here: a CRI that hangs must not stop it.
+// when the wait's timer fires. A store without a CRI has nothing to wait for.
+func (r *readiness) awaitCRI(ctx context.Context, onReady func()) {
+	// A CRI that hangs must not keep readiness from ever saying why.
+	w := &r.cri
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	missing, err := a.criMissing(cctx)
+	missing, err := r.criMissing(cctx)
 	cancel()
 	switch {
 	case errors.Is(err, hfruntime.ErrNoCRI):
 		if !w.noted {
 			w.noted = true
-			a.log.Info("no CRI image service here (a namespace other than k8s.io, or containerd's CRI plugin disabled): readiness does not wait for the CRI", "error", err)
+			r.log.Info("no CRI image service here (a namespace other than k8s.io, or containerd's CRI plugin disabled): readiness does not wait for the CRI", "error", err)
 		}
 	case err != nil:
-		a.readyState.Store(fmt.Sprintf("asking the CRI which images it sees: %v", err))
+		r.waiting(fmt.Sprintf("asking the CRI which images it sees: %v", err))
 		w.again()
 		return
 	case len(missing) > 0:
@@ -55,23 +56,25 @@ func (a *Agent) awaitCRI(ctx context.Context, w *criWait, onReady func()) {
 			shown = shown[:5]
 		}
 		if w.since.IsZero() {
-			w.since = a.clock.Now()
+			w.since = r.clock.Now()
 		}
-		if a.clock.Now().Sub(w.since) >= criPatience {
-			a.log.Warn("the CRI still does not see some pinned images; ready all the same (holdfast status shows them as unseen)",
+		if r.clock.Now().Sub(w.since) >= criPatience {
+			r.log.Warn("the CRI still does not see some pinned images; ready all the same (holdfast status shows them as unseen)",
 				"images", len(missing), "first", shown, "waited", criPatience)
 			break
 		}
 		why := fmt.Sprintf("waiting for the CRI to see %d image(s): %v", len(missing), shown)
-		a.readyState.Store(why)
+		r.waiting(why)
 		if !w.waited {
 			w.waited = true
-			a.log.Info(why)
+			r.log.Info(why)
 		}
 		w.again()
 		return
 	}
-	a.ready.Store(true)
+	r.mu.Lock()
+	r.ready = true
+	r.mu.Unlock()
 	if onReady != nil {
 		onReady()
 	}
@@ -84,30 +87,25 @@ func (w *criWait) again() {
 // criMissing lists the wanted names whose record holdfast pinned that the CRI
 // does not see yet. A wanted name without such a record (its pin failed) is
 // not waited for: the pass reports that failure.
-func (a *Agent) criMissing(ctx context.Context) ([]string, error) {
-	a.mu.Lock()
-	wanted := make(map[string]bool, len(a.wanted))
-	for n := range a.wanted {
-		wanted[n] = true
-	}
-	a.mu.Unlock()
+func (r *readiness) criMissing(ctx context.Context) ([]string, error) {
+	wanted := r.wanted()
 	if len(wanted) == 0 {
 		return nil, nil
 	}
-	recs, err := a.rt.Records(ctx)
+	recs, err := r.rt.Records(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var names []string
-	for _, r := range recs {
-		if wanted[r.Name] && r.Owned() {
-			names = append(names, r.Name)
+	for _, rec := range recs {
+		if wanted[rec.Name] && rec.Owned() {
+			names = append(names, rec.Name)
 		}
 	}
 	if len(names) == 0 {
 		return nil, nil
 	}
-	seen, err := a.rt.CRIImages(ctx, names)
+	seen, err := r.rt.CRIImages(ctx, names)
 	if err != nil {
 		return nil, err
 	}

@@ -22,8 +22,7 @@ func criAgent(t *testing.T, rt *fake.Runtime, clock *fakeClock, names ...string)
 	logs := &testenv.Buffer{}
 	cfg := dirsConfig(dir)
 	cfg.Resync, cfg.Log = time.Hour, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	a := New(rt, cfg, nil)
-	a.clock = clock
+	a := newAgent(rt, cfg, nil, clock)
 	ctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan struct{}), make(chan struct{})
 	go func() {

@@ -24,7 +24,7 @@ type eventBeforeFirstPin struct {
 func (r *eventBeforeFirstPin) Pin(ctx context.Context, w hfruntime.Want, opts ...hfruntime.PinOption) (hfruntime.PinResult, error) {
 	if hfruntime.ApplyPinOptions(opts).First && !r.sent {
 		r.sent = true
-		r.a.onImageEvent(ctx, hfruntime.ImageEvent{Kind: hfruntime.ImageUpdated, Name: w.Name}, r.a.clock.NewTimer())
+		r.a.heal.onImageEvent(ctx, hfruntime.ImageEvent{Kind: hfruntime.ImageUpdated, Name: w.Name})
 	}
 	return r.Runtime.Pin(ctx, w, opts...)
 }

@@ -3,10 +3,13 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/backoff"
 	"github.com/holdfast-project/holdfast/internal/journal"
+	"github.com/holdfast-project/holdfast/internal/pattern"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -21,6 +24,33 @@ const (
 	healMaxDelay  = 5 * time.Minute
 )
 
+// healer puts back, from leased content, every wanted record an image event
+// says was deleted or re-pointed, against the wanted set the last pass handed
+// over (handoff.go), each name with its own backoff; and it says when an
+// event needs a pass rather than a heal.
+type healer struct {
+	rt      hfruntime.Runtime
+	clock   Clock
+	log     *slog.Logger
+	rec     Recorder
+	journal *journal.Journal
+	timer   Timer // the earliest end of a pending backoff
+
+	mu     sync.Mutex
+	wanted map[string]hfruntime.Want // what the last plan wants: heal restores these
+	heals  map[string]*healState     // per-name heal history, for backoff
+	// Image events a pass may not have seen: from its start (or the agent's)
+	// until it hands over its wanted set (Pinned), the names of image events are kept
+	// (true: created or updated), to be healed against the new wanted set;
+	// imageEvents counts every event, so a pass knows its listing is stale.
+	collecting  bool
+	touched     map[string]bool
+	imageEvents uint64
+	pinPatterns map[string][]pattern.Pattern // the last pass's pin list patterns, by list path
+	kept        map[string]bool              // the wanted names kept sources want (holdfast import)
+	foreign     map[string]bool              // names pinned by another holdfast process during a pass
+}
+
 type healState struct {
 	recent  []time.Time
 	until   time.Time
@@ -29,11 +59,20 @@ type healState struct {
 	warned  bool
 }
 
+func newHealer(rt hfruntime.Runtime, clock Clock, log *slog.Logger, rec Recorder, j *journal.Journal) *healer {
+	return &healer{rt: rt, clock: clock, log: log, rec: rec, journal: j, timer: clock.NewTimer(),
+		wanted: map[string]hfruntime.Want{}, heals: map[string]*healState{},
+		collecting: true, touched: map[string]bool{}, pinPatterns: map[string][]pattern.Pattern{}, foreign: map[string]bool{}}
+}
+
+// due receives when a backoff ends: call retryBackedOff.
+func (h *healer) due() <-chan time.Time { return h.timer.C() }
+
 // onImageEvent heals a wanted record that an event says changed, and keeps
 // its name while a pass may not have seen it. It reports whether a pass is
 // needed: a name nobody wants, which a pin list pattern matches, was created
 // or updated.
-func (a *Agent) onImageEvent(ctx context.Context, ev hfruntime.ImageEvent, timer Timer) bool {
+func (h *healer) onImageEvent(ctx context.Context, ev hfruntime.ImageEvent) bool {
 	if hfruntime.IsCRIRecord(ev.Name) {
 		return false
 	}
@@ -44,30 +83,30 @@ func (a *Agent) onImageEvent(ctx context.Context, ev hfruntime.ImageEvent, timer
 		// A create with both labels is holdfast's own: this agent's, or
 		// another holdfast process's (holdfast import), whose lease a pass
 		// takes in so that heal keeps the name.
-		return a.pinnedElsewhere(ev.Name)
+		return h.pinnedElsewhere(ev.Name)
 	}
-	a.mu.Lock()
-	a.imageEvents++
-	if a.collecting {
-		a.touched[ev.Name] = a.touched[ev.Name] || present
+	h.mu.Lock()
+	h.imageEvents++
+	if h.collecting {
+		h.touched[ev.Name] = h.touched[ev.Name] || present
 		if ours {
-			a.foreign[ev.Name] = true
+			h.foreign[ev.Name] = true
 		}
 	}
-	want, wanted := a.wanted[ev.Name]
+	want, wanted := h.wanted[ev.Name]
 	// During a pass, afterPass decides from the names kept above and the
 	// pass's own wanted set: the pass may be pinning this very name.
-	pass := !a.collecting && !wanted && present && (ours || a.pinMatchLocked(ev.Name))
+	pass := !h.collecting && !wanted && present && (ours || h.pinMatchLocked(ev.Name))
 	// A kept source's name that lost holdfast's pin may have been released
 	// (holdfast release deletes the lease, then unpins): only a pass, which
 	// reads the leases, knows whether to pin it again.
-	released := wanted && present && !ours && a.kept[ev.Name]
-	a.mu.Unlock()
+	released := wanted && present && !ours && h.kept[ev.Name]
+	h.mu.Unlock()
 	if released {
 		return true
 	}
 	if wanted {
-		a.heal(ctx, want, timer)
+		h.heal(ctx, want)
 	}
 	return pass
 }
@@ -75,14 +114,14 @@ func (a *Agent) onImageEvent(ctx context.Context, ev hfruntime.ImageEvent, timer
 // pinnedElsewhere reports whether a create of a name with holdfast's pin
 // needs a pass: the name is not wanted, so another holdfast process pinned
 // it. During a pass the answer waits for the pass's wanted set (afterPass).
-func (a *Agent) pinnedElsewhere(name string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.collecting {
-		a.foreign[name] = true
+func (h *healer) pinnedElsewhere(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.collecting {
+		h.foreign[name] = true
 		return false
 	}
-	_, wanted := a.wanted[name]
+	_, wanted := h.wanted[name]
 	return !wanted
 }
 
@@ -90,32 +129,32 @@ func (a *Agent) pinnedElsewhere(name string) bool {
 // against the wanted set it has just set: the pass may have planned before
 // they came. It reports whether a pass is needed for a name a pin list
 // pattern matches.
-func (a *Agent) afterPass(ctx context.Context, touched map[string]bool, timer Timer) bool {
+func (h *healer) afterPass(ctx context.Context, touched map[string]bool) bool {
 	var due []hfruntime.Want
 	pass := false
-	a.mu.Lock()
+	h.mu.Lock()
 	for name, present := range touched {
-		if w, ok := a.wanted[name]; ok {
+		if w, ok := h.wanted[name]; ok {
 			due = append(due, w)
-		} else if present && a.pinMatchLocked(name) {
+		} else if present && h.pinMatchLocked(name) {
 			pass = true
 		}
 	}
-	for name := range a.foreign {
-		if _, ok := a.wanted[name]; !ok {
+	for name := range h.foreign {
+		if _, ok := h.wanted[name]; !ok {
 			pass = true // pinned by another holdfast process during the pass
 		}
 	}
-	a.foreign = map[string]bool{}
-	a.mu.Unlock()
+	h.foreign = map[string]bool{}
+	h.mu.Unlock()
 	for _, w := range due {
-		a.heal(ctx, w, timer)
+		h.heal(ctx, w)
 	}
 	return pass
 }
 
-func (a *Agent) pinMatchLocked(name string) bool {
-	for _, ps := range a.pinPatterns {
+func (h *healer) pinMatchLocked(name string) bool {
+	for _, ps := range h.pinPatterns {
 		for _, p := range ps {
 			if p.Match(name) {
 				return true
@@ -125,27 +164,38 @@ func (a *Agent) pinMatchLocked(name string) bool {
 	return false
 }
 
+// wantedNames is the names of the wanted set as it stands.
+func (h *healer) wantedNames() map[string]bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	names := make(map[string]bool, len(h.wanted))
+	for n := range h.wanted {
+		names[n] = true
+	}
+	return names
+}
+
 // heal restores one wanted record from leased content, unless it is in backoff.
-func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer Timer) {
-	now := a.clock.Now()
-	a.mu.Lock()
-	st := a.heals[want.Name]
+func (h *healer) heal(ctx context.Context, want hfruntime.Want) {
+	now := h.clock.Now()
+	h.mu.Lock()
+	st := h.heals[want.Name]
 	if st == nil {
 		st = &healState{wait: backoff.New(healFirstWait, healMaxDelay)}
-		a.heals[want.Name] = st
+		h.heals[want.Name] = st
 	}
 	if now.Before(st.until) {
 		st.pending = true
-		a.mu.Unlock()
-		a.armHealTimer(timer)
+		h.mu.Unlock()
+		h.armTimer()
 		return
 	}
 	st.pending = false
-	a.mu.Unlock()
+	h.mu.Unlock()
 
-	res, err := a.rt.Pin(ctx, want)
+	res, err := h.rt.Pin(ctx, want)
 	if err != nil {
-		a.log.Error("heal", "name", want.Name, "error", err)
+		h.log.Error("heal", "name", want.Name, "error", err)
 		return
 	}
 	if !res.Changed() {
@@ -157,13 +207,18 @@ func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer Timer) {
 		cause = "missing"
 	case res.Retargeted:
 		cause = "drift"
-		a.rec.Drift()
+		h.rec.Drift()
 	}
-	a.rec.Healed(cause)
-	a.log.Info("healed", "name", want.Name, "cause", cause)
+	h.rec.Healed(cause)
+	h.log.Info("healed", "name", want.Name, "cause", cause)
+	h.count(want.Name, st, now)
+}
 
-	a.mu.Lock()
-	defer a.mu.Unlock()
+// count notes a heal of name at now, and starts or lengthens its backoff
+// when it was healed healBurst times within healWindow.
+func (h *healer) count(name string, st *healState, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	kept := st.recent[:0]
 	for _, t := range st.recent {
 		if now.Sub(t) < healWindow {
@@ -173,25 +228,25 @@ func (a *Agent) heal(ctx context.Context, want hfruntime.Want, timer Timer) {
 	st.recent = append(kept, now)
 	if len(st.recent) >= healBurst {
 		if !st.wait.Started() {
-			a.journal.Record(journal.Warning, journal.ReasonHealBackoff, fmt.Sprintf(
-				"%s healed %d times within %s: something keeps removing or re-pointing it; healing it with backoff", want.Name, len(st.recent), healWindow))
+			h.journal.Record(journal.Warning, journal.ReasonHealBackoff, fmt.Sprintf(
+				"%s healed %d times within %s: something keeps removing or re-pointing it; healing it with backoff", name, len(st.recent), healWindow))
 		}
 		st.until = now.Add(st.wait.Next())
-		a.journal.Backoff(want.Name, st.until)
+		h.journal.Backoff(name, st.until)
 		if !st.warned {
 			st.warned = true
-			a.log.Warn("something keeps removing a pinned image; healing it with backoff (on containerd below 1.7.10 or 1.6.25, or a kubelet below 1.29, image GC does not see pins)",
-				"name", want.Name, "heals", len(st.recent), "window", healWindow)
+			h.log.Warn("something keeps removing a pinned image; healing it with backoff (on containerd below 1.7.10 or 1.6.25, or a kubelet below 1.29, image GC does not see pins)",
+				"name", name, "heals", len(st.recent), "window", healWindow)
 		}
 	} else {
 		st.wait.Reset()
 	}
-	a.rec.SetBackoff(a.backedOffLocked(now))
+	h.rec.SetBackoff(h.backedOffLocked(now))
 }
 
-func (a *Agent) backedOffLocked(now time.Time) int {
+func (h *healer) backedOffLocked(now time.Time) int {
 	n := 0
-	for _, st := range a.heals {
+	for _, st := range h.heals {
 		if now.Before(st.until) {
 			n++
 		}
@@ -199,37 +254,37 @@ func (a *Agent) backedOffLocked(now time.Time) int {
 	return n
 }
 
-// armHealTimer sets the timer to the earliest end of a pending backoff.
-func (a *Agent) armHealTimer(timer Timer) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+// armTimer sets the timer to the earliest end of a pending backoff.
+func (h *healer) armTimer() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	var next time.Time
-	for _, st := range a.heals {
+	for _, st := range h.heals {
 		if st.pending && (next.IsZero() || st.until.Before(next)) {
 			next = st.until
 		}
 	}
 	if !next.IsZero() {
-		timer.Reset(max(next.Sub(a.clock.Now()), time.Millisecond))
+		h.timer.Reset(max(next.Sub(h.clock.Now()), time.Millisecond))
 	}
 }
 
 // retryBackedOff heals the names whose backoff has ended.
-func (a *Agent) retryBackedOff(ctx context.Context, timer Timer) {
-	now := a.clock.Now()
+func (h *healer) retryBackedOff(ctx context.Context) {
+	now := h.clock.Now()
 	var due []hfruntime.Want
-	a.mu.Lock()
-	for name, st := range a.heals {
+	h.mu.Lock()
+	for name, st := range h.heals {
 		if st.pending && !now.Before(st.until) {
-			if w, ok := a.wanted[name]; ok {
+			if w, ok := h.wanted[name]; ok {
 				due = append(due, w)
 			}
 			st.pending = false
 		}
 	}
-	a.mu.Unlock()
+	h.mu.Unlock()
 	for _, w := range due {
-		a.heal(ctx, w, timer)
+		h.heal(ctx, w)
 	}
-	a.armHealTimer(timer)
+	h.armTimer()
 }

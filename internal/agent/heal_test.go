@@ -44,8 +44,7 @@ func goFakeAgent(t *testing.T, rt *fake.Runtime, cfg Config, clock *fakeClock) (
 	if cfg.Resync == 0 {
 		cfg.Resync = time.Hour // no pass on the timer stands in for what a test checks
 	}
-	a := New(rt, cfg, nil)
-	a.clock = clock
+	a := newAgent(rt, cfg, nil, clock)
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan struct{})

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/datadir"
@@ -54,12 +56,28 @@ const DefaultPeerGrace = 10 * time.Minute
 // (source.MaxListLines, source.MaxListBytes).
 const maxPeerRefs = 10_000
 
-// peerList is what the agent keeps of the peer source: the references it
-// lists, and when each left the required set.
-type peerList struct {
+// peerSource is what the agent keeps of the peer source: the references it
+// lists, and when each left the required set. The required images feed it
+// (update, after each judgment) and each pass takes its references
+// (forPass).
+type peerSource struct {
+	path          string        // the list's file; "" when the agent keeps none
+	pull          bool          // Config.PullRequired
+	grace         time.Duration // Config.PeerGrace
+	insecurePerms bool
+	clock         Clock
+	log           *slog.Logger
+	due           chan time.Time // when the next grace ends: the required images are judged again
+
+	mu     sync.Mutex
 	loaded bool
 	refs   []string             // as written, sorted
 	left   map[string]time.Time // ref → when it left the set; absent while in it
+}
+
+func newPeerSource(cfg Config, clock Clock, log *slog.Logger) *peerSource {
+	return &peerSource{path: cfg.PeerList, pull: cfg.PullRequired, grace: cfg.PeerGrace, insecurePerms: cfg.InsecurePerms,
+		clock: clock, log: log, due: make(chan time.Time, 1)}
 }
 
 // pulledFromPeers says whether a required image in state st is one the
@@ -69,25 +87,32 @@ func pulledFromPeers(st report.State) bool {
 	return st == report.Missing || st == report.Mismatch || st == report.Present
 }
 
-// updatePeers brings the peer list in line with the required set as just
-// judged (states by reference) and writes it when it changed. It returns
-// when the next reference's grace ends (zero if none is waiting).
-func (a *Agent) updatePeers(set *report.RequiredSet, states map[string]report.State) time.Time {
-	path := a.cfg.PeerList
-	if path == "" {
-		return time.Time{}
-	}
-	p := &a.peers
-	if !a.loadPeers() {
-		return time.Time{}
-	}
-	now := a.clock.Now()
-	inSet := map[string]bool{}
-	if a.cfg.PullRequired && set != nil {
+// inSet is the references of set the peer source pulls: none without
+// PullRequired or before a reporter sent a set.
+func (p *peerSource) inSet(set *report.RequiredSet) map[string]bool {
+	in := map[string]bool{}
+	if p.pull && set != nil {
 		for _, img := range set.Images {
-			inSet[img.Ref] = true
+			in[img.Ref] = true
 		}
 	}
+	return in
+}
+
+// update brings the peer list in line with the required set as just
+// judged (states by reference) and writes it when it changed. It returns
+// when the next reference's grace ends (zero if none is waiting).
+func (p *peerSource) update(set *report.RequiredSet, states map[string]report.State) time.Time {
+	if p.path == "" {
+		return time.Time{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.loadLocked() {
+		return time.Time{}
+	}
+	now := p.clock.Now()
+	inSet := p.inSet(set)
 	next := map[string]bool{}
 	for _, ref := range p.refs {
 		if inSet[ref] {
@@ -100,21 +125,33 @@ func (a *Agent) updatePeers(set *report.RequiredSet, states map[string]report.St
 			since = now
 			p.left[ref] = now
 		}
-		if now.Sub(since) < a.cfg.PeerGrace {
+		if now.Sub(since) < p.grace {
 			next[ref] = true
 		} else {
 			delete(p.left, ref)
-			a.log.Info("released from the peer list: no workload on this node needs it", "ref", ref, "since", since)
+			p.log.Info("released from the peer list: no workload on this node needs it", "ref", ref, "since", since)
 		}
 	}
 	for ref := range inSet {
 		if !next[ref] && pulledFromPeers(states[ref]) {
 			next[ref] = true
-			a.log.Info("pulling from peers: a workload on this node needs it", "ref", ref, "state", states[ref])
+			p.log.Info("pulling from peers: a workload on this node needs it", "ref", ref, "state", states[ref])
 		}
 	}
-	// What the list holds stays first, so that a full list never drops what
-	// it pulled for something new.
+	p.writeLocked(next)
+	var due time.Time
+	for _, since := range p.left {
+		if end := since.Add(p.grace); due.IsZero() || end.Before(due) {
+			due = end
+		}
+	}
+	return due
+}
+
+// writeLocked makes next the list, and writes it when it changed; what the
+// list holds stays first, so that a full list never drops what it pulled for
+// something new.
+func (p *peerSource) writeLocked(next map[string]bool) {
 	refs := make([]string, 0, len(next))
 	for _, ref := range p.refs {
 		if next[ref] {
@@ -124,67 +161,57 @@ func (a *Agent) updatePeers(set *report.RequiredSet, states map[string]report.St
 	}
 	refs = append(refs, slices.Sorted(maps.Keys(next))...)
 	if len(refs) > maxPeerRefs {
-		a.log.Warn("the peer list is full: the other images are not pulled from peers", "listed", maxPeerRefs, "left out", len(refs)-maxPeerRefs)
+		p.log.Warn("the peer list is full: the other images are not pulled from peers", "listed", maxPeerRefs, "left out", len(refs)-maxPeerRefs)
 		refs = refs[:maxPeerRefs]
 	}
 	slices.Sort(refs)
-	if !slices.Equal(refs, p.refs) {
-		if err := writePeerList(path, refs); err != nil {
-			a.log.Error("writing the peer list", "path", path, "error", err)
-		} else {
-			p.refs = refs
-		}
+	if slices.Equal(refs, p.refs) {
+		p.restoreFileLocked()
+		return
+	}
+	if err := writePeerList(p.path, refs); err != nil {
+		p.log.Error("writing the peer list", "path", p.path, "error", err)
 	} else {
-		a.restorePeerFile()
+		p.refs = refs
 	}
-	var due time.Time
-	for _, since := range p.left {
-		if end := since.Add(a.cfg.PeerGrace); due.IsZero() || end.Before(due) {
-			due = end
-		}
-	}
-	return due
 }
 
-// loadPeers reads the peer list the agent wrote last, once: false while it
+// loadLocked reads the peer list the agent wrote last, once: false while it
 // cannot. Written anew, it would drop at once what it holds: it stays as it
 // is (the pass reads it as any pull list, and keeps an unreadable list's
-// pins too), and is read again at the next judgment or pass. Call with
-// reqJudge held.
-func (a *Agent) loadPeers() bool {
-	p := &a.peers
+// pins too), and is read again at the next judgment or pass.
+func (p *peerSource) loadLocked() bool {
 	if p.loaded {
 		return true
 	}
-	path := a.cfg.PeerList
+	path := p.path
 	refs, err := readPeerList(path)
-	if err == nil && !a.cfg.InsecurePerms {
+	if err == nil && !p.insecurePerms {
 		err = source.CheckPerms("peer list", path, os.Geteuid())
 	}
 	if err != nil {
-		a.log.Warn("reading the peer list; it stays as it is", "path", path, "error", err)
+		p.log.Warn("reading the peer list; it stays as it is", "path", path, "error", err)
 		return false
 	}
 	p.refs, p.left, p.loaded = refs, map[string]time.Time{}, true
 	return true
 }
 
-// restorePeerFile writes the agent's peer list back over its file when the
-// file says anything else (an edit by hand). Call with reqJudge held, the
-// list loaded.
-func (a *Agent) restorePeerFile() {
-	path := a.cfg.PeerList
-	want := peerListText(a.peers.refs)
+// restoreFileLocked writes the agent's peer list back over its file when the
+// file says anything else (an edit by hand). The list is loaded.
+func (p *peerSource) restoreFileLocked() {
+	path := p.path
+	want := peerListText(p.refs)
 	got, err := readBounded(path, int64(len(want))+1)
 	switch {
-	case errors.Is(err, fs.ErrNotExist) && len(a.peers.refs) == 0:
+	case errors.Is(err, fs.ErrNotExist) && len(p.refs) == 0:
 		return
-	case err == nil && len(a.peers.refs) > 0 && bytes.Equal(got, want):
+	case err == nil && len(p.refs) > 0 && bytes.Equal(got, want):
 		return
 	}
-	a.log.Warn("the peer list's file differs from the agent's list (edited by hand?); writing the agent's back", "path", path)
-	if err := writePeerList(path, a.peers.refs); err != nil {
-		a.log.Error("writing the peer list", "path", path, "error", err)
+	p.log.Warn("the peer list's file differs from the agent's list (edited by hand?); writing the agent's back", "path", path)
+	if err := writePeerList(path, p.refs); err != nil {
+		p.log.Error("writing the peer list", "path", path, "error", err)
 	}
 }
 
@@ -198,30 +225,22 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, limit))
 }
 
-// Peers gives a pass the peer source's references (pass.Handoff), after
-// writing the agent's list back over its file if someone edited it. Those
-// the required set does not name (in their grace period; all of them
-// before a reporter sent a set) are only kept.
-func (a *Agent) Peers() pass.PeerRefs {
-	if a.cfg.PeerList == "" {
+// forPass gives a pass the peer source's references, after writing the
+// agent's list back over its file if someone edited it; those set does not
+// name are only kept.
+func (p *peerSource) forPass(set *report.RequiredSet) pass.PeerRefs {
+	if p.path == "" {
 		return pass.PeerRefs{}
 	}
-	a.reqJudge.Lock()
-	defer a.reqJudge.Unlock()
-	if !a.loadPeers() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.loadLocked() {
 		return pass.PeerRefs{}
 	}
-	a.restorePeerFile()
-	inSet := map[string]bool{}
-	a.mu.Lock()
-	if a.cfg.PullRequired && a.req.set != nil {
-		for _, img := range a.req.set.Images {
-			inSet[img.Ref] = true
-		}
-	}
-	a.mu.Unlock()
+	p.restoreFileLocked()
+	inSet := p.inSet(set)
 	out := pass.PeerRefs{Known: true, Keep: map[string]bool{}}
-	for i, ref := range a.peers.refs {
+	for i, ref := range p.refs {
 		out.Entries = append(out.Entries, source.PullEntry{Ref: ref, Line: peerHeaderLines + i + 1})
 		if !inSet[ref] {
 			out.Keep[ref] = true
@@ -230,9 +249,11 @@ func (a *Agent) Peers() pass.PeerRefs {
 	return out
 }
 
-// onPeerList says whether ref is on the peer list as last written.
-func (a *Agent) onPeerList(ref string) bool {
-	_, ok := slices.BinarySearch(a.peers.refs, ref)
+// listed says whether ref is on the peer list as last written.
+func (p *peerSource) listed(ref string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := slices.BinarySearch(p.refs, ref)
 	return ok
 }
 
@@ -284,20 +305,20 @@ func peerListText(refs []string) []byte {
 	return []byte(b.String())
 }
 
-// schedulePeers has the loop judge the required set again when due (the
-// next grace to end); nothing when zero.
-func (a *Agent) schedulePeers(due time.Time) {
+// schedule has the required images judged again when due (the next grace
+// to end); nothing when zero.
+func (p *peerSource) schedule(due time.Time) {
 	if due.IsZero() {
 		return
 	}
 	for {
 		select {
-		case a.peerDue <- due:
+		case p.due <- due:
 			return
 		default:
 		}
 		select {
-		case old := <-a.peerDue: // keep the earlier of the two
+		case old := <-p.due: // keep the earlier of the two
 			if old.Before(due) {
 				due = old
 			}
@@ -305,3 +326,6 @@ func (a *Agent) schedulePeers(due time.Time) {
 		}
 	}
 }
+
+// graceDue receives when the next grace ends (schedule).
+func (p *peerSource) graceDue() <-chan time.Time { return p.due }

@@ -117,10 +117,9 @@ func TestPeerListReleasedWhenOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := newFakeClock()
-	a := New(fake.New(), Config{Config: pass.Config{PeerList: list}, PeerGrace: time.Minute}, nil)
-	a.clock = clock
+	a := newAgent(fake.New(), Config{Config: pass.Config{PeerList: list}, PeerGrace: time.Minute}, nil, clock)
 	set := &report.RequiredSet{Images: []report.RequiredImage{{Ref: "docker.io/library/redis:7"}}}
-	due := a.updatePeers(set, map[string]report.State{"docker.io/library/redis:7": report.Missing})
+	due := a.peers.update(set, map[string]report.State{"docker.io/library/redis:7": report.Missing})
 	if want := clock.Now().Add(time.Minute); !due.Equal(want) {
 		t.Errorf("due %v, want %v", due, want)
 	}
@@ -128,7 +127,7 @@ func TestPeerListReleasedWhenOff(t *testing.T) {
 		t.Fatalf("at start the list names %v, want redis kept for the grace period", got)
 	}
 	clock.Advance(time.Minute)
-	if due := a.updatePeers(nil, nil); !due.IsZero() {
+	if due := a.peers.update(nil, nil); !due.IsZero() {
 		t.Errorf("due %v after the release, want none", due)
 	}
 	if _, err := os.Stat(list); !os.IsNotExist(err) {
@@ -183,7 +182,7 @@ func TestPeerListFull(t *testing.T) {
 	set.Images = append(set.Images, report.RequiredImage{Ref: late})
 	states[late] = report.Missing
 	a := New(fake.New(), Config{Config: pass.Config{PeerList: list}, PeerGrace: time.Minute, PullRequired: true}, nil)
-	a.updatePeers(set, states)
+	a.peers.update(set, states)
 	got := listed(t, list)
 	if len(got) != maxPeerRefs || slices.Contains(got, late) || got[0] != held[0] {
 		t.Errorf("the full list has %d refs (late one in: %v), want the %d it held", len(got), slices.Contains(got, late), maxPeerRefs)
@@ -202,7 +201,7 @@ func TestPeerListUnreadableStays(t *testing.T) {
 	}
 	a := New(fake.New(), Config{Config: pass.Config{PeerList: list}, PeerGrace: time.Minute, PullRequired: true}, nil)
 	set := &report.RequiredSet{Images: []report.RequiredImage{{Ref: "docker.io/library/redis:7"}}}
-	a.updatePeers(set, map[string]report.State{"docker.io/library/redis:7": report.Missing})
+	a.peers.update(set, map[string]report.State{"docker.io/library/redis:7": report.Missing})
 	if got, err := os.ReadFile(list); err != nil || !bytes.Equal(got, body) {
 		t.Errorf("the unreadable peer list was rewritten (%v): %d bytes, want %d", err, len(got), len(body))
 	}

@@ -7,6 +7,6 @@ import "github.com/holdfast-project/holdfast/internal/report"
 func (a *Agent) Report(after uint64) report.Report {
 	ready, _ := a.Ready()
 	rep := a.journal.Report(after, ready)
-	rep.Required = a.requiredReport()
+	rep.Required = a.required.forReport()
 	return rep
 }

@@ -56,8 +56,7 @@ func startReportingAgent(t *testing.T, rt *fake.Runtime, cfg Config, clock *fake
 	t.Helper()
 	cfg.Log = slog.New(slog.DiscardHandler)
 	cfg.Resync = time.Hour
-	a := New(rt, cfg, nil)
-	a.clock = clock
+	a := newAgent(rt, cfg, nil, clock)
 	ctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan struct{}), make(chan struct{})
 	go func() {

@@ -3,24 +3,52 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/holdfast-project/holdfast/internal/journal"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/report"
-	"github.com/holdfast-project/holdfast/internal/runtime"
+	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/workload"
 )
 
-// requiredState is what the agent keeps of the images the node's workloads
+// required is what the agent keeps of the images the node's workloads
 // need: the set the reporter last sent, and where each stood when last
-// judged.
-type requiredState struct {
-	set    *report.RequiredSet     // nil until a reporter sends one
+// judged. Each judgment feeds the peer source.
+type required struct {
+	rt      hfruntime.Runtime
+	pull    bool // Config.PullRequired
+	pulls   pullState
+	peers   *peerSource
+	clock   Clock
+	log     *slog.Logger
+	rec     Recorder
+	journal *journal.Journal
+	kicks   chan struct{} // judge the required images again
+	timer   Timer         // the peer list's next grace ends
+
+	judging sync.Mutex // one judgment at a time: each compares with the last
+
+	mu     sync.Mutex
+	req    *report.RequiredSet     // nil until a reporter sends one
 	states map[string]report.State // ref → state, as last judged
 	report report.Required
 	held   report.Held // what the node held at the last judgment
+}
+
+// pullState is what the passes know of a reference's pulls (*pass.Runner).
+type pullState interface {
+	PullFailure(ref string) error
+	Refusal(ref string) string
+}
+
+func newRequired(rt hfruntime.Runtime, pull bool, pulls pullState, peers *peerSource, clock Clock, log *slog.Logger, rec Recorder, j *journal.Journal) *required {
+	return &required{rt: rt, pull: pull, pulls: pulls, peers: peers, clock: clock, log: log, rec: rec, journal: j,
+		kicks: make(chan struct{}, 1), timer: clock.NewTimer()}
 }
 
 // SetRequired takes the set of images the node's workloads need (PUT
@@ -28,6 +56,11 @@ type requiredState struct {
 // error naming it, and the set is not taken. The set is judged before it
 // returns, and again after every pass and image event.
 func (a *Agent) SetRequired(ctx context.Context, set report.RequiredSet) error {
+	return a.required.take(ctx, set)
+}
+
+// take is SetRequired.
+func (r *required) take(ctx context.Context, set report.RequiredSet) error {
 	out := report.RequiredSet{Images: make([]report.RequiredImage, 0, len(set.Images))}
 	seen := map[string]int{}
 	for _, img := range set.Images {
@@ -42,39 +75,62 @@ func (a *Agent) SetRequired(ctx context.Context, set report.RequiredSet) error {
 		seen[ref] = len(out.Images)
 		out.Images = append(out.Images, report.RequiredImage{Ref: ref, UsedBy: img.UsedBy})
 	}
-	a.mu.Lock()
-	a.req.set = &out
-	a.mu.Unlock()
-	a.judgeRequired(ctx)
+	r.mu.Lock()
+	r.req = &out
+	r.mu.Unlock()
+	r.judge(ctx)
 	return nil
 }
 
-// kickRequired asks the loop to judge the set again.
-func (a *Agent) kickRequired() {
+// set is the required set as the reporter last sent it; nil before.
+func (r *required) set() *report.RequiredSet {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.req
+}
+
+// kick asks for the set to be judged again.
+func (r *required) kick() {
 	select {
-	case a.reqKick <- struct{}{}:
+	case r.kicks <- struct{}{}:
 	default:
 	}
 }
 
-// judgeRequired says where each required image stands on the node, keeps
-// it for the report and the metric, and records an event for each image
-// that became missing, unpinned or pinned again.
-func (a *Agent) judgeRequired(ctx context.Context) {
-	a.reqJudge.Lock() // one judgment at a time: each compares with the last
-	defer a.reqJudge.Unlock()
-	a.mu.Lock()
-	set := a.req.set
-	a.mu.Unlock()
+// run judges the set when kicked, and when the peer list's next grace ends,
+// until ctx ends.
+func (r *required) run(ctx context.Context) {
+	defer r.timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kicks:
+			r.judge(ctx)
+		case due := <-r.peers.graceDue():
+			r.timer.Reset(max(due.Sub(r.clock.Now()), 0) + 100*time.Millisecond)
+		case <-r.timer.C():
+			r.judge(ctx)
+		}
+	}
+}
+
+// judge says where each required image stands on the node, keeps it for
+// the report and the metric, and records an event for each image that
+// became missing, unpinned or pinned again.
+func (r *required) judge(ctx context.Context) {
+	r.judging.Lock()
+	defer r.judging.Unlock()
+	set := r.set()
 	if set == nil {
-		if !a.cfg.PullRequired {
-			a.schedulePeers(a.updatePeers(nil, nil)) // a peer list from before is released
+		if !r.pull {
+			r.peers.schedule(r.peers.update(nil, nil)) // a peer list from before is released
 		}
 		return
 	}
-	records, err := a.rt.Records(ctx)
+	records, err := r.rt.Records(ctx)
 	if err != nil {
-		a.log.Warn("listing the records to judge the required images", "error", err)
+		r.log.Warn("listing the records to judge the required images", "error", err)
 		return
 	}
 	imgs := make([]workload.Image, len(set.Images))
@@ -90,18 +146,18 @@ func (a *Agent) judgeRequired(ctx context.Context) {
 	for _, v := range verdicts {
 		states[v.Ref] = v.State
 	}
-	a.schedulePeers(a.updatePeers(set, states))
+	r.peers.schedule(r.peers.update(set, states))
 	for _, v := range verdicts {
 		rep.Counts[v.State]++
 		if !workload.Ready(v.State, false) {
 			rep.Ready = false
 			nr := report.Verdict{RequiredImage: report.RequiredImage{Ref: v.Ref, UsedBy: usedBy[v.Ref]}, State: v.State}
-			if a.cfg.PullRequired && a.onPeerList(v.Ref) {
+			if r.pull && r.peers.listed(v.Ref) {
 				nr.Pulling = true
 				rep.Pulling++
-				if err := a.passes.PullFailure(v.Ref); err != nil {
+				if err := r.pulls.PullFailure(v.Ref); err != nil {
 					nr.PullError = err.Error()
-				} else if why := a.passes.Refusal(v.Ref); why != "" {
+				} else if why := r.pulls.Refusal(v.Ref); why != "" {
 					nr.PullError = "refused by the signature policy: " + why
 				}
 			}
@@ -109,14 +165,18 @@ func (a *Agent) judgeRequired(ctx context.Context) {
 		}
 	}
 	sort.Slice(rep.NotReady, func(i, j int) bool { return rep.NotReady[i].Ref < rep.NotReady[j].Ref })
-	a.mu.Lock()
-	prev := a.req.states
-	a.req.states, a.req.report, a.req.held = states, rep, held
-	a.mu.Unlock()
-	a.rec.SetRequired(rep.Counts)
-	// Each image whose state changed: an event each, or when many changed
-	// at once (a release applied, an images dir emptied), one event for
-	// them all, so that the Node gets a few Events, not thousands.
+	r.mu.Lock()
+	prev := r.states
+	r.states, r.report, r.held = states, rep, held
+	r.mu.Unlock()
+	r.rec.SetRequired(rep.Counts)
+	r.recordChanges(set, prev, states)
+}
+
+// recordChanges records an event for each image whose state changed, or
+// when many changed at once (a release applied, an images dir emptied), one
+// event for them all, so that the Node gets a few Events, not thousands.
+func (r *required) recordChanges(set *report.RequiredSet, prev, states map[string]report.State) {
 	changed := map[string][]string{} // journal reason → what each image says
 	for _, img := range set.Images {
 		was, now := prev[img.Ref], states[img.Ref]
@@ -152,11 +212,11 @@ func (a *Agent) judgeRequired(ctx context.Context) {
 		imgs := changed[ev.reason]
 		if len(imgs) <= eventEach {
 			for _, img := range imgs {
-				a.journal.Record(ev.typ, ev.reason, fmt.Sprintf(ev.one, img))
+				r.journal.Record(ev.typ, ev.reason, fmt.Sprintf(ev.one, img))
 			}
 			continue
 		}
-		a.journal.Record(ev.typ, ev.reason, fmt.Sprintf(ev.many, len(imgs), strings.Join(imgs[:eventEach], ", ")+fmt.Sprintf(" and %d more", len(imgs)-eventEach)))
+		r.journal.Record(ev.typ, ev.reason, fmt.Sprintf(ev.many, len(imgs), strings.Join(imgs[:eventEach], ", ")+fmt.Sprintf(" and %d more", len(imgs)-eventEach)))
 	}
 }
 
@@ -166,10 +226,10 @@ const eventEach = 5
 
 // heldOf is what records say the node holds: every record but the CRI's
 // own sha256: ones.
-func heldOf(records []runtime.Image) report.Held {
+func heldOf(records []hfruntime.Image) report.Held {
 	held := make(report.Held, 0, len(records))
 	for _, r := range records {
-		if !runtime.IsCRIRecord(r.Name) {
+		if !hfruntime.IsCRIRecord(r.Name) {
 			held = append(held, report.HeldImage{Name: r.Name, Digest: r.Target.Digest.String(), Pinned: r.Pinned()})
 		}
 	}
@@ -180,19 +240,21 @@ func heldOf(records []runtime.Image) report.Held {
 // Held is what the node holds (GET /held), in report.Held's text form, as
 // of the last judgment of the required images; ok is false before the
 // first.
-func (a *Agent) Held() (text []byte, ok bool) {
-	a.mu.Lock()
-	held, ok := a.req.held, a.req.set != nil && a.req.report.Known
-	a.mu.Unlock()
+func (a *Agent) Held() (text []byte, ok bool) { return a.required.heldText() }
+
+func (r *required) heldText() ([]byte, bool) {
+	r.mu.Lock()
+	held, ok := r.held, r.req != nil && r.report.Known
+	r.mu.Unlock()
 	return held.Text(), ok // a judgment replaces the list, never changes it
 }
 
-// requiredReport is the report's part on the required images: not Known
-// before a reporter sent a set and it was judged.
-func (a *Agent) requiredReport() *report.Required {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	rep := a.req.report
+// forReport is the report's part on the required images: not Known before
+// a reporter sent a set and it was judged.
+func (r *required) forReport() *report.Required {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := r.report
 	if rep.Counts == nil {
 		rep.Counts = map[report.State]int{}
 	}

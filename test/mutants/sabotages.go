@@ -313,7 +313,7 @@ var sabotages = []sabotage{
 		name: "peer-grace-ignored",
 		// An image that left the required set leaves the peer list at once.
 		edits: []edit{{"internal/agent/peers.go",
-			"if now.Sub(since) < a.cfg.PeerGrace {",
+			"if now.Sub(since) < p.grace {",
 			"if now.Sub(since) < 0 {"}},
 		tests: []tests{{"./internal/agent", []string{"TestPullRequired", "TestPeerListReleasedWhenOff"}, nil}, {e2e, []string{"TestPullRequiredFromPeers"}, nil}},
 	},
@@ -347,8 +347,8 @@ var sabotages = []sabotage{
 		name: "peer-list-rewritten-when-unreadable",
 		// A peer list that cannot be read is written anew, dropping what it held.
 		edits: []edit{{"internal/agent/peers.go",
-			"a.log.Warn(\"reading the peer list; it stays as it is\", \"path\", path, \"error\", err)\n\t\treturn false",
-			"a.log.Warn(\"reading the peer list; it stays as it is\", \"path\", path, \"error\", err)\n\t\tp.loaded, p.left = true, map[string]time.Time{}\n\t\treturn true"}},
+			"p.log.Warn(\"reading the peer list; it stays as it is\", \"path\", path, \"error\", err)\n\t\treturn false",
+			"p.log.Warn(\"reading the peer list; it stays as it is\", \"path\", path, \"error\", err)\n\t\tp.loaded, p.left = true, map[string]time.Time{}\n\t\treturn true"}},
 		tests: []tests{{"./internal/agent", []string{"TestPeerListUnreadableStays"}, nil}},
 	},
 	{
@@ -386,7 +386,7 @@ var sabotages = []sabotage{
 		// After a lost event stream is back, no full pass heals what
 		// happened meanwhile.
 		edits: []edit{{"internal/agent/agent.go",
-			"\t\t\tkick(\"reconnect\")\n",
+			"\t\t\ta.loop.kick(\"reconnect\")\n",
 			""}},
 		tests: []tests{{e2e, []string{"TestAgentReconnect"}, nil}},
 	},
@@ -403,8 +403,8 @@ var sabotages = []sabotage{
 		name: "ready-while-written",
 		// /readyz turns 200 although a source of the first pass is still
 		// being written.
-		edits: []edit{{"internal/agent/agent.go",
-			"if len(pr.Settling) == 0 {",
+		edits: []edit{{"internal/agent/readiness.go",
+			"if len(res.Settling) == 0 {",
 			"if true {"}},
 		tests: []tests{{e2e, []string{"TestAgentReadiness"}, nil}},
 	},
@@ -466,8 +466,8 @@ var sabotages = []sabotage{
 		name: "pin-pattern-waits-for-resync",
 		// A late image matching a pin list pattern waits for the next pass.
 		edits: []edit{{"internal/agent/heal.go",
-			"pass := !a.collecting && !wanted && present && (ours || a.pinMatchLocked(ev.Name))",
-			"pass := !a.collecting && !wanted && present && ours"}},
+			"pass := !h.collecting && !wanted && present && (ours || h.pinMatchLocked(ev.Name))",
+			"pass := !h.collecting && !wanted && present && ours"}},
 		tests: []tests{{"./internal/agent", []string{"TestPinPatternBringsPass"}, nil}},
 	},
 	{
@@ -687,8 +687,8 @@ var sabotages = []sabotage{
 		// The pass hands the healer no wanted names: a record deleted after
 		// the pass is never healed from its lease.
 		edits: []edit{{"internal/agent/handoff.go",
-			"\ta.wanted = wanted\n\ta.kept = kept\n\ta.collecting = false",
-			"\ta.wanted = map[string]hfruntime.Want{}\n\ta.kept = kept\n\ta.collecting = false"}},
+			"\th.wanted = wanted\n\th.kept = kept\n\th.collecting = false",
+			"\th.wanted = map[string]hfruntime.Want{}\n\th.kept = kept\n\th.collecting = false"}},
 		tests: []tests{{"./internal/agent", []string{"TestHealBackoff", "TestHealDuringFirstPass"}, nil}},
 	},
 	{
@@ -852,7 +852,7 @@ var sabotages = []sabotage{
 		// pulled, pinned and leased as the peer source.
 		edits: []edit{
 			{"internal/pass/pulls.go", "case p.ownPeerList(src):", "case p.ownPeerList(src) && false:"},
-			{"internal/agent/peers.go", "case errors.Is(err, fs.ErrNotExist) && len(a.peers.refs) == 0:", "case true:"},
+			{"internal/agent/peers.go", "case errors.Is(err, fs.ErrNotExist) && len(p.refs) == 0:", "case true:"},
 		},
 		tests: []tests{{"./internal/agent", []string{"TestPeerListIsTheAgents"}, nil}, {e2e, []string{"TestPeerListIsTheAgents"}, nil}},
 	},
