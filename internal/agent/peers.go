@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/holdfast-project/holdfast/internal/datadir"
+	"github.com/holdfast-project/holdfast/internal/files"
 	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/report"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -187,7 +187,7 @@ func (p *peerSource) loadLocked() bool {
 	path := p.path
 	refs, err := readPeerList(path)
 	if err == nil && !p.insecurePerms {
-		err = source.CheckPerms("peer list", path, os.Geteuid())
+		err = files.CheckPerms("peer list", path, os.Geteuid())
 	}
 	if err != nil {
 		p.log.Warn("reading the peer list; it stays as it is", "path", path, "error", err)
@@ -287,7 +287,7 @@ func writePeerList(path string, refs []string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return datadir.WriteFileAtomic(path, peerListText(refs), 0o644)
+	return files.WriteFile(path, peerListText(refs), 0o644)
 }
 
 // peerHeaderLines is how many lines come before the first reference in the

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+
+	"github.com/holdfast-project/holdfast/internal/files"
 )
 
 // Default is /var/lib/holdfast for root, else $XDG_STATE_HOME/holdfast.
@@ -111,8 +113,8 @@ func lockFileIn(dir string) (*os.File, error) {
 
 // lockExclusive flocks f without waiting; held by another, it says by whom.
 func lockExclusive(f *os.File, dir string) error {
-	err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-	if errors.Is(err, syscall.EWOULDBLOCK) {
+	err := files.TryLock(f)
+	if errors.Is(err, files.ErrHeld) {
 		owner, _ := ReadOwner(dir)
 		return &LockedError{Dir: dir, Owner: owner}
 	}
@@ -136,7 +138,7 @@ func (l *Lock) writeOwner() error {
 		return err
 	}
 	// Who holds the lock only matters while it does.
-	return ReplaceFile(filepath.Join(l.dir, "owner.json"), data, 0o600)
+	return files.ReplaceFile(filepath.Join(l.dir, "owner.json"), data, 0o600)
 }
 
 // Keep takes the lock again when the data dir was deleted or replaced under
@@ -197,10 +199,8 @@ func (l *Lock) Release() {
 		return
 	}
 	_ = os.Remove(filepath.Join(l.dir, "owner.json"))
-	for _, f := range []*os.File{l.f, l.d} {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		_ = f.Close()
-	}
+	files.Unlock(l.f)
+	files.Unlock(l.d)
 	l.d, l.f = nil, nil
 }
 
@@ -208,26 +208,12 @@ func (l *Lock) Release() {
 // dir's lock, or the lock file's (an earlier holdfast takes only that).
 func Held(dir string) (Owner, bool) {
 	for _, path := range []string{dir, filepath.Join(dir, "lock")} {
-		if locked(path) {
+		if files.Locked(path) {
 			o, _ := ReadOwner(dir)
 			return o, true
 		}
 	}
 	return Owner{}, false
-}
-
-// locked says whether someone holds an exclusive flock on path.
-func locked(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
-		return true
-	}
-	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	return false
 }
 
 // ReadOwner reads who holds the lock.
@@ -238,59 +224,4 @@ func ReadOwner(dir string) (Owner, error) {
 		return o, err
 	}
 	return o, json.Unmarshal(data, &o)
-}
-
-// WriteFileAtomic writes data to a temp file beside path, syncs it, renames
-// it into place and syncs the directory: once it returns nil, the new
-// content survives a crash.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	if err := writeAtomic(path, data, perm, true); err != nil {
-		return err
-	}
-	return SyncDir(filepath.Dir(path))
-}
-
-// SyncDir makes the entries of dir (renames, links, removals) durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
-}
-
-// ReplaceFile is WriteFileAtomic without the sync, for files that need not
-// survive a crash: readers see the old content or the new, never a part.
-func ReplaceFile(path string, data []byte, perm os.FileMode) error {
-	return writeAtomic(path, data, perm, false)
-}
-
-func writeAtomic(path string, data []byte, perm os.FileMode, durable bool) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if durable {
-		if err := tmp.Sync(); err != nil {
-			tmp.Close()
-			return err
-		}
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/containerd/platforms"
 	"github.com/pelletier/go-toml/v2"
 	"golang.org/x/sys/unix"
+
+	"github.com/holdfast-project/holdfast/internal/files"
 )
 
 // Snapshotter names accepted in Options.Snapshotter.
@@ -94,7 +96,7 @@ func WriteConfig(dataDir string, opts Options) (Layout, error) {
 	if err != nil {
 		return Layout{}, fmt.Errorf("writing containerd config: %w", err)
 	}
-	if err := writeFileAtomic(l.Config, b, 0o600); err != nil {
+	if err := files.WriteFile(l.Config, b, 0o600); err != nil {
 		return Layout{}, fmt.Errorf("writing containerd config: %w", err)
 	}
 	return l, nil
@@ -260,30 +262,4 @@ func probeOverlay(dir string) (err error) {
 		return err
 	}
 	return os.WriteFile(filepath.Join(merged, "g"), []byte("y"), 0o600)
-}
-
-func writeFileAtomic(path string, b []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Chmod(perm)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
 }

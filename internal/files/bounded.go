@@ -1,8 +1,3 @@
-// Package files reads what a file may hold up to a limit: a larger one is
-// refused once the limit is passed, never read whole. Files are opened as
-// regular files only (Open): a named pipe, a device or a directory given
-// where a file is read is refused at once, never waited on or read without
-// end.
 package files
 
 import (

@@ -24,10 +24,22 @@ func (e notRegular) Is(target error) bool { return target == ErrNotRegular }
 // anything but a regular file is refused with ErrNotRegular. The file is
 // made blocking again for its reads.
 func Open(path string) (*os.File, error) {
+	return open(path, 0)
+}
+
+// OpenNoFollow is Open for a file that must not be a symbolic link: a
+// link, dangling or not, is refused with an error that wraps
+// syscall.ELOOP, and nothing it points to is opened.
+func OpenNoFollow(path string) (*os.File, error) {
+	return open(path, syscall.O_NOFOLLOW)
+}
+
+// open is Open with flags added to the open's.
+func open(path string, flags int) (*os.File, error) {
 	var fd int
 	var err error
 	for {
-		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC|flags, 0)
 		if !errors.Is(err, syscall.EINTR) {
 			break
 		}

@@ -45,7 +45,7 @@ type Config struct {
 	Credentials map[string]registries.Credential
 	// InsecurePerms reads images dirs, spool dirs, lists and the policy's
 	// files that users other than root and holdfast's own may change
-	// (source.CheckPerms).
+	// (files.CheckPerms).
 	InsecurePerms bool
 	Log           *slog.Logger
 	// Progress, when set, follows the bytes imports read from archive files.

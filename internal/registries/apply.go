@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/holdfast-project/holdfast/internal/source"
+	"github.com/holdfast-project/holdfast/internal/files"
 )
 
 // Settings are what a node is told of its registries: K3s's
@@ -102,7 +102,7 @@ func (s Settings) load() (f File, off string, err error) {
 		// Whoever may change it decides the node's mirrors and
 		// credentials: judged as a pull list is, and the file judged is
 		// the one read.
-		real, err := source.CheckResolved("registries.yaml", path, os.Geteuid())
+		real, err := files.CheckResolved("registries.yaml", path, os.Geteuid())
 		if err != nil {
 			return File{}, "", &SettingError{err}
 		}
@@ -139,7 +139,7 @@ func (h Hosts) Write() ([]string, error) {
 	var opts WriteOptions
 	if !h.insecure {
 		uid := os.Geteuid()
-		opts.Check = func(dir string) error { return source.CheckPerms("registry config", dir, uid) }
+		opts.Check = func(dir string) error { return files.CheckPerms("registry config", dir, uid) }
 	}
 	res, err := Write(h.dir, h.files, opts)
 	if err != nil {

@@ -2,8 +2,6 @@ package registries
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +12,8 @@ import (
 	"slices"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/holdfast-project/holdfast/internal/files"
 )
 
 // hostsName is the file containerd reads in each registry dir.
@@ -254,7 +254,8 @@ func (p *writePlan) apply() error {
 }
 
 // write replaces the hosts.toml of registry dir name (made if missing) with
-// content: a new file beside it, renamed over it.
+// content: a new file beside it, renamed over it, both in the registry dir
+// open as a file descriptor (files.WriteFileAt).
 func (p *writePlan) write(name, content string) error {
 	regDir := filepath.Join(p.dir, name)
 	path := filepath.Join(regDir, hostsName)
@@ -266,31 +267,7 @@ func (p *writePlan) write(name, content string) error {
 		return fmt.Errorf("opening %s: %w", regDir, err)
 	}
 	defer unix.Close(dir)
-	var random [8]byte
-	if _, err := rand.Read(random[:]); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	tmp := "." + hostsName + "." + hex.EncodeToString(random[:]) + ".tmp"
-	fd, err := unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	f := os.NewFile(uintptr(fd), filepath.Join(regDir, tmp))
-	_, err = f.WriteString(content)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = unix.Renameat(dir, tmp, dir, hostsName)
-	}
-	if err != nil {
-		_ = unix.Unlinkat(dir, tmp, 0)
+	if err := files.WriteFileAt(dir, hostsName, []byte(content), 0o644); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil

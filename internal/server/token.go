@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/holdfast-project/holdfast/internal/source"
+	"github.com/holdfast-project/holdfast/internal/files"
 )
 
 // TokenFileName is the file in the data dir that holds the reporter's token
@@ -36,7 +35,7 @@ const (
 // given root's group reads it, else 0600.
 //
 // The file is refused, as a loose pull list is, when a user but root and
-// holdfast's own may change it or a directory above it (source.CheckPerms);
+// holdfast's own may change it or a directory above it (files.CheckPerms);
 // and, since whoever reads it may change what the node keeps, also when
 // others may read it, or its group unless that is root's. It is opened
 // without following a symlink. insecurePerms skips the checks of owner and
@@ -46,35 +45,31 @@ func LoadToken(path string, insecurePerms bool) (string, error) {
 		return "", err
 	}
 	if !insecurePerms {
-		if err := source.CheckPerms("token file", path, os.Geteuid()); err != nil {
+		if err := files.CheckPerms("token file", path, os.Geteuid()); err != nil {
 			return "", err
 		}
 	}
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	f, err := files.OpenNoFollow(path)
 	if errors.Is(err, unix.ELOOP) {
 		return "", fmt.Errorf("token file %s is a symbolic link: give the file itself", path)
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading token file %s: %w", path, &fs.PathError{Op: "open", Path: path, Err: err})
+		return "", fmt.Errorf("reading token file %s: %w", path, err)
 	}
-	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
 		return "", fmt.Errorf("reading token file %s: %w", path, err)
 	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("token file %s is not a regular file (%s)", path, fi.Mode().Type())
-	}
 	if why := readableBy(fi); why != "" && !insecurePerms {
-		return "", fmt.Errorf("token file %s is %s; %s", path, why, source.InsecurePermsHint)
+		return "", fmt.Errorf("token file %s is %s; %s", path, why, files.InsecurePermsHint)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
+	data, err := files.ReadAll(f, maxTokenFile)
+	if errors.Is(err, files.ErrTooLarge) {
+		return "", fmt.Errorf("reading token file %s: larger than %d bytes, more than a token may have", path, maxTokenFile)
+	}
 	if err != nil {
 		return "", fmt.Errorf("reading token file %s: %w", path, err)
-	}
-	if len(data) > maxTokenFile {
-		return "", fmt.Errorf("reading token file %s: larger than %d bytes, more than a token may have", path, maxTokenFile)
 	}
 	token := strings.TrimSpace(string(data))
 	if len(token) < minToken || strings.IndexFunc(token, func(c rune) bool { return c < '!' || c > '~' }) >= 0 {

@@ -17,7 +17,6 @@ import (
 	"github.com/holdfast-project/holdfast/internal/files"
 	"github.com/holdfast-project/holdfast/internal/lineerr"
 	"github.com/holdfast-project/holdfast/internal/pattern"
-	"github.com/holdfast-project/holdfast/internal/source"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
 
@@ -61,7 +60,7 @@ func LoadWith(path string, o Options) (*Policy, error) {
 
 // trusted judges a file the policy trusts (the policy file, a key, a
 // trusted root), what naming it, by the rules of pin lists
-// (source.CheckPerms), unless o.InsecurePerms. It returns the path to read:
+// (files.CheckPerms), unless o.InsecurePerms. It returns the path to read:
 // path with its symlinks resolved, so that what is read is what was judged.
 // A path that does not resolve is returned as it is, for reading it to say
 // why.
@@ -69,7 +68,7 @@ func (o Options) trusted(what, path string) (string, error) {
 	if o.InsecurePerms {
 		return path, nil
 	}
-	real, err := source.CheckResolved(what, path, os.Geteuid())
+	real, err := files.CheckResolved(what, path, os.Geteuid())
 	if err != nil || real == "" {
 		return path, err
 	}

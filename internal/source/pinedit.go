@@ -9,10 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
-	"time"
 
-	"github.com/holdfast-project/holdfast/internal/datadir"
+	"github.com/holdfast-project/holdfast/internal/files"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 )
 
@@ -159,7 +157,7 @@ func (f PinFile) edit(ctx context.Context, edit func(lines []string) []string) e
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(dir, "."+filepath.Base(f.Path)+".lock"))
+	unlock, err := files.Lock(ctx, filepath.Join(dir, "."+filepath.Base(f.Path)+".lock"))
 	if err != nil {
 		return err
 	}
@@ -191,7 +189,7 @@ func (f PinFile) edit(ctx context.Context, edit func(lines []string) []string) e
 		updated = strings.Join(edited, "\n") + "\n"
 	}
 	// Durable, the rename included, before anything is said.
-	if err := datadir.WriteFileAtomic(f.Path, []byte(updated), perm); err != nil {
+	if err := files.WriteFile(f.Path, []byte(updated), perm); err != nil {
 		return fmt.Errorf("writing %s: %w", f.Path, err)
 	}
 	return nil
@@ -200,34 +198,3 @@ func (f PinFile) edit(ctx context.Context, edit func(lines []string) []string) e
 const newPinsHeader = `# Pin list of this node, edited by "holdfast pin" and "holdfast unpin".
 # One pattern per line; "#" starts a comment. See "holdfast pin --help".
 `
-
-// lockFile takes an exclusive flock on path, waiting for it until ctx ends.
-func lockFile(ctx context.Context, path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", path, err)
-	}
-	delay := time.Millisecond
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() {
-				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-				f.Close()
-			}, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("locking %s: %w", path, err)
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			f.Close()
-			return nil, fmt.Errorf("waiting for %s: %w", path, ctx.Err())
-		case <-t.C:
-		}
-		delay = min(2*delay, 50*time.Millisecond)
-	}
-}

@@ -97,7 +97,7 @@ func Scan(dirs []string) Result { return ScanWith(dirs, ScanOptions{}) }
 
 // ScanWith is Scan with options. Unless opts.InsecurePerms, an images dir,
 // a directory in it or a list that a user other than root and holdfast's own
-// may change (CheckPerms) is refused: an error naming it and what is wrong,
+// may change (files.CheckPerms) is refused: an error naming it and what is wrong,
 // and it counts as unreadable (what holdfast has from it is kept).
 func ScanWith(dirs []string, opts ScanOptions) Result {
 	sc := scanner{res: Result{Dirs: dirs, Links: map[string]string{}}, seen: map[string]bool{}, opts: opts, uid: opts.uid()}
@@ -154,7 +154,7 @@ func (sc *scanner) openDir(dir string) (string, bool) {
 		return "", false
 	}
 	if !sc.opts.InsecurePerms {
-		if err := CheckPerms(sc.opts.what(), dir, sc.uid); err != nil {
+		if err := files.CheckPerms(sc.opts.what(), dir, sc.uid); err != nil {
 			sc.fail(dir, err)
 			return "", false
 		}
@@ -199,8 +199,8 @@ func (sc *scanner) visit(real string, d fs.DirEntry, err error) error {
 func (sc *scanner) visitDir(real, path string, d fs.DirEntry, isRoot bool) error {
 	if !isRoot && !sc.opts.InsecurePerms {
 		if fi, err := d.Info(); err == nil {
-			if why := unsafeBy(real, fi, sc.uid, false); why != "" {
-				sc.fail(path, fmt.Errorf("%s %s: directory %s is %s; %s", sc.opts.what(), sc.dir, path, why, InsecurePermsHint))
+			if why := files.Untrusted(real, fi, sc.uid, false); why != "" {
+				sc.fail(path, fmt.Errorf("%s %s: directory %s is %s; %s", sc.opts.what(), sc.dir, path, why, files.InsecurePermsHint))
 				return fs.SkipDir
 			}
 		}
@@ -250,7 +250,7 @@ func (sc *scanner) visitFile(path string, d fs.DirEntry) {
 		return
 	}
 	if (kind == PullList || kind == PinList) && !sc.opts.InsecurePerms {
-		if err := CheckPerms(strings.ReplaceAll(string(kind), "-", " "), path, sc.uid); err != nil {
+		if err := files.CheckPerms(strings.ReplaceAll(string(kind), "-", " "), path, sc.uid); err != nil {
 			sc.fail(path, err)
 			return
 		}

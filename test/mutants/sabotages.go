@@ -590,8 +590,8 @@ var sabotages = []sabotage{
 		// The direct path's links into blobs/sha256 are not made durable
 		// before containerd records the blobs.
 		edits: []edit{{"internal/runtime/containerd/direct.go",
-			"} else if err = datadir.SyncDir(blobsDir); err == nil {",
-			"} else if err = error(nil); err == nil && blobsDir != \"\" && datadir.SyncDir != nil {"}},
+			"} else if err = files.SyncDir(blobsDir); err == nil {",
+			"} else if err = error(nil); err == nil && blobsDir != \"\" && files.SyncDir != nil {"}},
 		tests: []tests{{e2e, []string{"TestDirectSyncsBeforeCommit"}, nil}},
 	},
 	{
@@ -820,7 +820,7 @@ var sabotages = []sabotage{
 		// --registry-config is written whoever else may write it: another
 		// local user points a registry at a mirror of their own.
 		edits: []edit{{"internal/registries/apply.go",
-			"opts.Check = func(dir string) error { return source.CheckPerms(\"registry config\", dir, uid) }",
+			"opts.Check = func(dir string) error { return files.CheckPerms(\"registry config\", dir, uid) }",
 			"opts.Check = func(dir string) error { _ = uid; return nil }"}},
 		tests: []tests{{e2e, []string{"TestSecRegistryConfigOthersMayWrite"}, nil}},
 	},

@@ -20,7 +20,7 @@ import (
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc"
 
-	"github.com/holdfast-project/holdfast/internal/datadir"
+	"github.com/holdfast-project/holdfast/internal/files"
 	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
@@ -161,7 +161,7 @@ func (r *Runtime) OwnIngests(dataDir string) error {
 		return nil
 	}
 	id := randomHex(8)
-	if err := datadir.WriteFileAtomic(path, []byte(id+"\n"), 0o600); err != nil {
+	if err := files.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	r.owner = id

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
-	"github.com/holdfast-project/holdfast/internal/datadir"
+	"github.com/holdfast-project/holdfast/internal/files"
 )
 
 // WritePath is how imports write blobs into the content store.
@@ -340,7 +340,7 @@ func (w *ingester) commitPending(ctx context.Context, sources sourceLabels) (map
 			if lerr := w.link(root, d, f.Name(), inodes[d], j); lerr != nil {
 				w.r.direct.fallBack("linking "+d.String(), lerr)
 				_, committed, err = w.streamPlaced(ctx, desc, f, sources.labelsOf(d))
-			} else if err = datadir.SyncDir(blobsDir); err == nil {
+			} else if err = files.SyncDir(blobsDir); err == nil {
 				_, committed, err = w.commitLinked(ctx, desc, f, sources.labelsOf(d))
 			}
 			if committed {
@@ -385,7 +385,7 @@ func (w *ingester) linkPlaced(ctx context.Context, root string, desc ocispec.Des
 		w.r.direct.fallBack("linking "+desc.Digest.String(), err)
 		return w.streamPlaced(ctx, desc, f, fresh)
 	}
-	if err := datadir.SyncDir(filepath.Join(root, "blobs", desc.Digest.Algorithm().String())); err != nil {
+	if err := files.SyncDir(filepath.Join(root, "blobs", desc.Digest.Algorithm().String())); err != nil {
 		return "", false, err
 	}
 	return w.commitLinked(ctx, desc, f, fresh)

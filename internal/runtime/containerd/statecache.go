@@ -7,7 +7,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/holdfast-project/holdfast/internal/datadir"
+	"github.com/holdfast-project/holdfast/internal/files"
 )
 
 // stateCache keeps copies of the leases' state blobs in a directory of the
@@ -38,7 +38,7 @@ func (c stateCache) put(d digest.Digest, data []byte) {
 	if c.dir == "" || d.Validate() != nil || os.MkdirAll(c.dir, 0o700) != nil {
 		return
 	}
-	_ = datadir.ReplaceFile(c.path(d), data, 0o600)
+	_ = files.ReplaceFile(c.path(d), data, 0o600)
 }
 
 // prune removes the copies of blobs that are not in keep.
