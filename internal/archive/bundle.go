@@ -104,26 +104,6 @@ func (w *walker) artifactReason(d digest.Digest) string {
 	return ""
 }
 
-// CosignTag says whether a reference's tag is one cosign gives the
-// signature, attestation or SBOM of an image (sha256-<hex>.sig, .att, .sbom),
-// and which: "signature", "attestation" or "sbom".
-func CosignTag(name string) (string, bool) {
-	i := strings.LastIndexByte(name, ':')
-	if i < 0 || strings.Contains(name[i:], "/") {
-		return "", false
-	}
-	tag := name[i+1:]
-	if !strings.HasPrefix(tag, "sha256-") {
-		return "", false
-	}
-	for suffix, what := range map[string]string{".sig": "signature", ".att": "attestation", ".sbom": "sbom"} {
-		if strings.HasSuffix(tag, suffix) {
-			return what, true
-		}
-	}
-	return "", false
-}
-
 // zarfPackage is what holdfast reads of a zarf.yaml.
 type zarfPackage struct {
 	Metadata struct {

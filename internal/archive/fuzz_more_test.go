@@ -19,6 +19,7 @@ import (
 	"github.com/pierrec/lz4/v4"
 	"github.com/ulikunitz/xz"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
@@ -303,7 +304,7 @@ func checkChildren(t *testing.T, res *Result, d digest.Digest, seen map[digest.D
 }
 
 func isKnownType(mt string) bool {
-	return isIndexType(mt) || isManifestType(mt) || isImageConfigType(mt)
+	return oci.IsIndex(mt) || oci.IsManifest(mt) || oci.IsImageConfig(mt)
 }
 
 // FuzzWalkDir walks an OCI layout directory whose index.json, oci-layout

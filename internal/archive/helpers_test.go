@@ -23,6 +23,15 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/pierrec/lz4/v4"
 	"github.com/ulikunitz/xz"
+
+	"github.com/holdfast-project/holdfast/internal/oci"
+)
+
+// The annotations the tests name index entries with.
+const (
+	annotationContainerdName  = oci.AnnotationImageName
+	annotationRefName         = oci.AnnotationRefName
+	annotationManifestSubject = oci.AnnotationManifestSubject
 )
 
 // memStore is an in-memory Store that counts its calls. Its methods may run

@@ -12,24 +12,8 @@ import (
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-)
 
-// Annotations that name an image in an OCI index.
-const (
-	annotationContainerdName = "io.containerd.image.name"
-	annotationRefName        = ocispec.AnnotationRefName // org.opencontainers.image.ref.name
-	// annotationManifestSubject marks an index.json entry that is a
-	// referrer of the manifest it names, not an image.
-	annotationManifestSubject = "io.containerd.manifest.subject"
-)
-
-// Media types of documents the walker understands besides the OCI ones.
-const (
-	mediaTypeDockerManifest     = "application/vnd.docker.distribution.manifest.v2+json"
-	mediaTypeDockerManifestList = "application/vnd.docker.distribution.manifest.list.v2+json"
-	mediaTypeDockerConfig       = "application/vnd.docker.container.image.v1+json"
-	mediaTypeDockerSchema1      = "application/vnd.docker.distribution.manifest.v1+json"
-	mediaTypeDockerSchema1JWS   = "application/vnd.docker.distribution.manifest.v1+prettyjws"
+	"github.com/holdfast-project/holdfast/internal/oci"
 )
 
 // imageConfig is the part of an image config the walker reads.
@@ -112,7 +96,7 @@ func indexFormat(idx ocispec.Index, hasManifest bool) Format {
 		if entryKind(d) != "" {
 			kinds = true
 		}
-		if d.Annotations[annotationContainerdName] != "" {
+		if d.Annotations[oci.AnnotationImageName] != "" {
 			named = true
 		}
 	}
@@ -159,7 +143,7 @@ func (w *walker) resolveZarf() ([]*target, error) {
 	// Every name the layout holds, images or not (a chart zarf.yaml lists).
 	found := map[string]bool{}
 	for _, d := range idx.Manifests {
-		for _, ref := range []string{d.Annotations[annotationRefName], d.Annotations[ocispec.AnnotationBaseImageName]} {
+		for _, ref := range []string{d.Annotations[oci.AnnotationRefName], d.Annotations[oci.AnnotationBaseImageName]} {
 			if n, err := normalizeName(ref); err == nil {
 				found[n] = true
 			}
@@ -182,7 +166,7 @@ func images(targets []*target) ([]Image, error) {
 		if len(t.names) == 0 {
 			switch {
 			case t.bareTag != "":
-				return nil, fmt.Errorf("%s has only the bare tag %q in %s; a full reference is needed", t.what, t.bareTag, annotationRefName)
+				return nil, fmt.Errorf("%s has only the bare tag %q in %s; a full reference is needed", t.what, t.bareTag, oci.AnnotationRefName)
 			default:
 				return nil, fmt.Errorf("%s has no name (%s)", t.what, t.noName)
 			}
@@ -246,9 +230,9 @@ func (w *walker) readIndex() (ocispec.Index, error) {
 func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*target, error) {
 	var targets, unnamed []*target
 	skip := func(d ocispec.Descriptor, reason string) {
-		name := d.Annotations[annotationContainerdName]
+		name := d.Annotations[oci.AnnotationImageName]
 		if name == "" {
-			name = d.Annotations[annotationRefName]
+			name = d.Annotations[oci.AnnotationRefName]
 		}
 		w.skipped = append(w.skipped, Skipped{Digest: d.Digest, MediaType: d.MediaType, Size: d.Size, Name: name, Reason: reason})
 	}
@@ -261,7 +245,7 @@ func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*tar
 			skip(d, why)
 			continue
 		}
-		if d.Annotations[annotationManifestSubject] != "" {
+		if d.Annotations[oci.AnnotationManifestSubject] != "" {
 			// A referrer of another entry, as containerd's exporter and
 			// holdfast export mark them (a cosign v3 signature): never
 			// an image.
@@ -272,7 +256,7 @@ func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*tar
 			what:    "index.json entry " + string(d.Digest),
 			desc:    ocispec.Descriptor{MediaType: d.MediaType, Digest: d.Digest, Size: d.Size, Platform: d.Platform},
 			configs: make(map[digest.Digest]bool),
-			noName:  "no " + annotationContainerdName + " or " + annotationRefName + " annotation",
+			noName:  "no " + oci.AnnotationImageName + " or " + oci.AnnotationRefName + " annotation",
 		}
 		_, isDoc := w.docs[d.Digest]
 		_, isBlob := w.blobs[d.Digest]
@@ -287,12 +271,12 @@ func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*tar
 			return nil, err
 		}
 		if wanted != nil {
-			t.names = slices.DeleteFunc(t.names, func(n string) bool { _, sig := CosignTag(n); return sig || !wanted[n] })
+			t.names = slices.DeleteFunc(t.names, func(n string) bool { _, sig := oci.ParseCosignTag(n); return sig || !wanted[n] })
 			if len(t.names) == 0 {
 				reason := "not in zarf.yaml"
-				if n := d.Annotations[annotationRefName]; n != "" {
-					if what, sig := CosignTag(n); sig {
-						reason = what
+				if n := d.Annotations[oci.AnnotationRefName]; n != "" {
+					if tag, sig := oci.ParseCosignTag(n); sig {
+						reason = tag.Kind
 					}
 				}
 				skip(d, reason)
@@ -303,9 +287,9 @@ func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*tar
 			// OCI archive may carry beside the image: never images.
 			var what string
 			t.names = slices.DeleteFunc(t.names, func(n string) bool {
-				kind, sig := CosignTag(n)
+				tag, sig := oci.ParseCosignTag(n)
 				if sig {
-					what = kind
+					what = tag.Kind
 				}
 				return sig
 			})
@@ -349,17 +333,17 @@ func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*tar
 // org.opencontainers.image.base.name, which older packages give alone
 // (sometimes without docker.io/).
 func (t *target) name(d ocispec.Descriptor, zarf bool) error {
-	if n, ok := d.Annotations[annotationContainerdName]; ok {
+	if n, ok := d.Annotations[oci.AnnotationImageName]; ok {
 		name, err := normalizeName(n)
 		if err != nil {
-			return fmt.Errorf("%s: %s %q: %w", t.what, annotationContainerdName, n, err)
+			return fmt.Errorf("%s: %s %q: %w", t.what, oci.AnnotationImageName, n, err)
 		}
 		t.addName(name, n)
 		return nil
 	}
-	refs := []string{d.Annotations[annotationRefName]}
+	refs := []string{d.Annotations[oci.AnnotationRefName]}
 	if zarf {
-		refs = append(refs, d.Annotations[ocispec.AnnotationBaseImageName])
+		refs = append(refs, d.Annotations[oci.AnnotationBaseImageName])
 	}
 	for _, ref := range refs {
 		switch {
@@ -369,7 +353,7 @@ func (t *target) name(d ocispec.Descriptor, zarf bool) error {
 		default:
 			name, err := normalizeName(ref)
 			if err != nil {
-				return fmt.Errorf("%s: %s %q is not a full reference: %w", t.what, annotationRefName, ref, err)
+				return fmt.Errorf("%s: %s %q is not a full reference: %w", t.what, oci.AnnotationRefName, ref, err)
 			}
 			t.addName(name, ref)
 		}
@@ -403,35 +387,6 @@ func skippedSummary(s []Skipped) string {
 	return strings.Join(parts, ", ")
 }
 
-func isIndexType(mt string) bool {
-	return mt == ocispec.MediaTypeImageIndex || mt == mediaTypeDockerManifestList
-}
-
-func isManifestType(mt string) bool {
-	return mt == ocispec.MediaTypeImageManifest || mt == mediaTypeDockerManifest
-}
-
-func isImageConfigType(mt string) bool {
-	return mt == "" || mt == ocispec.MediaTypeImageConfig || mt == mediaTypeDockerConfig
-}
-
-// isLayerType reports whether containerd unpacks layers of media type mt:
-// the OCI and Docker layer types, plain, gzip or zstd, distributable or not,
-// encrypted ones too (an ocicrypt stream processor decrypts them).
-func isLayerType(mt string) bool {
-	mt = strings.TrimSuffix(mt, "+encrypted")
-	switch mt {
-	case ocispec.MediaTypeImageLayer, ocispec.MediaTypeImageLayerGzip, ocispec.MediaTypeImageLayerZstd,
-		"application/vnd.oci.image.layer.nondistributable.v1.tar",
-		"application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
-		"application/vnd.oci.image.layer.nondistributable.v1.tar+zstd",
-		"application/vnd.docker.image.rootfs.diff.tar", "application/vnd.docker.image.rootfs.diff.tar.gzip",
-		"application/vnd.docker.image.rootfs.foreign.diff.tar.gzip":
-		return true
-	}
-	return false
-}
-
 // inspect checks the document d (when the archive has it) and what it refers
 // to, collects the config digests of its manifests and returns d's media type
 // (from the document when the descriptor has none).
@@ -453,6 +408,32 @@ func (w *walker) inspect(d ocispec.Descriptor, depth int, configs, seen map[dige
 	if depth > w.lim.depth {
 		return "", fmt.Errorf("%s: indexes nested more than %d deep", d.Digest, w.lim.depth)
 	}
+	mt, err := mediaTypeOf(d, b)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case oci.IsIndex(mt):
+		err = w.inspectIndex(d, b, depth, configs, seen)
+	case oci.IsManifest(mt):
+		err = w.inspectManifest(d, b, configs)
+	case mt == oci.MediaTypeDockerSchema1 || mt == oci.MediaTypeDockerSchema1JWS:
+		return "", fmt.Errorf("%s: docker schema 1 manifests are not supported", d.Digest)
+	case depth == 0:
+		return "", fmt.Errorf("%s: unsupported media type %q", d.Digest, mt)
+	default:
+		// Something else an index lists (an artifact): not ours to check.
+	}
+	if err != nil {
+		return "", err
+	}
+	return mt, nil
+}
+
+// mediaTypeOf is the media type of the document b: its descriptor's, when
+// that says index or manifest; else what the document says of itself, or
+// its shape.
+func mediaTypeOf(d ocispec.Descriptor, b []byte) (string, error) {
 	var probe struct {
 		SchemaVersion int             `json:"schemaVersion"`
 		MediaType     string          `json:"mediaType"`
@@ -463,84 +444,88 @@ func (w *walker) inspect(d ocispec.Descriptor, depth int, configs, seen map[dige
 		return "", fmt.Errorf("%s: %w", d.Digest, err)
 	}
 	mt := d.MediaType
-	if !isIndexType(mt) && !isManifestType(mt) {
+	if !oci.IsIndex(mt) && !oci.IsManifest(mt) {
 		switch {
 		case probe.MediaType != "":
 			mt = probe.MediaType
 		case probe.SchemaVersion == 1:
-			mt = mediaTypeDockerSchema1
+			mt = oci.MediaTypeDockerSchema1
 		case probe.Manifests != nil:
 			mt = ocispec.MediaTypeImageIndex
 		case probe.Config != nil:
 			mt = ocispec.MediaTypeImageManifest
 		}
 	}
-	switch {
-	case isIndexType(mt):
-		var idx ocispec.Index
-		if err := json.Unmarshal(b, &idx); err != nil {
-			return "", fmt.Errorf("index %s: %w", d.Digest, err)
-		}
-		if len(idx.Manifests) > w.lim.indexItems {
-			return "", fmt.Errorf("index %s lists more than %d manifests", d.Digest, w.lim.indexItems)
-		}
-		for _, c := range idx.Manifests {
-			if err := c.Digest.Validate(); err != nil {
-				return "", fmt.Errorf("index %s: digest %q: %w", d.Digest, c.Digest, err)
-			}
-			if _, err := w.inspect(c, depth+1, configs, seen); err != nil {
-				return "", err
-			}
-		}
-	case isManifestType(mt):
-		var m ocispec.Manifest
-		if err := json.Unmarshal(b, &m); err != nil {
-			return "", fmt.Errorf("manifest %s: %w", d.Digest, err)
-		}
-		if err := m.Config.Digest.Validate(); err != nil {
-			return "", fmt.Errorf("manifest %s: config digest %q: %w", d.Digest, m.Config.Digest, err)
-		}
-		if len(m.Layers) > w.lim.indexItems {
-			return "", fmt.Errorf("manifest %s lists more than %d layers", d.Digest, w.lim.indexItems)
-		}
-		for _, l := range m.Layers {
-			if err := l.Digest.Validate(); err != nil {
-				return "", fmt.Errorf("manifest %s: layer digest %q: %w", d.Digest, l.Digest, err)
-			}
-			if size, ok := w.blobs[l.Digest]; ok && size != l.Size {
-				return "", fmt.Errorf("manifest %s: layer %s is %d bytes, the manifest says %d", d.Digest, l.Digest, size, l.Size)
-			}
-		}
-		configs[m.Config.Digest] = true
-		if cb, ok := w.docs[m.Config.Digest]; ok {
-			if int64(len(cb)) != m.Config.Size {
-				return "", fmt.Errorf("manifest %s: config %s is %d bytes, the manifest says %d", d.Digest, m.Config.Digest, len(cb), m.Config.Size)
-			}
-			if isImageConfigType(m.Config.MediaType) {
-				cfg, err := parseConfig(cb)
-				if err != nil {
-					return "", fmt.Errorf("config %s: %w", m.Config.Digest, err)
-				}
-				// An image to run (not an attestation, whose platform is
-				// unknown/unknown): containerd must be able to unpack its layers.
-				if cfg.OS != "unknown" {
-					for _, l := range m.Layers {
-						if !isLayerType(l.MediaType) {
-							return "", fmt.Errorf("manifest %s: layer %s has media type %q, which containerd cannot unpack", d.Digest, l.Digest, l.MediaType)
-						}
-					}
-				}
-			}
-		}
-	case mt == mediaTypeDockerSchema1 || mt == mediaTypeDockerSchema1JWS:
-		return "", fmt.Errorf("%s: docker schema 1 manifests are not supported", d.Digest)
-	default:
-		if depth == 0 {
-			return "", fmt.Errorf("%s: unsupported media type %q", d.Digest, mt)
-		}
-		// Something else an index lists (an artifact): not ours to check.
-	}
 	return mt, nil
+}
+
+// inspectIndex checks the index d (b) and each manifest it lists.
+func (w *walker) inspectIndex(d ocispec.Descriptor, b []byte, depth int, configs, seen map[digest.Digest]bool) error {
+	var idx ocispec.Index
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return fmt.Errorf("index %s: %w", d.Digest, err)
+	}
+	if len(idx.Manifests) > w.lim.indexItems {
+		return fmt.Errorf("index %s lists more than %d manifests", d.Digest, w.lim.indexItems)
+	}
+	for _, c := range idx.Manifests {
+		if err := c.Digest.Validate(); err != nil {
+			return fmt.Errorf("index %s: digest %q: %w", d.Digest, c.Digest, err)
+		}
+		if _, err := w.inspect(c, depth+1, configs, seen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inspectManifest checks the manifest d (b): its digests, the sizes of what
+// the archive holds of it, and, for an image to run, that containerd can
+// unpack its layers; it adds its config to configs.
+func (w *walker) inspectManifest(d ocispec.Descriptor, b []byte, configs map[digest.Digest]bool) error {
+	var m ocispec.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("manifest %s: %w", d.Digest, err)
+	}
+	if err := m.Config.Digest.Validate(); err != nil {
+		return fmt.Errorf("manifest %s: config digest %q: %w", d.Digest, m.Config.Digest, err)
+	}
+	if len(m.Layers) > w.lim.indexItems {
+		return fmt.Errorf("manifest %s lists more than %d layers", d.Digest, w.lim.indexItems)
+	}
+	for _, l := range m.Layers {
+		if err := l.Digest.Validate(); err != nil {
+			return fmt.Errorf("manifest %s: layer digest %q: %w", d.Digest, l.Digest, err)
+		}
+		if size, ok := w.blobs[l.Digest]; ok && size != l.Size {
+			return fmt.Errorf("manifest %s: layer %s is %d bytes, the manifest says %d", d.Digest, l.Digest, size, l.Size)
+		}
+	}
+	configs[m.Config.Digest] = true
+	cb, ok := w.docs[m.Config.Digest]
+	if !ok {
+		return nil
+	}
+	if int64(len(cb)) != m.Config.Size {
+		return fmt.Errorf("manifest %s: config %s is %d bytes, the manifest says %d", d.Digest, m.Config.Digest, len(cb), m.Config.Size)
+	}
+	if !oci.IsImageConfig(m.Config.MediaType) {
+		return nil
+	}
+	cfg, err := parseConfig(cb)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", m.Config.Digest, err)
+	}
+	// An image to run (not an attestation, whose platform is
+	// unknown/unknown): containerd must be able to unpack its layers.
+	if cfg.OS != "unknown" {
+		for _, l := range m.Layers {
+			if !oci.IsUnpackable(l.MediaType) {
+				return fmt.Errorf("manifest %s: layer %s has media type %q, which containerd cannot unpack", d.Digest, l.Digest, l.MediaType)
+			}
+		}
+	}
+	return nil
 }
 
 // parseConfig reads an image config; it must name an OS and an architecture,

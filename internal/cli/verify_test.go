@@ -17,7 +17,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/cli"
 	"github.com/holdfast-project/holdfast/internal/fixture"
-	"github.com/holdfast-project/holdfast/internal/signature/layout"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
 
@@ -58,7 +58,7 @@ func (s *signedSet) images() []*fixture.Image { return []*fixture.Image{s.signed
 // sigTag is the name cosign gives img's signature: <repo>:sha256-<hex>.sig.
 func sigTag(img *fixture.Image) string {
 	repo, _, _ := strings.Cut(img.Names[0], ":")
-	return repo + ":" + layout.SigTag(img.Target.Digest)
+	return repo + ":" + oci.SignatureTag(img.Target.Digest)
 }
 
 // writeOCI writes the images as an OCI archive at path, each signature

@@ -4,8 +4,8 @@
 // store holds of other platforms, find the images' signatures, and lay it
 // all out as an OCI image layout with a docker save manifest.json, which
 // internal/archive writes. It reads the store through the runtime's ports
-// (runtime.Runtime for records and sources, runtime.Content for blobs) and
-// writes nothing into it.
+// (runtime.Runtime for records and sources, the store's runtime.Content for
+// blobs, the same port the import reads through) and writes nothing into it.
 package exporter
 
 import (
@@ -24,16 +24,6 @@ import (
 	"github.com/holdfast-project/holdfast/internal/archive"
 	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
-)
-
-// Annotations of index.json entries, as containerd's own exporter writes
-// them: containerd, K3s and holdfast name an image by the first, other OCI
-// readers by the second; the third marks a referrer (a cosign v3
-// signature), which no reader takes for an image.
-const (
-	AnnotationImageName       = "io.containerd.image.name"
-	AnnotationRefName         = ocispec.AnnotationRefName
-	AnnotationManifestSubject = "io.containerd.manifest.subject"
 )
 
 // maxDocSize bounds an index or manifest read whole from the store.
@@ -199,8 +189,8 @@ func indexEntry(img Image) ocispec.Descriptor {
 		Size:      img.Target.Size,
 		Platform:  img.Target.Platform,
 		Annotations: map[string]string{
-			AnnotationImageName: img.Name,
-			AnnotationRefName:   ociRefName(img.Name),
+			oci.AnnotationImageName: img.Name,
+			oci.AnnotationRefName:   ociRefName(img.Name),
 		},
 	}
 }

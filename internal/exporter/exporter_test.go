@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/exporter"
 	"github.com/holdfast-project/holdfast/internal/fixture"
 	"github.com/holdfast-project/holdfast/internal/importer"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
@@ -203,7 +204,7 @@ func TestExportRoundTrip(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, d := range idx.Manifests {
-		got[d.Annotations[exporter.AnnotationImageName]] = d.Annotations[exporter.AnnotationRefName]
+		got[d.Annotations[oci.AnnotationImageName]] = d.Annotations[oci.AnnotationRefName]
 	}
 	for name, want := range map[string]string{"example.com/team/multi:1": "1", "docker.io/library/single:2": "2"} {
 		if got[name] != want {
@@ -392,10 +393,10 @@ func TestExportSignatures(t *testing.T) {
 	tag, referrer := false, false
 	for _, d := range idx.Manifests {
 		switch {
-		case d.Annotations[exporter.AnnotationImageName] == "docker.io/library/signed:sha256-"+img.Target.Digest.Encoded()+".sig":
+		case d.Annotations[oci.AnnotationImageName] == "docker.io/library/signed:sha256-"+img.Target.Digest.Encoded()+".sig":
 			tag = true
-		case d.Annotations[exporter.AnnotationManifestSubject] == img.Target.Digest.String():
-			referrer = d.Annotations[exporter.AnnotationImageName] == ""
+		case d.Annotations[oci.AnnotationManifestSubject] == img.Target.Digest.String():
+			referrer = d.Annotations[oci.AnnotationImageName] == ""
 		}
 	}
 	if !tag || !referrer {

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
@@ -45,7 +45,7 @@ func choose(records []runtime.Image, states []runtime.SourceState, sel Selection
 		chosen[name] = target
 	}
 	eligible := func(name string) bool {
-		_, sig := archive.CosignTag(name)
+		_, sig := oci.ParseCosignTag(name)
 		return !runtime.IsCRIRecord(name) && !sig
 	}
 	if sel.All {

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/signature/layout"
 )
@@ -47,7 +46,7 @@ func findSignatures(ctx context.Context, c runtime.Content, targets []ocispec.De
 		if len(cs) == 0 {
 			continue
 		}
-		sigs, errs := layout.NewFinder(ctx, cs, layout.StoreBlobs(c)).Find(t)
+		sigs, errs := layout.NewFinder(ctx, cs, c).Find(t)
 		for _, err := range errs {
 			out.notes = append(out.notes, fmt.Sprintf("%s: a signature left out: %v", names[t.Digest][0], err))
 		}
@@ -79,7 +78,7 @@ func signatureCandidates(records []runtime.Image, states []runtime.SourceState) 
 	out := map[digest.Digest][]ocispec.Descriptor{}
 	add := func(t digest.Digest, d ocispec.Descriptor) {
 		if !slices.ContainsFunc(out[t], func(o ocispec.Descriptor) bool {
-			return o.Digest == d.Digest && o.Annotations[AnnotationRefName] == d.Annotations[AnnotationRefName]
+			return o.Digest == d.Digest && o.Annotations[oci.AnnotationRefName] == d.Annotations[oci.AnnotationRefName]
 		}) {
 			out[t] = append(out[t], d)
 		}
@@ -102,7 +101,7 @@ func signatureCandidates(records []runtime.Image, states []runtime.SourceState) 
 			continue
 		}
 		d := r.Target
-		d.Annotations = map[string]string{AnnotationRefName: r.Name}
+		d.Annotations = map[string]string{oci.AnnotationRefName: r.Name}
 		add(t, d)
 	}
 	return out
@@ -111,15 +110,11 @@ func signatureCandidates(records []runtime.Image, states []runtime.SourceState) 
 // signatureTagOf is the image a name with cosign's signature tag
 // (<repo>:sha256-<hex>.sig) signs.
 func signatureTagOf(name string) (digest.Digest, bool) {
-	if kind, ok := archive.CosignTag(name); !ok || kind != "signature" {
+	tag, ok := oci.ParseCosignTag(name)
+	if !ok || tag.Kind != oci.TagSignature || tag.Image == "" {
 		return "", false
 	}
-	tag := name[strings.LastIndexByte(name, ':')+1:]
-	t, err := digest.Parse(strings.Replace(strings.TrimSuffix(tag, ".sig"), "-", ":", 1))
-	if err != nil {
-		return "", false
-	}
-	return t, true
+	return tag.Image, true
 }
 
 // signatureOf is the index.json entries and the blobs of one signature
@@ -160,14 +155,14 @@ func signatureOf(ctx context.Context, c runtime.Content, t ocispec.Descriptor, s
 	if m.Subject != nil {
 		e := desc
 		e.ArtifactType = m.ArtifactType
-		e.Annotations = map[string]string{AnnotationManifestSubject: t.Digest.String()}
+		e.Annotations = map[string]string{oci.AnnotationManifestSubject: t.Digest.String()}
 		return []ocispec.Descriptor{e}, blobs, nil
 	}
 	var entries []ocispec.Descriptor
 	for _, repo := range repositories(names) {
-		name := repo + ":" + layout.SigTag(t.Digest)
+		tag := oci.SignatureTag(t.Digest)
 		e := desc
-		e.Annotations = map[string]string{AnnotationImageName: name, AnnotationRefName: layout.SigTag(t.Digest)}
+		e.Annotations = map[string]string{oci.AnnotationImageName: repo + ":" + tag, oci.AnnotationRefName: tag}
 		entries = append(entries, e)
 	}
 	return entries, blobs, nil

@@ -111,14 +111,14 @@ func entryOf(e ocispec.Descriptor, names map[digest.Digest][]string) (image, kin
 	if ns, ok := names[e.Digest]; ok {
 		return strings.Join(ns, ", "), oci.Kind(e.MediaType), false
 	}
-	signed := digest.Digest(e.Annotations[AnnotationManifestSubject])
-	if t, ok := signatureTagOf(e.Annotations[AnnotationImageName]); ok {
+	signed := digest.Digest(e.Annotations[oci.AnnotationManifestSubject])
+	if t, ok := signatureTagOf(e.Annotations[oci.AnnotationImageName]); ok {
 		signed = t
 	}
 	if ns, ok := names[signed]; ok {
 		return strings.Join(ns, ", "), "signature manifest", true
 	}
-	if n := e.Annotations[AnnotationImageName]; n != "" {
+	if n := e.Annotations[oci.AnnotationImageName]; n != "" {
 		return n, oci.Kind(e.MediaType), false
 	}
 	return e.Digest.String(), oci.Kind(e.MediaType), false

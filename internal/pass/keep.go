@@ -15,7 +15,6 @@ import (
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/signature"
-	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/source"
 )
 
@@ -105,7 +104,7 @@ func pinKept(ctx context.Context, rt hfruntime.Backend, k *Kept, replaces string
 	if !k.Result.Unchanged {
 		imported[k.Result.Lease] = true
 	}
-	judge := signature.Judge{Policy: opts.Policy, Blobs: layout.StoreBlobs(rt.ImportStore())}
+	judge := signature.Judge{Policy: opts.Policy, Blobs: rt.ImportStore()}
 	judgment := judge.For(ctx, states)
 	if judgment != nil {
 		k.Verdicts = map[string]signature.Verdict{}

@@ -21,7 +21,6 @@ import (
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	"github.com/holdfast-project/holdfast/internal/registries"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
-	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/source"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
@@ -209,7 +208,7 @@ func New(rt hfruntime.Backend, cfg Config, opts ...Option) *Runner {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	r.sigs.judge.Blobs = layout.StoreBlobs(r.store)
+	r.sigs.judge.Blobs = r.store
 	for _, o := range opts {
 		o(r)
 	}

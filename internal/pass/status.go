@@ -13,7 +13,6 @@ import (
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/signature"
-	"github.com/holdfast-project/holdfast/internal/signature/layout"
 )
 
 // StatusImage is one record in `status -o json`.
@@ -143,7 +142,7 @@ func ReadStatus(ctx context.Context, rt hfruntime.Backend, req StatusRequest) (S
 		for i, img := range imgs {
 			records[i] = img.Image
 		}
-		judge := signature.Judge{Policy: req.Policy, Blobs: layout.StoreBlobs(rt.ImportStore())}
+		judge := signature.Judge{Policy: req.Policy, Blobs: rt.ImportStore()}
 		addSignatures(judge.For(ctx, srcs), srcs, records, &st)
 	}
 	addTargets(&st)

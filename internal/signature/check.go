@@ -8,6 +8,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/signature/layout"
 )
 
@@ -25,7 +26,7 @@ type Image struct {
 // as are the index entries the walk skipped. An image no rule matches is
 // unchecked, and its signatures are not looked for; each target is verified
 // once per rule, whatever number of names it has.
-func Check(ctx context.Context, pol *Policy, res *archive.Result, b layout.Blobs) []Image {
+func Check(ctx context.Context, pol *Policy, res *archive.Result, b oci.Reader) []Image {
 	finder := layout.NewFinder(ctx, layout.Candidates(res), b)
 	type key struct {
 		target digest.Digest
@@ -35,7 +36,7 @@ func Check(ctx context.Context, pol *Policy, res *archive.Result, b layout.Blobs
 	verdicts := map[key]Verdict{}
 	var out []Image
 	for _, img := range res.Images {
-		if _, tag := archive.CosignTag(img.Name); tag {
+		if _, tag := oci.ParseCosignTag(img.Name); tag {
 			continue
 		}
 		rule, ok := pol.RuleFor(img.Name)

@@ -10,6 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
@@ -27,7 +28,7 @@ func signedArchive(tb testing.TB, k *ecdsa.PrivateKey, n int) *archive.Result {
 		maps.Copy(res.Docs, sig.Blobs)
 		res.Images = append(res.Images, img)
 		res.Skipped = append(res.Skipped, archive.Skipped{MediaType: sig.Descriptor.MediaType, Digest: sig.Descriptor.Digest,
-			Size: sig.Descriptor.Size, Name: r + ":" + layout.SigTag(img.Target.Digest), Reason: "signature"})
+			Size: sig.Descriptor.Size, Name: r + ":" + oci.SignatureTag(img.Target.Digest), Reason: "signature"})
 	}
 	return res
 }
@@ -40,7 +41,7 @@ func TestCheckReadsOnce(t *testing.T) {
 	const n = 5
 	res := signedArchive(t, k, n)
 	store := &memStore{blobs: res.Docs}
-	for _, img := range Check(context.Background(), pol, res, layout.StoreBlobs(store)) {
+	for _, img := range Check(context.Background(), pol, res, store) {
 		if img.State != Verified {
 			t.Errorf("%s: %s, want verified", img.Name, img.Verdict)
 		}

@@ -12,6 +12,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
@@ -52,13 +53,13 @@ func TestCheck(t *testing.T) {
 `)
 	app, app2, other, bare := image(repo+":1", "app"), image(repo+":latest", "app"), image("docker.io/library/nginx:1", "nginx"), image(repo+":2", "bare")
 	sig := sigtest.Legacy(t, repo, app.Target.Digest, k)
-	tag := image(repo+":"+layout.SigTag(app.Target.Digest), "")
+	tag := image(repo+":"+oci.SignatureTag(app.Target.Digest), "")
 	tag.Target = sig.Descriptor
 	missing := digest.FromString("a manifest the archive lacks")
 	res := &archive.Result{
 		Images:  []archive.Image{app, app2, tag, bare, other},
 		Docs:    maps.Clone(sig.Blobs),
-		Skipped: []archive.Skipped{{Digest: missing, Name: repo + ":" + layout.SigTag(bare.Target.Digest), Reason: "signature"}},
+		Skipped: []archive.Skipped{{Digest: missing, Name: repo + ":" + oci.SignatureTag(bare.Target.Digest), Reason: "signature"}},
 	}
 	got := Check(context.Background(), pol, res, layout.Docs(res))
 	want := []struct {

@@ -3,14 +3,14 @@ package signature
 import (
 	"context"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
-	"github.com/holdfast-project/holdfast/internal/signature/layout"
 )
 
 // StoreJudge is a Judge of pol that reads the signatures sources keep from
 // a content store.
-func StoreJudge(pol *Policy, store layout.BlobReader) *Judge {
-	return &Judge{Policy: pol, Blobs: layout.StoreBlobs(store)}
+func StoreJudge(pol *Policy, store oci.Reader) *Judge {
+	return &Judge{Policy: pol, Blobs: store}
 }
 
 // Enforced says, for each of wants, why a node that enforces the policy

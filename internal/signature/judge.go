@@ -12,6 +12,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/signature/layout"
 )
@@ -25,7 +26,7 @@ import (
 // Judge has no policy: it judges nothing.
 type Judge struct {
 	Policy *Policy // nil: no policy
-	Blobs  layout.Blobs
+	Blobs  oci.Reader
 
 	mu   sync.Mutex
 	memo map[memoKey]Verdict
@@ -79,7 +80,7 @@ func (j *Judge) For(ctx context.Context, states []runtime.SourceState) *Judgment
 // add gathers what one source state says of its images' signatures.
 func (g *Judgment) add(st runtime.SourceState) {
 	for _, w := range st.Images {
-		if _, tag := archive.CosignTag(w.Name); !tag {
+		if _, tag := oci.ParseCosignTag(w.Name); !tag {
 			g.names[w.Target.Digest] = append(g.names[w.Target.Digest], w.Name)
 		}
 		if !st.SignaturesRecorded {
@@ -166,8 +167,8 @@ func (j *Judge) verdict(ctx context.Context, pol *Policy, name string, target oc
 	var f found
 	f.sigs, f.unreadable = layout.NewFinder(ctx, candidates, j.Blobs).Find(target)
 	for _, p := range pkgs {
-		m, merr := j.Blobs.Read(ctx, p.Manifest)
-		bu, berr := j.Blobs.Read(ctx, p.Bundle)
+		m, merr := j.Blobs.ReadBlob(ctx, p.Manifest)
+		bu, berr := j.Blobs.ReadBlob(ctx, p.Bundle)
 		if err := errors.Join(merr, berr); err != nil {
 			f.unreadable = append(f.unreadable, fmt.Errorf("the Zarf package's signature: %w", err))
 			continue

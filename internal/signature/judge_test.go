@@ -11,8 +11,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
-	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
 
@@ -38,7 +38,7 @@ func storeScene(tb testing.TB) (*Policy, []runtime.SourceState, *memStore, runti
 	img := image(repo+":1", "app")
 	sig := sigtest.Legacy(tb, repo, img.Target.Digest, k)
 	desc := sig.Descriptor
-	desc.Annotations = map[string]string{ocispec.AnnotationRefName: repo + ":" + layout.SigTag(img.Target.Digest)}
+	desc.Annotations = map[string]string{ocispec.AnnotationRefName: repo + ":" + oci.SignatureTag(img.Target.Digest)}
 	w := runtime.Want{Name: img.Name, Target: img.Target}
 	states := []runtime.SourceState{{Lease: "l", Images: []runtime.Want{w},
 		Signatures: map[digest.Digest][]ocispec.Descriptor{img.Target.Digest: {desc}}}}
@@ -94,7 +94,7 @@ func TestJudgeRemembers(t *testing.T) {
 // judgeOf is the judgment of pol, through j, on the images states want,
 // whose signatures are in store.
 func judgeOf(j *Judge, pol *Policy, store *memStore, states []runtime.SourceState) *Judgment {
-	j.Policy, j.Blobs = pol, layout.StoreBlobs(store)
+	j.Policy, j.Blobs = pol, store
 	return j.For(context.Background(), states)
 }
 

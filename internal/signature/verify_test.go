@@ -9,6 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
@@ -47,7 +48,7 @@ func keylessRule(root []byte, ids ...Identity) *Rule {
 
 // tagged names a candidate as Zarf does the .sig records it carries.
 func tagged(d ocispec.Descriptor, image digest.Digest) ocispec.Descriptor {
-	d.Annotations = map[string]string{ocispec.AnnotationRefName: repo + ":" + layout.SigTag(image)}
+	d.Annotations = map[string]string{ocispec.AnnotationRefName: repo + ":" + oci.SignatureTag(image)}
 	return d
 }
 

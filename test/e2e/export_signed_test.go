@@ -20,7 +20,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/holdfast-project/holdfast/internal/signature/layout"
+	"github.com/holdfast-project/holdfast/internal/oci"
 )
 
 // TestExportSignedSameWhicheverImporter: one signed archive (the image's
@@ -68,7 +68,7 @@ func TestExportSignedSameWhicheverImporter(t *testing.T) {
 		if !ok {
 			t.Fatalf("containerd's import of the export made no record %s", scene.signed)
 		}
-		sigTag := strings.TrimSuffix(scene.signed, ":1") + ":" + layout.SigTag(rec.Target.Digest)
+		sigTag := strings.TrimSuffix(scene.signed, ":1") + ":" + oci.SignatureTag(rec.Target.Digest)
 		if _, ok := third.record(t, sigTag); !ok {
 			t.Errorf("containerd's import of the export made no record %s", sigTag)
 		}

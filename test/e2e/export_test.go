@@ -19,7 +19,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
-	"github.com/holdfast-project/holdfast/internal/signature/layout"
+	"github.com/holdfast-project/holdfast/internal/oci"
 )
 
 // TestExport: images imported into one containerd (one of two platforms
@@ -123,7 +123,7 @@ func TestExport(t *testing.T) {
 			rec, _ := dst.record(t, n)
 			got[n] = rec.Target.Digest
 		}
-		sigTag := strings.TrimSuffix(signed.signed, ":1") + ":" + layout.SigTag(want[signed.signed])
+		sigTag := strings.TrimSuffix(signed.signed, ":1") + ":" + oci.SignatureTag(want[signed.signed])
 		for n, d := range want {
 			if got[n] != d {
 				t.Errorf("%s: ctr made it at %q; want %s", n, got[n], d)

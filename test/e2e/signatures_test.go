@@ -13,7 +13,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
-	"github.com/holdfast-project/holdfast/internal/signature/layout"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
 
@@ -62,7 +62,7 @@ func writeSignedSceneAs(t *testing.T, imagesDir, format string) signedScene {
 		repo, _, _ := strings.Cut(img.Names[0], ":")
 		m := sigtest.Legacy(t, repo, img.Target.Digest, k)
 		desc := m.Descriptor
-		desc.Annotations = map[string]string{ocispec.AnnotationRefName: repo + ":" + layout.SigTag(img.Target.Digest)}
+		desc.Annotations = map[string]string{ocispec.AnnotationRefName: repo + ":" + oci.SignatureTag(img.Target.Digest)}
 		if format == "haul" {
 			desc.Annotations = map[string]string{fixture.AnnotationKind: "dev.hauler/sigs",
 				fixture.AnnotationImageName: img.Names[0], ocispec.AnnotationRefName: strings.TrimPrefix(img.Names[0], "e2e.local/")}
@@ -409,7 +409,7 @@ func TestSignaturePolicyKeyless(t *testing.T) {
 		repo, _, _ := strings.Cut(img.Names[0], ":")
 		m := sigtest.LegacyKeyless(t, vs, repo, img.Target.Digest, issuer, subject)
 		desc := m.Descriptor
-		desc.Annotations = map[string]string{ocispec.AnnotationRefName: repo + ":" + layout.SigTag(img.Target.Digest)}
+		desc.Annotations = map[string]string{ocispec.AnnotationRefName: repo + ":" + oci.SignatureTag(img.Target.Digest)}
 		return fixture.Artifact{Descriptor: desc, Blobs: m.Bytes()}
 	}
 	archive := filepath.Join(dir, "keyless.tar")

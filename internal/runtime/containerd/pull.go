@@ -17,6 +17,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -114,7 +115,7 @@ func (r *Runtime) fetchSignature(ctx context.Context, resolver remotes.Resolver,
 	if err != nil {
 		return ocispec.Descriptor{}, false
 	}
-	sigRef := named.Name() + ":" + d.Algorithm().String() + "-" + d.Encoded() + ".sig"
+	sigRef := named.Name() + ":" + oci.SignatureTag(d)
 	desc, err := r.fetch(ctx, resolver, sigRef, platforms.All)
 	if err != nil {
 		return ocispec.Descriptor{}, false

@@ -20,6 +20,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/oci"
 )
 
 // Media types and annotations of cosign signatures.
@@ -37,12 +39,6 @@ const (
 	// is; cosign sign writes predicateSign, cosign attest anything else.
 	annotationPredicateType = "dev.sigstore.bundle.predicateType"
 	PredicateSign           = "https://sigstore.dev/cosign/sign/v1"
-
-	annotationContainerdName = "io.containerd.image.name"
-
-	// cosign writes this instead of the OCI type with
-	// COSIGN_DOCKER_MEDIA_TYPES set.
-	mediaTypeDockerManifest = "application/vnd.docker.distribution.manifest.v2+json"
 )
 
 // maxBlob bounds what NewIndex reads of a signature manifest or layer: payloads
@@ -56,12 +52,6 @@ const (
 	KindBlob          = "blob"          // a sigstore bundle over a file's bytes (cosign sign-blob, zarf.bundle.sig)
 )
 
-// Blobs reads small blobs (manifests, signature layers, bundles) by
-// descriptor, wherever the import keeps them.
-type Blobs interface {
-	Read(ctx context.Context, desc ocispec.Descriptor) ([]byte, error)
-}
-
 // Signature is one signature Index.Find found for an image: its content, checked
 // against its digest, and where it came from. Nothing in it is verified.
 type Signature struct {
@@ -73,12 +63,6 @@ type Signature struct {
 	Content []byte // the payload, or the bundle JSON
 	// Blob is what a KindBlob bundle signs.
 	Blob []byte
-}
-
-// SigTag is the tag cosign gives the signatures of the image with this
-// digest: sha256-<hex>.sig.
-func SigTag(image digest.Digest) string {
-	return image.Algorithm().String() + "-" + image.Encoded() + ".sig"
 }
 
 // Index holds the signatures among an archive's candidates by the image
@@ -118,7 +102,7 @@ type claim struct {
 // an archive skipped as signatures or referrers, or records named
 // <repo>:sha256-<hex>.sig. A candidate that cannot be read is kept with its
 // error, which Find reports for the images it may claim.
-func NewIndex(ctx context.Context, candidates []ocispec.Descriptor, b Blobs) *Index {
+func NewIndex(ctx context.Context, candidates []ocispec.Descriptor, b oci.Reader) *Index {
 	x := &Index{byImage: map[digest.Digest][]claim{}, byTag: map[string][]claim{}}
 	// A manifest may be among the candidates under several names.
 	tags := map[digest.Digest][]string{}
@@ -172,7 +156,7 @@ func NewIndex(ctx context.Context, candidates []ocispec.Descriptor, b Blobs) *In
 // or a bundle referrer of an attestation, has no signatures. On error, m is
 // the manifest when it could be read: with a subject, the error is only
 // that image's.
-func readCandidate(ctx context.Context, b Blobs, c ocispec.Descriptor) (m *ocispec.Manifest, sigs []Signature, named []digest.Digest, err error) {
+func readCandidate(ctx context.Context, b oci.Reader, c ocispec.Descriptor) (m *ocispec.Manifest, sigs []Signature, named []digest.Digest, err error) {
 	raw, err := read(ctx, b, c)
 	if err != nil {
 		return nil, nil, nil, err
@@ -215,18 +199,18 @@ func readCandidate(ctx context.Context, b Blobs, c ocispec.Descriptor) (m *ocisp
 // holds an attestation rather than a signature. A legacy simple-signing
 // layer is kept when its payload names the image's digest, or when its
 // manifest claims the image: by its subject, or by its candidate descriptor
-// being named with SigTag(image) (org.opencontainers.image.ref.name or
+// being named with oci.SignatureTag(image) (org.opencontainers.image.ref.name or
 // io.containerd.image.name); Verify then judges it even if its payload names
 // another image. Anything else (attestations, SBOMs, charts, images) is
 // ignored. Nothing is verified here. A candidate that could not be read
-// (an error of the Blobs, or content that does not match its descriptor)
+// (an error of the Reader, or content that does not match its descriptor)
 // gives none of its signatures: its error concerns the image of its
 // subject, or, without one, every image. Signatures and errors come in the
 // order of the candidates.
 func (x *Index) Find(image ocispec.Descriptor) ([]Signature, []error) {
 	var hits []claim
 	hits = append(hits, x.byImage[image.Digest]...)
-	hits = append(hits, x.byTag[SigTag(image.Digest)]...)
+	hits = append(hits, x.byTag[oci.SignatureTag(image.Digest)]...)
 	hits = append(hits, x.unknown...)
 	slices.SortFunc(hits, func(a, b claim) int {
 		if a.manifest != b.manifest {
@@ -262,10 +246,10 @@ func (x *Index) Find(image ocispec.Descriptor) ([]Signature, []error) {
 // (org.opencontainers.image.ref.name or io.containerd.image.name) is named
 // with a tag when it is the tag or ends with a colon and the tag: so each
 // name whole, and each part of it after a colon, that ends with .sig. Find
-// looks SigTag(image) up among them.
+// looks oci.SignatureTag(image) up among them.
 func sigTags(d ocispec.Descriptor) []string {
 	var out []string
-	for _, k := range []string{ocispec.AnnotationRefName, annotationContainerdName} {
+	for _, k := range []string{oci.AnnotationRefName, oci.AnnotationImageName} {
 		n := d.Annotations[k]
 		for {
 			if strings.HasSuffix(n, ".sig") && !slices.Contains(out, n) {
@@ -289,14 +273,14 @@ func isBundleReferrer(m ocispec.Manifest) bool {
 }
 
 // read reads a blob and checks it against its descriptor.
-func read(ctx context.Context, b Blobs, d ocispec.Descriptor) ([]byte, error) {
+func read(ctx context.Context, b oci.Reader, d ocispec.Descriptor) ([]byte, error) {
 	if err := d.Digest.Validate(); err != nil {
 		return nil, fmt.Errorf("blob %q: %w", d.Digest, err)
 	}
 	if d.Size > maxBlob {
 		return nil, fmt.Errorf("blob %s: %d bytes, more than a signature's %d", d.Digest, d.Size, maxBlob)
 	}
-	raw, err := b.Read(ctx, d)
+	raw, err := b.ReadBlob(ctx, d)
 	if err != nil {
 		return nil, fmt.Errorf("blob %s: %w", d.Digest, err)
 	}
@@ -313,9 +297,10 @@ func read(ctx context.Context, b Blobs, d ocispec.Descriptor) ([]byte, error) {
 }
 
 // isManifest says whether a candidate may be a signature manifest: an OCI
-// or Docker manifest, or a descriptor that does not say.
+// or Docker manifest (cosign writes the Docker type with
+// COSIGN_DOCKER_MEDIA_TYPES set), or a descriptor that does not say.
 func isManifest(mediaType string) bool {
-	return mediaType == "" || mediaType == ocispec.MediaTypeImageManifest || mediaType == mediaTypeDockerManifest
+	return mediaType == "" || oci.IsManifest(mediaType)
 }
 
 // simpleSigning is what holdfast reads of a cosign simple-signing payload.

@@ -9,6 +9,7 @@ import (
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
@@ -31,14 +32,14 @@ func FuzzFind(f *testing.F) {
 		return b[mf.Layers[0].Digest]
 	}
 	testenv.Seeds(f, map[string][]any{
-		"legacy":   {b[legacy.Digest], layerOf(legacy), SigTag(img.Digest), uint8(0)},
+		"legacy":   {b[legacy.Digest], layerOf(legacy), oci.SignatureTag(img.Digest), uint8(0)},
 		"referrer": {b[ref.Digest], layerOf(ref), "", uint8(1)},
 		"junk":     {[]byte(`{"layers":[{"digest":"sha256:00","size":-1}],"subject":{}}`), []byte("{}"), "x.sig", uint8(2)},
 	})
 	f.Fuzz(func(t *testing.T, manifest, blob []byte, tag string, mt uint8) {
 		store := maps.Clone(b)
 		store.Put("", blob)
-		m := store.Put([]string{ocispec.MediaTypeImageManifest, mediaTypeDockerManifest, "", ocispec.MediaTypeImageIndex}[mt%4], manifest)
+		m := store.Put([]string{ocispec.MediaTypeImageManifest, oci.MediaTypeDockerManifest, "", ocispec.MediaTypeImageIndex}[mt%4], manifest)
 		if tag != "" {
 			m.Annotations = map[string]string{ocispec.AnnotationRefName: sigtest.Repo + ":" + tag}
 		}

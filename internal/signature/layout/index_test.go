@@ -11,12 +11,13 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
 
 // tagged names a candidate as Zarf does the .sig records it carries.
 func tagged(d ocispec.Descriptor, image digest.Digest) ocispec.Descriptor {
-	d.Annotations = map[string]string{ocispec.AnnotationRefName: sigtest.Repo + ":" + SigTag(image)}
+	d.Annotations = map[string]string{ocispec.AnnotationRefName: sigtest.Repo + ":" + oci.SignatureTag(image)}
 	return d
 }
 
@@ -214,13 +215,6 @@ func show(sigs [][2]ocispec.Descriptor) string {
 	}
 	return "[" + strings.Join(out, ", ") + "]"
 }
-func TestSigTag(t *testing.T) {
-	d := digest.FromString("image")
-	if got, want := SigTag(d), "sha256-"+d.Encoded()+".sig"; got != want {
-		t.Fatalf("SigTag = %q, want %q", got, want)
-	}
-}
-
 func TestFindReadError(t *testing.T) {
 	b := sigtest.Blobs{}
 	img := b.Image(t, "1.0")

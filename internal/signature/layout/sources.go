@@ -9,6 +9,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/oci"
 )
 
 // Finder finds images' signatures among candidates, reading every
@@ -19,7 +20,7 @@ type Finder struct {
 }
 
 // NewFinder is a Finder of the signatures among candidates, read with b.
-func NewFinder(ctx context.Context, candidates []ocispec.Descriptor, b Blobs) *Finder {
+func NewFinder(ctx context.Context, candidates []ocispec.Descriptor, b oci.Reader) *Finder {
 	return &Finder{index: sync.OnceValue(func() *Index { return NewIndex(ctx, candidates, b) })}
 }
 
@@ -39,14 +40,14 @@ func Candidates(res *archive.Result) []ocispec.Descriptor {
 	for _, s := range res.Skipped {
 		d := ocispec.Descriptor{MediaType: s.MediaType, Digest: s.Digest, Size: s.Size}
 		if s.Name != "" {
-			d.Annotations = map[string]string{ocispec.AnnotationRefName: s.Name}
+			d.Annotations = map[string]string{oci.AnnotationRefName: s.Name}
 		}
 		out = append(out, d)
 	}
 	for _, img := range res.Images {
-		if _, tag := archive.CosignTag(img.Name); tag {
+		if _, tag := oci.ParseCosignTag(img.Name); tag {
 			d := img.Target
-			d.Annotations = map[string]string{ocispec.AnnotationRefName: img.Name}
+			d.Annotations = map[string]string{oci.AnnotationRefName: img.Name}
 			out = append(out, d)
 		}
 	}
@@ -65,7 +66,7 @@ func Carried(ctx context.Context, res *archive.Result) map[digest.Digest][]Signa
 	find := NewFinder(ctx, candidates, Docs(res))
 	out := map[digest.Digest][]Signature{}
 	for _, img := range res.Images {
-		if _, tag := archive.CosignTag(img.Name); tag {
+		if _, tag := oci.ParseCosignTag(img.Name); tag {
 			continue
 		}
 		if _, ok := out[img.Target.Digest]; ok {
@@ -80,32 +81,18 @@ func Carried(ctx context.Context, res *archive.Result) map[digest.Digest][]Signa
 
 // Docs reads blobs from what a walk kept of them: its documents (manifests,
 // configs, and small JSON blobs such as simple-signing payloads and sigstore
-// bundles). Any other blob cannot be read: the error says why.
-func Docs(res *archive.Result) Blobs { return docs{res} }
+// bundles). Any other blob cannot be read: the error says why, and is
+// oci.ErrNotFound for one the archive does not hold.
+func Docs(res *archive.Result) oci.Reader { return docs{res} }
 
 type docs struct{ res *archive.Result }
 
-func (d docs) Read(_ context.Context, desc ocispec.Descriptor) ([]byte, error) {
+func (d docs) ReadBlob(_ context.Context, desc ocispec.Descriptor) ([]byte, error) {
 	if b, ok := d.res.Docs[desc.Digest]; ok {
 		return b, nil
 	}
 	if _, ok := d.res.Blobs[desc.Digest]; ok {
 		return nil, errors.New("in the archive, but not a small JSON document, which is all a check keeps of it")
 	}
-	return nil, errors.New("not in the archive")
-}
-
-// BlobReader reads small blobs from a content store, as an import's store
-// (runtime.Store) does.
-type BlobReader interface {
-	ReadBlob(ctx context.Context, desc ocispec.Descriptor) ([]byte, error)
-}
-
-// StoreBlobs reads signatures from a content store.
-func StoreBlobs(s BlobReader) Blobs { return storeBlobs{s} }
-
-type storeBlobs struct{ s BlobReader }
-
-func (b storeBlobs) Read(ctx context.Context, desc ocispec.Descriptor) ([]byte, error) {
-	return b.s.ReadBlob(ctx, desc)
+	return nil, oci.NotFound(errors.New("not in the archive"))
 }

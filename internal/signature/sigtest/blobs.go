@@ -5,7 +5,6 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"encoding/base64"
-	"errors"
 	"maps"
 	"testing"
 	"time"
@@ -22,6 +21,8 @@ import (
 	"github.com/sigstore/sigstore-go/pkg/testing/ca"
 	sigsig "github.com/sigstore/sigstore/pkg/signature"
 	sigdsse "github.com/sigstore/sigstore/pkg/signature/dsse"
+
+	"github.com/holdfast-project/holdfast/internal/oci"
 )
 
 // More of what cosign writes.
@@ -40,15 +41,15 @@ const (
 )
 
 // Blobs is a content store in memory, which reads as an import's stores do
-// (layout.Blobs).
+// (oci.Reader).
 type Blobs map[digest.Digest][]byte
 
-// Read returns the blob of d.
-func (b Blobs) Read(_ context.Context, d ocispec.Descriptor) ([]byte, error) {
+// ReadBlob returns the blob of d.
+func (b Blobs) ReadBlob(_ context.Context, d ocispec.Descriptor) ([]byte, error) {
 	if c, ok := b[d.Digest]; ok {
 		return c, nil
 	}
-	return nil, errors.New("not found")
+	return nil, oci.ErrNotFound
 }
 
 // Put stores content and returns its descriptor.
