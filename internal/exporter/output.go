@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 
 	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/files"
 )
 
 // Output is where an export writes: standard output, or a hidden temporary
@@ -17,8 +17,7 @@ type Output struct {
 	w       io.Writer
 	counted *archive.CountingWriter
 	buf     *bufio.Writer
-	file    *os.File
-	path    string
+	file    *files.Pending
 	done    bool
 }
 
@@ -34,13 +33,13 @@ func CreateOutput(path string, stdout io.Writer) (*Output, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.CreateTemp(filepath.Dir(abs), "."+filepath.Base(abs)+".*.partial")
+	f, err := files.Create(abs)
 	if err != nil {
 		return nil, fmt.Errorf("creating %s: %w", path, err)
 	}
 	c := &archive.CountingWriter{W: f}
 	buf := bufio.NewWriterSize(c, 1<<20)
-	return &Output{w: buf, counted: c, buf: buf, file: f, path: abs}, nil
+	return &Output{w: buf, counted: c, buf: buf, file: f}, nil
 }
 
 // Write writes to the output, buffered.
@@ -55,26 +54,7 @@ func (e *Output) Commit() error {
 	if e.file == nil {
 		return nil
 	}
-	tmp := e.file.Name()
-	err := e.file.Chmod(0o644)
-	if err == nil {
-		err = e.file.Sync()
-	}
-	if cerr := e.file.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, e.path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if dir, err := os.Open(filepath.Dir(e.path)); err == nil {
-		_ = dir.Sync()
-		dir.Close()
-	}
-	return nil
+	return e.file.Commit(0o644)
 }
 
 // Abort removes the temporary file unless Commit renamed it.
@@ -82,8 +62,7 @@ func (e *Output) Abort() {
 	if e.done || e.file == nil {
 		return
 	}
-	e.file.Close()
-	os.Remove(e.file.Name())
+	e.file.Abort()
 }
 
 // Size is the bytes written.
