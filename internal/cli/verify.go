@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,10 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/holdfast-project/holdfast/internal/archive"
 	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/signature"
-	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/source"
 )
 
@@ -101,7 +98,7 @@ func newVerify() *cobra.Command {
 			failed := false
 			for _, path := range args {
 				var (
-					vs  []VerifyImage
+					v   pass.Verified
 					err error
 				)
 				what := path
@@ -109,10 +106,10 @@ func newVerify() *cobra.Command {
 					what = pass.StreamName
 					var in io.Reader
 					if in, err = stdinOf(ctx, cmd); err == nil {
-						vs, err = verifyStream(ctx, pol, in, name)
+						v, err = pass.VerifyStream(ctx, pol, in, name)
 					}
 				} else {
-					vs, err = verifyPath(ctx, pol, path, name)
+					v, err = pass.Verify(ctx, pol, path, name)
 				}
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -122,12 +119,12 @@ func newVerify() *cobra.Command {
 					failed = true
 					continue
 				}
-				for _, v := range vs {
-					if v.State != signature.Verified && v.State != signature.Unchecked {
+				for _, img := range v.Images {
+					if img.State != signature.Verified && img.State != signature.Unchecked {
 						failed = true
 					}
 				}
-				images = append(images, vs...)
+				images = append(images, verdicts(v)...)
 			}
 			if output == "json" {
 				enc := json.NewEncoder(out)
@@ -153,52 +150,11 @@ func newVerify() *cobra.Command {
 	return cmd
 }
 
-// verifyPath reads the archive, bundle or layout dir at path as an import
-// would, keeping nothing but its documents, and judges its images against
-// pol.
-func verifyPath(ctx context.Context, pol *signature.Policy, path, name string) ([]VerifyImage, error) {
-	src, err := source.Identify(path)
-	if err != nil {
-		return nil, err
-	}
-	if src.Incomplete != "" {
-		return nil, fmt.Errorf("split into %d parts, and %s", len(src.Parts), src.Incomplete)
-	}
-	opts := archive.WalkOptions{Name: name, ReadSkipped: true}
-	var res *archive.Result
-	if src.Kind == source.OCIDir {
-		res, err = archive.WalkDirWith(ctx, src.Path, archive.Discard, opts)
-	} else {
-		var rc io.ReadCloser
-		if rc, err = source.OpenSource(src); err != nil {
-			return nil, err
-		}
-		res, err = archive.WalkWith(ctx, rc, archive.Discard, opts)
-		if cerr := rc.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	return verdicts(ctx, pol, res, src.Path), nil
-}
-
-// verifyStream is verifyPath for an archive read from r (standard input):
-// its images are listed with the path "-".
-func verifyStream(ctx context.Context, pol *signature.Policy, r io.Reader, name string) ([]VerifyImage, error) {
-	res, err := archive.WalkWith(ctx, r, archive.Discard, archive.WalkOptions{Name: name, ReadSkipped: true})
-	if err != nil {
-		return nil, err
-	}
-	return verdicts(ctx, pol, res, "-"), nil
-}
-
-// verdicts judges the images of an archive read whole against pol.
-func verdicts(ctx context.Context, pol *signature.Policy, res *archive.Result, path string) []VerifyImage {
+// verdicts are the lines of what verify judged.
+func verdicts(v pass.Verified) []VerifyImage {
 	var out []VerifyImage
-	for _, img := range signature.Check(ctx, pol, res, layout.Docs(res)) {
-		out = append(out, VerifyImage{Path: path, Name: img.Name, Digest: img.Target.Digest.String(),
+	for _, img := range v.Images {
+		out = append(out, VerifyImage{Path: v.Path, Name: img.Name, Digest: img.Target.Digest.String(),
 			State: img.State, By: img.By, Reason: img.Reason})
 	}
 	return out

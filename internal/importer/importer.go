@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -203,24 +202,7 @@ func importLeased(ctx context.Context, s runtime.Store, sink runtime.Sink, lease
 // walkSource walks the archive or the layout dir into the sink, and records
 // in res what it read and what it skipped (counted by reason).
 func walkSource(ctx context.Context, sink runtime.Sink, req runtime.ImportRequest, res *runtime.ImportResult) (*archive.Result, map[string]int, error) {
-	var (
-		walked *archive.Result
-		err    error
-	)
-	// A layout dir's signatures are read too, as a tar's are, to be kept.
-	opts := archive.WalkOptions{Name: req.Name, ReadSkipped: true}
-	if req.Dir {
-		walked, err = archive.WalkDirWith(ctx, req.Source, sink, opts)
-	} else {
-		var rc io.ReadCloser
-		if rc, err = req.Open(); err != nil {
-			return nil, nil, err
-		}
-		walked, err = archive.WalkWith(ctx, rc, sink, opts)
-		if cerr := rc.Close(); err == nil && cerr != nil {
-			err = cerr
-		}
-	}
+	walked, err := Walk(ctx, req, sink)
 	var skipped map[string]int
 	if walked != nil {
 		res.BytesRead = walked.BytesRead
