@@ -178,8 +178,8 @@ func (p *peerSource) writeLocked(next map[string]bool) {
 
 // loadLocked reads the peer list the agent wrote last, once: false while it
 // cannot. Written anew, it would drop at once what it holds: it stays as it
-// is (the pass reads it as any pull list, and keeps an unreadable list's
-// pins too), and is read again at the next judgment or pass.
+// is (the pass reads its file, a list of kind peers, and keeps an unreadable
+// list's pins too), and is read again at the next judgment or pass.
 func (p *peerSource) loadLocked() bool {
 	if p.loaded {
 		return true
