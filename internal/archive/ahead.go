@@ -41,11 +41,11 @@ type aheadBlock struct {
 // blockLender is a decoder that can hand on what it decoded in its own
 // buffer rather than copy it into the caller's.
 type blockLender interface {
-	// lend returns the next bytes of the stream, at least one, in a buffer
+	// Lend returns the next bytes of the stream, at least one, in a buffer
 	// the caller reads and then gives back by calling release once, from
 	// any goroutine. ok is false when the next bytes are not in such a
 	// buffer, at the end of the stream and on an error: Read tells.
-	lend() (b []byte, release func(), ok bool)
+	Lend() (b []byte, release func(), ok bool)
 }
 
 func newAheadReader(r io.Reader) *aheadReader {
@@ -73,7 +73,7 @@ func (a *aheadReader) fill(r io.Reader) {
 		default:
 		}
 		if lender != nil {
-			if b, release, ok := lender.lend(); ok {
+			if b, release, ok := lender.Lend(); ok {
 				select {
 				case a.full <- aheadBlock{b: b, release: release}:
 				case <-a.stop:

@@ -85,7 +85,7 @@ func (c *countingZeros) Read(b []byte) (int, error) {
 }
 
 // lender lends pieces of src, each at most max bytes, with at most held of
-// them out at once (lend waits for a release, as a decoder waits for a
+// them out at once (Lend waits for a release, as a decoder waits for a
 // buffer to decode into); every other call is a Read instead.
 type lender struct {
 	src      []byte
@@ -109,7 +109,7 @@ func (l *lender) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (l *lender) lend() ([]byte, func(), bool) {
+func (l *lender) Lend() ([]byte, func(), bool) {
 	l.calls++
 	if len(l.src) == 0 || l.calls%2 == 0 {
 		return nil, nil, false

@@ -11,10 +11,10 @@ import (
 	"strings"
 
 	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 	xzdec "github.com/therootcompany/xz"
 
+	"github.com/holdfast-project/holdfast/internal/archive/zstdframe"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
 
@@ -35,20 +35,6 @@ const (
 	// `xz -9` uses 64 MiB. The decoder takes the declared size as its
 	// dictionary's and fills it as it decodes.
 	xzMaxDict = 128 << 20
-
-	// zstdConcurrency is the number of blocks the streaming zstd decoder
-	// works on at once: the decoder of a stream whose first frame is large
-	// (one frame: what K3s, Hauler and Zarf write), and of a large frame
-	// later in a stream of small ones. Small frames are decoded whole, each
-	// on one of a few goroutines (zstdframes.go). One decodes each block in
-	// the goroutine that reads the decoder (the walk's read-ahead,
-	// aheadReader), with no goroutines of its own:
-	// the read-ahead already keeps decoding apart from hashing and writing,
-	// and on two CPUs, where those need the other one, splitting a frame's
-	// decoding over three goroutines only costs more. The bench's 1 GiB
-	// .tar.zst (one frame, 8 MiB window) decodes in 0.62 CPU-s with one,
-	// 0.86 with two; its import took 1.57 CPU-s against 1.77.
-	zstdConcurrency = 1
 )
 
 var (
@@ -149,7 +135,7 @@ func DrainWorkers(r io.Reader, zstdWorkers int) (int64, Compression, error) {
 	for {
 		if lender != nil {
 			// A frame decoded whole is passed on by the read-ahead as it is.
-			if b, release, ok := lender.lend(); ok {
+			if b, release, ok := lender.Lend(); ok {
 				n += int64(len(b))
 				release()
 				continue
@@ -173,7 +159,7 @@ func decompress(r io.Reader, zstdWindow uint64) (io.ReadCloser, Compression, err
 }
 
 // decompressWith is decompress decoding the frames of a multi-frame zstd
-// stream on zstdWorkers goroutines (0: defaultZstdWorkers).
+// stream on zstdWorkers goroutines (0: zstdframe.DefaultWorkers).
 func decompressWith(r io.Reader, zstdWindow uint64, zstdWorkers int) (io.ReadCloser, Compression, error) {
 	br := bufio.NewReaderSize(r, peekSize)
 	head, err := br.Peek(peekSize)
@@ -191,13 +177,13 @@ func decompressWith(r io.Reader, zstdWindow uint64, zstdWorkers int) (io.ReadClo
 		}
 		return &decoder{r: zr, c: c, close: zr.Close}, c, nil
 	case Zstd:
-		if err := checkZstdWindow(head, zstdWindow); err != nil {
+		if err := zstdframe.CheckWindow(head, zstdWindow); err != nil {
 			return nil, c, err
 		}
 		// Frame by frame, on several goroutines when the stream has many
-		// small frames; as one stream otherwise (zstdframes.go).
-		zr := newZstdFrames(br, zstdWindow, zstdWorkers)
-		return &decoder{r: zr, c: c, close: zr.Close, limit: zstdWindow}, c, nil
+		// small frames; as one stream otherwise (zstdframe.Reader).
+		zr := zstdframe.NewReader(br, zstdWindow, zstdWorkers)
+		return &decoder{r: zr, c: c, close: zr.Close}, c, nil
 	case Bzip2:
 		return &decoder{r: bzip2.NewReader(br), c: c}, c, nil
 	case Xz:
@@ -225,36 +211,7 @@ func decompressWith(r io.Reader, zstdWindow uint64, zstdWorkers int) (io.ReadClo
 	return nil, c, fmt.Errorf("unsupported compression %s", c)
 }
 
-const (
-	zstdHint = " (compress it again with a window of 128 MiB or less: zstd --long=27)"
-	xzHint   = " (compress it again with a dictionary of 128 MiB or less: xz -9 uses 64 MiB)"
-)
-
-// checkZstdWindow refuses a zstd stream whose first frame (after skippable
-// frames, as far as head shows) declares a window larger than limit: the
-// decoder would allocate it before decoding a byte. Later frames are checked
-// by the decoder itself (see decoder.Read).
-func checkZstdWindow(head []byte, limit uint64) error {
-	for isSkippableFrame(head) && len(head) >= 8 {
-		n := uint64(binary.LittleEndian.Uint32(head[4:8]))
-		if 8+n >= uint64(len(head)) {
-			return nil
-		}
-		head = head[8+n:]
-	}
-	var h zstd.Header
-	if err := h.Decode(head); err != nil {
-		return nil // the decoder reports what is wrong with it
-	}
-	w := h.WindowSize
-	if h.SingleSegment {
-		w = h.FrameContentSize
-	}
-	if w > limit {
-		return fmt.Errorf("zstd: a frame declares a %s window, more than the %s holdfast decodes%s", units.Whole(w), units.Whole(limit), zstdHint)
-	}
-	return nil
-}
+const xzHint = " (compress it again with a dictionary of 128 MiB or less: xz -9 uses 64 MiB)"
 
 // checkXzDict refuses an xz stream whose first block's LZMA2 filter, as far
 // as head shows, declares a dictionary larger than limit, saying the size it
@@ -334,8 +291,7 @@ type decoder struct {
 	r     io.Reader
 	c     Compression // empty for None
 	close func() error
-	err   error  // sticky
-	limit uint64 // zstd: the window limit, for errors
+	err   error // sticky
 }
 
 func (d *decoder) Read(p []byte) (int, error) {
@@ -346,11 +302,8 @@ func (d *decoder) Read(p []byte) (int, error) {
 	if err != nil && err != io.EOF {
 		if d.c == Xz {
 			err = xzError(err)
-		} else if fe := (*zstdFrameError)(nil); d.c == Zstd && errors.As(err, &fe) {
-			// Already says which frame and what of it.
-		} else if d.c == Zstd && (errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded)) {
-			err = fmt.Errorf("zstd: a frame declares a window larger than the %s holdfast decodes%s: %w", units.Whole(d.limit), zstdHint, err)
 		} else if d.c != "" && d.c != None {
+			// zstdframe.Reader's errors name zstd already.
 			err = wrapDecodeErr(d.c, err)
 		}
 		d.err = err
@@ -358,14 +311,14 @@ func (d *decoder) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// lend passes on the decoder's own buffer of what comes next, when it has
+// Lend passes on the decoder's own buffer of what comes next, when it has
 // one (blockLender).
-func (d *decoder) lend() ([]byte, func(), bool) {
+func (d *decoder) Lend() ([]byte, func(), bool) {
 	l, ok := d.r.(blockLender)
 	if !ok || d.err != nil {
 		return nil, nil, false
 	}
-	return l.lend()
+	return l.Lend()
 }
 
 func (d *decoder) Close() error {

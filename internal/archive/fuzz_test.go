@@ -11,6 +11,7 @@ import (
 	"github.com/distribution/reference"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/fixture"
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
@@ -30,7 +31,7 @@ func FuzzWalk(f *testing.F) {
 		"oci-gzip":    {compress(f, Gzip, oci)},
 		"oci-zstd":    {compress(f, Zstd, oci)},
 		// Read by its seek table from the file, as a stream the other time.
-		"oci-seekable-zstd": {append(concatZframes(zframesOf(oci, 4096)), seekTableOf(zframesOf(oci, 4096))...)},
+		"oci-seekable-zstd": {append(fixture.ConcatZstd(fixture.ZstdFramesOf(oci, 4096)), fixture.SeekTableOf(fixture.ZstdFramesOf(oci, 4096))...)},
 		"text":              {[]byte("not an archive")},
 	})
 

@@ -11,6 +11,8 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/archive/zstdframe"
 )
 
 // TestWalkHostileEntries: entries an image writer never makes are refused,
@@ -147,7 +149,7 @@ func FuzzDecoderHeaders(f *testing.F) {
 	f.Add(xzHeader(40))
 	f.Add(append([]byte{0x50, 0x2a, 0x4d, 0x18, 2, 0, 0, 0, 1, 2}, zstdRawFrame(17<<3, nil)...))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_ = checkZstdWindow(b, zstdMaxWindow)
+		_ = zstdframe.CheckWindow(b, zstdMaxWindow)
 		_ = checkXzDict(b, xzMaxDict)
 		if len(b) > 12 {
 			_ = checkXzDict(append(append([]byte{}, magicXz...), b...), xzMaxDict)

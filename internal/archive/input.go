@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+
+	"github.com/holdfast-project/holdfast/internal/archive/zstdframe"
 )
 
 // maxTrailing is how much decompressed data may follow the end of a tar archive.
@@ -22,7 +24,8 @@ type input struct {
 	rs       io.ReadSeeker   // when seekable
 	start    int64           // offset of rs at the start
 	ra       io.ReaderAt     // when seekable and uncompressed, if r is one: deferred writes read it
-	sz       *seekZstd       // seekable zstd (zstdseekread.go): rs reads its decoded bytes
+	sz       *zstdframe.File // seekable zstd: rs reads its decoded bytes
+	szr      io.Closer       // when sz: rs, the tar reader's reader of its bytes
 }
 
 // openInput prepares r for the tar reader: an uncompressed io.ReadSeeker is
@@ -71,7 +74,7 @@ func seekableInput(c Compression, rs io.ReadSeeker, start int64, ra io.ReaderAt)
 }
 
 // openSeekZstdInput reads the zstd file rs, from start on, by its seek
-// table, or returns nil if it is not read so (openSeekZstd).
+// table, or returns nil if it is not read so (zstdframe.OpenFile).
 func openSeekZstdInput(rs io.Seeker, start int64, ra io.ReaderAt, lim limits) *input {
 	if ra == nil {
 		return nil
@@ -80,12 +83,13 @@ func openSeekZstdInput(rs io.Seeker, start int64, ra io.ReaderAt, lim limits) *i
 	if _, serr := rs.Seek(start, io.SeekStart); err != nil || serr != nil {
 		return nil
 	}
-	z := openSeekZstd(io.NewSectionReader(ra, start, end-start), end-start, lim.zstdWindow, defaultZstdWorkers())
+	z := zstdframe.OpenFile(io.NewSectionReader(ra, start, end-start), end-start, lim.zstdWindow, zstdframe.DefaultWorkers())
 	if z == nil {
 		return nil
 	}
-	in := seekableInput(Zstd, z.reader(0, z.total), 0, nil)
-	in.sz = z
+	r := z.Section(0, z.ContentSize())
+	in := seekableInput(Zstd, r, 0, nil)
+	in.sz, in.szr = z, r
 	return in
 }
 
@@ -96,7 +100,7 @@ func (in *input) reopens() bool { return in.ra != nil || in.sz != nil }
 // reopen reads size bytes at offset off again (see reopens).
 func (in *input) reopen(off, size int64) reopener {
 	if in.sz != nil {
-		return in.sz.opener(off, size)
+		return in.sz.Opener(off, size)
 	}
 	return sectionOpener(in.ra, off, size)
 }
@@ -121,6 +125,15 @@ func (in *input) decodeErr() error {
 	return nil
 }
 
+// verify decodes what no write decoded of a seekable zstd input, checking
+// it as a stream would be.
+func (in *input) verify(ctx context.Context) error {
+	if in.sz == nil {
+		return nil
+	}
+	return in.sz.Verify(ctx, zstdframe.DefaultWorkers(), in.sz.ContentSize())
+}
+
 // streamErr prefers the decoder's own error: when the compressed stream is
 // broken, that is the cause, whatever the tar reader or the store made of it.
 // A seekable zstd file is first decoded as far as a stream would have been
@@ -128,7 +141,7 @@ func (in *input) decodeErr() error {
 // about, and found no header where it looked).
 func (in *input) streamErr(err error) error {
 	if in.sz != nil && in.sz.Err() == nil {
-		in.sz.verify(context.Background(), defaultZstdWorkers(), in.sc.pos)
+		in.sz.Verify(context.Background(), zstdframe.DefaultWorkers(), in.sc.pos)
 	}
 	return in.writeErr(err)
 }
@@ -151,13 +164,13 @@ func (in *input) writeErr(err error) error {
 // cannot keep a pass decoding gigabytes of nothing.
 func (in *input) finish() (int64, error) {
 	if in.sz != nil {
-		if in.sz.total-in.sc.pos > maxTrailing {
+		if in.sz.ContentSize()-in.sc.pos > maxTrailing {
 			return 0, fmt.Errorf("more than %d MiB of data after the end of the tar archive", maxTrailing>>20)
 		}
 		// The tar reader is done: its frame's buffers go before the
 		// deferred writes take theirs.
-		in.rs.(*seekZstdReader).Close()
-		return in.sz.size, nil
+		in.szr.Close()
+		return in.sz.Size(), nil
 	}
 	if in.seekable {
 		end, err := in.rs.Seek(0, io.SeekEnd)

@@ -94,11 +94,8 @@ func walk(ctx context.Context, r io.Reader, st Store, opts WalkOptions, lim limi
 			return nil, in.writeErr(err)
 		}
 	}
-	if in.sz != nil {
-		// What no write decoded is checked as a stream would be.
-		if err := in.sz.verify(ctx, defaultZstdWorkers(), in.sz.total); err != nil {
-			return nil, err
-		}
+	if err := in.verify(ctx); err != nil {
+		return nil, err
 	}
 	res, err := w.finish(ctx)
 	if err != nil {

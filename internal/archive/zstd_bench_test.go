@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
 
+	"github.com/holdfast-project/holdfast/internal/archive/zstdframe"
 	"github.com/holdfast-project/holdfast/internal/fixture"
 )
 
@@ -45,13 +46,13 @@ func zstdBenchArchive(b *testing.B, layers int, c fixture.Compression) (string, 
 }
 
 // zstdBenchSeekable writes the archive of zstdBenchArchive as seekable zstd
-// (SeekableZstdWriter, its defaults): what holdfast export writes.
+// (zstdframe.Writer, its defaults): what holdfast export writes.
 func zstdBenchSeekable(b *testing.B, layers int) (string, int64) {
 	b.Helper()
 	img := zstdBenchImage(b, layers)
 	name := filepath.Join(b.TempDir(), "archive.tar.zst")
 	err := fixture.WriteFileAtomic(name, func(w io.Writer) error {
-		zw := NewSeekableZstdWriter(w, SeekableOptions{})
+		zw := zstdframe.NewWriter(w, zstdframe.Options{})
 		if err := fixture.WriteHybrid(b.Context(), zw, img); err != nil {
 			return err
 		}
@@ -270,7 +271,7 @@ func reportCPU(b *testing.B, start time.Duration, wall time.Time) {
 
 // BenchmarkZstdFrames decodes the bench archive (256 MiB, half of it
 // compressible) as one zstd frame, the path every one-frame .tar.zst takes,
-// and as seekable zstd of 4 MiB frames (SeekableZstdWriter) on 1, 2 and the
+// and as seekable zstd of 4 MiB frames (zstdframe.Writer) on 1, 2 and the
 // default number of workers; and walks the seekable one into hashStore, as
 // BenchmarkWalkZstd does the one-frame one, as a stream and from the file
 // (by its seek table), and the same archive as a plain .tar from the file.
@@ -350,9 +351,9 @@ func walkFile(name string, n int64, st Store, stream bool) func(b *testing.B) {
 // BenchmarkSeekableFrameSize writes 256 MiB, alternately 256 KiB of text
 // and of random bytes, as seekable zstd with frames of 1 to 16 MiB, and
 // decodes it on 1 and 2 workers: the ratio (compressed/original) and the
-// speeds that chose DefaultSeekableFrameSize.
+// speeds that chose zstdframe.DefaultFrameSize.
 func BenchmarkSeekableFrameSize(b *testing.B) {
-	data := mixedContent(256<<20, 42)
+	data := fixture.MixedContent(256<<20, 42)
 	for _, size := range []int{1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20} {
 		b.Run(strconv.Itoa(size>>20)+"MiB", func(b *testing.B) {
 			var z bytes.Buffer
@@ -361,7 +362,7 @@ func BenchmarkSeekableFrameSize(b *testing.B) {
 				cpu, wall := cpuTime(b), time.Now()
 				for b.Loop() {
 					z.Reset()
-					w := NewSeekableZstdWriter(&z, SeekableOptions{FrameSize: size})
+					w := zstdframe.NewWriter(&z, zstdframe.Options{FrameSize: size})
 					if _, err := w.Write(data); err != nil {
 						b.Fatal(err)
 					}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/archive/zstdframe"
 	"github.com/holdfast-project/holdfast/internal/fixture"
 	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
@@ -33,7 +33,7 @@ func TestSeekableZstdImport(t *testing.T) {
 		t.Fatal(err)
 	}
 	var z bytes.Buffer
-	w := archive.NewSeekableZstdWriter(&z, archive.SeekableOptions{FrameSize: 256 << 10})
+	w := zstdframe.NewWriter(&z, zstdframe.Options{FrameSize: 256 << 10})
 	if _, err := w.Write(tarb.Bytes()); err != nil {
 		t.Fatal(err)
 	}

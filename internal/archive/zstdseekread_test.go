@@ -12,14 +12,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/holdfast-project/holdfast/internal/fixture"
 )
 
 // seekZstdImage is an OCI archive of one image of three layers (random,
 // text, random) as a tar, and where the text layer starts in it.
 func seekZstdImage(t testing.TB) (tarb []byte, text blob, textAt int) {
 	t.Helper()
-	text = blob{ocispec.MediaTypeImageLayer, mixedContent(600<<10, 31)}
+	text = blob{ocispec.MediaTypeImageLayer, fixture.MixedContent(600<<10, 31)}
 	im := imageWith(t, "amd64", randomLayer(700<<10, 32), text, randomLayer(300<<10, 33))
 	tarb = tarBytes(t, ociEntries("", indexJSON(t, withAnnotations(im.manifest.desc(), annotationContainerdName, "example.com/seek:1")), im.blobs()...))
 	textAt = bytes.Index(tarb, text.data[:4096])
@@ -33,13 +36,14 @@ func seekZstdImage(t testing.TB) (tarb []byte, text blob, textAt int) {
 // streaming encoder writes it: no content size in its header (the encoder
 // writes the header with the first block, before it knows the size), but
 // the last one, which may fit in one block.
-func streamedFramesOf(t testing.TB, data []byte) []zframe {
+func streamedFramesOf(t testing.TB, data []byte) []fixture.ZstdFrame {
 	t.Helper()
 	const size = 256 << 10
-	var fs []zframe
+	var fs []fixture.ZstdFrame
 	for p := data; len(p) > 0; p = p[min(len(p), size):] {
-		f := streamedZframe(t, p[:min(len(p), size)])
-		if n, _ := zstdHeaderRest(f.comp[4]); len(p) > size && parseZstdFrameHeader(f.comp[:5+n]).hasFCS {
+		f := fixture.StreamedZstdFrame(p[:min(len(p), size)])
+		var h zstd.Header
+		if err := h.Decode(f.Comp); err != nil || len(p) > size && h.HasFCS {
 			t.Fatal("a streamed frame says its content size")
 		}
 		fs = append(fs, f)
@@ -91,14 +95,14 @@ func TestSeekZstdWalk(t *testing.T) {
 	tarb, text, _ := seekZstdImage(t)
 	for _, tc := range []struct {
 		name string
-		fs   []zframe
+		fs   []fixture.ZstdFrame
 	}{
-		{"frames with sizes", zframesOf(tarb, 64<<10)},
+		{"frames with sizes", fixture.ZstdFramesOf(tarb, 64<<10)},
 		{"frames without sizes", streamedFramesOf(t, tarb)},
-		{"one frame", zframesOf(tarb, len(tarb))},
+		{"one frame", fixture.ZstdFramesOf(tarb, len(tarb))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := append(concatZframes(tc.fs), seekTableOf(tc.fs)...)
+			in := append(fixture.ConcatZstd(tc.fs), fixture.SeekTableOf(tc.fs)...)
 			if !seeksZstd(t, in) {
 				t.Fatal("not read by its seek table")
 			}
@@ -121,13 +125,13 @@ func TestSeekZstdWalk(t *testing.T) {
 	// A file without a table, or whose table does not tile it, is a stream;
 	// so is any, for a walk that writes one blob at a time (its frames are
 	// decoded on several cores only so).
-	fs := zframesOf(tarb, 64<<10)
-	i, err := openInput(bytes.NewReader(append(concatZframes(fs), seekTableOf(fs)...)), smallLimits(), false)
+	fs := fixture.ZstdFramesOf(tarb, 64<<10)
+	i, err := openInput(bytes.NewReader(append(fixture.ConcatZstd(fs), fixture.SeekTableOf(fs)...)), smallLimits(), false)
 	if err != nil || i.sz != nil || i.ahead == nil {
 		t.Fatalf("not by the table: %v, read by it: %v", err, i != nil && i.sz != nil)
 	}
 	i.close()
-	if seeksZstd(t, concatZframes(fs)) || seeksZstd(t, append(pzstdZframes(fs), seekTableOf(fs)...)) {
+	if seeksZstd(t, fixture.ConcatZstd(fs)) || seeksZstd(t, append(fixture.PzstdFrames(fs), fixture.SeekTableOf(fs)...)) {
 		t.Fatal("read by a seek table it does not have, or that does not place its frames")
 	}
 }
@@ -141,27 +145,27 @@ func TestSeekZstdWalk(t *testing.T) {
 func TestSeekZstdCorrupt(t *testing.T) {
 	tarb, text, textAt := seekZstdImage(t)
 	const size = 64 << 10
-	fs := zframesOf(tarb, size)
-	plain := concatZframes(fs)
+	fs := fixture.ZstdFramesOf(tarb, size)
+	plain := fixture.ConcatZstd(fs)
 	offs := make([]int, len(fs)+1)
 	for i, f := range fs {
-		offs[i+1] = offs[i] + len(f.comp)
+		offs[i+1] = offs[i] + len(f.Comp)
 	}
 	k := textAt/size + 2 // a frame inside the text layer
-	good := append(bytes.Clone(plain), seekTableOf(fs)...)
-	entry := func(i int) int { return len(plain) + 8 + i*seekEntrySizeXXH }
+	good := append(bytes.Clone(plain), fixture.SeekTableOf(fs)...)
+	entry := func(i int) int { return len(plain) + 8 + i*fixture.SeekEntrySize }
 	edit := func(f func(b []byte)) []byte {
 		b := bytes.Clone(good)
 		f(b)
 		return b
 	}
-	flipped := edit(func(b []byte) { b[offs[k]+len(fs[k].comp)/2] ^= 0x40 })
+	flipped := edit(func(b []byte) { b[offs[k]+len(fs[k].Comp)/2] ^= 0x40 })
 	sfs := streamedFramesOf(t, tarb)
 	sk := textAt/(256<<10) + 1 // a frame inside the text layer
-	soffs := len(concatZframes(sfs[:sk]))
+	soffs := len(fixture.ConcatZstd(sfs[:sk]))
 	unsized := func(n uint32) []byte {
-		b := append(concatZframes(sfs), seekTableOf(sfs)...)
-		binary.LittleEndian.PutUint32(b[len(concatZframes(sfs))+8+sk*seekEntrySizeXXH+4:], n)
+		b := append(fixture.ConcatZstd(sfs), fixture.SeekTableOf(sfs)...)
+		binary.LittleEndian.PutUint32(b[len(fixture.ConcatZstd(sfs))+8+sk*fixture.SeekEntrySize+4:], n)
 		return b
 	}
 	hasText := func() *memStore {
@@ -183,8 +187,8 @@ func TestSeekZstdCorrupt(t *testing.T) {
 			fmt.Sprintf("zstd: the seek table says frame %d (at offset %d) has checksum", k, offs[k])},
 		{"table lies about a content size", edit(func(b []byte) { binary.LittleEndian.PutUint32(b[entry(k)+4:], 4096) }), false, nil,
 			fmt.Sprintf("zstd: the seek table says frame %d (at offset %d) decompresses to 4096 bytes, it is %d", k, offs[k], size)},
-		{"table lies about a compressed size", edit(func(b []byte) { binary.LittleEndian.PutUint32(b[entry(k):], uint32(len(fs[k].comp)-4)) }), false, nil,
-			fmt.Sprintf("zstd: the seek table says frame %d (at offset %d) is %d bytes compressed", k, offs[k], len(fs[k].comp)-4)},
+		{"table lies about a compressed size", edit(func(b []byte) { binary.LittleEndian.PutUint32(b[entry(k):], uint32(len(fs[k].Comp)-4)) }), false, nil,
+			fmt.Sprintf("zstd: the seek table says frame %d (at offset %d) is %d bytes compressed", k, offs[k], len(fs[k].Comp)-4)},
 		{"cut", good[:offs[k]+100], false, nil, "zstd: unexpected EOF"},
 		{"table says less of an unsized frame", unsized(256<<10 - 512), true, nil,
 			fmt.Sprintf("zstd: the seek table says frame %d (at offset %d) decompresses to %d bytes, it is %d", sk, soffs, 256<<10-512, 256<<10)},
@@ -224,8 +228,8 @@ func (r *readAtCounter) ReadAt(p []byte, off int64) (int, error) {
 // them is decoded once, not once per blob.
 func TestSeekZstdDefers(t *testing.T) {
 	tarb, _, _ := seekZstdImage(t)
-	fs := zframesOf(tarb, 64<<10)
-	in := append(concatZframes(fs), seekTableOf(fs)...)
+	fs := fixture.ZstdFramesOf(tarb, 64<<10)
+	in := append(fixture.ConcatZstd(fs), fixture.SeekTableOf(fs)...)
 	st := newOverlapStore(10 * time.Second)
 	if _, err := walk(t.Context(), bytes.NewReader(in), st, WalkOptions{}, smallLimits()); err != nil {
 		t.Fatal(err)
@@ -240,8 +244,8 @@ func TestSeekZstdDefers(t *testing.T) {
 	}
 	im := imageWith(t, "amd64", layers...)
 	tarb = tarBytes(t, ociEntries("", indexJSON(t, withAnnotations(im.manifest.desc(), annotationContainerdName, "example.com/small:1")), im.blobs()...))
-	fs = zframesOf(tarb, 64<<10)
-	in = append(concatZframes(fs), seekTableOf(fs)...)
+	fs = fixture.ZstdFramesOf(tarb, 64<<10)
+	in = append(fixture.ConcatZstd(fs), fixture.SeekTableOf(fs)...)
 	f := &readAtCounter{Reader: bytes.NewReader(in)}
 	ms := newMemStore()
 	res, err := walk(t.Context(), f, ms, WalkOptions{}, smallLimits())

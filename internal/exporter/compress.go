@@ -6,7 +6,7 @@ import (
 	"os"
 	"runtime/debug"
 
-	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/archive/zstdframe"
 )
 
 // Compression is how an export compresses the archive it writes.
@@ -44,7 +44,7 @@ func (c Compression) Writer(w io.Writer) io.WriteCloser {
 	if c == None {
 		return nopWriteCloser{w}
 	}
-	return archive.NewSeekableZstdWriter(w, archive.SeekableOptions{})
+	return zstdframe.NewWriter(w, zstdframe.Options{})
 }
 
 // heapSlack is what an export's soft memory limit leaves beside the
@@ -63,7 +63,7 @@ func (c Compression) LimitMemory() func() {
 	}
 	limit := int64(heapSlack)
 	if c != None {
-		limit += archive.SeekableOptions{}.Memory()
+		limit += zstdframe.Options{}.Memory()
 	}
 	prev := debug.SetMemoryLimit(limit)
 	return func() { debug.SetMemoryLimit(prev) }

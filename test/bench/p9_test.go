@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/archive/zstdframe"
 	"github.com/holdfast-project/holdfast/internal/fixture"
 )
 
@@ -124,7 +124,7 @@ func TestCountZstdFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seekable bytes.Buffer
-	w := archive.NewSeekableZstdWriter(&seekable, archive.SeekableOptions{FrameSize: 64 << 10})
+	w := zstdframe.NewWriter(&seekable, zstdframe.Options{FrameSize: 64 << 10})
 	if _, err := w.Write(data); err != nil {
 		t.Fatal(err)
 	}

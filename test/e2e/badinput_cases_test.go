@@ -22,7 +22,7 @@ import (
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	hfarchive "github.com/holdfast-project/holdfast/internal/archive"
+	"github.com/holdfast-project/holdfast/internal/archive/zstdframe"
 	"github.com/holdfast-project/holdfast/internal/fixture"
 )
 
@@ -330,7 +330,7 @@ func compressBytes(t *testing.T, c fixture.Compression, b []byte) []byte {
 func seekableZstd(t *testing.T, data []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	w := hfarchive.NewSeekableZstdWriter(&buf, hfarchive.SeekableOptions{FrameSize: 64 << 10})
+	w := zstdframe.NewWriter(&buf, zstdframe.Options{FrameSize: 64 << 10})
 	if _, err := w.Write(data); err != nil {
 		t.Fatal(err)
 	}

@@ -481,7 +481,7 @@ var sabotages = []sabotage{
 	{
 		name: "zstd-seek-table-unchecked",
 		// A seek table that lies about its frames is taken as it is.
-		edits: []edit{{"internal/archive/zstdframes.go",
+		edits: []edit{{"internal/archive/zstdframe/table.go",
 			"	defer func() { z.records, z.counted = z.records[:0], 0 }()",
 			"	defer func() { z.records, z.counted = z.records[:0], 0 }()\n\tif true {\n\t\treturn nil\n\t}"}},
 		tests: []tests{{"./internal/archive", []string{"TestZstdFramesCorrupt"}, nil}, {e2e, []string{"TestBadInputs"}, nil}},
@@ -490,26 +490,26 @@ var sabotages = []sabotage{
 		name: "zstd-frames-in-flight-unbounded",
 		// Frames decoded ahead of the reader are not bounded by a few:
 		// memory grows with the stream.
-		edits: []edit{{"internal/archive/zstdframes.go",
-			"free: make(chan *zstdUnit, workers+2)",
-			"free: make(chan *zstdUnit, workers+200)"}},
+		edits: []edit{{"internal/archive/zstdframe/reader.go",
+			"free: make(chan *unit, workers+2)",
+			"free: make(chan *unit, workers+200)"}},
 		tests: []tests{{e2e, []string{"TestHostileDecompression"}, nil}},
 	},
 	{
 		name: "zstd-lent-frame-reused",
 		// A frame lent to the read-ahead is decoded over before it was
 		// read: the walk hashes bytes of a later frame.
-		edits: []edit{{"internal/archive/zstdframes.go",
+		edits: []edit{{"internal/archive/zstdframe/reader.go",
 			"return b, func() { z.recycle(u) }, true",
 			"z.recycle(u)\n\treturn b, func() {}, true"}},
-		tests: []tests{{"./internal/archive", []string{"TestZstdFramesLend"}, nil}},
+		tests: []tests{{"./internal/archive/zstdframe", []string{"TestZstdFramesLend"}, nil}},
 	},
 	{
 		name: "zstd-frame-content-uncapped",
 		// A frame is decoded whole whatever content its blocks may hold.
-		edits: []edit{{"internal/archive/zstdframes_scan.go",
-			"if bound > zstdFrameDecCap {",
-			"if false && bound > zstdFrameDecCap {"}},
+		edits: []edit{{"internal/archive/zstdframe/scan.go",
+			"if bound > frameDecCap {",
+			"if false && bound > frameDecCap {"}},
 		tests: []tests{{"./internal/archive", []string{"TestZstdFramesMemory"}, nil}},
 	},
 	{
@@ -731,8 +731,8 @@ var sabotages = []sabotage{
 		name: "seek-zstd-skipped-frames-unchecked",
 		// Read by its seek table, a frame no write decoded (in a blob the
 		// store has) is never decoded: a broken one goes unnoticed.
-		edits: []edit{{"internal/archive/zstdseekread.go",
-			"if i >= len(z.frames) || z.frames[i].at >= below {",
+		edits: []edit{{"internal/archive/zstdframe/file.go",
+			"if i >= len(z.ends) || z.at(i) >= below {",
 			"if true {"}},
 		tests: []tests{{"./internal/archive", []string{"TestSeekZstdCorrupt"}, nil}},
 	},
@@ -740,8 +740,8 @@ var sabotages = []sabotage{
 		name: "seek-zstd-frame-size-unchecked",
 		// A frame read by the seek table that decodes to less than the
 		// table says is taken: every offset after it is off.
-		edits: []edit{{"internal/archive/zstdseekread.go",
-			"case len(out) != int(f.n):",
+		edits: []edit{{"internal/archive/zstdframe/file.go",
+			"case len(out) != int(f.Size):",
 			"case false:"}},
 		tests: []tests{{"./internal/archive", []string{"TestSeekZstdCorrupt"}, nil}},
 	},
@@ -749,17 +749,17 @@ var sabotages = []sabotage{
 		name: "seek-zstd-header-size-trusted",
 		// A seek table that disagrees with a frame's declared content
 		// size is trusted.
-		edits: []edit{{"internal/archive/zstdseekread.go",
-			"if fh.window > limit || fh.hasFCS && fh.fcs != uint64(e.dec) {",
-			"if fh.window > limit {"}},
+		edits: []edit{{"internal/archive/zstdframe/file.go",
+			"if window(&fh) > limit || fh.HasFCS && fh.FrameContentSize != e.Size {",
+			"if window(&fh) > limit {"}},
 		tests: []tests{{"./internal/archive", []string{"TestSeekZstdCorrupt"}, nil}},
 	},
 	{
 		name: "seek-zstd-table-checksum-unchecked",
 		// A seek table's checksum that is not the frame's is let pass,
 		// where the stream refuses it.
-		edits: []edit{{"internal/archive/zstdseekread.go",
-			"case f.hasSum && binary.LittleEndian.Uint32(b.comp[len(b.comp)-4:]) != f.sum:",
+		edits: []edit{{"internal/archive/zstdframe/file.go",
+			"case f.HasSum && binary.LittleEndian.Uint32(b.comp[len(b.comp)-4:]) != f.Sum:",
 			"case false:"}},
 		tests: []tests{{"./internal/archive", []string{"TestSeekZstdCorrupt"}, nil}},
 	},
@@ -767,9 +767,9 @@ var sabotages = []sabotage{
 		name: "seek-zstd-small-blobs-deferred",
 		// Every blob read by the seek table is written by its own job:
 		// a frame holding many small blobs is decoded once per blob.
-		edits: []edit{{"internal/archive/zstdseekread.go",
-			"const seekZstdDeferFrames = 4",
-			"const seekZstdDeferFrames = 1"}},
+		edits: []edit{{"internal/archive/zstdframe/file.go",
+			"const deferFrames = 4",
+			"const deferFrames = 1"}},
 		tests: []tests{{"./internal/archive", []string{"TestSeekZstdDefers"}, nil}},
 	},
 	{

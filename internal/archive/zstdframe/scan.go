@@ -1,8 +1,7 @@
-package archive
+package zstdframe
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -12,7 +11,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/units"
 )
 
-// The frame scanner of zstdFrames: it cuts a zstd stream at frame
+// The frame scanner of Reader: it cuts a zstd stream at frame
 // boundaries by reading frame headers and block headers (RFC 8878, 3.1.1),
 // never decoding.
 
@@ -21,12 +20,12 @@ import (
 // block by block and buffered. It reports false at the clean end of the
 // stream.
 //
-// Before the pipeline starts, a first frame larger than zstdFrameCompCap is
+// Before the pipeline starts, a first frame larger than frameCompCap is
 // returned as it is (size 0, what was read of it in comp). Once it runs, a
 // frame of any size after the cap is handed on at once and fed to the reader
 // through a pipe as it is walked.
-func (z *zstdFrames) scan(u *zstdUnit) (bool, error) {
-	u.kind, u.err, u.stream, u.pipe, u.scanErr = zstdFrameUnit, nil, false, nil, nil
+func (z *Reader) scan(u *unit) (bool, error) {
+	u.kind, u.err, u.stream, u.pipe, u.scanErr = frameUnit, nil, false, nil, nil
 	u.size, u.sum, u.hasSum, u.bound, u.over = 0, 0, false, 0, false
 	u.comp, u.out = u.comp[:0], u.out[:0]
 	u.done = make(chan struct{})
@@ -52,7 +51,7 @@ func (z *zstdFrames) scan(u *zstdUnit) (bool, error) {
 				return false, err
 			}
 			if table != nil {
-				u.kind, u.table = zstdTableUnit, *table
+				u.kind, u.table = tableUnit, *table
 				return true, nil
 			}
 			continue
@@ -74,7 +73,7 @@ func readErr(err error) error {
 }
 
 // readN reads len(b) bytes of the stream.
-func (z *zstdFrames) readN(b []byte) error {
+func (z *Reader) readN(b []byte) error {
 	n, err := io.ReadFull(z.r, b)
 	z.off += int64(n)
 	if err != nil {
@@ -85,36 +84,36 @@ func (z *zstdFrames) readN(b []byte) error {
 
 // skippable reads past a skippable frame whose magic was read at off: a seek
 // table is returned, a pzstd size frame is kept for the frame that follows.
-func (z *zstdFrames) skippable(magic uint32, off int64) (*seekTable, error) {
+func (z *Reader) skippable(magic uint32, off int64) (*Table, error) {
 	var b [4]byte
 	if err := z.readN(b[:]); err != nil {
 		return nil, frameErr(off, err)
 	}
 	size := binary.LittleEndian.Uint32(b[:])
-	z.marker = pzstdMarker{}
+	z.marker = sizeMark{}
 	var err error
 	switch {
 	case magic == pzstdMagic && size == 4:
 		if err = z.readN(b[:]); err == nil {
-			z.marker = pzstdMarker{ok: true, off: off, size: binary.LittleEndian.Uint32(b[:])}
+			z.marker = sizeMark{ok: true, off: off, size: binary.LittleEndian.Uint32(b[:])}
 		}
-	case magic == seekTableMagic && size <= zstdSeekTableCap:
+	case magic == tableMagic && size <= tableCap:
 		p := make([]byte, size)
 		if err = z.readN(p); err == nil {
-			t, perr := parseSeekTable(p)
+			t, perr := parseTable(p)
 			if perr == nil {
 				return &t, nil
 			}
-			if perr != errNotSeekTable {
-				return nil, &zstdFrameError{msg: fmt.Sprintf("zstd: the seek table at offset %d", off), err: perr}
+			if perr != errNotTable {
+				return nil, &Error{msg: fmt.Sprintf("zstd: the seek table at offset %d", off), err: perr}
 			}
 		}
-	case magic == seekTableMagic:
+	case magic == tableMagic:
 		// Too large to keep: read its footer only, to check the count.
-		if err = z.discard(int64(size) - seekFooterSize); err == nil {
-			var foot [seekFooterSize]byte
+		if err = z.discard(int64(size) - footerSize); err == nil {
+			var foot [footerSize]byte
 			if err = z.readN(foot[:]); err == nil {
-				t, perr := parseSeekFooter(foot[:])
+				t, perr := parseFooter(foot[:])
 				if perr == nil {
 					return &t, nil
 				}
@@ -129,7 +128,7 @@ func (z *zstdFrames) skippable(magic uint32, off int64) (*seekTable, error) {
 	return nil, nil
 }
 
-func (z *zstdFrames) discard(n int64) error {
+func (z *Reader) discard(n int64) error {
 	k, err := io.CopyN(io.Discard, z.r, n)
 	z.off += k
 	if err != nil {
@@ -138,27 +137,19 @@ func (z *zstdFrames) discard(n int64) error {
 	return nil
 }
 
-// zstdFrameHeader is what the scanner needs of a frame header.
-type zstdFrameHeader struct {
-	window uint64
-	fcs    uint64 // the content size, if hasFCS
-	hasFCS bool
-	hasSum bool // the frame ends with a checksum
-}
-
 // frame walks the frame whose magic is in hdr[:4] (18 bytes, the largest
 // header): its header, checked as the decoder will, then its blocks and
 // checksum, into u.comp or, past the cap, through a pipe.
-func (z *zstdFrames) frame(u *zstdUnit, hdr []byte) error {
+func (z *Reader) frame(u *unit, hdr []byte) error {
 	u.index = z.frames
 	z.frames++
 	marker := z.marker
-	z.marker = pzstdMarker{}
+	z.marker = sizeMark{}
 	fh, err := z.frameHeader(u, hdr)
 	if err != nil {
 		return err
 	}
-	if !z.started && fh.hasFCS && fh.fcs > zstdFrameDecCap {
+	if !z.started && fh.HasFCS && fh.FrameContentSize > frameDecCap {
 		// A first frame that says it is too large to decode whole (the
 		// zstd CLI writes its content size): the whole stream is decoded
 		// as one, without buffering the frame first.
@@ -168,24 +159,24 @@ func (z *zstdFrames) frame(u *zstdUnit, hdr []byte) error {
 	// The frame's buffer grows to what the frame can be (see put): its
 	// size when pzstd's size frame says it, else at most zstd's bound for
 	// the content size it declares.
-	w := blockWalk{z: z, u: u, window: fh.window, most: zstdFrameCompCap}
+	w := blockWalk{z: z, u: u, window: window(&fh), most: frameCompCap}
 	switch {
 	case marker.ok:
-		w.most = min(int(marker.size), zstdFrameCompCap)
+		w.most = min(int(marker.size), frameCompCap)
 		if w.most > cap(u.comp) {
 			u.comp = slices.Grow(u.comp, w.most-len(u.comp))
 		}
-	case fh.hasFCS:
-		c := int(min(fh.fcs, zstdFrameCompCap))
-		w.most = min(c+c>>8+1<<10, zstdFrameCompCap)
+	case fh.HasFCS:
+		c := int(min(fh.FrameContentSize, frameCompCap))
+		w.most = min(c+c>>8+1<<10, frameCompCap)
 	}
 	bound, err := w.blocks()
 	if err != nil || u.over {
 		return err
 	}
 	u.size = z.off - u.off
-	if fh.hasFCS {
-		bound = min(bound, fh.fcs)
+	if fh.HasFCS {
+		bound = min(bound, fh.FrameContentSize)
 	}
 	if marker.ok && int64(marker.size) != u.size {
 		z.pending = markerErr("zstd: the pzstd size frame at offset %d says frame %d (at offset %d) is %d bytes compressed, it is %d", marker.off, u.index, u.off, marker.size, u.size)
@@ -194,7 +185,7 @@ func (z *zstdFrames) frame(u *zstdUnit, hdr []byte) error {
 		w.pw.Close()
 		return nil
 	}
-	if bound > zstdFrameDecCap {
+	if bound > frameDecCap {
 		u.stream = true
 	} else {
 		u.bound = int(bound)
@@ -202,83 +193,37 @@ func (z *zstdFrames) frame(u *zstdUnit, hdr []byte) error {
 	return nil
 }
 
-// frameHeader reads the rest of a frame header into hdr and u.comp, and
-// refuses a window over the limit.
-func (z *zstdFrames) frameHeader(u *zstdUnit, hdr []byte) (zstdFrameHeader, error) {
-	var fh zstdFrameHeader
-	if err := z.readN(hdr[4:5]); err != nil {
-		return fh, frameErr(u.off, err)
-	}
-	n, err := zstdHeaderRest(hdr[4])
-	if err != nil {
-		return fh, frameErr(u.off, err)
-	}
-	h := hdr[:5+n]
-	if err := z.readN(h[5:]); err != nil {
-		return fh, frameErr(u.off, err)
-	}
-	fh = parseZstdFrameHeader(h)
-	u.hasSum = fh.hasSum
-	if fh.window > z.limit {
-		return fh, &zstdFrameError{msg: fmt.Sprintf("zstd: the frame at offset %d declares a %s window, more than the %s holdfast decodes%s", u.off, units.Whole(fh.window), units.Whole(z.limit), zstdHint)}
-	}
-	u.comp = append(u.comp, h...)
-	return fh, nil
-}
-
-// zstdHeaderRest is how many bytes of a frame header follow its descriptor,
-// fhd: the window descriptor, the dictionary ID and the content size.
-func zstdHeaderRest(fhd byte) (int, error) {
-	if fhd&0x08 != 0 {
-		return 0, errors.New("reserved bit set in the frame header")
-	}
-	n := [4]int{0, 1, 2, 4}[fhd&3] // the dictionary ID
-	if fhd&0x20 == 0 {
-		n++ // the window descriptor
-	}
-	return n + zstdFCSLen(fhd), nil
-}
-
-// zstdFCSLen is the size of the content size field a frame descriptor says.
-func zstdFCSLen(fhd byte) int {
-	if fhd>>6 == 0 && fhd&0x20 != 0 {
-		return 1 // single segment: a one-byte size
-	}
-	return [4]int{0, 2, 4, 8}[fhd>>6]
-}
-
-// parseZstdFrameHeader reads a whole frame header, h: magic, descriptor
-// and the zstdHeaderRest bytes after it.
-func parseZstdFrameHeader(h []byte) zstdFrameHeader {
-	fhd := h[4]
-	fh := zstdFrameHeader{hasSum: fhd&0x04 != 0}
-	fcsLen := zstdFCSLen(fhd)
-	if fh.hasFCS = fcsLen > 0; fh.hasFCS {
-		f := h[len(h)-fcsLen:]
-		switch fcsLen {
-		case 1:
-			fh.fcs = uint64(f[0])
-		case 2:
-			fh.fcs = uint64(binary.LittleEndian.Uint16(f)) + 256
-		case 4:
-			fh.fcs = uint64(binary.LittleEndian.Uint32(f))
-		case 8:
-			fh.fcs = binary.LittleEndian.Uint64(f)
+// frameHeader reads the rest of a frame header into hdr and u.comp, a byte
+// at a time after the magic until zstd.Header decodes it whole, and refuses
+// a window over the limit.
+func (z *Reader) frameHeader(u *unit, hdr []byte) (zstd.Header, error) {
+	var h zstd.Header
+	n := 4
+	for {
+		err := h.Decode(hdr[:n])
+		if err == nil {
+			break
 		}
+		if err != io.ErrUnexpectedEOF || n == len(hdr) {
+			return h, frameErr(u.off, err)
+		}
+		if err := z.readN(hdr[n : n+1]); err != nil {
+			return h, frameErr(u.off, err)
+		}
+		n++
 	}
-	fh.window = fh.fcs
-	if fhd&0x20 == 0 {
-		wd := h[5]
-		base := uint64(1) << (10 + wd>>3)
-		fh.window = base + base/8*uint64(wd&7)
+	u.hasSum = h.HasCheckSum
+	if w := window(&h); w > z.limit {
+		return h, &Error{msg: fmt.Sprintf("zstd: the frame at offset %d declares a %s window, more than the %s holdfast decodes%s", u.off, units.Whole(w), units.Whole(z.limit), hint)}
 	}
-	return fh
+	u.comp = append(u.comp, hdr[:n]...)
+	return h, nil
 }
 
 // blockWalk walks the blocks of one frame.
 type blockWalk struct {
-	z      *zstdFrames
-	u      *zstdUnit
+	z      *Reader
+	u      *unit
 	window uint64
 	most   int            // the most the frame is expected to take, to grow its buffer to
 	pw     *io.PipeWriter // once the frame is past the cap and handed on
@@ -306,14 +251,14 @@ func (w *blockWalk) blocks() (uint64, error) {
 			content = 1
 			bound += uint64(size)
 		case 2:
-			bound += min(w.window, zstdMaxBlock)
+			bound += min(w.window, maxBlock)
 		case 3:
 			return 0, w.fail(zstd.ErrReservedBlockType)
 		}
-		if size > zstdMaxBlock {
+		if size > maxBlock {
 			return 0, w.fail(zstd.ErrCompressedSizeTooBig)
 		}
-		if w.pw == nil && len(u.comp)+len(bh)+content > zstdFrameCompCap {
+		if w.pw == nil && len(u.comp)+len(bh)+content > frameCompCap {
 			if !z.started {
 				// The first frame: the whole stream is decoded as one.
 				u.comp = append(u.comp, bh[:]...)
@@ -353,7 +298,7 @@ func (w *blockWalk) handOn() error {
 	select {
 	case w.z.order <- w.u:
 	case <-w.z.stop:
-		return errZstdClosed
+		return errClosed
 	}
 	_, err := pw.Write(w.u.comp)
 	return err

@@ -1,4 +1,4 @@
-package archive
+package zstdframe
 
 import (
 	"bytes"
@@ -7,49 +7,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os/exec"
 	"runtime"
-	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/holdfast-project/holdfast/internal/fixture"
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
-// mixedContent is n bytes, alternately 256 KiB of text and of random bytes:
-// what an image archive holds (config and binaries, compressed layers).
-func mixedContent(n int, seed uint64) []byte {
-	rng := rand.New(rand.NewPCG(seed, 1))
-	words := strings.Fields("layer blob manifest index config digest sha256 the of and image archive tar node pin lease containerd kubelet")
-	b := make([]byte, 0, n)
-	for len(b) < n {
-		end := min(n, len(b)+256<<10)
-		if len(b)/(256<<10)%2 == 0 {
-			for len(b) < end {
-				b = append(b, words[rng.IntN(len(words))]...)
-				b = append(b, ' ')
-				if rng.IntN(12) == 0 {
-					b = append(b, '\n')
-				}
-			}
-			b = b[:end]
-		} else {
-			for len(b) < end {
-				b = append(b, byte(rng.Uint32()))
-			}
-		}
-	}
-	return b
-}
-
-// seekableBytes compresses data with a SeekableZstdWriter, written in
+// seekableBytes compresses data with a Writer, written in
 // pieces of chunk bytes.
-func seekableBytes(t testing.TB, data []byte, opts SeekableOptions, chunk int) []byte {
+func seekableBytes(t testing.TB, data []byte, opts Options, chunk int) []byte {
 	t.Helper()
 	var out bytes.Buffer
-	w := NewSeekableZstdWriter(&out, opts)
+	w := NewWriter(&out, opts)
 	for p := data; len(p) > 0; {
 		k := min(chunk, len(p))
 		n, err := w.Write(p[:k])
@@ -66,23 +39,23 @@ func seekableBytes(t testing.TB, data []byte, opts SeekableOptions, chunk int) [
 
 // readSeekTable parses the seek table at the end of b and returns it with the
 // offset where it starts.
-func readSeekTable(t testing.TB, b []byte) (seekTable, int) {
+func readSeekTable(t testing.TB, b []byte) (Table, int) {
 	t.Helper()
-	if len(b) < 8+seekFooterSize {
+	if len(b) < 8+footerSize {
 		t.Fatalf("%d bytes: too short for a seek table", len(b))
 	}
-	n := binary.LittleEndian.Uint32(b[len(b)-seekFooterSize:])
+	n := binary.LittleEndian.Uint32(b[len(b)-footerSize:])
 	desc := b[len(b)-5]
-	size := seekEntrySize
-	if desc&seekChecksumFlag != 0 {
-		size = seekEntrySizeXXH
+	size := entrySize
+	if desc&checksumFlag != 0 {
+		size = entrySizeXXH
 	}
-	start := len(b) - seekFooterSize - int(n)*size - 8
-	if start < 0 || binary.LittleEndian.Uint32(b[start:]) != seekTableMagic ||
+	start := len(b) - footerSize - int(n)*size - 8
+	if start < 0 || binary.LittleEndian.Uint32(b[start:]) != tableMagic ||
 		int(binary.LittleEndian.Uint32(b[start+4:])) != len(b)-start-8 {
 		t.Fatalf("no seek table skippable frame where the footer puts it (offset %d)", start)
 	}
-	st, err := parseSeekTable(b[start+8:])
+	st, err := parseTable(b[start+8:])
 	if err != nil {
 		t.Fatalf("seek table: %v", err)
 	}
@@ -97,16 +70,16 @@ func TestSeekableZstdWriter(t *testing.T) {
 	}{
 		{"empty", nil},
 		{"one byte", []byte{'x'}},
-		{"one frame", mixedContent(frame, 1)},
-		{"three frames and a bit", mixedContent(3*frame+7, 2)},
-		{"a MiB", mixedContent(1<<20+1234, 3)},
+		{"one frame", fixture.MixedContent(frame, 1)},
+		{"three frames and a bit", fixture.MixedContent(3*frame+7, 2)},
+		{"a MiB", fixture.MixedContent(1<<20+1234, 3)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			z := seekableBytes(t, tc.data, SeekableOptions{FrameSize: frame}, 10000)
+			z := seekableBytes(t, tc.data, Options{FrameSize: frame}, 10000)
 
 			// Deterministic: other workers, other write sizes, same bytes.
 			for _, o := range []struct{ workers, chunk int }{{1, 1 << 20}, {3, 333}, {8, frame}} {
-				again := seekableBytes(t, tc.data, SeekableOptions{FrameSize: frame, Workers: o.workers}, o.chunk)
+				again := seekableBytes(t, tc.data, Options{FrameSize: frame, Workers: o.workers}, o.chunk)
 				if !bytes.Equal(again, z) {
 					t.Fatalf("%d workers, writes of %d: %d bytes differ from the first %d", o.workers, o.chunk, len(again), len(z))
 				}
@@ -124,14 +97,11 @@ func TestSeekableZstdWriter(t *testing.T) {
 				t.Fatalf("zstd.NewReader: %d of %d bytes, %v", len(got), len(tc.data), err)
 			}
 			// holdfast's own reader.
-			rc, c, err := Decompress(bytes.NewReader(z))
-			if err != nil || c != Zstd {
-				t.Fatalf("Decompress: %s, %v", c, err)
-			}
+			rc := NewReader(bytes.NewReader(z), maxWindow, 0)
 			got, err = io.ReadAll(rc)
 			rc.Close()
 			if err != nil || !bytes.Equal(got, tc.data) {
-				t.Fatalf("Decompress: %d of %d bytes, %v", len(got), len(tc.data), err)
+				t.Fatalf("Reader: %d of %d bytes, %v", len(got), len(tc.data), err)
 			}
 
 			// holdfast decodes it frame by frame.
@@ -143,33 +113,34 @@ func TestSeekableZstdWriter(t *testing.T) {
 			// sizes add up to the frames and the content.
 			st, start := readSeekTable(t, z)
 			want := max(1, (len(tc.data)+frame-1)/frame)
-			if len(st.entries) != want || !st.sums {
-				t.Fatalf("seek table: %d entries (checksums %v), want %d with checksums", len(st.entries), st.sums, want)
+			if st.Len() != want || !st.Sums {
+				t.Fatalf("seek table: %d entries (checksums %v), want %d with checksums", st.Len(), st.Sums, want)
 			}
 			off, dec := 0, 0
-			for i, e := range st.entries {
+			for i := range st.Len() {
+				e := st.Frame(i)
 				var h zstd.Header
 				if err := h.Decode(z[off:]); err != nil || h.Skippable {
 					t.Fatalf("frame %d at offset %d: %v (skippable %v)", i, off, err, h.Skippable)
 				}
 				// The encoder leaves out the content size of a frame of less
 				// than 256 bytes (only the last can be one).
-				if (h.HasFCS || e.dec >= 256) && h.FrameContentSize != uint64(e.dec) {
-					t.Fatalf("frame %d declares content size %d (%v), the table %d", i, h.FrameContentSize, h.HasFCS, e.dec)
+				if (h.HasFCS || e.Size >= 256) && h.FrameContentSize != e.Size {
+					t.Fatalf("frame %d declares content size %d (%v), the table %d", i, h.FrameContentSize, h.HasFCS, e.Size)
 				}
-				end := off + int(e.comp)
-				if sum := binary.LittleEndian.Uint32(z[end-4:]); sum != e.sum {
-					t.Fatalf("frame %d: checksum %08x, the table %08x", i, sum, e.sum)
+				end := off + int(e.Comp)
+				if sum := binary.LittleEndian.Uint32(z[end-4:]); sum != e.Sum {
+					t.Fatalf("frame %d: checksum %08x, the table %08x", i, sum, e.Sum)
 				}
 				// Each frame decodes on its own to its part of the content.
 				part, err := zr.DecodeAll(z[off:end], nil)
-				if err == nil && !bytes.Equal(part, tc.data[dec:dec+int(e.dec)]) {
+				if err == nil && !bytes.Equal(part, tc.data[dec:dec+int(e.Size)]) {
 					err = errors.New("other bytes")
 				}
 				if err != nil {
 					t.Fatalf("frame %d alone: %v", i, err)
 				}
-				off, dec = end, dec+int(e.dec)
+				off, dec = end, dec+int(e.Size)
 			}
 			if off != start || dec != len(tc.data) {
 				t.Fatalf("frames end at %d (content %d), the table starts at %d (content %d)", off, dec, start, len(tc.data))
@@ -185,8 +156,8 @@ func TestSeekableZstdCLI(t *testing.T) {
 	if err != nil {
 		testenv.Missing(t, "zstd", "the zstd CLI is not on PATH (make deps installs it)")
 	}
-	for _, data := range [][]byte{nil, mixedContent(700<<10, 4)} {
-		z := seekableBytes(t, data, SeekableOptions{FrameSize: 128 << 10, Level: 19}, 1<<20)
+	for _, data := range [][]byte{nil, fixture.MixedContent(700<<10, 4)} {
+		z := seekableBytes(t, data, Options{FrameSize: 128 << 10, Level: 19}, 1<<20)
 		cmd := exec.Command(zstdCLI, "-d", "-c", "-q")
 		cmd.Stdin = bytes.NewReader(z)
 		var stderr bytes.Buffer
@@ -209,8 +180,8 @@ func (f *failWriter) Write(p []byte) (int, error) {
 }
 
 func TestSeekableZstdWriterErrors(t *testing.T) {
-	data := mixedContent(1<<20, 5)
-	w := NewSeekableZstdWriter(&failWriter{n: 2}, SeekableOptions{FrameSize: 64 << 10, Workers: 2})
+	data := fixture.MixedContent(1<<20, 5)
+	w := NewWriter(&failWriter{n: 2}, Options{FrameSize: 64 << 10, Workers: 2})
 	var werr error
 	for p := data; len(p) > 0 && werr == nil; p = p[min(len(p), 50000):] {
 		_, werr = w.Write(p[:min(len(p), 50000)])
@@ -223,7 +194,7 @@ func TestSeekableZstdWriterErrors(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	w = NewSeekableZstdWriter(&out, SeekableOptions{})
+	w = NewWriter(&out, Options{})
 	if _, err := w.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -245,22 +216,22 @@ func TestSeekableZstdWriterErrors(t *testing.T) {
 // again is the same file, so that a digest or signature of it still holds.
 func TestSeekableZstdWriterBytes(t *testing.T) {
 	t.Parallel()
-	data := mixedContent(6<<20+12345, 3)
+	data := fixture.MixedContent(6<<20+12345, 3)
 	for _, c := range []struct {
-		opts SeekableOptions
+		opts Options
 		sum  string
 	}{
-		{SeekableOptions{}, "2f062fea1059b0b6f0c20a73655e096e5d45e6097732a9a4b4807b97a4774832"},
-		{SeekableOptions{Workers: 1}, "2f062fea1059b0b6f0c20a73655e096e5d45e6097732a9a4b4807b97a4774832"},
-		{SeekableOptions{FrameSize: 1 << 20, Workers: 3}, "c173253c8ada65bc05d7b60c267a5985125d1214ed15ecdd191d4fdeeb324c20"},
-		{SeekableOptions{FrameSize: 1 << 20, Level: 1}, "b39324b4ca26203d4d153f1e9f894e40a28fe95a475d0d2f062178bebac25b5f"},
-		{SeekableOptions{FrameSize: 512 << 10, Level: 19}, "899abe990ce11f1f7c98f998c977cdbd22925bc7b04b647b781fac67501ac489"},
+		{Options{}, "2f062fea1059b0b6f0c20a73655e096e5d45e6097732a9a4b4807b97a4774832"},
+		{Options{Workers: 1}, "2f062fea1059b0b6f0c20a73655e096e5d45e6097732a9a4b4807b97a4774832"},
+		{Options{FrameSize: 1 << 20, Workers: 3}, "c173253c8ada65bc05d7b60c267a5985125d1214ed15ecdd191d4fdeeb324c20"},
+		{Options{FrameSize: 1 << 20, Level: 1}, "b39324b4ca26203d4d153f1e9f894e40a28fe95a475d0d2f062178bebac25b5f"},
+		{Options{FrameSize: 512 << 10, Level: 19}, "899abe990ce11f1f7c98f998c977cdbd22925bc7b04b647b781fac67501ac489"},
 	} {
 		if got := fmt.Sprintf("%x", sha256.Sum256(seekableBytes(t, data, c.opts, 100_003))); got != c.sum {
 			t.Errorf("%+v: output SHA-256 %s, want %s", c.opts, got, c.sum)
 		}
 	}
-	if got := fmt.Sprintf("%x", sha256.Sum256(seekableBytes(t, nil, SeekableOptions{}, 1))); got != "b7d15a5ad22abefd4349ba83924d40cef26eb64f2895259cd6d4fe6957539b6c" {
+	if got := fmt.Sprintf("%x", sha256.Sum256(seekableBytes(t, nil, Options{}, 1))); got != "b7d15a5ad22abefd4349ba83924d40cef26eb64f2895259cd6d4fe6957539b6c" {
 		t.Errorf("empty input: output SHA-256 %s", got)
 	}
 }
@@ -270,17 +241,17 @@ func TestSeekableZstdWriterBytes(t *testing.T) {
 // and its encoders (a window of a frame and their tables each), however
 // much is written through it: 64 MiB, half of it incompressible.
 func TestSeekableZstdWriterMemory(t *testing.T) {
-	data := mixedContent(64<<20, 9)
+	data := fixture.MixedContent(64<<20, 9)
 	const size, workers = 4 << 20, 2
 	frame := 2*size + size>>8 + 1<<10
 	bound := uint64((workers+2)*frame + workers*(size+4<<20))
-	if m := (SeekableOptions{FrameSize: size, Workers: workers}).Memory(); uint64(m) != bound {
+	if m := (Options{FrameSize: size, Workers: workers}).Memory(); uint64(m) != bound {
 		t.Errorf("Memory says %d bytes, want %d", m, bound)
 	}
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	w := NewSeekableZstdWriter(io.Discard, SeekableOptions{FrameSize: size, Workers: workers})
+	w := NewWriter(io.Discard, Options{FrameSize: size, Workers: workers})
 	for p := data; len(p) > 0; p = p[min(len(p), 100_003):] {
 		if _, err := w.Write(p[:min(len(p), 100_003)]); err != nil {
 			t.Fatal(err)

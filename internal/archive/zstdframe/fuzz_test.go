@@ -1,4 +1,4 @@
-package archive
+package zstdframe
 
 import (
 	"bytes"
@@ -10,8 +10,13 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/holdfast-project/holdfast/internal/fixture"
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
+
+// fuzzReadCap bounds what the fuzz target reads of a decompressed stream: a
+// small input may expand a thousandfold, and the target must stay fast.
+const fuzzReadCap = 4 << 20
 
 // FuzzZstdFrames feeds the frame scanner hostile bytes and compares what it
 // decodes with klauspost's single streaming reader: the two agree on every
@@ -27,29 +32,29 @@ func FuzzZstdFrames(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	var fs []zframe
+	var fs []fixture.ZstdFrame
 	for i := 0; i < len(text); i += 1500 {
 		c := text[i:min(len(text), i+1500)]
-		fs = append(fs, zframe{c, enc.EncodeAll(c, nil)})
+		fs = append(fs, fixture.ZstdFrame{Content: c, Comp: enc.EncodeAll(c, nil)})
 	}
-	plain := concatZframes(fs)
-	seekable := append(concatZframes(fs), seekTableOf(fs)...)
+	plain := fixture.ConcatZstd(fs)
+	seekable := append(fixture.ConcatZstd(fs), fixture.SeekTableOf(fs)...)
 	lying := bytes.Clone(seekable)
-	binary.LittleEndian.PutUint32(lying[len(plain)+8+seekEntrySizeXXH:], 7)
+	binary.LittleEndian.PutUint32(lying[len(plain)+8+entrySizeXXH:], 7)
 	testenv.Seeds(f, map[string][]any{
-		"one-frame":  {fs[0].comp, uint8(0)},
+		"one-frame":  {fs[0].Comp, uint8(0)},
 		"frames":     {plain, uint8(1)},
-		"pzstd":      {pzstdZframes(fs), uint8(2)},
+		"pzstd":      {fixture.PzstdFrames(fs), uint8(2)},
 		"seekable":   {seekable, uint8(1)},
 		"lying":      {lying, uint8(0)},
-		"empty":      {emptyZstdFrame, uint8(1)},
-		"skippable":  {append(skippableZframe(0x184D2A51, []byte("x")), fs[1].comp...), uint8(2)},
+		"empty":      {emptyFrame, uint8(1)},
+		"skippable":  {append(fixture.SkippableFrame(0x184D2A51, []byte("x")), fs[1].Comp...), uint8(2)},
 		"truncated":  {plain[:len(plain)-5], uint8(1)},
-		"rle-blocks": {hostileZframe(3*zstdMaxBlock, 3), uint8(0)},
+		"rle-blocks": {fixture.HostileZstdFrame(3*maxBlock, 3), uint8(0)},
 	})
 
 	f.Fuzz(func(t *testing.T, b []byte, workers uint8) {
-		z := newZstdFrames(bytes.NewReader(b), window, 1+int(workers%3))
+		z := NewReader(bytes.NewReader(b), window, 1+int(workers%3))
 		got, err := io.ReadAll(io.LimitReader(z, fuzzReadCap))
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "zstd: ") {
@@ -76,7 +81,7 @@ func FuzzZstdFrames(f *testing.F) {
 		if err == nil && !capped && (rerr != nil || len(got) != len(want)) {
 			t.Fatalf("decoded whole (%d bytes), the single reader says %d bytes, %v", len(got), len(want), rerr)
 		}
-		var fe *zstdFrameError
+		var fe *Error
 		marker := errors.As(err, &fe) && (strings.Contains(err.Error(), "seek table") || strings.Contains(err.Error(), "pzstd"))
 		if err != nil && rerr == nil && !capped && !marker {
 			t.Fatalf("refused (%v) what the single reader decodes (%d bytes)", err, len(want))

@@ -1,29 +1,27 @@
-package archive
+package zstdframe
 
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
-	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
 
 // A zstd stream of many frames (pzstd's, the seekable format's that
-// SeekableZstdWriter writes, or frames simply concatenated) is decoded frame
+// Writer writes, or frames simply concatenated) is decoded frame
 // by frame on several cores: a scanner goroutine cuts the compressed stream
 // at frame boundaries by walking frame and block headers, without decoding;
 // workers decode whole frames into memory (DecodeAll); the reader hands
 // their bytes on strictly in order, lending each frame's buffer to the
-// walk's read-ahead rather than copying it (lend). Nothing seeks: the input
+// walk's read-ahead rather than copying it (Lend). Nothing seeks: the input
 // is read once, as it comes.
 //
-// A stream whose first frame is larger than zstdFrameCompCap, or declares
-// more content than zstdFrameDecCap (every one-frame .tar.zst: K3s airgap
+// A stream whose first frame is larger than frameCompCap, or declares
+// more content than frameDecCap (every one-frame .tar.zst: K3s airgap
 // images, Hauler hauls, Zarf packages), is decoded as it always was, by one
-// streaming decoder in the reader's goroutine (zstdConcurrency): the scanner
+// streaming decoder in the reader's goroutine (streamConcurrency): the scanner
 // stops at the cap (or the header), and what it read is given back in front
 // of the rest of the stream. Frames after the first
 // that are too large to decode whole are decoded in order by a streaming
@@ -33,12 +31,12 @@ import (
 //
 // Memory is bounded whatever the stream declares: workers+2 frames are in
 // flight (being decoded, decoded and waiting, being read or lent and not given
-// back yet), each buffer at most zstdFrameCompCap compressed and
-// zstdFrameDecCap decoded, and reused from frame to frame: with three workers
+// back yet), each buffer at most frameCompCap compressed and
+// frameDecCap decoded, and reused from frame to frame: with three workers
 // (holdfast on two CPUs, GOMAXPROCS being the CPUs + 1), 120 MiB for a stream
 // made to cost the most, 40 MiB for frames of 4 MiB. Whether a frame's content
 // fits its buffer is known before it is decoded, from its block headers (see
-// zstdFrameDecCap), so no frame is decoded twice. The streaming decoder holds a
+// frameDecCap), so no frame is decoded twice. The streaming decoder holds a
 // window, at most the limit, as the one-frame path always did.
 //
 // The first frame is scanned and decoded in the reader's goroutine, and the
@@ -46,7 +44,7 @@ import (
 // the start of a stream (Probe) costs one frame, not a pipeline's worth.
 //
 // The scanner checks every frame's header as the decoder would (the window
-// limit of checkZstdWindow, reserved bits and block types, block sizes), and
+// limit of CheckWindow, reserved bits and block types, block sizes), and
 // the markers of the stream against what it finds: a pzstd size frame
 // against the next frame's compressed size, a seek table against the frames
 // since the previous table (their number, compressed and decompressed sizes,
@@ -57,46 +55,54 @@ import (
 // EOF" as it always was. A stream of frames cut at a frame boundary is, to
 // zstd, a shorter stream: the tar walk that reads it says it is cut off.
 const (
-	// zstdFrameCompCap is the largest compressed frame decoded whole, by a worker:
+	// frameCompCap is the largest compressed frame decoded whole, by a worker:
 	// 8 MiB and 64 KiB, what 8 MiB of content takes at most compressed (zstd's
 	// bound: 8 MiB and 32 KiB, and the frame's header and checksum). pzstd cuts
 	// its input into frames of 8 MiB at its default level, 3, and up to 8 (2 MiB
 	// at -1, 4 MiB at -2, 16 MiB from about -12, 32 MiB from -17);
-	// SeekableZstdWriter's are 4 MiB. A frame of incompressible layer bytes is
+	// Writer's are 4 MiB. A frame of incompressible layer bytes is
 	// stored, its compressed size a little more than its content's.
-	zstdFrameCompCap = 8<<20 + 64<<10
-	// zstdFrameDecCap is the most content a frame decoded whole may have:
+	frameCompCap = 8<<20 + 64<<10
+	// frameDecCap is the most content a frame decoded whole may have:
 	// 16 MiB. The scanner bounds a frame's content before it is decoded
 	// (the declared content size, else its blocks' sizes: raw and RLE blocks
 	// say theirs, a compressed block decodes to 128 KiB at most), and the
 	// worker decodes into a buffer of that size, no more
 	// (WithDecodeAllCapLimit). A frame of more is decoded in order by the
 	// streaming decoder, whose memory is its window's.
-	zstdFrameDecCap = 16 << 20
-	// zstdMaxBlock is the largest block content zstd allows (RFC 8878,
+	frameDecCap = 16 << 20
+	// maxBlock is the largest block content zstd allows (RFC 8878,
 	// Block_Maximum_Size).
-	zstdMaxBlock = 128 << 10
-	// zstdCheckedFrames is how many frames since the last seek table the
+	maxBlock = 128 << 10
+	// checkedFrames is how many frames since the last seek table the
 	// reader remembers, to check the next seek table entry by entry: 8 MiB
 	// of records at most, the frames of a 1 TiB archive cut at 4 MiB.
 	// Past it, only the number of frames is checked.
-	zstdCheckedFrames = 1 << 18
-	// zstdSeekTableCap is the largest seek table read whole: as many entries
-	// as zstdCheckedFrames. Of a larger one only the footer is read.
-	zstdSeekTableCap = zstdCheckedFrames*seekEntrySizeXXH + seekFooterSize
+	checkedFrames = 1 << 18
+	// tableCap is the largest seek table read whole: as many entries
+	// as checkedFrames. Of a larger one only the footer is read.
+	tableCap = checkedFrames*entrySizeXXH + footerSize
 
 	pzstdMagic = 0x184D2A50 // pzstd's skippable frame: the next frame's compressed size
+
+	// streamConcurrency is the number of blocks the streaming decoder works
+	// on at once: the decoder of a stream whose first frame is large (one
+	// frame: what K3s, Hauler and Zarf write), and of a large frame later
+	// in a stream of small ones. Small frames are decoded whole, each on one
+	// of a few goroutines. One decodes each block in the goroutine that
+	// reads the decoder (the walk's read-ahead), with no goroutines of its
+	// own: the read-ahead already keeps decoding apart from hashing and
+	// writing, and on two CPUs, where those need the other one, splitting a
+	// frame's decoding over three goroutines only costs more. The bench's
+	// 1 GiB .tar.zst (one frame, 8 MiB window) decodes in 0.62 CPU-s with
+	// one, 0.86 with two; its import took 1.57 CPU-s against 1.77.
+	streamConcurrency = 1
 )
 
-// defaultZstdWorkers is how many frames are decoded at once by default.
-// Four are enough to outrun what reads the decoded stream (hashing and
-// writing it); more would only hold more memory.
-func defaultZstdWorkers() int { return min(runtime.GOMAXPROCS(0), 4) }
-
-// zstdUnit is what the scanner hands on, in stream order: a frame, a seek
+// unit is what the scanner hands on, in stream order: a frame, a seek
 // table to check, or the error that ends the stream.
-type zstdUnit struct {
-	kind   zstdUnitKind
+type unit struct {
+	kind   unitKind
 	off    int64  // where the frame (or table) starts in the compressed stream
 	index  int    // the frame's number from the start of the stream
 	comp   []byte // the frame, when buffered
@@ -104,7 +110,7 @@ type zstdUnit struct {
 	sum    uint32 // its checksum field, if hasSum
 	hasSum bool
 	bound  int  // the most its content can be, if it is buffered
-	over   bool // the first frame, larger than zstdFrameCompCap: comp is what was read of it
+	over   bool // the first frame, larger than frameCompCap: comp is what was read of it
 
 	stream  bool           // decode it in order with the streaming decoder: from comp, or pipe
 	pipe    *io.PipeReader // the frame as the scanner walks it, when too large to buffer
@@ -113,12 +119,12 @@ type zstdUnit struct {
 
 	out   []byte // the decoded frame, from a worker
 	err   error  // kind zstdError; or the frame's decoding error
-	table seekTable
+	table Table
 	done  chan struct{} // closed once out, err or stream is final
 }
 
 // fedErr is why the scanner stopped feeding u's pipe, if it did.
-func (u *zstdUnit) fedErr() error {
+func (u *unit) fedErr() error {
 	if u.pipe == nil {
 		return nil
 	}
@@ -127,25 +133,17 @@ func (u *zstdUnit) fedErr() error {
 	return u.scanErr
 }
 
-type zstdUnitKind uint8
+type unitKind uint8
 
 const (
-	zstdFrameUnit zstdUnitKind = iota
-	zstdTableUnit
-	zstdErrorUnit
+	frameUnit unitKind = iota
+	tableUnit
+	errorUnit
 )
 
-// zstdRecord is a frame as the reader saw it, for the next seek table.
-type zstdRecord struct {
-	off       int64
-	comp, dec uint64
-	sum       uint32
-	hasSum    bool
-}
-
-// zstdFrames is the reader of a zstd stream decoded frame by frame. Read and
+// Reader is the reader of a zstd stream decoded frame by frame. Read and
 // Close are not safe for concurrent use.
-type zstdFrames struct {
+type Reader struct {
 	r       io.Reader // the compressed stream
 	limit   uint64    // the largest window accepted
 	workers int
@@ -157,14 +155,14 @@ type zstdFrames struct {
 	// scanner goroutine's.
 	off     int64 // the compressed offset of the next byte of r
 	frames  int   // data frames seen
-	marker  pzstdMarker
+	marker  sizeMark
 	pending error // an error to hand on after the unit just scanned
 	copyBuf []byte
 
 	// The pipeline, once started.
 	started bool
-	order   chan *zstdUnit // every unit, in stream order; closed when the scanner stops
-	work    chan *zstdUnit // frames for the workers
+	order   chan *unit // every unit, in stream order; closed when the scanner stops
+	work    chan *unit // frames for the workers
 	stop    chan struct{}
 	wg      sync.WaitGroup
 
@@ -172,77 +170,54 @@ type zstdFrames struct {
 	// release, from any goroutine, puts its unit back here. Its capacity,
 	// workers+2, bounds the units there are (units counts them), so the
 	// frames in flight, lent ones included.
-	free  chan *zstdUnit
+	free  chan *unit
 	units int
 
 	// The reader's state.
 	reads   int
 	single  *zstd.Decoder // the whole stream, when its first frame is too large
 	ended   bool          // the stream has no more units (the scanner's end, before the pipeline)
-	cur     *zstdUnit
+	cur     *unit
 	rest    []byte    // the unread part of cur.out
 	srd     io.Reader // the streaming decoder reading cur
 	curDec  uint64    // bytes decoded of cur
-	records []zstdRecord
+	records []Frame
 	counted uint64 // frames since the last seek table
 	err     error  // sticky
 	closed  bool
 }
 
-// pzstdMarker is a pending pzstd size frame.
-type pzstdMarker struct {
+// sizeMark is a pending pzstd size frame.
+type sizeMark struct {
 	ok   bool
 	off  int64
 	size uint32
 }
 
-// errZstdClosed stops a scanner writing into a pipe the reader gave up.
-var errZstdClosed = errors.New("zstd: reader closed")
+// errClosed stops a scanner writing into a pipe the reader gave up.
+var errClosed = errors.New("zstd: reader closed")
 
-// zstdFrameError is an error about one frame or seek table: its message
-// names where it is, and the decoder wrapper leaves it as it is.
-type zstdFrameError struct {
-	msg string
-	err error
-}
-
-func (e *zstdFrameError) Error() string {
-	if e.err == nil {
-		return e.msg
-	}
-	return e.msg + ": " + e.err.Error()
-}
-
-func (e *zstdFrameError) Unwrap() error { return e.err }
-
-// frameErr says err happened in the frame at off. A stream cut off is
-// "zstd: unexpected EOF", as it always was: where it stops is the file's
-// end, which its size already says.
-func frameErr(off int64, err error) error {
-	var fe *zstdFrameError
-	if errors.As(err, &fe) {
-		return err
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		return &zstdFrameError{msg: "zstd", err: io.ErrUnexpectedEOF}
-	}
-	return &zstdFrameError{msg: fmt.Sprintf("zstd: frame at offset %d", off), err: err}
-}
-
-func markerErr(format string, args ...any) error {
-	return &zstdFrameError{msg: fmt.Sprintf(format, args...)}
-}
-
-// newZstdFrames decodes r, a zstd stream, frame by frame on workers
-// goroutines (0: defaultZstdWorkers), accepting windows up to limit.
-func newZstdFrames(r io.Reader, limit uint64, workers int) *zstdFrames {
+// NewReader decodes r, a zstd stream, frame by frame on workers
+// goroutines (0: DefaultWorkers), accepting windows up to limit.
+func NewReader(r io.Reader, limit uint64, workers int) *Reader {
 	if workers <= 0 {
-		workers = defaultZstdWorkers()
+		workers = DefaultWorkers()
 	}
-	return &zstdFrames{r: r, limit: limit, workers: workers, free: make(chan *zstdUnit, workers+2)}
+	return &Reader{r: r, limit: limit, workers: workers, free: make(chan *unit, workers+2)}
 }
 
-func (z *zstdFrames) Read(p []byte) (int, error) {
+// Read reads the decoded stream. Its errors name zstd and, when they are
+// about one frame or seek table, where it is (Error); a stream cut off is
+// "zstd: unexpected EOF".
+func (z *Reader) Read(p []byte) (int, error) {
+	n, err := z.read(p)
+	if err != nil && err != io.EOF {
+		err = say(err, z.limit)
+	}
+	return n, err
+}
+
+func (z *Reader) read(p []byte) (int, error) {
 	if z.err != nil {
 		return 0, z.err
 	}
@@ -252,11 +227,11 @@ func (z *zstdFrames) Read(p []byte) (int, error) {
 			return 0, err
 		}
 		if z.single != nil {
-			// As it always was; the decoder wrapper still says a window too
-			// large as holdfast does.
+			// As it always was; Read still says a window too large as
+			// holdfast does.
 			n, err := z.single.Read(p)
 			if err != nil && err != io.EOF {
-				err = wrapDecodeErr(Zstd, err)
+				err = prefixed(err)
 			}
 			if err != nil {
 				z.err = err
@@ -293,14 +268,14 @@ func (z *zstdFrames) Read(p []byte) (int, error) {
 	return 0, nil
 }
 
-// lend hands the rest of the frame being read, decoded whole, to the caller
+// Lend hands the rest of the frame being read, decoded whole, to the caller
 // without copying it: the read-ahead passes such a frame on as it is. The
 // caller reads b and then calls release, once, from any goroutine, which
 // gives the frame's buffers back to the scanner. ok is false when the next
 // bytes are not in such a buffer (a stream decoded as one, a frame decoded
 // in order by the streaming decoder, the end of the stream or an error):
 // Read them.
-func (z *zstdFrames) lend() (b []byte, release func(), ok bool) {
+func (z *Reader) Lend() (b []byte, release func(), ok bool) {
 	if z.err != nil || z.single != nil {
 		return nil, nil, false
 	}
@@ -318,7 +293,7 @@ func (z *zstdFrames) lend() (b []byte, release func(), ok bool) {
 // tick counts a read. The pipeline starts on the second: a caller that reads
 // only the start of the stream (Probe) costs one frame, not a pipeline's
 // worth.
-func (z *zstdFrames) tick() {
+func (z *Reader) tick() {
 	if z.single != nil {
 		return
 	}
@@ -330,7 +305,7 @@ func (z *zstdFrames) tick() {
 
 // ready moves on to the next unit until there are bytes to read (in z.rest,
 // from z.srd, or from z.single): io.EOF at the end of the stream.
-func (z *zstdFrames) ready() error {
+func (z *Reader) ready() error {
 	for z.single == nil && len(z.rest) == 0 && z.srd == nil {
 		if z.cur != nil {
 			z.finishUnit()
@@ -352,7 +327,7 @@ func (z *zstdFrames) ready() error {
 	return nil
 }
 
-func (z *zstdFrames) fail(err error) error {
+func (z *Reader) fail(err error) error {
 	z.err = err
 	return err
 }
@@ -360,7 +335,7 @@ func (z *zstdFrames) fail(err error) error {
 // next is the next unit in stream order, decoded if it is a frame for the
 // workers; nil at the end of the stream. Before the pipeline starts, it
 // scans and decodes here.
-func (z *zstdFrames) next() (*zstdUnit, error) {
+func (z *Reader) next() (*unit, error) {
 	if z.started {
 		u, ok := <-z.order
 		if !ok {
@@ -383,11 +358,11 @@ func (z *zstdFrames) next() (*zstdUnit, error) {
 		return nil, nil
 	}
 	if u.over {
-		// The first frame is larger than zstdFrameCompCap: decode the
+		// The first frame is larger than frameCompCap: decode the
 		// whole stream as one, with what was scanned in front.
 		return nil, z.startSingle(u.comp)
 	}
-	if u.kind == zstdFrameUnit && !u.stream {
+	if u.kind == frameUnit && !u.stream {
 		z.newDecoder()
 		z.decode(u)
 	}
@@ -396,22 +371,22 @@ func (z *zstdFrames) next() (*zstdUnit, error) {
 
 // unit is a unit to scan into before the pipeline starts: one given back,
 // else a new one.
-func (z *zstdFrames) unit() *zstdUnit {
+func (z *Reader) unit() *unit {
 	select {
 	case u := <-z.free:
 		return u
 	default:
 		z.units++
-		return &zstdUnit{}
+		return &unit{}
 	}
 }
 
 // startSingle switches to one streaming decoder for the whole stream, head
 // being what the scanner read of it.
-func (z *zstdFrames) startSingle(head []byte) error {
+func (z *Reader) startSingle(head []byte) error {
 	zr, err := zstd.NewReader(io.MultiReader(bytes.NewReader(head), z.r),
 		zstd.WithDecoderMaxWindow(z.limit),
-		zstd.WithDecoderConcurrency(zstdConcurrency),
+		zstd.WithDecoderConcurrency(streamConcurrency),
 		zstd.WithDecoderLowmem(true),
 	)
 	if err != nil {
@@ -422,11 +397,11 @@ func (z *zstdFrames) startSingle(head []byte) error {
 }
 
 // begin makes u the unit being read.
-func (z *zstdFrames) begin(u *zstdUnit) error {
+func (z *Reader) begin(u *unit) error {
 	switch u.kind {
-	case zstdErrorUnit:
+	case errorUnit:
 		return u.err
-	case zstdTableUnit:
+	case tableUnit:
 		err := z.checkTable(u)
 		z.recycle(u)
 		return err
@@ -465,17 +440,17 @@ func (z *zstdFrames) begin(u *zstdUnit) error {
 
 // finishUnit records the frame just read for the next seek table and gives
 // its buffers back.
-func (z *zstdFrames) finishUnit() {
+func (z *Reader) finishUnit() {
 	z.recycle(z.endUnit())
 }
 
 // endUnit records the frame just read for the next seek table and leaves
 // it: the caller recycles it.
-func (z *zstdFrames) endUnit() *zstdUnit {
+func (z *Reader) endUnit() *unit {
 	u := z.cur
 	z.cur, z.rest, z.srd = nil, nil, nil
-	if len(z.records) < zstdCheckedFrames {
-		z.records = append(z.records, zstdRecord{off: u.off, comp: uint64(u.size), dec: z.curDec, sum: u.sum, hasSum: u.hasSum})
+	if len(z.records) < checkedFrames {
+		z.records = append(z.records, Frame{Off: u.off, Comp: uint64(u.size), Size: z.curDec, Sum: u.sum, HasSum: u.hasSum})
 	}
 	z.counted++
 	return u
@@ -483,51 +458,9 @@ func (z *zstdFrames) endUnit() *zstdUnit {
 
 // recycle gives u's buffers back to be scanned into again. It is safe from
 // any goroutine: a lent frame is released by whoever read it.
-func (z *zstdFrames) recycle(u *zstdUnit) {
+func (z *Reader) recycle(u *unit) {
 	select {
 	case z.free <- u:
 	default:
 	}
-}
-
-// checkTable compares a seek table with the frames read since the last one:
-// their number, and each one's compressed and decompressed sizes. Its
-// checksums are compared with the frames' own checksum fields, which the
-// decoder checks against their content; a frame without one is not hashed
-// for the table's sake.
-func (z *zstdFrames) checkTable(u *zstdUnit) error {
-	t := u.table
-	defer func() { z.records, z.counted = z.records[:0], 0 }()
-	if t.count != z.counted {
-		return markerErr("zstd: the seek table at offset %d says %d frames, there are %d", u.off, t.count, z.counted)
-	}
-	for i, e := range t.entries {
-		if i >= len(z.records) {
-			break
-		}
-		r := z.records[i]
-		switch {
-		case uint64(e.comp) != r.comp:
-			return markerErr("zstd: the seek table says frame %d (at offset %d) is %d bytes compressed, it is %d", i, r.off, e.comp, r.comp)
-		case uint64(e.dec) != r.dec:
-			return tableSizeErr(i, r.off, e.dec, r.dec)
-		case t.sums && r.hasSum && e.sum != r.sum:
-			return tableSumErr(i, r.off, e.sum, r.sum)
-		}
-	}
-	return nil
-}
-
-// tableSizeErr says a seek table's entry for frame i, at offset off, gives
-// a content size the frame does not have (is: its size, or "more"); the
-// stream (checkTable) and the read by the table (zstdseekread.go) say it
-// alike.
-func tableSizeErr(i int, off int64, said uint32, is any) error {
-	return markerErr("zstd: the seek table says frame %d (at offset %d) decompresses to %d bytes, it is %v", i, off, said, is)
-}
-
-// tableSumErr says a seek table's entry for frame i gives a checksum that is
-// not the frame's.
-func tableSumErr(i int, off int64, said, is uint32) error {
-	return markerErr("zstd: the seek table says frame %d (at offset %d) has checksum %08x, the frame %08x", i, off, said, is)
 }

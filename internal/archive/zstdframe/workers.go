@@ -1,4 +1,4 @@
-package archive
+package zstdframe
 
 import (
 	"errors"
@@ -6,12 +6,12 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// The goroutines of zstdFrames: the scanner (zstdframes_scan.go walks the
+// The goroutines of Reader: the scanner (zstdframes_scan.go walks the
 // frames) and the workers that decode them whole.
 
 // decode decodes a buffered frame whole, or marks it to be streamed in order
 // when its content turns out larger than its buffer.
-func (z *zstdFrames) decode(u *zstdUnit) {
+func (z *Reader) decode(u *unit) {
 	if cap(u.out) < u.bound {
 		u.out = make([]byte, 0, u.bound)
 	}
@@ -33,7 +33,7 @@ func (z *zstdFrames) decode(u *zstdUnit) {
 }
 
 // newDecoder makes the decoder of whole frames, if not made yet.
-func (z *zstdFrames) newDecoder() {
+func (z *Reader) newDecoder() {
 	if z.dec == nil {
 		// The options are constants the decoder accepts. With no reader, it
 		// starts no goroutine.
@@ -46,16 +46,16 @@ func (z *zstdFrames) newDecoder() {
 }
 
 // start starts the scanner and the workers.
-func (z *zstdFrames) start() {
+func (z *Reader) start() {
 	z.newDecoder()
 	z.started = true
 	inFlight := cap(z.free)
-	z.order = make(chan *zstdUnit, inFlight)
-	z.work = make(chan *zstdUnit, inFlight)
+	z.order = make(chan *unit, inFlight)
+	z.work = make(chan *unit, inFlight)
 	z.stop = make(chan struct{})
 	// The units made so far (the frame being read, one lent) are among them.
 	for ; z.units < inFlight; z.units++ {
-		z.free <- &zstdUnit{}
+		z.free <- &unit{}
 	}
 	z.wg.Add(1 + z.workers)
 	go z.scanLoop()
@@ -72,12 +72,12 @@ func (z *zstdFrames) start() {
 
 // scanLoop scans unit after unit and hands each on, until the stream ends,
 // fails or the reader stops.
-func (z *zstdFrames) scanLoop() {
+func (z *Reader) scanLoop() {
 	defer z.wg.Done()
 	defer close(z.work)
 	defer close(z.order)
 	for {
-		var u *zstdUnit
+		var u *unit
 		select {
 		case u = <-z.free:
 		case <-z.stop:
@@ -92,7 +92,7 @@ func (z *zstdFrames) scanLoop() {
 			continue
 		}
 		if err != nil {
-			u.kind, u.err = zstdErrorUnit, err
+			u.kind, u.err = errorUnit, err
 			close(u.done)
 			select {
 			case z.order <- u:
@@ -103,7 +103,7 @@ func (z *zstdFrames) scanLoop() {
 		if !more {
 			return
 		}
-		if u.kind == zstdFrameUnit && !u.stream {
+		if u.kind == frameUnit && !u.stream {
 			select {
 			case z.work <- u:
 			case <-z.stop:
@@ -122,7 +122,7 @@ func (z *zstdFrames) scanLoop() {
 
 // Close stops the scanner and the workers and waits for them; the stream is
 // not read any more once it returns.
-func (z *zstdFrames) Close() error {
+func (z *Reader) Close() error {
 	if z.closed {
 		return nil
 	}
@@ -134,11 +134,11 @@ func (z *zstdFrames) Close() error {
 		close(z.stop)
 		// A scanner feeding a pipe waits for its reader: give up reading.
 		if z.cur != nil && z.cur.pipe != nil {
-			z.cur.pipe.CloseWithError(errZstdClosed)
+			z.cur.pipe.CloseWithError(errClosed)
 		}
 		for u := range z.order {
 			if u.pipe != nil {
-				u.pipe.CloseWithError(errZstdClosed)
+				u.pipe.CloseWithError(errClosed)
 			}
 		}
 		z.wg.Wait()
