@@ -34,14 +34,13 @@ var rank = map[string]int{
 	"internal/kubeapi": 1, "internal/testenv": 1, "internal/fixture": 1, "internal/archive/zstdframe": 1,
 	"internal/embedded/daemon": 1, "internal/embedded": 1, "internal/oci": 1,
 	// formats and the wire's users
-	"internal/archive": 2, "internal/journal": 2, "internal/metrics": 2,
+	"internal/archive": 2, "internal/registries": 2, "internal/journal": 2, "internal/metrics": 2,
 	"internal/signature/sigtest": 2, "internal/kubelet": 2,
 	// the seam (ports, domain types), and the scan
 	"internal/runtime": 3, "internal/source": 3, "internal/signature/layout": 3,
 	"internal/reconcile": 4, "internal/workload": 4, "internal/watch": 4, "internal/signature": 4,
-	"internal/server":     4, // the agent's HTTP; its token file is judged as lists are (source)
-	"internal/registries": 4, // registries.yaml and the registry config judged as lists are (source)
-	"internal/reporter":   5,
+	"internal/server":   4, // the agent's HTTP; its token file is judged as lists are (source)
+	"internal/reporter": 5,
 	// the import and export use cases, then the backends that serve them
 	"internal/importer": 6, "internal/exporter": 6,
 	"internal/runtime/containerd": 7, "internal/runtime/fake": 7, "internal/runtime/runtimetest": 7,
