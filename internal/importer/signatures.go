@@ -86,7 +86,7 @@ func keepSignatures(ctx context.Context, s runtime.Store, sink runtime.Sink, wal
 	if p := walked.Package; p != nil {
 		out.pkg = &runtime.PackageSignature{
 			Manifest: ocispec.Descriptor{MediaType: MediaTypeZarfYAML, Digest: digest.FromBytes(p.Manifest), Size: int64(len(p.Manifest))},
-			Bundle:   ocispec.Descriptor{MediaType: layout.MediaTypeBundle, Digest: digest.FromBytes(p.Bundle), Size: int64(len(p.Bundle))},
+			Bundle:   ocispec.Descriptor{MediaType: oci.MediaTypeSigstoreBundle, Digest: digest.FromBytes(p.Bundle), Size: int64(len(p.Bundle))},
 		}
 		for _, b := range []struct {
 			desc ocispec.Descriptor

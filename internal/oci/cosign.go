@@ -62,3 +62,23 @@ func ParseCosignTag(name string) (CosignTag, bool) {
 	}
 	return CosignTag{}, false
 }
+
+// Media types and annotations of cosign's signatures: the legacy layout's
+// simple-signing layers, signed in their annotations, and the sigstore
+// bundle a cosign v3 referrer holds as its single layer.
+const (
+	MediaTypeSimpleSigning  = "application/vnd.dev.cosign.simplesigning.v1+json"
+	MediaTypeSigstoreBundle = "application/vnd.dev.sigstore.bundle.v0.3+json"
+
+	AnnotationCosignSignature   = "dev.cosignproject.cosign/signature"
+	AnnotationCosignCertificate = "dev.sigstore.cosign/certificate"
+	AnnotationCosignChain       = "dev.sigstore.cosign/chain"
+	AnnotationCosignRekorBundle = "dev.sigstore.cosign/bundle"
+	AnnotationCosignTimestamp   = "dev.sigstore.cosign/rfc3161timestamp"
+
+	// AnnotationBundlePredicateType is what a bundle referrer says its
+	// statement is; cosign sign writes PredicateCosignSign, cosign attest
+	// anything else.
+	AnnotationBundlePredicateType = "dev.sigstore.bundle.predicateType"
+	PredicateCosignSign           = "https://sigstore.dev/cosign/sign/v1"
+)

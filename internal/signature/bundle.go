@@ -15,6 +15,7 @@ import (
 	protorekor "github.com/sigstore/protobuf-specs/gen/pb-go/rekor/v1"
 	"github.com/sigstore/sigstore-go/pkg/bundle"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/signature/layout"
 )
 
@@ -43,13 +44,13 @@ func entity(s layout.Signature) (*bundle.Bundle, error) {
 // chain, so the intermediates must be in the trusted root.
 func legacyBundle(layer ocispec.Descriptor) (*bundle.Bundle, error) {
 	ann := layer.Annotations
-	b64, ok := ann[layout.AnnotationSignature]
+	b64, ok := ann[oci.AnnotationCosignSignature]
 	if !ok || b64 == "" {
-		return nil, errors.New("no " + layout.AnnotationSignature + " annotation")
+		return nil, errors.New("no " + oci.AnnotationCosignSignature + " annotation")
 	}
 	sig, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", layout.AnnotationSignature, err)
+		return nil, fmt.Errorf("%s: %w", oci.AnnotationCosignSignature, err)
 	}
 	if layer.Digest.Algorithm() != digest.SHA256 {
 		return nil, fmt.Errorf("layer digest %s is not sha256", layer.Digest)
@@ -60,10 +61,10 @@ func legacyBundle(layer ocispec.Descriptor) (*bundle.Bundle, error) {
 	}
 
 	vm := &protobundle.VerificationMaterial{}
-	if c := ann[layout.AnnotationCertificate]; c != "" {
+	if c := ann[oci.AnnotationCosignCertificate]; c != "" {
 		block, _ := pem.Decode([]byte(c))
 		if block == nil || block.Type != "CERTIFICATE" {
-			return nil, errors.New(layout.AnnotationCertificate + ": no PEM certificate")
+			return nil, errors.New(oci.AnnotationCosignCertificate + ": no PEM certificate")
 		}
 		vm.Content = &protobundle.VerificationMaterial_X509CertificateChain{
 			X509CertificateChain: &protocommon.X509CertificateChain{
@@ -73,20 +74,20 @@ func legacyBundle(layer ocispec.Descriptor) (*bundle.Bundle, error) {
 	} else {
 		vm.Content = &protobundle.VerificationMaterial_PublicKey{PublicKey: &protocommon.PublicKeyIdentifier{}}
 	}
-	if rb := ann[layout.AnnotationRekorBundle]; rb != "" {
+	if rb := ann[oci.AnnotationCosignRekorBundle]; rb != "" {
 		entry, err := tlogEntry(rb)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", layout.AnnotationRekorBundle, err)
+			return nil, fmt.Errorf("%s: %w", oci.AnnotationCosignRekorBundle, err)
 		}
 		vm.TlogEntries = []*protorekor.TransparencyLogEntry{entry}
 	}
-	if ts := ann[layout.AnnotationTimestamp]; ts != "" {
+	if ts := ann[oci.AnnotationCosignTimestamp]; ts != "" {
 		var t struct{ SignedRFC3161Timestamp []byte }
 		if err := json.Unmarshal([]byte(ts), &t); err != nil {
-			return nil, fmt.Errorf("%s: %w", layout.AnnotationTimestamp, err)
+			return nil, fmt.Errorf("%s: %w", oci.AnnotationCosignTimestamp, err)
 		}
 		if len(t.SignedRFC3161Timestamp) == 0 {
-			return nil, errors.New(layout.AnnotationTimestamp + ": no SignedRFC3161Timestamp")
+			return nil, errors.New(oci.AnnotationCosignTimestamp + ": no SignedRFC3161Timestamp")
 		}
 		vm.TimestampVerificationData = &protobundle.TimestampVerificationData{
 			Rfc3161Timestamps: []*protocommon.RFC3161SignedTimestamp{{SignedTimestamp: t.SignedRFC3161Timestamp}},

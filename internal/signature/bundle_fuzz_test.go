@@ -8,6 +8,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/signature/layout"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 	"github.com/holdfast-project/holdfast/internal/testenv"
@@ -22,7 +23,7 @@ func legacySeeds(f *testing.F) map[string][]any {
 	keyless := sigtest.KeylessAnnotations(f, sigtest.NewVirtualSigstore(f), p, sigtest.Issuer, sigtest.Signer, true)
 	return map[string][]any{
 		"key":     {p, sigtest.Sign(f, k, p), "", "", ""},
-		"keyless": {p, keyless[layout.AnnotationSignature], keyless[layout.AnnotationCertificate], keyless[layout.AnnotationRekorBundle], keyless[layout.AnnotationTimestamp]},
+		"keyless": {p, keyless[oci.AnnotationCosignSignature], keyless[oci.AnnotationCosignCertificate], keyless[oci.AnnotationCosignRekorBundle], keyless[oci.AnnotationCosignTimestamp]},
 		"junk":    {[]byte("{}"), "%%%", "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n", `{"SignedEntryTimestamp":"AA==","Payload":{"body":"e30=","logID":"zz"}}`, `{"SignedRFC3161Timestamp":"AA=="}`},
 	}
 }
@@ -34,13 +35,13 @@ func FuzzLegacyBundle(f *testing.F) {
 	testenv.Seeds(f, legacySeeds(f))
 	rule := keyRule(Key{Path: "other", Public: &sigtest.NewKey(f).PublicKey})
 	f.Fuzz(func(t *testing.T, payload []byte, sig, cert, rekor, ts string) {
-		ann := map[string]string{layout.AnnotationSignature: sig}
-		for k, v := range map[string]string{layout.AnnotationCertificate: cert, layout.AnnotationRekorBundle: rekor, layout.AnnotationTimestamp: ts} {
+		ann := map[string]string{oci.AnnotationCosignSignature: sig}
+		for k, v := range map[string]string{oci.AnnotationCosignCertificate: cert, oci.AnnotationCosignRekorBundle: rekor, oci.AnnotationCosignTimestamp: ts} {
 			if v != "" {
 				ann[k] = v
 			}
 		}
-		layer := ocispec.Descriptor{MediaType: layout.MediaTypeSimpleSigning, Digest: digest.FromBytes(payload), Size: int64(len(payload)), Annotations: ann}
+		layer := ocispec.Descriptor{MediaType: oci.MediaTypeSimpleSigning, Digest: digest.FromBytes(payload), Size: int64(len(payload)), Annotations: ann}
 		if b, err := legacyBundle(layer); err == nil && b == nil {
 			t.Fatal("no bundle and no error")
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/sigstore/sigstore-go/pkg/verify"
 	sigsig "github.com/sigstore/sigstore/pkg/signature"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/signature/layout"
 )
 
@@ -285,7 +286,7 @@ func signedFor(image digest.Digest, s layout.Signature, res *verify.Verification
 	if st == nil {
 		return errors.New("the bundle holds no statement")
 	}
-	if st.GetPredicateType() != layout.PredicateSign {
+	if st.GetPredicateType() != oci.PredicateCosignSign {
 		return fmt.Errorf("the statement is a %s attestation, not a signature", st.GetPredicateType())
 	}
 	var named []string

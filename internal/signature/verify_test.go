@@ -124,7 +124,7 @@ func TestKeySignedTampered(t *testing.T) {
 	signed := sigtest.Payload(t, repo, other.Digest)
 	sig := sigtest.Sign(t, k, signed)
 	forged := []byte(strings.Replace(string(signed), other.Digest.Encoded(), img.Digest.Encoded(), 1))
-	m := b.Manifest(t, b.SigLayer(forged, map[string]string{layout.AnnotationSignature: sig}))
+	m := b.Manifest(t, b.SigLayer(forged, map[string]string{oci.AnnotationCosignSignature: sig}))
 	check(t, verifyFound(t, b, img, trust, m), Invalid, "", "no trusted key verifies it")
 
 	// A payload changed in the store under the layer's digest is refused
@@ -298,9 +298,9 @@ func TestMalformed(t *testing.T) {
 
 	for name, ann := range map[string]map[string]string{
 		"no signature":         {},
-		"signature not base64": {layout.AnnotationSignature: "%%%"},
-		"certificate not PEM":  {layout.AnnotationSignature: sigtest.Sign(t, k, p), layout.AnnotationCertificate: "junk"},
-		"Rekor bundle junk":    {layout.AnnotationSignature: sigtest.Sign(t, k, p), layout.AnnotationRekorBundle: "{"},
+		"signature not base64": {oci.AnnotationCosignSignature: "%%%"},
+		"certificate not PEM":  {oci.AnnotationCosignSignature: sigtest.Sign(t, k, p), oci.AnnotationCosignCertificate: "junk"},
+		"Rekor bundle junk":    {oci.AnnotationCosignSignature: sigtest.Sign(t, k, p), oci.AnnotationCosignRekorBundle: "{"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			m := b.Manifest(t, b.SigLayer(p, ann))

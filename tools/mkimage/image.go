@@ -21,14 +21,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-)
 
-// Annotations on the layout's index.json entry that name the image: containerd
-// (ctr import, K3s, holdfast) takes the full name from the first; the second
-// is the tag alone, as the OCI layout spec has it.
-const (
-	annotationImageName = "io.containerd.image.name"
-	annotationRefName   = "org.opencontainers.image.ref.name"
+	"github.com/holdfast-project/holdfast/internal/oci"
 )
 
 // platformDir is one platform of the image and the dir holding its binaries.
@@ -290,7 +284,9 @@ func writeLayout(w io.Writer, idx v1.ImageIndex, o options) (v1.Hash, error) {
 		MediaType:     types.OCIImageIndex,
 		Manifests: []v1.Descriptor{{
 			MediaType: types.OCIImageIndex, Digest: dgst, Size: int64(len(raw)),
-			Annotations: map[string]string{annotationImageName: o.Name(), annotationRefName: o.Version},
+			// containerd (ctr import, K3s, holdfast) takes the full name from the
+			// first; the second is the tag alone, as the OCI layout spec has it.
+			Annotations: map[string]string{oci.AnnotationImageName: o.Name(), oci.AnnotationRefName: o.Version},
 		}},
 	}
 	indexJSON, err := json.Marshal(top)

@@ -24,23 +24,6 @@ import (
 	"github.com/holdfast-project/holdfast/internal/oci"
 )
 
-// Media types and annotations of cosign signatures.
-const (
-	MediaTypeSimpleSigning = "application/vnd.dev.cosign.simplesigning.v1+json"
-	MediaTypeBundle        = "application/vnd.dev.sigstore.bundle.v0.3+json"
-
-	AnnotationSignature   = "dev.cosignproject.cosign/signature"
-	AnnotationCertificate = "dev.sigstore.cosign/certificate"
-	AnnotationChain       = "dev.sigstore.cosign/chain"
-	AnnotationRekorBundle = "dev.sigstore.cosign/bundle"
-	AnnotationTimestamp   = "dev.sigstore.cosign/rfc3161timestamp"
-
-	// annotationPredicateType is what a bundle referrer says its statement
-	// is; cosign sign writes predicateSign, cosign attest anything else.
-	annotationPredicateType = "dev.sigstore.bundle.predicateType"
-	PredicateSign           = "https://sigstore.dev/cosign/sign/v1"
-)
-
 // maxBlob bounds what NewIndex reads of a signature manifest or layer: payloads
 // and bundles are a few KiB.
 const maxBlob = 4 << 20
@@ -166,7 +149,7 @@ func readCandidate(ctx context.Context, b oci.Reader, c ocispec.Descriptor) (m *
 		return nil, nil, nil, nil
 	}
 	if isBundleReferrer(*m) {
-		if p, ok := m.Annotations[annotationPredicateType]; ok && p != PredicateSign {
+		if p, ok := m.Annotations[oci.AnnotationBundlePredicateType]; ok && p != oci.PredicateCosignSign {
 			return m, nil, nil, nil
 		}
 		l := m.Layers[0]
@@ -177,7 +160,7 @@ func readCandidate(ctx context.Context, b oci.Reader, c ocispec.Descriptor) (m *
 		return m, []Signature{{Kind: KindBundle, Manifest: c, Layer: l, Content: content}}, []digest.Digest{""}, nil
 	}
 	for _, l := range m.Layers {
-		if l.MediaType != MediaTypeSimpleSigning {
+		if l.MediaType != oci.MediaTypeSimpleSigning {
 			continue
 		}
 		p, err := read(ctx, b, l)
@@ -268,8 +251,8 @@ func sigTags(d ocispec.Descriptor) []string {
 // isBundleReferrer says whether m is the manifest cosign v3 pushes for a
 // sigstore bundle: a referrer with the bundle as its single layer.
 func isBundleReferrer(m ocispec.Manifest) bool {
-	return m.Subject != nil && len(m.Layers) == 1 && m.Layers[0].MediaType == MediaTypeBundle &&
-		(m.ArtifactType == "" || m.ArtifactType == MediaTypeBundle)
+	return m.Subject != nil && len(m.Layers) == 1 && m.Layers[0].MediaType == oci.MediaTypeSigstoreBundle &&
+		(m.ArtifactType == "" || m.ArtifactType == oci.MediaTypeSigstoreBundle)
 }
 
 // read reads a blob and checks it against its descriptor.
