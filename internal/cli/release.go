@@ -3,14 +3,10 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
-	"slices"
 
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-project/holdfast/internal/pass"
-	"github.com/holdfast-project/holdfast/internal/pattern"
-	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
 func newRelease(o *options) *cobra.Command {
@@ -62,9 +58,9 @@ pattern (nothing is changed then).`,
 			if err != nil {
 				return err
 			}
-			chosen, missing, err := matchKept(kept, args)
-			if err != nil {
-				return err
+			chosen, missing, bad := pass.MatchKept(kept, args)
+			if bad != nil {
+				return &usageError{bad}
 			}
 			dirs, err := o.imageDirs()
 			if err != nil {
@@ -90,48 +86,4 @@ pattern (nothing is changed then).`,
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show what would be released and unpinned, change nothing")
 	return cmd
-}
-
-// matchKept picks the kept sources the arguments name. An argument that is
-// neither a kept source's path or lease nor a valid pattern is a usage
-// error; one that names nothing is reported in missing.
-func matchKept(kept []runtime.SourceState, args []string) ([]runtime.SourceState, []error, error) {
-	var chosen []runtime.SourceState
-	var missing, bad []error
-	add := func(st runtime.SourceState) {
-		if !slices.ContainsFunc(chosen, func(c runtime.SourceState) bool { return c.Lease == st.Lease }) {
-			chosen = append(chosen, st)
-		}
-	}
-	for _, arg := range args {
-		abs, _ := filepath.Abs(arg)
-		found := false
-		for _, st := range kept {
-			if st.Source == arg || st.Source == abs || st.Lease == arg {
-				add(st)
-				found = true
-			}
-		}
-		if found {
-			continue
-		}
-		p, err := pattern.Parse(arg)
-		if err != nil {
-			bad = append(bad, fmt.Errorf("%q is no kept source, and not a pattern: %w", arg, err))
-			continue
-		}
-		for _, st := range kept {
-			if slices.ContainsFunc(st.Images, func(w runtime.Want) bool { return p.Match(w.Name) }) {
-				add(st)
-				found = true
-			}
-		}
-		if !found {
-			missing = append(missing, fmt.Errorf("no kept source is %s or holds an image matching it", arg))
-		}
-	}
-	if len(bad) > 0 {
-		return nil, nil, &usageError{errors.Join(bad...)}
-	}
-	return chosen, missing, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/holdfast-project/holdfast/internal/importer"
+	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/reconcile"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/signature"
@@ -196,6 +197,51 @@ func KeptSources(ctx context.Context, rt hfruntime.Runtime) ([]hfruntime.SourceS
 		return nil, err
 	}
 	return slices.DeleteFunc(states, func(st hfruntime.SourceState) bool { return !st.Kept }), nil
+}
+
+// MatchKept picks the kept sources the arguments of holdfast release name:
+// each a kept source's path (as given, or made absolute) or lease, else a
+// pattern of the names of images they hold. An argument that is none of
+// these is in bad (then nothing is chosen); one that names nothing is
+// reported in missing.
+func MatchKept(kept []hfruntime.SourceState, args []string) (chosen []hfruntime.SourceState, missing []error, bad error) {
+	var bads []error
+	add := func(st hfruntime.SourceState) {
+		if !slices.ContainsFunc(chosen, func(c hfruntime.SourceState) bool { return c.Lease == st.Lease }) {
+			chosen = append(chosen, st)
+		}
+	}
+	for _, arg := range args {
+		abs, _ := filepath.Abs(arg)
+		found := false
+		for _, st := range kept {
+			if st.Source == arg || st.Source == abs || st.Lease == arg {
+				add(st)
+				found = true
+			}
+		}
+		if found {
+			continue
+		}
+		p, err := pattern.Parse(arg)
+		if err != nil {
+			bads = append(bads, fmt.Errorf("%q is no kept source, and not a pattern: %w", arg, err))
+			continue
+		}
+		for _, st := range kept {
+			if slices.ContainsFunc(st.Images, func(w hfruntime.Want) bool { return p.Match(w.Name) }) {
+				add(st)
+				found = true
+			}
+		}
+		if !found {
+			missing = append(missing, fmt.Errorf("no kept source is %s or holds an image matching it", arg))
+		}
+	}
+	if len(bads) > 0 {
+		return nil, nil, errors.Join(bads...)
+	}
+	return chosen, missing, nil
 }
 
 func readStore(ctx context.Context, rt hfruntime.Runtime) ([]hfruntime.SourceState, []hfruntime.Image, error) {
