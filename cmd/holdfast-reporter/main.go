@@ -22,6 +22,7 @@ import (
 	"golang.org/x/term"
 	"k8s.io/klog/v2"
 
+	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/reporter"
 )
 
@@ -35,7 +36,7 @@ func run(args []string, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("holdfast-reporter", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	agent := fs.String("agent", envOr("HOLDFAST_AGENT", "http://127.0.0.1:9747"), "base URL of the holdfast agent's HTTP server (env HOLDFAST_AGENT)")
-	tokenFile := fs.String("token-file", envOr("HOLDFAST_TOKEN_FILE", "/var/lib/holdfast/token"), "the agent's token (the file of its --token-file), which the agent asks of PUT /required; read again when the agent answers 401 (env HOLDFAST_TOKEN_FILE)")
+	tokenFile := fs.String("token-file", envOr("HOLDFAST_TOKEN_FILE", datadir.At(datadir.System).Token()), "the agent's token (the file of its --token-file), which the agent asks of PUT /required; read again when the agent answers 401 (env HOLDFAST_TOKEN_FILE)")
 	node := fs.String("node", os.Getenv("NODE_NAME"), "name of this node; required (env NODE_NAME, from the downward API's spec.nodeName)")
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig for running outside a pod; empty: the in-cluster config (env KUBECONFIG)")
 	interval := fs.Duration("interval", 10*time.Second, "how often the agent's report is read (env HOLDFAST_REPORT_INTERVAL)")

@@ -45,9 +45,6 @@ import (
 // was stopped brings nothing in; a line removed then lets go at the first
 // pass of what it held, as deleting the file would.
 
-// PeerListName is the file name of the peer source in its directory.
-const PeerListName = "required.txt"
-
 // DefaultPeerGrace is how long an image that left the required set stays on
 // the peer list.
 const DefaultPeerGrace = 10 * time.Minute

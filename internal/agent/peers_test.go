@@ -45,7 +45,7 @@ func TestPullRequired(t *testing.T) {
 	// app is pinned by hand: a pin holdfast does not own.
 	rt.Create(hfruntime.Image{Name: app.Name, Target: app.Target, Labels: map[string]string{hfruntime.LabelCRIPinned: hfruntime.PinnedValue}})
 	peers := filepath.Join(t.TempDir(), "peers")
-	list := filepath.Join(peers, PeerListName)
+	list := filepath.Join(peers, "required.txt")
 	cfg := dirsConfig(t.TempDir(), peers)
 	cfg.PullRequired, cfg.PeerList, cfg.PeerGrace = true, list, 10*time.Minute
 	clock := newFakeClock()
@@ -112,7 +112,7 @@ func TestPullRequired(t *testing.T) {
 // agent without it starts, whatever the required set says.
 func TestPeerListReleasedWhenOff(t *testing.T) {
 	t.Parallel()
-	list := filepath.Join(t.TempDir(), PeerListName)
+	list := filepath.Join(t.TempDir(), "required.txt")
 	if err := writePeerList(list, []string{"docker.io/library/redis:7"}); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func leasesFor(t *testing.T, rt *fake.Runtime, path string) []string {
 // image out, saying so.
 func TestPeerListFull(t *testing.T) {
 	t.Parallel()
-	list := filepath.Join(t.TempDir(), PeerListName)
+	list := filepath.Join(t.TempDir(), "required.txt")
 	set := &report.RequiredSet{}
 	states := map[string]report.State{}
 	var held []string
@@ -194,7 +194,7 @@ func TestPeerListFull(t *testing.T) {
 // is not dropped while it cannot be read.
 func TestPeerListUnreadableStays(t *testing.T) {
 	t.Parallel()
-	list := filepath.Join(t.TempDir(), PeerListName)
+	list := filepath.Join(t.TempDir(), "required.txt")
 	body := []byte(strings.Repeat("#\n", source.MaxListLines) + "docker.io/library/nginx:1\n")
 	if err := os.WriteFile(list, body, 0o644); err != nil {
 		t.Fatal(err)
@@ -235,7 +235,7 @@ func TestPeerListIsTheAgents(t *testing.T) {
 		return hfruntime.Want{}, os.ErrNotExist
 	}
 	peers := filepath.Join(t.TempDir(), "peers")
-	list := filepath.Join(peers, PeerListName)
+	list := filepath.Join(peers, "required.txt")
 	if err := os.MkdirAll(peers, 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,7 @@ func newImport(o *options) *cobra.Command {
 			// The total line is for more than one path.
 			// What the pin and pull lists want, read once for every path: an
 			// import that replaces an earlier one unpins nothing they want.
-			dirs, err := o.imageDirs()
+			dirs, err := o.layout().ImageDirs(o.images)
 			if err != nil {
 				return err
 			}

@@ -20,9 +20,9 @@ func (o *options) checkSpoolDirs() error {
 	}
 	images := append([]string{}, o.images...)
 	if len(images) == 0 {
-		images = append(images, filepath.Join(o.dataDir, "images"))
+		images = append(images, o.layout().Images())
 	}
-	images = append(images, ownDirs(o.dataDir)...)
+	images = append(images, o.layout().OwnDirs()...)
 	var errs []error
 	for _, s := range o.spool {
 		rs, err := resolved(s)

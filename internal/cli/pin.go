@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/source"
 )
@@ -114,7 +114,7 @@ Exit status: 0 when every PATTERN was removed, 1 when one was not in the file
 // pinFile is the pin list that pin and unpin edit: local.pins in the data
 // dir's pins dir.
 func pinFile(dataDir string) source.PinFile {
-	return source.PinFile{Path: filepath.Join(dataDir, "pins", "local.pins"), DataDir: dataDir}
+	return source.PinFile{Path: datadir.At(dataDir).LocalPins(), DataDir: dataDir}
 }
 
 // pinError makes bad patterns a usage error.

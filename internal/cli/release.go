@@ -62,7 +62,7 @@ pattern (nothing is changed then).`,
 			if bad != nil {
 				return &usageError{bad}
 			}
-			dirs, err := o.imageDirs()
+			dirs, err := o.layout().ImageDirs(o.images)
 			if err != nil {
 				return err
 			}

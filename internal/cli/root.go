@@ -161,7 +161,7 @@ func (o *options) complete(cmd *cobra.Command) error {
 		o.dataDir = abs
 	}
 	if o.registryConfig == "" {
-		o.registryConfig = filepath.Join(o.dataDir, "registry.d")
+		o.registryConfig = o.layout().RegistryConfig()
 	}
 	if o.policyFile != "" {
 		if abs, err := filepath.Abs(o.policyFile); err == nil {
@@ -234,7 +234,7 @@ func registriesError(err error) error {
 // passConfig is what a pass is given of the flags, with no side effect
 // (agentConfig applies registries.yaml besides; a dry run pulls nothing).
 func (o *options) passConfig(parallel int) (pass.Config, error) {
-	dirs, err := o.imageDirs()
+	dirs, err := o.layout().ImageDirs(o.images)
 	if err != nil {
 		return pass.Config{}, err
 	}
@@ -245,43 +245,6 @@ func (o *options) passConfig(parallel int) (pass.Config, error) {
 	return pass.Config{ImageDirs: dirs, SpoolDirs: spool, Parallel: parallel, RegistryConfig: o.registryConfig, PullTimeout: o.pullTimeout, InsecurePerms: o.insecurePerms, Log: o.log,
 		Policy: o.policyFile}, nil
 }
-
-// imageDirs returns the images dirs (the default one created), the data
-// dir's pins dir, where `holdfast pin` keeps local.pins, and its peers dir,
-// where `holdfast run --pull-required` keeps the peer source.
-func (o *options) imageDirs() ([]string, error) {
-	var dirs []string
-	for _, d := range o.images {
-		abs, err := filepath.Abs(d)
-		if err != nil {
-			return nil, err
-		}
-		dirs = append(dirs, abs)
-	}
-	if len(dirs) == 0 {
-		dir := filepath.Join(o.dataDir, "images")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("creating images dir: %w", err)
-		}
-		dirs = []string{dir}
-	}
-	for _, own := range ownDirs(o.dataDir) {
-		if err := os.MkdirAll(own, 0o755); err != nil {
-			return nil, fmt.Errorf("creating %s: %w", own, err)
-		}
-		dirs = append(dirs, own)
-	}
-	return dirs, nil
-}
-
-// ownDirs are the images dirs in the data dir that holdfast writes itself:
-// the pins dir and the peers dir.
-func ownDirs(dataDir string) []string {
-	return []string{filepath.Join(dataDir, "pins"), peersDir(dataDir)}
-}
-
-// peersDir holds the peer source (holdfast run --pull-required).
-func peersDir(dataDir string) string { return filepath.Join(dataDir, "peers") }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var lv slog.Level

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,7 +44,7 @@ func newRun(o *options) *cobra.Command {
 			}
 			cfg.Settle, cfg.Resync = settle, resync
 			cfg.PullRequired, cfg.PeerGrace = pullReq, grace
-			cfg.PeerList = filepath.Join(peersDir(o.dataDir), agent.PeerListName)
+			cfg.PeerList = o.layout().PeerList()
 			s, err := o.openOwner(ctx, "run")
 			if err != nil {
 				return err
@@ -125,9 +124,9 @@ func newRun(o *options) *cobra.Command {
 	f.StringVar(&listen, "listen", server.DefaultAddr, "address for /metrics, /healthz, /readyz, /report and /required; empty disables")
 	f.DurationVar(&settle, "settle", 2*time.Second, "a file is complete once its mtime is this old, or it stayed unchanged this long")
 	f.DurationVar(&resync, "resync", 5*time.Minute, "full pass at least this often")
-	f.BoolVar(&pullReq, "pull-required", false, "pull the images the node's workloads need (PUT /required) and the node lacks through its registry mirrors (its peers' spegel), and keep them pinned as the peer source <data-dir>/peers/"+agent.PeerListName)
+	f.BoolVar(&pullReq, "pull-required", false, "pull the images the node's workloads need (PUT /required) and the node lacks through its registry mirrors (its peers' spegel), and keep them pinned as the peer source "+datadir.At("<data-dir>").PeerList())
 	f.DurationVar(&grace, "peer-grace", agent.DefaultPeerGrace, "with --pull-required: how long an image that no workload on the node needs any more stays on the peer source")
-	f.StringVar(&tokenF, "token-file", "", "file with the token of the agent's own reporter, the one caller that may PUT /required (it sends it as a bearer token); made when missing (random, mode 0640 with root's group); refused when others may read or change it; default <data-dir>/"+server.TokenFileName)
+	f.StringVar(&tokenF, "token-file", "", "file with the token of the agent's own reporter, the one caller that may PUT /required (it sends it as a bearer token); made when missing (random, mode 0640 with root's group); refused when others may read or change it; default "+datadir.At("<data-dir>").Token())
 	withEnv(f, "parallel", "listen", "settle", "resync", "pull-required", "peer-grace", "token-file")
 	return cmd
 }
@@ -165,7 +164,7 @@ func (o *options) serve(ctx context.Context, listen, tokenFile string, reg *prom
 		return err
 	}, a.Ready)
 	if tokenFile == "" {
-		tokenFile = filepath.Join(o.dataDir, server.TokenFileName)
+		tokenFile = o.layout().Token()
 	}
 	token, err := server.LoadToken(tokenFile, o.insecurePerms)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/datadir"
@@ -86,7 +85,7 @@ func (o *options) acquire(ctx context.Context, command string) (*datadir.Lock, e
 // --content-root, --write-path, the state cache), with extra.
 func (o *options) writeOpts(extra ...hfcontainerd.Option) []hfcontainerd.Option {
 	return append([]hfcontainerd.Option{hfcontainerd.WithSpace(o.spaceOptions()), hfcontainerd.WithWritePath(o.writeOptions()),
-		hfcontainerd.WithStateCache(o.stateCacheDir())}, extra...)
+		hfcontainerd.WithStateCache(o.layout().StateCache())}, extra...)
 }
 
 // openReader connects for a command that does not own the data dir (status,
@@ -133,6 +132,5 @@ func (s *session) close() {
 	s.lock.Release()
 }
 
-// stateCacheDir holds copies of the leases' state blobs, named by digest: a
-// pass reads them there instead of asking containerd for each.
-func (o *options) stateCacheDir() string { return filepath.Join(o.dataDir, "state") }
+// layout is where things lie in the data dir.
+func (o *options) layout() datadir.Layout { return datadir.At(o.dataDir) }

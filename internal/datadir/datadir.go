@@ -1,5 +1,6 @@
-// Package datadir owns holdfast's data directory: its default location and the
-// lock that lets one process at a time own it.
+// Package datadir owns holdfast's data directory: its default location, its
+// layout (what lies where in it) and the lock that lets one process at a
+// time own it.
 package datadir
 
 import (
@@ -15,10 +16,13 @@ import (
 	"github.com/holdfast-project/holdfast/internal/files"
 )
 
-// Default is /var/lib/holdfast for root, else $XDG_STATE_HOME/holdfast.
+// System is the data dir of holdfast run by root.
+const System = "/var/lib/holdfast"
+
+// Default is System for root, else $XDG_STATE_HOME/holdfast.
 func Default() string {
 	if os.Geteuid() == 0 {
-		return "/var/lib/holdfast"
+		return System
 	}
 	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
 		return filepath.Join(d, "holdfast")
@@ -100,7 +104,7 @@ func lockFile(dir string) (d, f *os.File, err error) {
 
 // lockFileIn opens dir's lock file and locks it.
 func lockFileIn(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(At(dir).lockFile(), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening lock: %w", err)
 	}
@@ -138,7 +142,7 @@ func (l *Lock) writeOwner() error {
 		return err
 	}
 	// Who holds the lock only matters while it does.
-	return files.ReplaceFile(filepath.Join(l.dir, "owner.json"), data, 0o600)
+	return files.ReplaceFile(At(l.dir).ownerFile(), data, 0o600)
 }
 
 // Keep takes the lock again when the data dir was deleted or replaced under
@@ -163,7 +167,7 @@ func (l *Lock) Keep() (bool, error) {
 		l.d, l.f = d, f
 		return true, l.writeOwner()
 	}
-	if !same(l.f, filepath.Join(l.dir, "lock")) {
+	if !same(l.f, At(l.dir).lockFile()) {
 		// Only the lock file went: the dir's lock kept everyone out meanwhile.
 		f, err := lockFileIn(l.dir)
 		if err != nil {
@@ -173,7 +177,7 @@ func (l *Lock) Keep() (bool, error) {
 		l.f = f
 		return true, l.writeOwner()
 	}
-	if _, err := os.Stat(filepath.Join(l.dir, "owner.json")); errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(At(l.dir).ownerFile()); errors.Is(err, fs.ErrNotExist) {
 		return false, l.writeOwner()
 	}
 	return false, nil
@@ -198,7 +202,7 @@ func (l *Lock) Release() {
 	if l.f == nil {
 		return
 	}
-	_ = os.Remove(filepath.Join(l.dir, "owner.json"))
+	_ = os.Remove(At(l.dir).ownerFile())
 	files.Unlock(l.f)
 	files.Unlock(l.d)
 	l.d, l.f = nil, nil
@@ -207,7 +211,7 @@ func (l *Lock) Release() {
 // Held reports whether another process holds the lock, and who it is: the
 // dir's lock, or the lock file's (an earlier holdfast takes only that).
 func Held(dir string) (Owner, bool) {
-	for _, path := range []string{dir, filepath.Join(dir, "lock")} {
+	for _, path := range []string{dir, At(dir).lockFile()} {
 		if files.Locked(path) {
 			o, _ := ReadOwner(dir)
 			return o, true
@@ -219,7 +223,7 @@ func Held(dir string) (Owner, bool) {
 // ReadOwner reads who holds the lock.
 func ReadOwner(dir string) (Owner, error) {
 	var o Owner
-	data, err := os.ReadFile(filepath.Join(dir, "owner.json"))
+	data, err := os.ReadFile(At(dir).ownerFile())
 	if err != nil {
 		return o, err
 	}

@@ -3,6 +3,8 @@ package embedded
 import (
 	"fmt"
 	"path/filepath"
+
+	"github.com/holdfast-project/holdfast/internal/datadir"
 )
 
 // maxSocketPath is the longest unix socket path containerd accepts: the
@@ -56,7 +58,7 @@ func Paths(dataDir string) Layout {
 	} else {
 		dataDir = filepath.Clean(dataDir)
 	}
-	dir := filepath.Join(dataDir, "containerd")
+	dir := datadir.At(dataDir).Containerd()
 	return Layout{
 		DataDir:            dataDir,
 		Dir:                dir,
@@ -70,7 +72,7 @@ func Paths(dataDir string) Layout {
 		Opt:                filepath.Join(dir, "opt"),
 		CNIBinDir:          filepath.Join(dir, "cni", "bin"),
 		CNIConfDir:         filepath.Join(dir, "cni", "net.d"),
-		RegistryConfigPath: filepath.Join(dataDir, "registry.d"),
+		RegistryConfigPath: datadir.At(dataDir).RegistryConfig(),
 		Log:                filepath.Join(dir, "containerd.log"),
 	}
 }

@@ -21,7 +21,7 @@ import (
 // the set is taken with the new one.
 func TestPutRequiredToken(t *testing.T) {
 	t.Parallel()
-	tokenFile := filepath.Join(t.TempDir(), server.TokenFileName)
+	tokenFile := filepath.Join(t.TempDir(), "token")
 	token, err := server.LoadToken(tokenFile, false)
 	if err != nil {
 		t.Fatal(err)

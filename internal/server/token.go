@@ -16,10 +16,6 @@ import (
 	"github.com/holdfast-project/holdfast/internal/files"
 )
 
-// TokenFileName is the file in the data dir that holds the reporter's token
-// unless run is given another (--token-file).
-const TokenFileName = "token"
-
 const (
 	// tokenBytes is how much randomness a token made here holds.
 	tokenBytes = 32

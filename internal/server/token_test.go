@@ -15,7 +15,7 @@ import (
 func TestLoadTokenMade(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	path := filepath.Join(dir, TokenFileName)
+	path := filepath.Join(dir, "token")
 	token, err := LoadToken(path, false)
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func TestLoadTokenRefused(t *testing.T) {
 		cases = append(cases, struct {
 			name, path, want string
 			insecureOK       bool
-		}{"in a world-writable dir", filepath.Join(loose, TokenFileName), "directory " + loose + " is writable by others (mode 0777)", true})
+		}{"in a world-writable dir", filepath.Join(loose, "token"), "directory " + loose + " is writable by others (mode 0777)", true})
 	} else {
 		t.Log("not root: the cases of another user's or group's file are left out (they need chown)")
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/leases"
 
+	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -78,7 +79,7 @@ func TestOwnIngests(t *testing.T) {
 	}
 
 	// A damaged file is replaced by a new ID.
-	path := filepath.Join(dir, ownerFile)
+	path := datadir.At(dir).IngestOwner()
 	if err := os.WriteFile(path, []byte("not-an-id\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +94,8 @@ func TestOwnIngests(t *testing.T) {
 	if !validOwner(damaged.owner) || strings.TrimSpace(string(data)) != damaged.owner {
 		t.Errorf("after a damaged file: owner %q, file %q", damaged.owner, data)
 	}
-	if err := (&Runtime{}).OwnIngests(filepath.Join(path, "sub")); err == nil || !strings.Contains(err.Error(), ownerFile) {
-		t.Errorf("OwnIngests under a file: %v, want an error naming %s", err, ownerFile)
+	if err := (&Runtime{}).OwnIngests(filepath.Join(path, "sub")); err == nil || !strings.Contains(err.Error(), "ingest-owner") {
+		t.Errorf("OwnIngests under a file: %v, want an error naming ingest-owner", err)
 	}
 }
 

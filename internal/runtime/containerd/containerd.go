@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc"
 
+	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/files"
 	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
@@ -34,9 +34,6 @@ const refPrefix = "holdfast-"
 // known owner) must have gone unwritten before a pass aborts it: its writer
 // is surely gone. A live import writes its open ingests continuously.
 const staleIngestAge = time.Hour
-
-// ownerFile, in the data dir, holds the owner ID of the data dir's ingests.
-const ownerFile = "ingest-owner"
 
 // Runtime talks to one containerd namespace.
 type Runtime struct {
@@ -151,7 +148,7 @@ func socketPath(address string) (string, error) {
 // while holding the data dir's lock: the lock makes the owner exclusive.
 // Without it a Runtime is an owner of its own, and aborts only stale ingests.
 func (r *Runtime) OwnIngests(dataDir string) error {
-	path := filepath.Join(dataDir, ownerFile)
+	path := datadir.At(dataDir).IngestOwner()
 	data, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("reading %s: %w", path, err)
