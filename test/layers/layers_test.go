@@ -39,7 +39,7 @@ var rank = map[string]int{
 	// the seam (ports, domain types), and the scan
 	"internal/runtime": 3, "internal/source": 3, "internal/signature/layout": 3,
 	"internal/reconcile": 4, "internal/workload": 4, "internal/watch": 4, "internal/signature": 4,
-	"internal/server":   4, // the agent's HTTP; its token file is judged as lists are (source)
+	"internal/server":   4, // the agent's HTTP; its token file is judged as lists are (files)
 	"internal/reporter": 5,
 	// the import and export use cases, then the backends that serve them
 	"internal/importer": 6, "internal/exporter": 6,
