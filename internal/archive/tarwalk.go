@@ -149,22 +149,8 @@ func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader, again 
 	}
 	switch hdr.Typeflag {
 	case tar.TypeReg:
-	case tar.TypeSymlink:
-		target := hdr.Linkname
-		if !path.IsAbs(target) {
-			target = path.Join(path.Dir(name), target)
-		}
-		if path.IsAbs(hdr.Linkname) || escapes(target) {
-			return fmt.Errorf("symlink %s points outside the archive (%q)", name, hdr.Linkname)
-		}
-		w.links[name] = cleanName(target)
-		return nil
-	case tar.TypeLink:
-		if path.IsAbs(hdr.Linkname) || escapes(hdr.Linkname) {
-			return fmt.Errorf("hardlink %s points outside the archive (%q)", name, hdr.Linkname)
-		}
-		w.links[name] = cleanName(hdr.Linkname)
-		return nil
+	case tar.TypeSymlink, tar.TypeLink:
+		return w.link(name, hdr)
 	default:
 		return nil // directories, devices, …: nothing an image needs
 	}
@@ -221,6 +207,27 @@ func (w *walker) entry(ctx context.Context, hdr *tar.Header, r io.Reader, again 
 		return w.digestBlob(ctx, name, d, hdr.Size, r, again)
 	}
 	return w.otherFile(ctx, name, hdr.Size, r, again)
+}
+
+// link records the symlink or hard link entry name, refusing one that points
+// outside the archive.
+func (w *walker) link(name string, hdr *tar.Header) error {
+	if hdr.Typeflag == tar.TypeLink {
+		if path.IsAbs(hdr.Linkname) || escapes(hdr.Linkname) {
+			return fmt.Errorf("hardlink %s points outside the archive (%q)", name, hdr.Linkname)
+		}
+		w.links[name] = cleanName(hdr.Linkname)
+		return nil
+	}
+	target := hdr.Linkname
+	if !path.IsAbs(target) {
+		target = path.Join(path.Dir(name), target)
+	}
+	if path.IsAbs(hdr.Linkname) || escapes(target) {
+		return fmt.Errorf("symlink %s points outside the archive (%q)", name, hdr.Linkname)
+	}
+	w.links[name] = cleanName(target)
+	return nil
 }
 
 // readMeta reads a small file that describes the archive.
