@@ -6,7 +6,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// The goroutines of Reader: the scanner (zstdframes_scan.go walks the
+// The goroutines of Reader: the scanner (scan.go walks the
 // frames) and the workers that decode them whole.
 
 // decode decodes a buffered frame whole, or marks it to be streamed in order
