@@ -151,7 +151,7 @@ func (r *required) judge(ctx context.Context) {
 		rep.Counts[v.State]++
 		if !workload.Ready(v.State, false) {
 			rep.Ready = false
-			nr := report.Verdict{RequiredImage: report.RequiredImage{Ref: v.Ref, UsedBy: usedBy[v.Ref]}, State: v.State}
+			nr := report.Image{Ref: v.Ref, UsedBy: usedBy[v.Ref], State: v.State}
 			if r.pull && r.peers.listed(v.Ref) {
 				nr.Pulling = true
 				rep.Pulling++

@@ -22,7 +22,7 @@ import (
 
 // CheckReport is `holdfast check -o json`.
 type CheckReport struct {
-	Images []CheckImage `json:"images"`
+	Images []report.Image `json:"images"`
 	// Sandbox is the pod sandbox image, as containerd's CRI reports it or
 	// --sandbox-image gives it; empty when neither says.
 	Sandbox string `json:"sandbox,omitempty"`
@@ -32,150 +32,81 @@ type CheckReport struct {
 	Errors  []string        `json:"errors,omitempty"`
 }
 
-// CheckImage is one image in `holdfast check -o json`.
-type CheckImage struct {
-	Ref    string       `json:"ref"`
-	State  report.State `json:"state"`
-	Target string       `json:"target,omitempty"`
-	Others []string     `json:"others,omitempty"`
-	UsedBy []string     `json:"usedBy"`
-	// ForcedPull says the kubelet would pull the image although the node
-	// holds it: its configuration has it verify the pull credentials of
-	// images it did not pull itself.
-	ForcedPull *ForcedPull `json:"forcedPull,omitempty"`
-}
-
-// ForcedPull is why the kubelet would pull an image the node holds, and
-// what to change.
-type ForcedPull struct {
-	// Policy is the kubelet's imagePullCredentialsVerificationPolicy
-	// (AlwaysVerify, NeverVerifyAllowlistedImages); From the file that sets
-	// it.
-	Policy string `json:"policy"`
-	From   string `json:"from,omitempty"`
-	// PullPolicies are those of the uses concerned: IfNotPresent (the
-	// kubelet pulls, which fails where no registry answers), Never (it
-	// refuses to start the container: ErrImageNeverPull).
-	PullPolicies []string `json:"pullPolicies"`
-	UsedBy       []string `json:"usedBy"`
-	// Allowlist are the entries of preloadedImagesVerificationAllowlist
-	// that would exempt it: the names as the uses write them, without tag
-	// or digest.
-	Allowlist []string `json:"allowlist"`
-	Message   string   `json:"message"`
+// checkFlags are check's flags.
+type checkFlags struct {
+	files          []string
+	output         string
+	allowUnpinned  bool
+	sandboxImage   string
+	withoutSandbox bool
+	cluster        bool
+	kubeletConfig  []string
+	kube           kubeapi.Options
+	selector       string
 }
 
 func newCheck(o *options) *cobra.Command {
-	var (
-		files          []string
-		output         string
-		allowUnpinned  bool
-		sandboxImage   string
-		withoutSandbox bool
-		cluster        bool
-		kubeletConfig  []string
-		kube           kubeapi.Options
-		selector       string
-	)
+	var c checkFlags
 	cmd := &cobra.Command{
 		Use:   "check [FILE...]",
 		Short: "Say which images the given workloads need that this node lacks, or holds unpinned",
-		Long: `check reads Kubernetes manifests (multi-document YAML, JSON or a stream of JSON
-objects, Lists, the output of helm template or kubectl get -o yaml, in UTF-8 or, by
-its byte order mark, UTF-16) or plain lines of image references, from the files
-given (- or none: standard input), as kubectl cuts them, and collects every image
-a pod could run: the containers, init containers, ephemeral containers and image
-volumes of Pods, Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs,
-CronJobs, ReplicationControllers and PodTemplates, and the pod templates found in
-any other object (said at debug level). The node's pod sandbox (pause) image is
-added: as containerd's CRI reports it (containerd 1.x), else as --sandbox-image
-gives it.
-
-Each image is then looked up in this node's containerd as the kubelet would
-find it (names normalized: nginx is docker.io/library/nginx:latest; a digest
-reference by its repo@sha256:... record):
-
-  pinned    a record of that name, pinned: the kubelet's image GC keeps it
-  present   a record, not pinned: the kubelet's image GC may delete it
-  missing   no record: the kubelet would pull it, and an air-gapped node cannot
-  mismatch  a digest reference whose repository the node holds at other
-            digests only
-
-With --cluster, check asks the cluster instead of this node's containerd (the
-kubeconfig found as kubectl finds it: --kubeconfig, $KUBECONFIG, ~/.kube/config,
-else the pod's service account). Each node's holdfast reporter keeps a NodeImages
-object: what the node holds, and where the images its workloads need stand.
-Without manifests, check --cluster prints, node by node, the images the node's
-workloads need that are not pinned there, and the nodes with no report. With
-manifests (-f), it judges their images on every node they may run on (by their
-nodeName, nodeSelector and required node affinity against the node's labels)
-against what the node holds: "if I apply these, which nodes lack which image?".
-The sandbox image is not judged across the cluster.
-
-With the node's kubelet configuration (--kubelet-config, else K3s's, RKE2's or
-kubeadm's when there), check warns of each image the node holds that the kubelet
-would pull again anyway: imagePullCredentialsVerificationPolicy AlwaysVerify, or
-NeverVerifyAllowlistedImages without the image in
-preloadedImagesVerificationAllowlist, has it verify the pull credentials of
-images it did not pull itself, as it did not pull what holdfast imports; with
-imagePullPolicy IfNotPresent it pulls (which fails without a registry), with
-Never it refuses to start the container. The warnings do not change the exit
-status.
-
-Exit status: 0 when every image is pinned (with --allow-unpinned, present is
-enough; with --cluster, on every node, and every node has a report), 1
-otherwise, 2 on bad usage or bad input: a document that is not understood is
-named (FILE:LINE: document N) and the others are still checked; a kubelet
-configuration that does not parse is named.`,
+		Long:  checkLong,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "table" && output != "json" {
-				return &usageError{fmt.Errorf("-o %q: want table or json", output)}
+			if c.output != "table" && c.output != "json" {
+				return &usageError{fmt.Errorf("-o %q: want table or json", c.output)}
 			}
-			files = append(files, args...)
-			if cluster {
-				return checkCluster(cmd, o, files, kubeletConfig, kube, selector, output, allowUnpinned)
+			c.files = append(c.files, args...)
+			if c.cluster {
+				return checkCluster(cmd, o, c)
 			}
-			if len(files) == 0 {
-				files = []string{"-"}
-			}
-			set := readSet(cmd, o, files)
-			kc := readKubelet(o, kubeletConfig, set)
-			ctx := cmd.Context()
-			s, err := o.openReader(ctx, "check")
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			sandbox := sandboxImage
-			if sandbox == "" && !withoutSandbox {
-				sandbox, err = s.rt.SandboxImage(ctx)
-				if err != nil && !errors.Is(err, runtime.ErrNoCRI) {
-					return err
-				}
-				if sandbox == "" {
-					o.log.Warn("containerd's CRI does not say which sandbox (pause) image it runs pods with (containerd 2.x); give it with --sandbox-image to check it too")
-				}
-			}
-			records, err := s.rt.Records(ctx)
-			if err != nil {
-				return err
-			}
-			return checkNode(cmd, set, records, sandbox, kc, output, allowUnpinned)
+			return checkHere(cmd, o, c)
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVarP(&files, "filename", "f", nil, "a manifest file, or - for standard input; repeatable (files may also be given as arguments)")
-	f.StringVarP(&output, "output", "o", "table", "table or json")
-	f.BoolVar(&allowUnpinned, "allow-unpinned", false, "exit 0 when every image is at least present, pinned or not")
-	f.StringVar(&sandboxImage, "sandbox-image", "", "the pod sandbox (pause) image to check; default: what containerd's CRI reports (containerd 1.x)")
-	f.BoolVar(&withoutSandbox, "no-sandbox-image", false, "do not check the pod sandbox image")
-	f.BoolVar(&cluster, "cluster", false, "check every node of the cluster from its NodeImages, not this node's containerd; manifests are optional")
-	f.StringArrayVar(&kubeletConfig, "kubelet-config", nil, "the node's kubelet configuration: a file, or a directory of *.conf drop-ins; repeatable, merged in order as the kubelet merges --config and --config-dir. check warns of each held image the kubelet would pull again to verify its pull credentials (imagePullCredentialsVerificationPolicy). Default: the first there of /var/lib/rancher/k3s/agent/etc/kubelet.conf.d (K3s), /var/lib/rancher/rke2/agent/etc/kubelet.conf.d (RKE2), /var/lib/kubelet/config.yaml (kubeadm); with --cluster, none, and one given is taken as every node's")
+	f.StringArrayVarP(&c.files, "filename", "f", nil, "a manifest file, or - for standard input; repeatable (files may also be given as arguments)")
+	f.StringVarP(&c.output, "output", "o", "table", "table or json")
+	f.BoolVar(&c.allowUnpinned, "allow-unpinned", false, "exit 0 when every image is at least present, pinned or not")
+	f.StringVar(&c.sandboxImage, "sandbox-image", "", "the pod sandbox (pause) image to check; default: what containerd's CRI reports (containerd 1.x)")
+	f.BoolVar(&c.withoutSandbox, "no-sandbox-image", false, "do not check the pod sandbox image")
+	f.BoolVar(&c.cluster, "cluster", false, "check every node of the cluster from its NodeImages, not this node's containerd; manifests are optional")
+	f.StringArrayVar(&c.kubeletConfig, "kubelet-config", nil, "the node's kubelet configuration: a file, or a directory of *.conf drop-ins; repeatable, merged in order as the kubelet merges --config and --config-dir. check warns of each held image the kubelet would pull again to verify its pull credentials (imagePullCredentialsVerificationPolicy). Default: the first there of /var/lib/rancher/k3s/agent/etc/kubelet.conf.d (K3s), /var/lib/rancher/rke2/agent/etc/kubelet.conf.d (RKE2), /var/lib/kubelet/config.yaml (kubeadm); with --cluster, none, and one given is taken as every node's")
 	withEnv(f, "kubelet-config")
-	f.StringVar(&kube.Kubeconfig, "kubeconfig", "", "with --cluster: the kubeconfig file; default $KUBECONFIG, else ~/.kube/config, else the pod's service account")
-	f.StringVar(&kube.Context, "context", "", "with --cluster: the kubeconfig context; default its current-context")
-	f.StringVarP(&selector, "selector", "l", "", "with --cluster: only the nodes this label selector matches (node-role.kubernetes.io/worker, zone=a)")
+	f.StringVar(&c.kube.Kubeconfig, "kubeconfig", "", "with --cluster: the kubeconfig file; default $KUBECONFIG, else ~/.kube/config, else the pod's service account")
+	f.StringVar(&c.kube.Context, "context", "", "with --cluster: the kubeconfig context; default its current-context")
+	f.StringVarP(&c.selector, "selector", "l", "", "with --cluster: only the nodes this label selector matches (node-role.kubernetes.io/worker, zone=a)")
 	return cmd
+}
+
+// checkHere is check on this node: files (none: standard input) against
+// its containerd's records.
+func checkHere(cmd *cobra.Command, o *options, c checkFlags) error {
+	files := c.files
+	if len(files) == 0 {
+		files = []string{"-"}
+	}
+	set := readSet(cmd, o, files)
+	kc := readKubelet(o, c.kubeletConfig, set)
+	ctx := cmd.Context()
+	s, err := o.openReader(ctx, "check")
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	sandbox := c.sandboxImage
+	if sandbox == "" && !c.withoutSandbox {
+		sandbox, err = s.rt.SandboxImage(ctx)
+		if err != nil && !errors.Is(err, runtime.ErrNoCRI) {
+			return err
+		}
+		if sandbox == "" {
+			o.log.Warn("containerd's CRI does not say which sandbox (pause) image it runs pods with (containerd 2.x); give it with --sandbox-image to check it too")
+		}
+	}
+	records, err := s.rt.Records(ctx)
+	if err != nil {
+		return err
+	}
+	return checkNode(cmd, set, records, sandbox, kc, c.output, c.allowUnpinned)
 }
 
 // readKubelet reads the kubelet configuration of paths, else the
@@ -212,7 +143,8 @@ func checkNode(cmd *cobra.Command, set *workload.Set, records []runtime.Image, s
 	if sandbox != "" {
 		set.Add(sandbox, workload.Use{File: "the pod sandbox image"})
 	}
-	failed := judgeCheck(&out, set, records, kc, allowUnpinned)
+	var failed bool
+	out.Images, failed = workload.Check(set.Images(), records, allowUnpinned, kc.ForcedPull)
 	out.Errors = sayErrors(cmd, set.Errors)
 	for _, img := range out.Images {
 		if img.ForcedPull != nil {
@@ -220,75 +152,6 @@ func checkNode(cmd *cobra.Command, set *workload.Set, records []runtime.Image, s
 		}
 	}
 	return finishCheck(cmd, output, out, func(w io.Writer) error { return writeCheck(w, out) }, len(set.Errors) > 0, failed)
-}
-
-// judgeCheck puts into out where each image of set stands among records,
-// and what of the held ones kc would have the kubelet pull; it says whether
-// the check failed: an image not ready (workload.Ready). A forced pull does
-// not fail it.
-func judgeCheck(out *CheckReport, set *workload.Set, records []runtime.Image, kc *kubelet.Config, allowUnpinned bool) (failed bool) {
-	out.Images = []CheckImage{}
-	for _, v := range workload.Judge(set.Images(), records) {
-		ci := CheckImage{Ref: v.Ref, State: v.State, Target: v.Target, Others: v.Others, UsedBy: []string{}}
-		for _, u := range v.Uses {
-			ci.UsedBy = append(ci.UsedBy, u.String())
-		}
-		if v.State == report.Pinned || v.State == report.Present {
-			ci.ForcedPull = forcedPull(kc, v.Image)
-		}
-		out.Images = append(out.Images, ci)
-		if !workload.Ready(v.State, allowUnpinned) {
-			failed = true
-		}
-	}
-	return failed
-}
-
-// forcedPull says why kc would have the kubelet pull img, which the node
-// holds, for the uses whose pull policy lets it (IfNotPresent, Never); nil
-// when it would not, or kc is nil.
-func forcedPull(kc *kubelet.Config, img workload.Image) *ForcedPull {
-	if kc == nil {
-		return nil
-	}
-	var f ForcedPull
-	for _, u := range img.Uses {
-		if !kc.ForcesPull(u.Image, u.PullPolicy) {
-			continue
-		}
-		f.UsedBy = append(f.UsedBy, u.String())
-		if !slices.Contains(f.PullPolicies, u.PullPolicy) {
-			f.PullPolicies = append(f.PullPolicies, u.PullPolicy)
-		}
-		if name := kubelet.AllowlistName(u.Image); !slices.Contains(f.Allowlist, name) {
-			f.Allowlist = append(f.Allowlist, name)
-		}
-	}
-	if f.UsedBy == nil {
-		return nil
-	}
-	slices.Sort(f.PullPolicies)
-	f.Policy, f.From = kc.Policy, kc.PolicyFrom
-	var what string
-	switch {
-	case !slices.Contains(f.PullPolicies, "Never"):
-		what = "the kubelet would pull it although this node holds it (imagePullPolicy IfNotPresent), which fails where no registry answers"
-	case !slices.Contains(f.PullPolicies, "IfNotPresent"):
-		what = "the kubelet would refuse to start it although this node holds it (imagePullPolicy Never: ErrImageNeverPull)"
-	default:
-		what = "the kubelet would pull it although this node holds it (imagePullPolicy IfNotPresent), which fails where no registry answers, or refuse to start it (Never: ErrImageNeverPull)"
-	}
-	why := fmt.Sprintf("imagePullCredentialsVerificationPolicy %s in %s has it verify the pull credentials of every image it did not pull itself, as it did not pull what holdfast imports", f.Policy, f.From)
-	if f.Policy == kubelet.NeverVerifyAllowlistedImages {
-		why = fmt.Sprintf("imagePullCredentialsVerificationPolicy %s in %s has it verify the pull credentials of images it did not pull itself unless preloadedImagesVerificationAllowlist names them, and it names no %s", f.Policy, f.From, strings.Join(f.Allowlist, ", "))
-	}
-	used := f.UsedBy[0]
-	if n := len(f.UsedBy) - 1; n > 0 {
-		used += fmt.Sprintf(" and %d more", n)
-	}
-	f.Message = fmt.Sprintf("%s: %s: %s (used by %s); add %s to preloadedImagesVerificationAllowlist with %s, or set %s",
-		img.Ref, what, why, used, strings.Join(f.Allowlist, ", "), kubelet.NeverVerifyAllowlistedImages, kubelet.NeverVerifyPreloadedImages)
-	return &f
 }
 
 // readSet reads the manifests of files into a set.
@@ -310,31 +173,32 @@ func readSet(cmd *cobra.Command, o *options, files []string) *workload.Set {
 
 // checkCluster is check --cluster: files, when there are any, are the
 // manifests to judge on every node.
-func checkCluster(cmd *cobra.Command, o *options, files, kubeletConfig []string, kube kubeapi.Options, selector, output string, allowUnpinned bool) error {
+func checkCluster(cmd *cobra.Command, o *options, f checkFlags) error {
 	var set *workload.Set
 	var kc *kubelet.Config
-	if len(files) > 0 {
-		set = readSet(cmd, o, files)
-		if len(kubeletConfig) > 0 {
-			kc = readKubelet(o, kubeletConfig, set)
+	if len(f.files) > 0 {
+		set = readSet(cmd, o, f.files)
+		if len(f.kubeletConfig) > 0 {
+			kc = readKubelet(o, f.kubeletConfig, set)
 		}
-	} else if len(kubeletConfig) > 0 {
+	} else if len(f.kubeletConfig) > 0 {
 		o.log.Warn("--kubelet-config is judged with manifests (-f) only: the nodes' reports say no pull policies")
 	}
+	kube := f.kube
 	kube.UserAgent = "holdfast-check"
 	c, err := kubeapi.Connect(kube)
 	if err != nil {
 		return err
 	}
 	o.log.Debug("reading the cluster", "server", c.Server(), "from", c.Source())
-	nodes, reports, notes, err := readCluster(cmd.Context(), c, selector)
+	nodes, reports, notes, err := readCluster(cmd.Context(), c, f.selector)
 	if err != nil {
 		return err
 	}
 	for _, n := range notes {
 		o.log.Warn(n)
 	}
-	report, errs := judgeCluster(nodes, reports, set, allowUnpinned)
+	report, errs := judgeCluster(nodes, reports, set, f.allowUnpinned)
 	var inputErrs []error
 	if set != nil {
 		inputErrs = set.Errors
@@ -342,12 +206,12 @@ func checkCluster(cmd *cobra.Command, o *options, files, kubeletConfig []string,
 	report.Errors = sayErrors(cmd, append(slices.Clone(inputErrs), errs...))
 	if kc != nil {
 		report.Kubelet = kc
-		report.ForcedPulls = clusterForcedPulls(report, set, kc)
-		for _, f := range report.ForcedPulls {
-			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s (on %s)\n", f.Message, nodeList(f.Nodes))
+		report.ForcedPulls = report.Cluster.ForcedPulls(set, kc.ForcedPull)
+		for _, fp := range report.ForcedPulls {
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s (on %s)\n", fp.Message, nodeList(fp.Nodes))
 		}
 	}
-	return finishCheck(cmd, output, report, func(w io.Writer) error { return writeCluster(w, report) }, len(inputErrs) > 0, clusterFailed(report))
+	return finishCheck(cmd, f.output, report, func(w io.Writer) error { return writeCluster(w, report) }, len(inputErrs) > 0, clusterFailed(report))
 }
 
 // nodeList names up to five nodes, and counts the others.
@@ -451,3 +315,52 @@ func shortDigest(d string) string {
 	}
 	return d
 }
+
+// checkLong is check's help.
+const checkLong = `check reads Kubernetes manifests (multi-document YAML, JSON or a stream of JSON
+objects, Lists, the output of helm template or kubectl get -o yaml, in UTF-8 or, by
+its byte order mark, UTF-16) or plain lines of image references, from the files
+given (- or none: standard input), as kubectl cuts them, and collects every image
+a pod could run: the containers, init containers, ephemeral containers and image
+volumes of Pods, Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs,
+CronJobs, ReplicationControllers and PodTemplates, and the pod templates found in
+any other object (said at debug level). The node's pod sandbox (pause) image is
+added: as containerd's CRI reports it (containerd 1.x), else as --sandbox-image
+gives it.
+
+Each image is then looked up in this node's containerd as the kubelet would
+find it (names normalized: nginx is docker.io/library/nginx:latest; a digest
+reference by its repo@sha256:... record):
+
+  pinned    a record of that name, pinned: the kubelet's image GC keeps it
+  present   a record, not pinned: the kubelet's image GC may delete it
+  missing   no record: the kubelet would pull it, and an air-gapped node cannot
+  mismatch  a digest reference whose repository the node holds at other
+            digests only
+
+With --cluster, check asks the cluster instead of this node's containerd (the
+kubeconfig found as kubectl finds it: --kubeconfig, $KUBECONFIG, ~/.kube/config,
+else the pod's service account). Each node's holdfast reporter keeps a NodeImages
+object: what the node holds, and where the images its workloads need stand.
+Without manifests, check --cluster prints, node by node, the images the node's
+workloads need that are not pinned there, and the nodes with no report. With
+manifests (-f), it judges their images on every node they may run on (by their
+nodeName, nodeSelector and required node affinity against the node's labels)
+against what the node holds: "if I apply these, which nodes lack which image?".
+The sandbox image is not judged across the cluster.
+
+With the node's kubelet configuration (--kubelet-config, else K3s's, RKE2's or
+kubeadm's when there), check warns of each image the node holds that the kubelet
+would pull again anyway: imagePullCredentialsVerificationPolicy AlwaysVerify, or
+NeverVerifyAllowlistedImages without the image in
+preloadedImagesVerificationAllowlist, has it verify the pull credentials of
+images it did not pull itself, as it did not pull what holdfast imports; with
+imagePullPolicy IfNotPresent it pulls (which fails without a registry), with
+Never it refuses to start the container. The warnings do not change the exit
+status.
+
+Exit status: 0 when every image is pinned (with --allow-unpinned, present is
+enough; with --cluster, on every node, and every node has a report), 1
+otherwise, 2 on bad usage or bad input: a document that is not understood is
+named (FILE:LINE: document N) and the others are still checked; a kubelet
+configuration that does not parse is named.`

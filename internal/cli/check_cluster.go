@@ -23,19 +23,9 @@ type ClusterReport struct {
 	// Kubelet is the kubelet configuration given (--kubelet-config), taken
 	// as every node's; ForcedPulls the images of the manifests it would
 	// have the kubelet pull again on the nodes that hold them.
-	Kubelet     *kubelet.Config     `json:"kubelet,omitempty"`
-	ForcedPulls []ClusterForcedPull `json:"forcedPulls,omitempty"`
-	Errors      []string            `json:"errors,omitempty"`
-}
-
-// ClusterForcedPull is an image the kubelet would pull again although
-// nodes hold it.
-type ClusterForcedPull struct {
-	Ref string `json:"ref"`
-	ForcedPull
-	// Nodes are the nodes that hold it (pinned or present) and may run
-	// its pods, sorted.
-	Nodes []string `json:"nodes"`
+	Kubelet     *kubelet.Config              `json:"kubelet,omitempty"`
+	ForcedPulls []workload.ClusterForcedPull `json:"forcedPulls,omitempty"`
+	Errors      []string                     `json:"errors,omitempty"`
 }
 
 // clusterNode is what holdfast reads of a Node.
@@ -107,27 +97,6 @@ func judgeCluster(nodes []clusterNode, reports map[string]report.NodeImages, set
 	}
 	cluster, errs := workload.JudgeCluster(in, reports, set, allowUnpinned)
 	return ClusterReport{Cluster: cluster}, errs
-}
-
-// clusterForcedPulls lists the images of set that kc would have the
-// kubelet pull again, each with the nodes of r that hold it.
-func clusterForcedPulls(r ClusterReport, set *workload.Set, kc *kubelet.Config) []ClusterForcedPull {
-	nodes := map[string][]string{}
-	for _, n := range r.Nodes {
-		for _, ref := range n.Holds {
-			nodes[ref] = append(nodes[ref], n.Name)
-		}
-	}
-	var out []ClusterForcedPull
-	for _, img := range set.Images() {
-		if len(nodes[img.Ref]) == 0 {
-			continue
-		}
-		if f := forcedPull(kc, img); f != nil {
-			out = append(out, ClusterForcedPull{Ref: img.Ref, ForcedPull: *f, Nodes: nodes[img.Ref]})
-		}
-	}
-	return out
 }
 
 // writeCluster writes the nodes × images not ready, then the nodes that

@@ -80,7 +80,7 @@ func TestJudgeCluster(t *testing.T) {
 	reports := map[string]report.NodeImages{
 		"node-a": heldReport("node-a", report.Held{a, {Name: "docker.io/library/b:1", Digest: digest.FromString("b").String()}},
 			&report.Required{Known: true, Counts: map[report.State]int{"pinned": 40, "missing": 3, "present": 2},
-				NotReady: []report.Verdict{{RequiredImage: report.RequiredImage{Ref: "docker.io/library/x:1", UsedBy: []string{"Deployment a/x containers/x"}}, State: "missing"}}}),
+				NotReady: report.Rows{{Ref: "docker.io/library/x:1", UsedBy: []string{"Deployment a/x containers/x"}, State: "missing"}}}),
 		"node-b": heldReport("node-b", report.Held{a, {Name: "docker.io/library/c@" + other, Digest: other, Pinned: true}},
 			&report.Required{Known: true, Ready: true, Counts: map[report.State]int{"pinned": 7}}),
 	}
@@ -284,7 +284,7 @@ func TestClusterForcedPulls(t *testing.T) {
 		t.Fatal(errs)
 	}
 	got := map[string]string{}
-	for _, f := range clusterForcedPulls(r, &set, kc) {
+	for _, f := range r.Cluster.ForcedPulls(&set, kc.ForcedPull) {
 		got[f.Ref] = strings.Join(f.Nodes, ",")
 		if f.Policy != "AlwaysVerify" || f.Message == "" {
 			t.Errorf("%s: %+v", f.Ref, f.ForcedPull)

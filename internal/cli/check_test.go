@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-project/holdfast/internal/kubelet"
+	"github.com/holdfast-project/holdfast/internal/report"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -197,7 +198,7 @@ spec:
 func TestCheckImageVolume(t *testing.T) {
 	records := []runtime.Image{pinnedRecord("registry.example.com/ml/server:1"), pinnedRecord("registry.example.com/ml/tools:2")}
 	r := runCheck(t, records, writeFile(t, "ml.yaml", []byte(checkImageVolume)))
-	got := map[string]CheckImage{}
+	got := map[string]report.Image{}
 	for _, img := range r.report.Images {
 		got[img.Ref] = img
 	}
@@ -272,7 +273,7 @@ func TestCheckForcedPulls(t *testing.T) {
 	if r.code != 1 { // new:1 is missing
 		t.Errorf("exit %d, want 1", r.code)
 	}
-	forced := map[string]*ForcedPull{}
+	forced := map[string]*report.ForcedPull{}
 	for _, img := range r.report.Images {
 		forced[img.Ref] = img.ForcedPull
 	}

@@ -3,7 +3,8 @@
 // the node but that it did not pull itself (KEP-2535: the feature gate
 // KubeletEnsureSecretPulledImages, on by default since Kubernetes 1.35, and
 // imagePullCredentialsVerificationPolicy). When it does, it pulls again, or
-// refuses, an image holdfast imported.
+// refuses, an image holdfast imported: ForcedPull says which of a
+// workload's images, and why.
 package kubelet
 
 import (

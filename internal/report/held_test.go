@@ -88,8 +88,8 @@ func BenchmarkNodeImages(b *testing.B) {
 	h := heldOf(500)
 	rep := Required{Known: true, Counts: map[State]int{Pinned: 480, Missing: 20}, HeldHash: h.Hash()}
 	for i := range 20 {
-		rep.NotReady = append(rep.NotReady, Verdict{RequiredImage: RequiredImage{Ref: fmt.Sprintf("registry.example.com/team-01/new-%02d:v2.0.0", i),
-			UsedBy: []string{fmt.Sprintf("Deployment shop/new-%02d containers/app", i)}}, State: Missing})
+		rep.NotReady = append(rep.NotReady, Image{Ref: fmt.Sprintf("registry.example.com/team-01/new-%02d:v2.0.0", i),
+			UsedBy: []string{fmt.Sprintf("Deployment shop/new-%02d containers/app", i)}, State: Missing})
 	}
 	var body []byte
 	for b.Loop() {

@@ -69,7 +69,7 @@ func (r Required) Cut() Required {
 	if len(r.NotReady) > MaxNotReady {
 		r.NotReady = r.NotReady[:MaxNotReady]
 	}
-	out := make([]Verdict, len(r.NotReady))
+	out := make(Rows, len(r.NotReady))
 	for i, v := range r.NotReady {
 		if len(v.UsedBy) > MaxUsedBy {
 			v.UsedBy = v.UsedBy[:MaxUsedBy]

@@ -4,8 +4,10 @@
 // images the node's workloads need stand), the set the reporter sends in
 // PUT /required (RequiredSet), what the node holds (Held, GET /held's text
 // and its packed form), and the node's NodeImages object the reporter writes
-// and check --cluster reads. It imports nothing but the standard library:
-// the node binary, the reporter and the CLI all link it.
+// and check --cluster reads; and the one row of an image on a node (Image)
+// that holdfast check, check --cluster and the agent's report all give. It
+// imports nothing but the standard library: the node binary, the reporter
+// and the CLI all link it.
 package report
 
 import "time"

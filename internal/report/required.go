@@ -13,23 +13,12 @@ type RequiredSet struct {
 	Images []RequiredImage `json:"images"`
 }
 
-// Verdict is an image of the set and where it stands on the node.
-type Verdict struct {
-	RequiredImage
-	State State `json:"state"`
-	// Pulling: the agent pulls it from the node's peers (holdfast run
-	// --pull-required); PullError is why its last pull failed, while it
-	// waits to be tried again.
-	Pulling   bool   `json:"pulling,omitempty"`
-	PullError string `json:"pullError,omitempty"`
-}
-
 // Required is what the agent's GET /report says of the set (Report.Required).
 type Required struct {
 	Known    bool          `json:"known"`              // the agent has a set (a reporter sent one since the agent started)
 	Ready    bool          `json:"ready"`              // every image of the set is pinned
 	Counts   map[State]int `json:"counts"`             // by state
-	NotReady []Verdict     `json:"notReady,omitempty"` // the images not pinned, sorted by ref
+	NotReady Rows          `json:"notReady,omitempty"` // the images not pinned, sorted by ref
 	Pulling  int           `json:"pulling,omitempty"`  // of those, the ones being pulled from peers
 	// HeldHash is the Hash of what the node holds (GET /held), as of the
 	// last judgment; it changes when that does.

@@ -100,7 +100,7 @@ func ImagesCondition(req *report.Required) corev1.NodeCondition {
 	}
 	c.Status, c.Reason = corev1.ConditionFalse, ReasonImagesUnpinned
 	nr := slices.Clone(req.NotReady)
-	slices.SortStableFunc(nr, func(a, b report.Verdict) int { return cmp.Compare(stateRank(a.State), stateRank(b.State)) })
+	slices.SortStableFunc(nr, func(a, b report.Image) int { return cmp.Compare(stateRank(a.State), stateRank(b.State)) })
 	var names []string
 	for _, v := range nr {
 		if v.State == report.Missing || v.State == report.Mismatch {

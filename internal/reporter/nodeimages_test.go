@@ -72,7 +72,7 @@ func TestNodeImages(t *testing.T) {
 	agent.mu.Lock()
 	agent.known, agent.held = true, held
 	agent.req = report.Required{Counts: map[report.State]int{"missing": 1, "pinned": 1}, HeldHash: held.Hash(),
-		NotReady: []report.Verdict{{RequiredImage: report.RequiredImage{Ref: "docker.io/library/c:1", UsedBy: []string{"u1", "u2", "u3", "u4", "u5"}}, State: "missing"}}}
+		NotReady: report.Rows{{Ref: "docker.io/library/c:1", UsedBy: []string{"u1", "u2", "u3", "u4", "u5"}, State: "missing"}}}
 	agent.mu.Unlock()
 	client := fake.NewClientset(labelledNode())
 	var ap applies

@@ -269,8 +269,8 @@ func conditionsOf(t *testing.T, client *fake.Clientset) map[corev1.NodeCondition
 	return m
 }
 
-func verdict(ref string, state report.State, usedBy ...string) report.Verdict {
-	return report.Verdict{RequiredImage: report.RequiredImage{Ref: ref, UsedBy: usedBy}, State: state}
+func verdict(ref string, state report.State, usedBy ...string) report.Image {
+	return report.Image{Ref: ref, UsedBy: usedBy, State: state}
 }
 
 // TestImagesCondition: HoldfastImagesReady on the Node follows the report's
@@ -284,7 +284,7 @@ func TestImagesCondition(t *testing.T) {
 	r.cfg.Required = true
 	r.req = newRequiredWatcher(client, r.cfg, r.log, r.http)
 
-	var many []report.Verdict
+	var many report.Rows
 	for _, ref := range []string{"a:1", "b:1", "c:1", "d:1", "e:1", "f:1"} {
 		many = append(many, verdict("docker.io/library/"+ref, "present", "Deployment x/"+ref[:1]))
 	}
@@ -298,20 +298,20 @@ func TestImagesCondition(t *testing.T) {
 	}{
 		{"no set", false, report.Required{}, corev1.ConditionUnknown, ReasonNoRequiredSet, "the agent has no set of required images yet"},
 		{"all pinned", true, report.Required{Ready: true, Counts: map[report.State]int{"pinned": 3}}, corev1.ConditionTrue, ReasonAllPinned, "3 required images pinned"},
-		{"missing", true, report.Required{Counts: map[report.State]int{"pinned": 2, "present": 1, "missing": 1}, NotReady: []report.Verdict{
+		{"missing", true, report.Required{Counts: map[report.State]int{"pinned": 2, "present": 1, "missing": 1}, NotReady: report.Rows{
 			verdict("docker.io/library/a:1", "present", "Pod x/a-1 containers/a"),
 			verdict("docker.io/library/x:1", "missing", "Deployment a/b containers/x", "Pod a/b-1 containers/x"),
 		}}, corev1.ConditionFalse, ReasonImagesMissing,
 			"docker.io/library/x:1 missing (Deployment a/b), docker.io/library/a:1 present (Pod x/a-1); 2 pinned, 1 present, 1 missing"},
-		{"mismatch", true, report.Required{Counts: map[report.State]int{"mismatch": 1}, NotReady: []report.Verdict{verdict("docker.io/library/m@sha256:"+strings.Repeat("0", 64), "mismatch")}},
+		{"mismatch", true, report.Required{Counts: map[report.State]int{"mismatch": 1}, NotReady: report.Rows{verdict("docker.io/library/m@sha256:"+strings.Repeat("0", 64), "mismatch")}},
 			corev1.ConditionFalse, ReasonImagesMissing, "docker.io/library/m@sha256:" + strings.Repeat("0", 64) + " mismatch; 1 mismatch"},
 		{"unpinned", true, report.Required{Counts: map[report.State]int{"pinned": 1, "present": 6}, NotReady: many}, corev1.ConditionFalse, ReasonImagesUnpinned,
 			"docker.io/library/a:1 present (Deployment x/a), docker.io/library/b:1 present (Deployment x/b), docker.io/library/c:1 present (Deployment x/c), " +
 				"docker.io/library/d:1 present (Deployment x/d), docker.io/library/e:1 present (Deployment x/e) and 1 more; 1 pinned, 6 present"},
-		{"pulled from peers", true, report.Required{Counts: map[report.State]int{"pinned": 1, "missing": 2}, Pulling: 2, NotReady: []report.Verdict{
-			{RequiredImage: report.RequiredImage{Ref: "docker.io/library/p:1"}, State: "missing", Pulling: true},
-			{RequiredImage: report.RequiredImage{Ref: "docker.io/library/q:1"}, State: "missing", Pulling: true, PullError: "not found"},
-			{RequiredImage: report.RequiredImage{Ref: "docker.io/library/r:1"}, State: "missing", Pulling: true, PullError: "refused by the signature policy: unsigned"},
+		{"pulled from peers", true, report.Required{Counts: map[report.State]int{"pinned": 1, "missing": 2}, Pulling: 2, NotReady: report.Rows{
+			{Ref: "docker.io/library/p:1", State: "missing", Pulling: true},
+			{Ref: "docker.io/library/q:1", State: "missing", Pulling: true, PullError: "not found"},
+			{Ref: "docker.io/library/r:1", State: "missing", Pulling: true, PullError: "refused by the signature policy: unsigned"},
 		}}, corev1.ConditionFalse, ReasonImagesMissing,
 			"docker.io/library/p:1 missing: being pulled from peers, docker.io/library/q:1 missing: its pull from peers failed, " +
 				"docker.io/library/r:1 missing: refused by the signature policy; 1 pinned, 2 missing, 2 being pulled from peers"},

@@ -52,7 +52,7 @@ type ClusterNode struct {
 	Counts map[report.State]int `json:"counts"`
 	// NotReady are the images judged that are not pinned, sorted; Cut
 	// counts those the node's report left out of its list.
-	NotReady []ClusterImage `json:"notReady"`
+	NotReady []report.Image `json:"notReady"`
 	Cut      int            `json:"cut,omitempty"`
 
 	// Holds are, of the manifests' images, those the node holds (pinned or
@@ -65,13 +65,6 @@ type ClusterCondition struct {
 	Status  string `json:"status"`
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
-}
-
-// ClusterImage is an image not ready on a node.
-type ClusterImage struct {
-	Ref    string       `json:"ref"`
-	State  report.State `json:"state"`
-	UsedBy []string     `json:"usedBy,omitempty"`
 }
 
 // ClusterTotals sums the nodes up.
@@ -100,7 +93,7 @@ func JudgeCluster(nodes []Node, reports map[string]report.NodeImages, set *Set, 
 	}
 	memo := judgments{}
 	for _, n := range nodes {
-		cn := ClusterNode{Name: n.Name, Condition: n.Condition, Counts: map[report.State]int{}, NotReady: []ClusterImage{}}
+		cn := ClusterNode{Name: n.Name, Condition: n.Condition, Counts: map[report.State]int{}, NotReady: []report.Image{}}
 		ni, ok := reports[cn.Name]
 		cn.Report = ok
 		if ok {
@@ -200,17 +193,14 @@ func (cn *ClusterNode) judgeImages(ni report.NodeImages, here []Image, memo judg
 	if err != nil {
 		return err
 	}
-	for _, v := range verdicts {
+	for i, v := range verdicts {
 		cn.Counts[v.State]++
 		if v.State == report.Pinned || v.State == report.Present {
 			cn.Holds = append(cn.Holds, v.Ref)
 		}
 		if v.State != report.Pinned {
-			ci := ClusterImage{Ref: v.Ref, State: v.State}
-			for _, u := range v.Uses {
-				ci.UsedBy = append(ci.UsedBy, u.String())
-			}
-			cn.NotReady = append(cn.NotReady, ci)
+			// The cluster's view names no record's target.
+			cn.NotReady = append(cn.NotReady, report.Image{Ref: v.Ref, State: v.State, UsedBy: here[i].UsedBy()})
 		}
 	}
 	return nil
@@ -227,7 +217,8 @@ func (cn *ClusterNode) takeReport(req report.Required) {
 		}
 	}
 	for _, v := range req.NotReady {
-		cn.NotReady = append(cn.NotReady, ClusterImage{Ref: v.Ref, State: v.State, UsedBy: v.UsedBy})
+		v.Pulling, v.PullError = false, "" // the agent's pulls are the node's own view
+		cn.NotReady = append(cn.NotReady, v)
 	}
 	cn.Cut = shown - len(cn.NotReady)
 }
@@ -250,9 +241,9 @@ func (t *ClusterTotals) add(cn ClusterNode) {
 // judgments remembers verdicts by what a node holds (its held hash) and
 // which images may run there: the nodes of a pool hold the same, and are
 // judged once.
-type judgments map[string][]Verdict
+type judgments map[string][]report.Image
 
-func (m judgments) judge(ni report.NodeImages, here []Image) ([]Verdict, error) {
+func (m judgments) judge(ni report.NodeImages, here []Image) ([]report.Image, error) {
 	var key strings.Builder
 	key.WriteString(ni.HeldHash)
 	for _, img := range here {
@@ -281,6 +272,38 @@ func heldRecords(held report.Held) []runtime.Image {
 		out[i] = runtime.Image{Name: h.Name, Target: ocispec.Descriptor{Digest: digest.Digest(h.Digest)}}
 		if h.Pinned {
 			out[i].Labels = map[string]string{runtime.LabelCRIPinned: runtime.PinnedValue}
+		}
+	}
+	return out
+}
+
+// ClusterForcedPull is an image the kubelet would pull again although
+// nodes hold it.
+type ClusterForcedPull struct {
+	Ref string `json:"ref"`
+	report.ForcedPull
+	// Nodes are the nodes that hold it (pinned or present) and may run
+	// its pods, sorted.
+	Nodes []string `json:"nodes"`
+}
+
+// ForcedPulls are the images of set that the kubelet would pull again
+// (forced returns nil for one it would not), each with the nodes of c that
+// hold it.
+func (c Cluster) ForcedPulls(set *Set, forced func(Image) *report.ForcedPull) []ClusterForcedPull {
+	nodes := map[string][]string{}
+	for _, n := range c.Nodes {
+		for _, ref := range n.Holds {
+			nodes[ref] = append(nodes[ref], n.Name)
+		}
+	}
+	var out []ClusterForcedPull
+	for _, img := range set.Images() {
+		if len(nodes[img.Ref]) == 0 {
+			continue
+		}
+		if f := forced(img); f != nil {
+			out = append(out, ClusterForcedPull{Ref: img.Ref, ForcedPull: *f, Nodes: nodes[img.Ref]})
 		}
 	}
 	return out

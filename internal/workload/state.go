@@ -17,21 +17,12 @@ func Ready(s report.State, allowUnpinned bool) bool {
 	return s == report.Pinned || (allowUnpinned && s == report.Present)
 }
 
-// Verdict is where one image stands.
-type Verdict struct {
-	Image
-	State report.State `json:"state"`
-	// Target is the digest the record of that name points at.
-	Target string `json:"target,omitempty"`
-	// Others are, for a mismatch, the digests the node holds the
-	// repository at.
-	Others []string `json:"others,omitempty"`
-}
-
 // Judge says where each image stands among records, as the kubelet would
 // find it: by its exact name, a tag and a digest reference by its digest
-// name (repo@sha256:…, what the CRI resolves it by).
-func Judge(images []Image, records []runtime.Image) []Verdict {
+// name (repo@sha256:…, what the CRI resolves it by). It gives a row for
+// each image, in order, with its state, target and the digests of a
+// mismatch; the callers say who uses it.
+func Judge(images []Image, records []runtime.Image) []report.Image {
 	byName := map[string]runtime.Image{}
 	for _, r := range records {
 		if !runtime.IsCRIRecord(r.Name) {
@@ -55,9 +46,9 @@ func Judge(images []Image, records []runtime.Image) []Verdict {
 		}
 		return byRepo[repo]
 	}
-	out := make([]Verdict, 0, len(images))
+	out := make([]report.Image, 0, len(images))
 	for _, img := range images {
-		v := Verdict{Image: img, State: report.Missing}
+		v := report.Image{Ref: img.Ref, State: report.Missing}
 		name := img.Ref
 		n, err := reference.ParseNormalizedNamed(img.Ref)
 		var dg string
@@ -82,4 +73,23 @@ func Judge(images []Image, records []runtime.Image) []Verdict {
 		out = append(out, v)
 	}
 	return out
+}
+
+// Check is holdfast check's judgment of images on a node: a row for each,
+// in order, as Judge finds it among records, with its users and, for one
+// the node holds, why the kubelet would pull it again (forced returns nil
+// when it would not). failed says whether an image is not ready (Ready); a
+// forced pull does not fail it.
+func Check(images []Image, records []runtime.Image, allowUnpinned bool, forced func(Image) *report.ForcedPull) (rows []report.Image, failed bool) {
+	rows = Judge(images, records)
+	for i, img := range images {
+		rows[i].UsedBy = img.UsedBy()
+		if rows[i].State == report.Pinned || rows[i].State == report.Present {
+			rows[i].ForcedPull = forced(img)
+		}
+		if !Ready(rows[i].State, allowUnpinned) {
+			failed = true
+		}
+	}
+	return rows, failed
 }

@@ -85,6 +85,15 @@ type Image struct {
 	Uses []Use
 }
 
+// UsedBy says who uses img, a line for each use.
+func (img Image) UsedBy() []string {
+	out := make([]string, len(img.Uses))
+	for i, u := range img.Uses {
+		out[i] = u.String()
+	}
+	return out
+}
+
 // Set gathers the images of several manifests.
 type Set struct {
 	byRef map[string]*Image

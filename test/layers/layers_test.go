@@ -35,12 +35,13 @@ var rank = map[string]int{
 	"internal/embedded/daemon": 1, "internal/oci": 1,
 	// formats and the wire's users, and the embedded containerd (in the data dir)
 	"internal/archive": 2, "internal/registries": 2, "internal/journal": 2, "internal/metrics": 2, "internal/embedded": 2,
-	"internal/signature/sigtest": 2, "internal/kubelet": 2,
+	"internal/signature/sigtest": 2,
 	// the seam (ports, domain types), and the scan
 	"internal/runtime": 3, "internal/source": 3, "internal/signature/layout": 3,
 	"internal/reconcile": 4, "internal/workload": 4, "internal/watch": 4, "internal/signature": 4,
 	"internal/server":   4, // the agent's HTTP; its token file is judged as lists are (files)
 	"internal/reporter": 5,
+	"internal/kubelet":  5, // its re-pull rule reads workloads' images
 	// the import and export use cases, then the backends that serve them
 	"internal/importer": 6, "internal/exporter": 6,
 	"internal/runtime/containerd": 7, "internal/runtime/fake": 7, "internal/runtime/runtimetest": 7,
