@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/holdfast-project/holdfast/internal/agent"
@@ -20,115 +21,131 @@ import (
 	"github.com/holdfast-project/holdfast/internal/server"
 )
 
+// runFlags are run's own flags.
+type runFlags struct {
+	parallel       int
+	listen         string
+	settle, resync time.Duration
+	pullReq        bool
+	grace          time.Duration
+	tokenFile      string
+}
+
 func newRun(o *options) *cobra.Command {
-	var (
-		parallel int
-		listen   string
-		settle   time.Duration
-		resync   time.Duration
-		pullReq  bool
-		grace    time.Duration
-		tokenF   string
-	)
+	var rf runFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent: keep containerd in line with the images dirs until SIGTERM or SIGINT",
 		Long:  runLong,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithCancelCause(cmd.Context())
-			defer cancel(nil)
-			cfg, hosts, err := o.agentConfig(parallel)
-			if err != nil {
-				return err
-			}
-			cfg.Settle, cfg.Resync = settle, resync
-			cfg.PullRequired, cfg.PeerGrace = pullReq, grace
-			cfg.PeerList = o.layout().PeerList()
-			s, err := o.openOwner(ctx, "run")
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			cfg.Policy = o.policyFile // the one in force in the namespace, when none was given
-			if _, err := runtime.CheckServer(ctx, s.rt, o.log); err != nil {
-				return err
-			}
-			skipped, err := o.writeRegistryConfig(hosts)
-			if err != nil {
-				return err
-			}
-			for _, off := range skipped {
-				o.log.Warn(off)
-				cfg.FeaturesOff = append(cfg.FeaturesOff, off)
-			}
-			if why := s.rt.ContentRootOff(ctx); why != nil {
-				off := fmt.Sprintf("the content store's directory: %v", why)
-				o.log.Warn(off)
-				cfg.FeaturesOff = append(cfg.FeaturesOff, off)
-			}
-			reg := prometheus.NewRegistry()
-			// The Go runtime's and the process's own: goroutines, memory, open files.
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			a := agent.New(s.rt, cfg, metrics.New(reg))
-			var srv *server.Server
-			restore := func() error { return nil }
-			if listen != "" {
-				if srv, restore, err = o.serve(ctx, listen, tokenF, reg, s, a); err != nil {
-					return err
-				}
-			}
-
-			// The daemon's parts, under one group: the first to fail stops
-			// the others, and the agent's end (SIGTERM) stops them all.
-			g, gctx := errgroup.WithContext(ctx)
-			runCtx, stop := context.WithCancelCause(gctx)
-			defer stop(nil)
-			if s.proc != nil {
-				g.Go(func() error {
-					select {
-					case <-s.proc.Done():
-						return fmt.Errorf("the embedded containerd exited: %w", s.proc.Err())
-					case <-runCtx.Done():
-						return nil
-					}
-				})
-			}
-			g.Go(func() error { o.keepDataDir(runCtx, s.lock, parallel, hosts, restore); return nil })
-			if srv != nil {
-				g.Go(func() error { return srv.Run(runCtx) })
-			}
-			g.Go(func() error { extendUntilReady(runCtx, a); return nil })
-			g.Go(func() error {
-				defer stop(errAgentDone)
-				return a.Run(runCtx, func() {
-					o.log.Info("ready: every source of the first pass is final")
-					_ = notify.Ready()
-				})
-			})
-			err = waitBounded(runCtx, g, shutdownTimeout)
-			_ = notify.Stopping()
-			if err != nil {
-				return err
-			}
-			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-				return cause
-			}
-			o.log.Info("stopping")
-			return nil
+			return o.run(cmd.Context(), rf)
 		},
 		Annotations: claims,
 	}
-	f := cmd.Flags()
-	f.IntVar(&parallel, "parallel", 0, "archives imported at once; 0: from the CPU count")
-	f.StringVar(&listen, "listen", server.DefaultAddr, "address for /metrics, /healthz, /readyz, /report and /required; empty disables")
-	f.DurationVar(&settle, "settle", 2*time.Second, "a file is complete once its mtime is this old, or it stayed unchanged this long")
-	f.DurationVar(&resync, "resync", 5*time.Minute, "full pass at least this often")
-	f.BoolVar(&pullReq, "pull-required", false, "pull the images the node's workloads need (PUT /required) and the node lacks through its registry mirrors (its peers' spegel), and keep them pinned as the peer source "+datadir.At("<data-dir>").PeerList())
-	f.DurationVar(&grace, "peer-grace", agent.DefaultPeerGrace, "with --pull-required: how long an image that no workload on the node needs any more stays on the peer source")
-	f.StringVar(&tokenF, "token-file", "", "file with the token of the agent's own reporter, the one caller that may PUT /required (it sends it as a bearer token); made when missing (random, mode 0640 with root's group); refused when others may read or change it; default "+datadir.At("<data-dir>").Token())
-	withEnv(f, "parallel", "listen", "settle", "resync", "pull-required", "peer-grace", "token-file")
+	rf.add(cmd.Flags())
 	return cmd
+}
+
+func (rf *runFlags) add(f *pflag.FlagSet) {
+	f.IntVar(&rf.parallel, "parallel", 0, "archives imported at once; 0: from the CPU count")
+	f.StringVar(&rf.listen, "listen", server.DefaultAddr, "address for /metrics, /healthz, /readyz, /report and /required; empty disables")
+	f.DurationVar(&rf.settle, "settle", 2*time.Second, "a file is complete once its mtime is this old, or it stayed unchanged this long")
+	f.DurationVar(&rf.resync, "resync", 5*time.Minute, "full pass at least this often")
+	f.BoolVar(&rf.pullReq, "pull-required", false, "pull the images the node's workloads need (PUT /required) and the node lacks through its registry mirrors (its peers' spegel), and keep them pinned as the peer source "+datadir.At("<data-dir>").PeerList())
+	f.DurationVar(&rf.grace, "peer-grace", agent.DefaultPeerGrace, "with --pull-required: how long an image that no workload on the node needs any more stays on the peer source")
+	f.StringVar(&rf.tokenFile, "token-file", "", "file with the token of the agent's own reporter, the one caller that may PUT /required (it sends it as a bearer token); made when missing (random, mode 0640 with root's group); refused when others may read or change it; default "+datadir.At("<data-dir>").Token())
+	withEnv(f, "parallel", "listen", "settle", "resync", "pull-required", "peer-grace", "token-file")
+}
+
+// run is the agent until SIGTERM or SIGINT: its session on containerd and
+// the registry config set up, then its parts run (runParts).
+func (o *options) run(parent context.Context, rf runFlags) error {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	cfg, hosts, err := o.agentConfig(rf.parallel)
+	if err != nil {
+		return err
+	}
+	cfg.Settle, cfg.Resync = rf.settle, rf.resync
+	cfg.PullRequired, cfg.PeerGrace = rf.pullReq, rf.grace
+	cfg.PeerList = o.layout().PeerList()
+	s, err := o.openOwner(ctx, "run")
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	cfg.Policy = o.policyFile // the one in force in the namespace, when none was given
+	if _, err := runtime.CheckServer(ctx, s.rt, o.log); err != nil {
+		return err
+	}
+	skipped, err := o.writeRegistryConfig(hosts)
+	if err != nil {
+		return err
+	}
+	for _, off := range skipped {
+		o.log.Warn(off)
+		cfg.FeaturesOff = append(cfg.FeaturesOff, off)
+	}
+	if why := s.rt.ContentRootOff(ctx); why != nil {
+		off := fmt.Sprintf("the content store's directory: %v", why)
+		o.log.Warn(off)
+		cfg.FeaturesOff = append(cfg.FeaturesOff, off)
+	}
+	reg := prometheus.NewRegistry()
+	// The Go runtime's and the process's own: goroutines, memory, open files.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a := agent.New(s.rt, cfg, metrics.New(reg))
+	var srv *server.Server
+	restore := func() error { return nil }
+	if rf.listen != "" {
+		if srv, restore, err = o.serve(ctx, rf.listen, rf.tokenFile, reg, s, a); err != nil {
+			return err
+		}
+	}
+	if err := o.runParts(ctx, s, a, srv, func(ctx context.Context) { o.keepDataDir(ctx, s.lock, rf.parallel, hosts, restore) }); err != nil {
+		return err
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	o.log.Info("stopping")
+	return nil
+}
+
+// runParts runs the daemon's parts under one group: the embedded
+// containerd's watch, keep (the data dir's), the server when there is one,
+// and the agent. The first to fail stops the others, and the agent's end
+// (SIGTERM) stops them all.
+func (o *options) runParts(ctx context.Context, s *session, a *agent.Agent, srv *server.Server, keep func(context.Context)) error {
+	g, gctx := errgroup.WithContext(ctx)
+	runCtx, stop := context.WithCancelCause(gctx)
+	defer stop(nil)
+	if s.proc != nil {
+		g.Go(func() error {
+			select {
+			case <-s.proc.Done():
+				return fmt.Errorf("the embedded containerd exited: %w", s.proc.Err())
+			case <-runCtx.Done():
+				return nil
+			}
+		})
+	}
+	g.Go(func() error { keep(runCtx); return nil })
+	if srv != nil {
+		g.Go(func() error { return srv.Run(runCtx) })
+	}
+	g.Go(func() error { extendUntilReady(runCtx, a); return nil })
+	g.Go(func() error {
+		defer stop(errAgentDone)
+		return a.Run(runCtx, func() {
+			o.log.Info("ready: every source of the first pass is final")
+			_ = notify.Ready()
+		})
+	})
+	err := waitBounded(runCtx, g, shutdownTimeout)
+	_ = notify.Stopping()
+	return err
 }
 
 // runLong is run's help.

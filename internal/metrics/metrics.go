@@ -91,78 +91,25 @@ type Metrics struct {
 // unregistered collectors.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		imports: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "holdfast_imports_total",
-			Help: "Sources imported, by result: imported (read into containerd), unchanged (lease complete and intact, not read) or failed.",
-		}, []string{"result"}),
-		importBytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_import_bytes_read_total",
-			Help: "Bytes read from sources while importing them.",
-		}),
-		importDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "holdfast_import_duration_seconds",
-			Help:    "Time taken to import one source, whatever the result.",
-			Buckets: durationBuckets,
-		}),
-		pulls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "holdfast_pulls_total",
-			Help: "Images of pull lists, by result: pulled, present (already complete in the store) or failed.",
-		}, []string{"result"}),
-		heals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "holdfast_heals_total",
-			Help: "Image records restored, by cause: missing, drift, label or content.",
-		}, []string{"cause"}),
-		drift: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_drift_total",
-			Help: "Wanted names found re-pointed to another target by someone else.",
-		}),
-		unpins: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_unpins_total",
-			Help: "Image records holdfast unpinned because no source wants them any more.",
-		}),
-		releases: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "holdfast_releases_total",
-			Help: "Source leases released because their source is gone or replaced.",
-		}),
-		pinned: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "holdfast_pinned_images",
-			Help: "Image records currently pinned by holdfast.",
-		}),
-		sources: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "holdfast_sources",
-			Help: "Sources in the images directories, by kind and state, as of the last pass.",
-		}, []string{"kind", "state"}),
-		sourcesSeen: map[SourceKey]bool{},
-		required: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "holdfast_required_images",
-			Help: "Images the node's workloads need (the set its reporter sends), by where they stand on the node: pinned, present (not pinned), missing or mismatch (held at another digest only).",
-		}, []string{"state"}),
-		signatures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "holdfast_signature_images",
-			Help: "Images the sources want, by signature verdict under the policy in force (unchecked, verified, unsigned, invalid; refused ones included), as of the last pass; none without a policy.",
-		}, []string{"state"}),
-		reconcileDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "holdfast_reconcile_duration_seconds",
-			Help:    "Time taken by one reconcile pass, whatever the result.",
-			Buckets: durationBuckets,
-		}),
-		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "holdfast_last_reconcile_success_timestamp_seconds",
-			Help: "Unix time at which the last successful reconcile pass ended; 0 before the first.",
-		}),
-		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "holdfast_reconciles_total",
-			Help: "Reconcile passes, by result: ok or failed.",
-		}, []string{"result"}),
-		connected: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "holdfast_containerd_connected",
-			Help: "1 while holdfast is connected to containerd, else 0.",
-		}),
-		backoff: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "holdfast_heal_backoff_images",
-			Help: "Images whose healing is currently held back because they were healed too often.",
-		}),
-		now: time.Now,
+		imports:           counterVec("holdfast_imports_total", "Sources imported, by result: imported (read into containerd), unchanged (lease complete and intact, not read) or failed.", "result"),
+		importBytes:       counter("holdfast_import_bytes_read_total", "Bytes read from sources while importing them."),
+		importDuration:    durations("holdfast_import_duration_seconds", "Time taken to import one source, whatever the result."),
+		pulls:             counterVec("holdfast_pulls_total", "Images of pull lists, by result: pulled, present (already complete in the store) or failed.", "result"),
+		heals:             counterVec("holdfast_heals_total", "Image records restored, by cause: missing, drift, label or content.", "cause"),
+		drift:             counter("holdfast_drift_total", "Wanted names found re-pointed to another target by someone else."),
+		unpins:            counter("holdfast_unpins_total", "Image records holdfast unpinned because no source wants them any more."),
+		releases:          counter("holdfast_releases_total", "Source leases released because their source is gone or replaced."),
+		pinned:            gauge("holdfast_pinned_images", "Image records currently pinned by holdfast."),
+		sources:           gaugeVec("holdfast_sources", "Sources in the images directories, by kind and state, as of the last pass.", "kind", "state"),
+		sourcesSeen:       map[SourceKey]bool{},
+		required:          gaugeVec("holdfast_required_images", "Images the node's workloads need (the set its reporter sends), by where they stand on the node: pinned, present (not pinned), missing or mismatch (held at another digest only).", "state"),
+		signatures:        gaugeVec("holdfast_signature_images", "Images the sources want, by signature verdict under the policy in force (unchecked, verified, unsigned, invalid; refused ones included), as of the last pass; none without a policy.", "state"),
+		reconcileDuration: durations("holdfast_reconcile_duration_seconds", "Time taken by one reconcile pass, whatever the result."),
+		lastSuccess:       gauge("holdfast_last_reconcile_success_timestamp_seconds", "Unix time at which the last successful reconcile pass ended; 0 before the first."),
+		reconciles:        counterVec("holdfast_reconciles_total", "Reconcile passes, by result: ok or failed.", "result"),
+		connected:         gauge("holdfast_containerd_connected", "1 while holdfast is connected to containerd, else 0."),
+		backoff:           gauge("holdfast_heal_backoff_images", "Images whose healing is currently held back because they were healed too often."),
+		now:               time.Now,
 	}
 	for _, v := range importResults {
 		m.imports.WithLabelValues(v)
@@ -192,6 +139,28 @@ func New(reg prometheus.Registerer) *Metrics {
 		)
 	}
 	return m
+}
+
+// counter, gauge, durations, counterVec and gaugeVec make one collector of
+// holdfast's; durations is a histogram of durationBuckets.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func durations(name, help string) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: durationBuckets})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
 }
 
 // ImportDone records the import of one source: its result (ImportImported,
