@@ -6,6 +6,7 @@
 // internal/archive writes. It reads the store through the runtime's ports
 // (runtime.Runtime for records and sources, the store's runtime.Content for
 // blobs, the same port the import reads through) and writes nothing into it.
+// It compresses what it writes itself (Compression) into its Output.
 package exporter
 
 import (

@@ -2,8 +2,9 @@
 // images and spool dirs, import what changed, lease what the lists want, then
 // plan with reconcile.Diff and apply the plan: pins first, then unpins, then
 // releases. Sync runs one pass, DryRun runs one that writes nothing (holdfast
-// plan), Keep and ReleaseKept are holdfast import and holdfast release. The
-// daemon (package agent) runs passes through a Runner, which remembers what
+// plan), Keep and ReleaseKept are holdfast import and holdfast release,
+// ReadStatus is holdfast status (its refusals the plan's own), and Verify
+// reads a source as an import does for holdfast verify. The daemon (package agent) runs passes through a Runner, which remembers what
 // passes must between them, and takes what each decided through a Handoff.
 package pass
 

@@ -4,7 +4,9 @@
 // only reported, warn), the offline verification of cosign signatures with
 // sigstore-go, and the one verdict each image gets, for an archive being
 // imported or verified (Check) and for what the store's sources want
-// (Judge). Finding the signatures is package layout's.
+// (Judge), and the rule of the policy in force in a namespace, which every
+// command that writes there judges by (Adopt). Finding the signatures is
+// package layout's.
 //
 // A policy file is YAML:
 //
