@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -120,7 +121,7 @@ func say(err error, limit uint64) error {
 
 // prefixed is err with "zstd: " in front, unless the decoder put it there.
 func prefixed(err error) error {
-	if len(err.Error()) >= 5 && err.Error()[:5] == "zstd:" {
+	if strings.HasPrefix(err.Error(), "zstd:") {
 		return err
 	}
 	return fmt.Errorf("zstd: %w", err)

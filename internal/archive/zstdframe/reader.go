@@ -118,7 +118,7 @@ type unit struct {
 	scanErr error // why the scanner stopped feeding pipe, under mu
 
 	out   []byte // the decoded frame, from a worker
-	err   error  // kind zstdError; or the frame's decoding error
+	err   error  // kind errorUnit; or the frame's decoding error
 	table Table
 	done  chan struct{} // closed once out, err or stream is final
 }
