@@ -3,11 +3,9 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-project/holdfast/internal/exporter"
@@ -169,11 +167,11 @@ func (o *options) export(cmd *cobra.Command, args []string, eo *exportOptions) e
 	defer compression.LimitMemory()()
 	zw := compression.Writer(out)
 	d := o.newProgress(cmd, eo.progress, false)
-	d.start()
-	bar := d.single(eo.output, plan.Bytes)
-	st, err := plan.Write(ctx, zw, exporter.WriteOptions{Read: bar.read})
-	bar.close()
-	d.stop()
+	d.Start()
+	bar := d.Single(eo.output, plan.Bytes)
+	st, err := plan.Write(ctx, zw, exporter.WriteOptions{Read: bar.Read})
+	bar.Close()
+	d.Stop()
 	// Closed whatever happened: its workers end with it.
 	if cerr := zw.Close(); err == nil {
 		err = cerr
@@ -230,45 +228,3 @@ func (c *compressionFlag) Set(v string) error {
 	*c = compressionFlag(parsed)
 	return nil
 }
-
-// exportBar is export's one progress line: every blob read counts on it.
-// A nil one draws nothing.
-type exportBar struct {
-	line io.ReadCloser
-	cur  *switchReader
-}
-
-// single draws one line for a whole export of size bytes, once the
-// display started.
-func (d *progress) single(name string, size int64) *exportBar {
-	if d == nil {
-		return nil
-	}
-	b := &exportBar{cur: &switchReader{}}
-	b.line = d.reader(name, size, b.cur)
-	return b
-}
-
-// read is exporter.WriteOptions.Read: the blob's bytes count on the line.
-func (b *exportBar) read(desc ocispec.Descriptor, r io.ReadCloser) io.ReadCloser {
-	if b == nil {
-		return r
-	}
-	b.cur.r = r
-	return struct {
-		io.Reader
-		io.Closer
-	}{b.line, r}
-}
-
-func (b *exportBar) close() {
-	if b != nil {
-		b.line.Close()
-	}
-}
-
-// switchReader reads from the blob being copied.
-type switchReader struct{ r io.Reader }
-
-func (s *switchReader) Read(p []byte) (int, error) { return s.r.Read(p) }
-func (s *switchReader) Close() error               { return nil }

@@ -97,10 +97,10 @@ func newImport(o *options) *cobra.Command {
 			}
 			standing := pass.ReadStanding(dirs, o.insecurePerms)
 			d := o.newProgress(cmd, progress, len(args) > 1)
-			upTo := d.announce(args)
+			upTo := d.Announce(args)
 			for i, path := range args {
-				d.start()
-				opts := pass.KeepOptions{Progress: d.hook(), Name: name, Policy: o.policy}
+				d.Start()
+				opts := pass.KeepOptions{Progress: d.Hook(), Name: name, Policy: o.policy}
 				var (
 					k   pass.Kept
 					err error
@@ -115,8 +115,8 @@ func newImport(o *options) *cobra.Command {
 				} else {
 					k, err = pass.Keep(ctx, s.rt, path, standing, opts)
 				}
-				d.stop()
-				d.passed(upTo[i])
+				d.Stop()
+				d.Passed(upTo[i])
 				for _, n := range slices.Sorted(maps.Keys(k.Verdicts)) {
 					fmt.Fprintf(out, "%s: signature: %s\n", n, k.Verdicts[n])
 				}

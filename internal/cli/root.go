@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/agent"
 	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/pass"
+	"github.com/holdfast-project/holdfast/internal/progress"
 	"github.com/holdfast-project/holdfast/internal/registries"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/signature"
@@ -66,7 +67,7 @@ type options struct {
 	logLevel  string
 	logFormat string
 	log       *slog.Logger
-	logOut    *logOut // where log writes
+	logOut    *progress.Log // where log writes
 
 	registryConfig string
 	registriesYAML string
@@ -147,7 +148,7 @@ func (o *options) complete(cmd *cobra.Command) error {
 	if err := applyEnv(cmd); err != nil {
 		return err
 	}
-	o.logOut = &logOut{w: cmd.ErrOrStderr()}
+	o.logOut = progress.NewLog(cmd.ErrOrStderr())
 	log, err := newLogger(o.logOut, o.logLevel, o.logFormat)
 	if err != nil {
 		return &usageError{err}
@@ -259,8 +260,8 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(w, hopts)), nil
 	case "auto", "":
 		out := w
-		if l, ok := w.(*logOut); ok {
-			out = l.w
+		if l, ok := w.(*progress.Log); ok {
+			out = l.Out()
 		}
 		if f, ok := out.(*os.File); ok && isTerminal(f) {
 			return slog.New(slog.NewTextHandler(w, hopts)), nil

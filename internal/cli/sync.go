@@ -48,10 +48,10 @@ bad usage. It ends with a one-line summary:
 				o.log.Warn(off)
 			}
 			d := o.newProgress(cmd, progress, true)
-			cfg.Progress = d.hook()
-			d.start()
+			cfg.Progress = d.Hook()
+			d.Start()
 			sum := pass.Sync(ctx, s.rt, cfg.Config)
-			d.stop()
+			d.Stop()
 			for _, c := range sum.Conflicts {
 				fmt.Fprintf(cmd.OutOrStdout(), "conflict: %s\n", c)
 			}

@@ -1,4 +1,4 @@
-package cli
+package progress
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/creack/pty"
-	"github.com/spf13/cobra"
 )
 
 // terminal is a pseudo-terminal whose output a test reads as it comes.
@@ -68,9 +67,9 @@ func TestProgressRedrawsInPlaceAndLeavesNothing(t *testing.T) {
 		}
 	}()
 
-	logs := &logOut{w: tty}
-	d := &progress{out: tty, logs: logs, total: true, started: time.Now()}
-	d.start()
+	logs := NewLog(tty)
+	d := &Display{out: tty, logs: logs, total: true, started: time.Now()}
+	d.Start()
 	pr, pw := io.Pipe()
 	r := d.reader("/images/app.tar", 2048, pr)
 	read := make(chan error, 1)
@@ -90,7 +89,7 @@ func TestProgressRedrawsInPlaceAndLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Close()
-	d.stop()
+	d.Stop()
 	fmt.Fprintln(logs, "after")
 	fmt.Fprintln(tty, "summary")
 	tm.waitFor(t, "summary\r\n")
@@ -115,31 +114,27 @@ func TestProgressModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pr.Close()
-	cmd := &cobra.Command{}
-	cmd.SetErr(pw)
-	o := &options{logOut: &logOut{w: pw}}
-	if d := o.newProgress(cmd, "auto", true); d != nil {
+	logs := NewLog(pw)
+	if d := New(pw, "auto", true, logs); d != nil {
 		t.Error("--progress=auto draws into a pipe")
 	}
-	if d := o.newProgress(cmd, "never", true); d != nil {
+	if d := New(pw, "never", true, logs); d != nil {
 		t.Error("--progress=never draws")
 	}
-	cmd.SetErr(&bytes.Buffer{})
-	if d := o.newProgress(cmd, "always", true); d != nil {
+	if d := New(&bytes.Buffer{}, "always", true, logs); d != nil {
 		t.Error("--progress=always draws into something that is not a file")
 	}
-	cmd.SetErr(pw)
-	d := o.newProgress(cmd, "always", true)
+	d := New(pw, "always", true, logs)
 	if d == nil {
 		t.Fatal("--progress=always does not draw into a pipe")
 	}
-	d.start()
-	r := d.hook()("/images/piped.tar", 10, io.NopCloser(strings.NewReader("0123456789")))
+	d.Start()
+	r := d.Hook()("/images/piped.tar", 10, io.NopCloser(strings.NewReader("0123456789")))
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		t.Fatal(err)
 	}
 	r.Close()
-	d.stop()
+	d.Stop()
 	pw.Close()
 	out, err := io.ReadAll(pr)
 	if err != nil {
