@@ -283,17 +283,7 @@ func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*tar
 				continue
 			}
 		} else if len(t.names) > 0 {
-			// cosign's <repo>:sha256-<hex>.sig (.att, .sbom) tags, which an
-			// OCI archive may carry beside the image: never images.
-			var what string
-			t.names = slices.DeleteFunc(t.names, func(n string) bool {
-				tag, sig := oci.ParseCosignTag(n)
-				if sig {
-					what = tag.Kind
-				}
-				return sig
-			})
-			if len(t.names) == 0 {
+			if what := t.dropCosignTags(); len(t.names) == 0 {
 				skip(d, what)
 				continue
 			}
@@ -359,6 +349,21 @@ func (t *target) name(d ocispec.Descriptor, zarf bool) error {
 		}
 	}
 	return nil
+}
+
+// dropCosignTags takes cosign's <repo>:sha256-<hex>.sig (.att, .sbom) tags,
+// which an OCI archive may carry beside the image, out of t's names: they
+// are never images. It returns the kind of the last one it took.
+func (t *target) dropCosignTags() string {
+	var what string
+	t.names = slices.DeleteFunc(t.names, func(n string) bool {
+		tag, sig := oci.ParseCosignTag(n)
+		if sig {
+			what = tag.Kind
+		}
+		return sig
+	})
+	return what
 }
 
 // addName gives t the name, which the archive spells as recorded.

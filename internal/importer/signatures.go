@@ -125,7 +125,7 @@ func keepSignatures(ctx context.Context, s runtime.Store, sink runtime.Sink, wal
 				out.blobs = append(out.blobs, m.Digest)
 			}
 			if !slices.ContainsFunc(out.byImage[target], func(d ocispec.Descriptor) bool {
-				return d.Digest == m.Digest && d.Annotations[ocispec.AnnotationRefName] == m.Annotations[ocispec.AnnotationRefName]
+				return d.Digest == m.Digest && d.Annotations[oci.AnnotationRefName] == m.Annotations[oci.AnnotationRefName]
 			}) {
 				out.byImage[target] = append(out.byImage[target], m)
 			}

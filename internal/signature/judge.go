@@ -186,7 +186,7 @@ func (j *Judge) verdict(ctx context.Context, pol *Policy, name string, target oc
 }
 
 func sameCandidate(a, b ocispec.Descriptor) bool {
-	return a.Digest == b.Digest && a.Annotations[ocispec.AnnotationRefName] == b.Annotations[ocispec.AnnotationRefName]
+	return a.Digest == b.Digest && a.Annotations[oci.AnnotationRefName] == b.Annotations[oci.AnnotationRefName]
 }
 
 func packageKey(ps []runtime.PackageSignature) string {
@@ -200,7 +200,7 @@ func packageKey(ps []runtime.PackageSignature) string {
 func candidateKey(ds []ocispec.Descriptor) string {
 	keys := make([]string, 0, len(ds))
 	for _, d := range ds {
-		keys = append(keys, d.Digest.String()+" "+d.Annotations[ocispec.AnnotationRefName])
+		keys = append(keys, d.Digest.String()+" "+d.Annotations[oci.AnnotationRefName])
 	}
 	slices.Sort(keys)
 	return strings.Join(keys, "\n")

@@ -120,6 +120,6 @@ func (r *Runtime) fetchSignature(ctx context.Context, resolver remotes.Resolver,
 	if err != nil {
 		return ocispec.Descriptor{}, false
 	}
-	desc.Annotations = map[string]string{ocispec.AnnotationRefName: sigRef}
+	desc.Annotations = map[string]string{oci.AnnotationRefName: sigRef}
 	return desc, true
 }
