@@ -2,13 +2,13 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/holdfast-project/holdfast/internal/kubeapi"
 	"github.com/holdfast-project/holdfast/internal/kubelet"
@@ -28,70 +28,40 @@ type ClusterReport struct {
 	Errors      []string                     `json:"errors,omitempty"`
 }
 
-// clusterNode is what holdfast reads of a Node.
-type clusterNode struct {
-	Metadata struct {
-		Name   string            `json:"name"`
-		Labels map[string]string `json:"labels"`
-	} `json:"metadata"`
-	Status struct {
-		Conditions []struct {
-			Type    string `json:"type"`
-			Status  string `json:"status"`
-			Reason  string `json:"reason"`
-			Message string `json:"message"`
-		} `json:"conditions"`
-	} `json:"status"`
-}
-
 // readCluster lists the Nodes (those selector matches) and the NodeImages
 // objects. A cluster without the NodeImages resource (the chart's
 // requiredImages off) is no error: notes say so.
-func readCluster(ctx context.Context, c *kubeapi.Client, selector string) ([]clusterNode, map[string]report.NodeImages, []string, error) {
-	path := "/api/v1/nodes"
-	if selector != "" {
-		path += "?labelSelector=" + url.QueryEscape(selector)
-	}
-	var nodes []clusterNode
-	err := c.List(ctx, path, func(item json.RawMessage) error {
-		var n clusterNode
-		if err := json.Unmarshal(item, &n); err != nil {
-			return fmt.Errorf("decoding a Node: %w", err)
-		}
-		nodes = append(nodes, n)
-		return nil
-	})
+func readCluster(ctx context.Context, c *kubeapi.Client, selector string) ([]corev1.Node, map[string]report.NodeImages, []string, error) {
+	nodes, err := c.Nodes(ctx, selector)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("listing the Nodes of %s: %w", c.Server(), err)
 	}
 	var notes []string
 	reports := map[string]report.NodeImages{}
-	err = c.List(ctx, report.NodeImagesPath, func(item json.RawMessage) error {
-		var ni report.NodeImages
-		if err := json.Unmarshal(item, &ni); err != nil {
-			notes = append(notes, fmt.Sprintf("a NodeImages object that does not decode: %v", err))
-			return nil
-		}
-		reports[ni.Metadata.Name] = ni
-		return nil
-	})
+	list, bad, err := c.NodeImages(ctx)
 	switch {
 	case kubeapi.IsNotFound(err):
 		notes = append(notes, "the cluster has no NodeImages resource (holdfast's chart installs it with requiredImages.enabled): only the nodes' conditions speak")
 	case err != nil:
 		return nil, nil, nil, fmt.Errorf("listing the NodeImages of %s: %w", c.Server(), err)
 	}
+	for _, e := range bad {
+		notes = append(notes, fmt.Sprintf("a NodeImages object that does not decode: %v", e))
+	}
+	for _, ni := range list {
+		reports[ni.Metadata.Name] = ni
+	}
 	return nodes, reports, notes, nil
 }
 
 // judgeCluster is workload.JudgeCluster of the Nodes and NodeImages read.
-func judgeCluster(nodes []clusterNode, reports map[string]report.NodeImages, set *workload.Set, allowUnpinned bool) (ClusterReport, []error) {
+func judgeCluster(nodes []corev1.Node, reports map[string]report.NodeImages, set *workload.Set, allowUnpinned bool) (ClusterReport, []error) {
 	in := make([]workload.Node, len(nodes))
 	for i, n := range nodes {
-		in[i] = workload.Node{Name: n.Metadata.Name, Labels: n.Metadata.Labels}
+		in[i] = workload.Node{Name: n.Name, Labels: n.Labels}
 		for _, c := range n.Status.Conditions {
 			if c.Type == report.ImagesConditionType {
-				in[i].Condition = &workload.ClusterCondition{Status: c.Status, Reason: c.Reason, Message: c.Message}
+				in[i].Condition = &workload.ClusterCondition{Status: string(c.Status), Reason: c.Reason, Message: c.Message}
 			}
 		}
 	}

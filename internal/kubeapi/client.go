@@ -6,19 +6,27 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/holdfast-project/holdfast/internal/report"
 )
 
 // Client reads from one API server.
 type Client struct {
 	server  string
 	source  string
+	core    corev1client.CoreV1Interface
 	dynamic dynamic.Interface
 	exec    bool // an exec credential plugin gives the credentials
 }
@@ -34,11 +42,19 @@ func Connect(o Options) (*Client, error) {
 	if o.UserAgent != "" {
 		cfg.UserAgent = o.UserAgent
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
-	return &Client{server: strings.TrimSuffix(cfg.Host, "/"), source: source, dynamic: dyn, exec: cfg.ExecProvider != nil}, nil
+	core, err := corev1client.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	dyn, err := dynamic.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	return &Client{server: strings.TrimSuffix(cfg.Host, "/"), source: source, core: core, dynamic: dyn, exec: cfg.ExecProvider != nil}, nil
 }
 
 // Server is the API server's URL.
@@ -54,71 +70,66 @@ func IsNotFound(err error) bool { return apierrors.IsNotFound(err) }
 // pageSize is how many items a page of a list holds.
 const pageSize = 500
 
-// Get reads one object's JSON (path: /api/v1/nodes/node-1,
-// /apis/GROUP/VERSION/namespaces/NS/RESOURCE/NAME, …).
-func (c *Client) Get(ctx context.Context, path string) (json.RawMessage, error) {
-	t, err := parsePath(path)
-	if err != nil {
-		return nil, err
-	}
-	if t.name == "" {
-		return nil, fmt.Errorf("GET %s: the path names a collection, not an object", path)
-	}
-	var obj *unstructured.Unstructured
-	err = c.retry(func() (err error) {
-		obj, err = c.resource(t).Get(ctx, t.name, metav1.GetOptions{})
-		return err
-	})
-	if err != nil {
-		return nil, c.failed(path, err)
-	}
-	return obj.MarshalJSON()
-}
-
-// List reads a collection (path: /api/v1/nodes, with a labelSelector or
-// fieldSelector query or not) a page of 500 at a time and calls each with
-// every item's JSON, in order.
-func (c *Client) List(ctx context.Context, path string, each func(item json.RawMessage) error) error {
-	t, err := parsePath(path)
-	if err != nil {
-		return err
-	}
-	if t.name != "" {
-		return fmt.Errorf("GET %s: the path names an object, not a collection", path)
-	}
-	opts := t.list
-	opts.Limit = pageSize
+// Nodes lists the Nodes that selector (a label selector; "": every Node)
+// matches, a page of 500 at a time.
+func (c *Client) Nodes(ctx context.Context, selector string) ([]corev1.Node, error) {
+	var out []corev1.Node
+	opts := metav1.ListOptions{LabelSelector: selector, Limit: pageSize}
 	for {
-		var page *unstructured.UnstructuredList
+		var page *corev1.NodeList
 		err := c.retry(func() (err error) {
-			page, err = c.resource(t).List(ctx, opts)
+			page, err = c.core.Nodes().List(ctx, opts)
 			return err
 		})
 		if err != nil {
-			return c.failed(path, err)
-		}
-		for i := range page.Items {
-			item, err := page.Items[i].MarshalJSON()
-			if err != nil {
-				return fmt.Errorf("GET %s: encoding an item: %w", path, err)
+			what := "/api/v1/nodes"
+			if selector != "" {
+				what += "?labelSelector=" + url.QueryEscape(selector)
 			}
-			if err := each(item); err != nil {
-				return err
-			}
+			return nil, c.failed(what, err)
 		}
-		if page.GetContinue() == "" {
-			return nil
+		out = append(out, page.Items...)
+		if page.Continue == "" {
+			return out, nil
 		}
-		opts.Continue = page.GetContinue()
+		opts.Continue = page.Continue
 	}
 }
 
-func (c *Client) resource(t target) dynamic.ResourceInterface {
-	r := c.dynamic.Resource(t.resource)
-	if t.namespace != "" {
-		return r.Namespace(t.namespace)
+// nodeImages is the NodeImages resource.
+var nodeImages = schema.GroupVersionResource{Group: report.Group, Version: report.Version, Resource: report.Resource}
+
+// NodeImages lists the NodeImages objects, a page of 500 at a time; bad
+// says why each object that does not decode was left out. A cluster that
+// does not serve the resource is an error that IsNotFound.
+func (c *Client) NodeImages(ctx context.Context) (list []report.NodeImages, bad []error, err error) {
+	opts := metav1.ListOptions{Limit: pageSize}
+	for {
+		var page *unstructured.UnstructuredList
+		err := c.retry(func() (err error) {
+			page, err = c.dynamic.Resource(nodeImages).List(ctx, opts)
+			return err
+		})
+		if err != nil {
+			return nil, nil, c.failed(report.NodeImagesPath, err)
+		}
+		for i := range page.Items {
+			var ni report.NodeImages
+			item, err := page.Items[i].MarshalJSON()
+			if err == nil {
+				err = json.Unmarshal(item, &ni)
+			}
+			if err != nil {
+				bad = append(bad, err)
+				continue
+			}
+			list = append(list, ni)
+		}
+		if page.GetContinue() == "" {
+			return list, bad, nil
+		}
+		opts.Continue = page.GetContinue()
 	}
-	return r
 }
 
 // retry asks once more after a 401 when an exec credential plugin gives
@@ -132,13 +143,14 @@ func (c *Client) retry(call func() error) error {
 	return err
 }
 
-// failed names the request of an API server's answer that is not a
-// success, with its status; client-go's other errors name it already.
-func (c *Client) failed(path string, err error) error {
+// failed names the request (what: its path) of an API server's answer that
+// is not a success, with its status; client-go's other errors name it
+// already.
+func (c *Client) failed(what string, err error) error {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return err
 	}
 	code := int(status.Status().Code)
-	return fmt.Errorf("GET %s%s: %d %s: %w", c.server, path, code, http.StatusText(code), err)
+	return fmt.Errorf("GET %s%s: %d %s: %w", c.server, what, code, http.StatusText(code), err)
 }

@@ -1,7 +1,8 @@
 // Package kubeapi reads objects from a Kubernetes API server for holdfast's
 // read-only cluster views (holdfast check --cluster): the kubeconfig is
-// loaded as kubectl loads it (client-go's clientcmd), and the objects are
-// read with client-go's dynamic client.
+// loaded as kubectl loads it (client-go's clientcmd); the Nodes are read
+// with client-go's typed client, the NodeImages objects (their type is
+// internal/report's) with its dynamic client and decoded into that type.
 package kubeapi
 
 import (

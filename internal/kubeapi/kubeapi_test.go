@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -70,16 +69,18 @@ func (p *pki) issue(t *testing.T, cn string, server bool) (certPEM, keyPEM []byt
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
 }
 
-// apiServer answers GET /api/v1/nodes in pages of one and
-// /api/v1/nodes/node-1, 401 while unauthorized says so, 403 to secrets,
-// 404 to anything else, as an API server does; and records who asked.
+// apiServer answers GET /api/v1/nodes in pages of one and the NodeImages
+// when served, 401 while unauthorized says so, 403 to the selector
+// forbidden=yes, 404 to anything else, as an API server does; and records
+// who asked.
 type apiServer struct {
 	srv *httptest.Server
 
 	mu           sync.Mutex
 	seen         []string // "cn=…", "bearer …", "basic user:pass": who made each request
 	queries      []string
-	unauthorized int // requests to answer 401
+	unauthorized int  // requests to answer 401
+	nodeImages   bool // the NodeImages resource is served
 }
 
 func newAPIServer(t *testing.T, p *pki) *apiServer {
@@ -109,7 +110,10 @@ func newAPIServer(t *testing.T, p *pki) *apiServer {
 		case unauth:
 			w.WriteHeader(http.StatusUnauthorized)
 			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Unauthorized","message":"Unauthorized","code":401}`))
-		case r.URL.Path == "/api/v1/nodes" && r.Header.Get("Accept") == "application/json":
+		case r.URL.Path == "/api/v1/nodes" && r.URL.Query().Get("labelSelector") == "forbidden=yes":
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","message":"nodes is forbidden: User \"x\" cannot list resource \"nodes\"","code":403}`))
+		case r.URL.Path == "/api/v1/nodes" && strings.Contains(r.Header.Get("Accept"), "application/json"):
 			cont := r.URL.Query().Get("continue")
 			switch cont {
 			case "":
@@ -119,11 +123,10 @@ func newAPIServer(t *testing.T, p *pki) *apiServer {
 			default:
 				_, _ = w.Write([]byte(`{"kind":"NodeList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"name":"node-3"}}]}`))
 			}
-		case r.URL.Path == "/api/v1/nodes/node-1" && r.Header.Get("Accept") == "application/json":
-			_, _ = w.Write([]byte(`{"kind":"Node","apiVersion":"v1","metadata":{"name":"node-1"}}`))
-		case strings.Contains(r.URL.Path, "/secrets"):
-			w.WriteHeader(http.StatusForbidden)
-			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","message":"secrets is forbidden: User \"x\" cannot get resource \"secrets\"","code":403}`))
+		case r.URL.Path == "/apis/holdfast.io/v1alpha1/nodeimages" && r.URL.Query().Get("labelSelector") == "" && a.nodeImages:
+			_, _ = w.Write([]byte(`{"kind":"NodeImagesList","apiVersion":"holdfast.io/v1alpha1","metadata":{},"items":[` +
+				`{"apiVersion":"holdfast.io/v1alpha1","kind":"NodeImages","metadata":{"name":"node-1"},"images":2,"held":"aGVsZA=="},` +
+				`{"apiVersion":"holdfast.io/v1alpha1","kind":"NodeImages","metadata":{"name":"node-2"},"held":"not base64!"}]}`))
 		default:
 			w.WriteHeader(http.StatusNotFound)
 			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","message":"the server could not find the requested resource","code":404}`))
@@ -151,19 +154,13 @@ func (a *apiServer) who() []string {
 // names lists the nodes through c.
 func names(t *testing.T, c *Client) []string {
 	t.Helper()
-	var out []string
-	err := c.List(context.Background(), "/api/v1/nodes", func(item json.RawMessage) error {
-		var n struct {
-			Metadata struct{ Name string } `json:"metadata"`
-		}
-		if err := json.Unmarshal(item, &n); err != nil {
-			return err
-		}
-		out = append(out, n.Metadata.Name)
-		return nil
-	})
+	nodes, err := c.Nodes(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Name)
 	}
 	return out
 }
@@ -195,9 +192,6 @@ func kubeconfigText(server, current string, contexts map[string][2]string, clust
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
-
-// node is the path of an object the test API server holds.
-const node = "/api/v1/nodes/node-1"
 
 // TestClientCertificates: a client certificate from inline data and from
 // files named relative to the kubeconfig; the server sees its CN; every
@@ -235,7 +229,7 @@ func TestClientCertificates(t *testing.T) {
 	a.mu.Lock()
 	q := a.queries
 	a.mu.Unlock()
-	if len(q) != 6 || q[0] != "limit=500&timeout=30s" || q[1] != "continue=page2&limit=500&timeout=30s" || q[2] != "continue=page3&limit=500&timeout=30s" {
+	if len(q) != 6 || q[0] != "limit=500" || q[1] != "continue=page2&limit=500" || q[2] != "continue=page3&limit=500" {
 		t.Errorf("queries %q", q)
 	}
 }
@@ -258,7 +252,7 @@ func TestTokens(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Get(context.Background(), node); err != nil {
+		if _, err := c.Nodes(context.Background(), ""); err != nil {
 			t.Fatal(err)
 		}
 		who := a.who()
@@ -306,7 +300,7 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
 	}
 	ctx := context.Background()
 	for range 2 {
-		if _, err := c.Get(ctx, node); err != nil {
+		if _, err := c.Nodes(ctx, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -320,7 +314,7 @@ echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","s
 	a.mu.Lock()
 	a.unauthorized = 1
 	a.mu.Unlock()
-	if _, err := c.Get(ctx, node); err != nil {
+	if _, err := c.Nodes(ctx, ""); err != nil {
 		t.Fatalf("after a 401: %v", err)
 	}
 	if count() != 2 {
@@ -345,7 +339,7 @@ func TestKubeconfigMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Get(context.Background(), node); err != nil {
+	if _, err := c.Nodes(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	if who := a.who(); c.Server() != a.srv.URL || who[len(who)-1] != "bearer from-first" {
@@ -355,7 +349,7 @@ func TestKubeconfigMerge(t *testing.T) {
 	if err != nil || c.Server() != a.srv.URL {
 		t.Fatalf("context two: %v", err)
 	}
-	if _, err := c.Get(context.Background(), node); err != nil {
+	if _, err := c.Nodes(context.Background(), ""); err != nil {
 		t.Fatal(err)
 	}
 	if who := a.who(); who[len(who)-1] != "bearer two" {
@@ -413,11 +407,11 @@ func TestErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	err = c.List(ctx, "/apis/holdfast.io/v1alpha1/nodeimages", func(json.RawMessage) error { return nil })
+	_, _, err = c.NodeImages(ctx)
 	if !IsNotFound(err) || !strings.Contains(err.Error(), "could not find the requested resource") {
 		t.Errorf("404: %v", err)
 	}
-	if _, err := c.Get(ctx, "/api/v1/namespaces/default/secrets/s"); IsNotFound(err) || !strings.Contains(err.Error(), "403 Forbidden: secrets is forbidden") {
+	if _, err := c.Nodes(ctx, "forbidden=yes"); IsNotFound(err) || !strings.Contains(err.Error(), "403 Forbidden: nodes is forbidden") {
 		t.Errorf("403: %v", err)
 	}
 	other := newPKI(t)
@@ -427,7 +421,7 @@ func TestErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Get(ctx, node); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if _, err := c.Nodes(ctx, ""); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("a server the CA did not sign: %v", err)
 	}
 	kc3 := writeFile(t, filepath.Join(dir, "provider"), kubeconfigText(a.srv.URL, "c", map[string][2]string{"c": {"test", "u"}}, "",
@@ -444,35 +438,11 @@ func TestErrors(t *testing.T) {
 	if _, err := Connect(Options{Kubeconfig: bad}); err == nil || !strings.Contains(err.Error(), bad) {
 		t.Errorf("a kubeconfig that does not parse: %v", err)
 	}
-	if _, err := c.Get(ctx, "/api/v1/nodes"); err == nil || !strings.Contains(err.Error(), "not an object") {
-		t.Errorf("Get of a collection: %v", err)
-	}
 }
 
-// TestPaths: the REST paths holdfast reads name their resource, namespace,
-// object and selectors; the selectors reach the server.
-func TestPaths(t *testing.T) {
-	for path, want := range map[string]string{
-		"/api/v1/nodes":                                 "/v1, Resource=nodes  ",
-		"/api/v1/nodes/node-1":                          "/v1, Resource=nodes  node-1",
-		"/api/v1/namespaces":                            "/v1, Resource=namespaces  ",
-		"/api/v1/namespaces/shop":                       "/v1, Resource=namespaces  shop",
-		"/api/v1/namespaces/shop/pods/web":              "/v1, Resource=pods shop web",
-		"/apis/holdfast.io/v1alpha1/nodeimages":         "holdfast.io/v1alpha1, Resource=nodeimages  ",
-		"/apis/apps/v1/namespaces/shop/deployments?x=1": "error",
-		"/apis/apps/v1/namespaces/shop/deployments/web": "apps/v1, Resource=deployments shop web",
-		"/api/v1/nodes/node-1/status":                   "error",
-		"/api/v1//nodes":                                "error",
-		"/healthz":                                      "error",
-	} {
-		got := "error"
-		if tg, err := parsePath(path); err == nil {
-			got = fmt.Sprintf("%s %s %s", tg.resource, tg.namespace, tg.name)
-		}
-		if got != want {
-			t.Errorf("%s: %q, want %q", path, got, want)
-		}
-	}
+// TestLists: a label selector reaches the server; the NodeImages objects
+// decode into their type, and one that does not is said and left out.
+func TestLists(t *testing.T) {
 	p := newPKI(t)
 	a := newAPIServer(t, p)
 	dir := t.TempDir()
@@ -482,11 +452,16 @@ func TestPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = c.List(context.Background(), "/api/v1/nodes?labelSelector=pool%3Dgpu&fieldSelector=spec.unschedulable%3Dfalse", func(json.RawMessage) error { return nil })
+	_, err = c.Nodes(context.Background(), "pool=gpu")
 	a.mu.Lock()
 	q := a.queries
+	a.nodeImages = true
 	a.mu.Unlock()
-	if err != nil || len(q) != 3 || q[0] != "fieldSelector=spec.unschedulable%3Dfalse&labelSelector=pool%3Dgpu&limit=500&timeout=30s" {
-		t.Errorf("selectors: %v, queries %q", err, q)
+	if err != nil || len(q) != 3 || q[0] != "labelSelector=pool%3Dgpu&limit=500" {
+		t.Errorf("selector: %v, queries %q", err, q)
+	}
+	list, bad, err := c.NodeImages(context.Background())
+	if err != nil || len(list) != 1 || list[0].Metadata.Name != "node-1" || list[0].Images != 2 || string(list[0].Held) != "held" || len(bad) != 1 {
+		t.Errorf("NodeImages: %v, %+v, bad %v", err, list, bad)
 	}
 }

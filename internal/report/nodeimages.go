@@ -11,7 +11,8 @@ const (
 	Version        = "v1alpha1"
 	APIVersion     = Group + "/" + Version
 	Kind           = "NodeImages"
-	NodeImagesPath = "/apis/" + APIVersion + "/nodeimages"
+	Resource       = "nodeimages"
+	NodeImagesPath = "/apis/" + APIVersion + "/" + Resource
 )
 
 // Bounds on what a NodeImages object says of the required images: the

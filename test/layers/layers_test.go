@@ -31,11 +31,11 @@ var rank = map[string]int{
 	// leaves: no project import but files and units
 	"internal/lineerr": 1, "internal/backoff": 1, "internal/pattern": 1,
 	"internal/datadir": 1, "internal/notify": 1, "internal/report": 1,
-	"internal/kubeapi": 1, "internal/testenv": 1, "internal/fixture": 1, "internal/archive/zstdframe": 1,
+	"internal/testenv": 1, "internal/fixture": 1, "internal/archive/zstdframe": 1,
 	"internal/embedded/daemon": 1, "internal/oci": 1, "internal/progress": 1,
 	// formats and the wire's users, and the embedded containerd (in the data dir)
 	"internal/archive": 2, "internal/registries": 2, "internal/journal": 2, "internal/metrics": 2, "internal/embedded": 2,
-	"internal/signature/sigtest": 2,
+	"internal/signature/sigtest": 2, "internal/kubeapi": 2,
 	// the seam (ports, domain types), and the scan
 	"internal/runtime": 3, "internal/source": 3, "internal/signature/layout": 3,
 	"internal/reconcile": 4, "internal/workload": 4, "internal/watch": 4, "internal/signature": 4,
