@@ -5,17 +5,21 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/holdfast-project/holdfast/internal/cmddoc"
 )
 
 // commandsDocPath is docs/commands.md at the repository's root, from this
 // package's directory.
 var commandsDocPath = filepath.Join("..", "..", "docs", "commands.md")
 
-// TestCommandsDocUpToDate: docs/commands.md is what commandsDoc renders from
-// the command tree. With HOLDFAST_UPDATE_DOCS=1 (make docs) the test writes
+// TestCommandsDocUpToDate: docs/commands.md is what cmddoc renders from the
+// command tree. With HOLDFAST_UPDATE_DOCS=1 (make docs) the test writes
 // the file instead.
 func TestCommandsDocUpToDate(t *testing.T) {
-	got := commandsDoc(New("test"))
+	got := cmddoc.Render(New("test"), envVar)
 	if os.Getenv("HOLDFAST_UPDATE_DOCS") == "1" {
 		if err := os.WriteFile(commandsDocPath, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
@@ -42,4 +46,10 @@ func TestCommandsDocUpToDate(t *testing.T) {
 		w = wl[line]
 	}
 	t.Fatalf("docs/commands.md is stale: run make docs\nfirst difference, line %d:\n  file:     %q\n  rendered: %q", line+1, w, g)
+}
+
+// envVar is the variable that sets f as the command reference shows it.
+func envVar(f *pflag.Flag) (cmddoc.EnvVar, bool) {
+	name, ok := flagEnv(f)
+	return cmddoc.EnvVar{Name: name, Help: envHelp(f), List: isListFlag(f)}, ok
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/holdfast-project/holdfast/internal/agent"
+	"github.com/holdfast-project/holdfast/internal/cmddoc"
 	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/progress"
@@ -137,7 +138,7 @@ holdfast sync refuses with a message naming the running agent.`,
 	withEnv(pf, "address", "images", "spool", "data-dir", "namespace", "log-level", "log-format", "registry-config",
 		"registries-yaml", "peer-mirror", "peer-registries", "content-root", "min-free", "write-path", "insecure-perms", "pull-timeout", "policy")
 	// The default depends on the user and the environment: the docs say how.
-	docDefault(pf, "data-dir", dataDirDefault)
+	cmddoc.SetDefault(pf, "data-dir", dataDirDefault)
 
 	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newCheck(o), newImport(o), newExport(o), newRelease(o), newPin(o), newUnpin(o), newVerify(), newVersion(version), newContainerd())
 	return root
