@@ -144,7 +144,7 @@ soak: preflight
 unit:
 	$(GO) test -short -count=1 ./internal/...
 
-# docs: writes docs/commands.md again from the commands' help (internal/cli/docs.go); TestCommandsDocUpToDate
+# docs: writes docs/commands.md again from the commands' help (internal/cmddoc); TestCommandsDocUpToDate
 # fails while it is stale.
 docs:
 	HOLDFAST_UPDATE_DOCS=1 $(GO) test ./internal/cli -run TestCommandsDocUpToDate -count=1
