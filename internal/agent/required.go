@@ -173,56 +173,13 @@ func (r *required) judge(ctx context.Context) {
 	r.recordChanges(set, prev, states)
 }
 
-// recordChanges records an event for each image whose state changed, or
-// when many changed at once (a release applied, an images dir emptied), one
-// event for them all, so that the Node gets a few Events, not thousands.
+// recordChanges records the events of the images whose state changed
+// (workload.Changes).
 func (r *required) recordChanges(set *report.RequiredSet, prev, states map[string]report.State) {
-	changed := map[string][]string{} // journal reason → what each image says
-	for _, img := range set.Images {
-		was, now := prev[img.Ref], states[img.Ref]
-		if was == now {
-			continue
-		}
-		who := img.Ref
-		if len(img.UsedBy) > 0 {
-			who += " (" + img.UsedBy[0]
-			if n := len(img.UsedBy) - 1; n > 0 {
-				who += fmt.Sprintf(" and %d more", n)
-			}
-			who += ")"
-		}
-		switch now {
-		case report.Missing, report.Mismatch:
-			changed[journal.ReasonImageMissing] = append(changed[journal.ReasonImageMissing], who+" is "+string(now))
-		case report.Present:
-			changed[journal.ReasonImageUnpinned] = append(changed[journal.ReasonImageUnpinned], who)
-		case report.Pinned:
-			if was != "" {
-				changed[journal.ReasonImageReady] = append(changed[journal.ReasonImageReady], who)
-			}
-		}
-	}
-	for _, ev := range []struct {
-		reason, typ, one, many string
-	}{
-		{journal.ReasonImageMissing, journal.Warning, "required image %s on this node: the kubelet would pull it", "%d required images are missing on this node (the kubelet would pull them): %s"},
-		{journal.ReasonImageUnpinned, journal.Warning, "required image %s is not pinned: the kubelet's image GC may delete it", "%d required images are not pinned (the kubelet's image GC may delete them): %s"},
-		{journal.ReasonImageReady, journal.Normal, "required image %s is pinned", "%d required images are pinned again: %s"},
-	} {
-		imgs := changed[ev.reason]
-		if len(imgs) <= eventEach {
-			for _, img := range imgs {
-				r.journal.Record(ev.typ, ev.reason, fmt.Sprintf(ev.one, img))
-			}
-			continue
-		}
-		r.journal.Record(ev.typ, ev.reason, fmt.Sprintf(ev.many, len(imgs), strings.Join(imgs[:eventEach], ", ")+fmt.Sprintf(" and %d more", len(imgs)-eventEach)))
+	for _, ev := range workload.Changes(set, prev, states) {
+		r.journal.Record(ev.Type, ev.Reason, ev.Message)
 	}
 }
-
-// eventEach is how many images changing state at once get an event each;
-// more get one event naming that many of them.
-const eventEach = 5
 
 // heldOf is what records say the node holds: every record but the CRI's
 // own sha256: ones.

@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/report"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/runtime/fake"
+	"github.com/holdfast-project/holdfast/internal/workload"
 )
 
 // TestRequiredImages: a set of required images is judged when it comes
@@ -96,14 +97,14 @@ func TestRequiredImagesManyAtOnce(t *testing.T) {
 	t.Parallel()
 	a := startReportingAgent(t, fake.New(), dirsConfig(t.TempDir()), newFakeClock())
 	var set report.RequiredSet
-	for i := range eventEach + 3 {
+	for i := range workload.EventEach + 3 {
 		set.Images = append(set.Images, report.RequiredImage{Ref: fmt.Sprintf("registry.example.com/app-%d:1", i), UsedBy: []string{"Deployment shop/app containers/app"}})
 	}
 	if err := a.SetRequired(context.Background(), set); err != nil {
 		t.Fatal(err)
 	}
 	ev := eventsOf(a.Report(0), journal.ReasonImageMissing)
-	want := fmt.Sprintf("%d required images are missing on this node", eventEach+3)
+	want := fmt.Sprintf("%d required images are missing on this node", workload.EventEach+3)
 	if len(ev) != 1 || !strings.Contains(ev[0].Message, want) || !strings.Contains(ev[0].Message, "registry.example.com/app-0:1 (Deployment shop/app containers/app) is missing") ||
 		!strings.HasSuffix(ev[0].Message, " and 3 more") {
 		t.Errorf("missing events %+v, want one: %q…", ev, want)
