@@ -93,7 +93,7 @@ func hasBlobsDir(root *os.Root) bool {
 // readFileLimit reads the file called name under root, of at most limit
 // bytes: a larger one is an error that gives the bound.
 func readFileLimit(root *os.Root, name string, limit int64) ([]byte, error) {
-	f, err := openIn(root, name)
+	f, err := files.OpenIn(root, name)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +131,7 @@ func (dw *dirWalker) fetch(ctx context.Context, d digest.Digest, depth int) erro
 		return fmt.Errorf("layout refers to more than %d blobs", w.lim.entries)
 	}
 	name := blobName(d)
-	f, err := openIn(dw.root, name)
+	f, err := files.OpenIn(dw.root, name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/holdfast-project/holdfast/internal/files"
 )
 
 // reopener reads the bytes of an entry again, from skip on, when the walker
@@ -27,10 +29,10 @@ func sectionOpener(ra io.ReaderAt, off, size int64) reopener {
 	}
 }
 
-// rootOpener reopens a file under root (see openIn).
+// rootOpener reopens a file under root (see files.OpenIn).
 func rootOpener(root *os.Root, name string) reopener {
 	return func(skip int64) (io.ReadCloser, error) {
-		f, err := openIn(root, name)
+		f, err := files.OpenIn(root, name)
 		if err != nil {
 			return nil, err
 		}

@@ -47,20 +47,43 @@ func open(path string, flags int) (*os.File, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
+	if err := regular(fd, path); err != nil {
 		syscall.Close(fd)
-		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
-	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		syscall.Close(fd)
-		return nil, &fs.PathError{Op: "open", Path: path, Err: notRegular{fileKind(st.Mode)}}
-	}
-	if err := syscall.SetNonblock(fd, false); err != nil {
-		syscall.Close(fd)
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		return nil, err
 	}
 	return os.NewFile(uintptr(fd), path), nil
+}
+
+// OpenIn is Open for the file name under root: name may not lead out of
+// root, not even through a symlink (os.Root refuses it with an error that
+// says the path escapes).
+func OpenIn(root *os.Root, name string) (*os.File, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := regular(int(f.Fd()), name); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// regular checks with fstat that fd, opened non-blocking as path, is a
+// regular file (else ErrNotRegular, with the kind of file found), and makes
+// it blocking again for its reads.
+func regular(fd int, path string) error {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return &fs.PathError{Op: "open", Path: path, Err: notRegular{fileKind(st.Mode)}}
+	}
+	if err := syscall.SetNonblock(fd, false); err != nil {
+		return &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return nil
 }
 
 // ReadFile reads the regular file at path (see Open) if it holds at most

@@ -85,3 +85,37 @@ func TestReadFile(t *testing.T) {
 		t.Errorf("reading what Open opened: %q, %v", b, err)
 	}
 }
+
+// TestOpenIn: a regular file under the root opens; a named pipe is
+// ErrNotRegular at once, and a link out of the root is refused.
+func TestOpenIn(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/hostname", filepath.Join(dir, "out")); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	f, err := OpenIn(root, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := ReadAll(f, 10); string(b) != "abc" || err != nil {
+		t.Errorf("reading what OpenIn opened: %q, %v", b, err)
+	}
+	f.Close()
+	if _, err := OpenIn(root, "fifo"); !errors.Is(err, ErrNotRegular) || !strings.HasSuffix(err.Error(), "a named pipe") {
+		t.Errorf("OpenIn of a named pipe: %v; want ErrNotRegular", err)
+	}
+	if _, err := OpenIn(root, "out"); err == nil {
+		t.Error("OpenIn followed a link out of its root")
+	}
+}
