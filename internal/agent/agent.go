@@ -10,7 +10,8 @@
 // each pass hands it in handoff.go), the required images (required.go) and
 // the peer source they feed (peers.go), and readiness (readiness.go,
 // cri.go). Run starts them together; none reads another's state but
-// through its methods.
+// through its methods. Daemon runs the agent beside the daemon's other parts
+// and tells the service manager how it goes (daemon.go).
 package agent
 
 import (

@@ -10,12 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/holdfast-project/holdfast/internal/agent"
 	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/metrics"
-	"github.com/holdfast-project/holdfast/internal/notify"
 	"github.com/holdfast-project/holdfast/internal/registries"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/server"
@@ -113,39 +111,25 @@ func (o *options) run(parent context.Context, rf runFlags) error {
 	return nil
 }
 
-// runParts runs the daemon's parts under one group: the embedded
-// containerd's watch, keep (the data dir's), the server when there is one,
-// and the agent. The first to fail stops the others, and the agent's end
-// (SIGTERM) stops them all.
+// runParts runs the daemon's parts with the agent (agent.Daemon): the
+// embedded containerd's watch, keep (the data dir's) and the server when
+// there is one.
 func (o *options) runParts(ctx context.Context, s *session, a *agent.Agent, srv *server.Server, keep func(context.Context)) error {
-	g, gctx := errgroup.WithContext(ctx)
-	runCtx, stop := context.WithCancelCause(gctx)
-	defer stop(nil)
+	parts := []func(context.Context) error{func(ctx context.Context) error { keep(ctx); return nil }}
 	if s.proc != nil {
-		g.Go(func() error {
+		parts = append(parts, func(ctx context.Context) error {
 			select {
 			case <-s.proc.Done():
 				return fmt.Errorf("the embedded containerd exited: %w", s.proc.Err())
-			case <-runCtx.Done():
+			case <-ctx.Done():
 				return nil
 			}
 		})
 	}
-	g.Go(func() error { keep(runCtx); return nil })
 	if srv != nil {
-		g.Go(func() error { return srv.Run(runCtx) })
+		parts = append(parts, srv.Run)
 	}
-	g.Go(func() error { extendUntilReady(runCtx, a); return nil })
-	g.Go(func() error {
-		defer stop(errAgentDone)
-		return a.Run(runCtx, func() {
-			o.log.Info("ready: every source of the first pass is final")
-			_ = notify.Ready()
-		})
-	})
-	err := waitBounded(runCtx, g, shutdownTimeout)
-	_ = notify.Stopping()
-	return err
+	return a.Daemon(ctx, func() { o.log.Info("ready: every source of the first pass is final") }, parts...)
 }
 
 // runLong is run's help.
@@ -196,50 +180,6 @@ func (o *options) serve(ctx context.Context, listen, tokenFile string, reg *prom
 	}
 	o.log.Info("serving /metrics, /healthz, /readyz, /report, /required and /held", "address", srv.Addr())
 	return srv, func() error { return server.RestoreToken(tokenFile, token) }, nil
-}
-
-// errAgentDone is why the daemon's other parts end once the agent has
-// stopped.
-var errAgentDone = errors.New("the agent stopped")
-
-// shutdownTimeout bounds how long run waits for the daemon's parts after the
-// agent has stopped or one of them failed.
-const shutdownTimeout = 20 * time.Second
-
-// waitBounded waits for g. Once ctx is done (SIGTERM, a part of g failed, or
-// the agent ended), the rest get limit to end too; run then returns anyway.
-func waitBounded(ctx context.Context, g *errgroup.Group, limit time.Duration) error {
-	done := make(chan error, 1)
-	go func() { done <- g.Wait() }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(limit):
-		return fmt.Errorf("stopping: the agent's parts did not end within %s", limit)
-	}
-}
-
-// extendUntilReady tells systemd every 10 s that the first pass is still
-// going, so a long one is not killed, until the agent is ready.
-func extendUntilReady(ctx context.Context, a *agent.Agent) {
-	t := time.NewTicker(10 * time.Second)
-	defer t.Stop()
-	for {
-		if ok, _ := a.Ready(); ok {
-			return
-		}
-		_ = notify.Extend(30 * time.Second)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // keepDataDir checks every second that the data dir's lock is still the one

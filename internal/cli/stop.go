@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/holdfast-project/holdfast/internal/agent"
 )
 
 // stopBound is how long a command has to return once the first SIGTERM or
@@ -19,10 +21,10 @@ const stopBound = 800 * time.Millisecond
 const containerdStopTimeout = 30 * time.Second
 
 // runStopBound is stopBound for holdfast run: its parts' end
-// (shutdownTimeout), then the embedded containerd's clean stop, and a little
-// to spare. It is within systemd's TimeoutStopSec and the chart's
+// (agent.ShutdownTimeout), then the embedded containerd's clean stop, and a
+// little to spare. It is within systemd's TimeoutStopSec and the chart's
 // terminationGracePeriodSeconds (60 s each).
-const runStopBound = shutdownTimeout + containerdStopTimeout + 5*time.Second
+const runStopBound = agent.ShutdownTimeout + containerdStopTimeout + 5*time.Second
 
 // cleanupTimeout bounds the clean-up of an import a cancelled command gives
 // up (its lease and ingests; importer's abandonTimeout, the stream's

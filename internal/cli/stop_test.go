@@ -3,6 +3,8 @@ package cli
 import (
 	"testing"
 	"time"
+
+	"github.com/holdfast-project/holdfast/internal/agent"
 )
 
 // TestStopBound: run has the time of its own clean stop (its parts, then the
@@ -12,8 +14,8 @@ import (
 // the short bound, whatever flags come first.
 func TestStopBound(t *testing.T) {
 	root := New("test")
-	if runStopBound < shutdownTimeout+containerdStopTimeout || runStopBound >= 60*time.Second {
-		t.Errorf("run's bound %s: want at least %s and under 60s", runStopBound, shutdownTimeout+containerdStopTimeout)
+	if runStopBound < agent.ShutdownTimeout+containerdStopTimeout || runStopBound >= 60*time.Second {
+		t.Errorf("run's bound %s: want at least %s and under 60s", runStopBound, agent.ShutdownTimeout+containerdStopTimeout)
 	}
 	if writerStopBound < cleanupTimeout+containerdStopTimeout {
 		t.Errorf("the writers' bound %s: want at least %s", writerStopBound, cleanupTimeout+containerdStopTimeout)
