@@ -182,34 +182,16 @@ func (o *options) serve(ctx context.Context, listen, tokenFile string, reg *prom
 	return srv, func() error { return server.RestoreToken(tokenFile, token) }, nil
 }
 
-// keepDataDir checks every second that the data dir's lock is still the one
-// the agent holds. A data dir deleted under the agent (rm -rf) would leave it
-// holding a lock on a deleted file: a sync could then run beside it, and
-// <data-dir>/pins would go unwatched. So the dir, its lock and owner, the
-// pins dir (the watcher watches it again once it is back) and the registry
-// config, and the reporter's token (restore), are made again, loudly.
+// keepDataDir keeps the data dir's lock while the agent runs (Lock.Guard).
+// A data dir deleted under the agent (rm -rf) would leave it holding a lock
+// on a deleted file: a sync could then run beside it, and <data-dir>/pins
+// would go unwatched. So the dir, its lock and owner, the pins dir (the
+// watcher watches it again once it is back) and the registry config, and the
+// reporter's token (restore), are made again, loudly.
 func (o *options) keepDataDir(ctx context.Context, lock *datadir.Lock, parallel int, hosts registries.Hosts, restore func() error) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		restored, err := lock.Keep()
-		if err != nil {
-			if !failing {
-				o.log.Error("the data dir was deleted under the agent, and its lock cannot be taken again yet; retrying every second", "dir", o.dataDir, "error", err)
-			}
-			failing = true
-			continue
-		}
-		failing = false
-		if !restored {
-			continue
-		}
+	lock.Guard(ctx, func(err error) {
+		o.log.Error("the data dir was deleted under the agent, and its lock cannot be taken again yet; retrying every second", "dir", o.dataDir, "error", err)
+	}, func() {
 		o.log.Error("the data dir was deleted under the agent: made it again, with its lock; what else it held (the state cache) is rebuilt as it is needed", "dir", o.dataDir)
 		if _, err := o.passConfig(parallel); err != nil {
 			o.log.Error("making the data dir's contents again", "dir", o.dataDir, "error", err)
@@ -220,5 +202,5 @@ func (o *options) keepDataDir(ctx context.Context, lock *datadir.Lock, parallel 
 		if err := restore(); err != nil {
 			o.log.Error("writing the reporter's token again", "error", err)
 		}
-	}
+	})
 }
