@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/kubelet"
 	"github.com/holdfast-project/holdfast/internal/report"
 	"github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/units"
 	"github.com/holdfast-project/holdfast/internal/workload"
 )
 
@@ -219,7 +220,19 @@ func nodeList(nodes []string) string {
 	if len(nodes) <= 5 {
 		return strings.Join(nodes, ", ")
 	}
-	return fmt.Sprintf("%s and %d more nodes", strings.Join(nodes[:5], ", "), len(nodes)-5)
+	return units.List(nodes, 5) + " nodes"
+}
+
+// usedBy is the first of users, and how many others: "a (and 2 more)"; "-"
+// for none.
+func usedBy(users []string) string {
+	switch len(users) {
+	case 0:
+		return "-"
+	case 1:
+		return users[0]
+	}
+	return users[0] + " (" + units.Rest(len(users)-1) + ")"
 }
 
 // sayErrors says each error on standard error, and returns them for the
@@ -277,13 +290,7 @@ func writeCheck(w io.Writer, r CheckReport) error {
 	counts := map[report.State]int{}
 	for _, img := range r.Images {
 		counts[img.State]++
-		used := "-"
-		if len(img.UsedBy) > 0 {
-			used = img.UsedBy[0]
-			if n := len(img.UsedBy) - 1; n > 0 {
-				used += fmt.Sprintf(" (and %d more)", n)
-			}
-		}
+		used := usedBy(img.UsedBy)
 		state := string(img.State)
 		if img.State == report.Mismatch {
 			state += " (holds " + strings.Join(shortDigests(img.Others), ", ") + ")"

@@ -76,14 +76,7 @@ func writeCluster(w io.Writer, r ClusterReport) error {
 	fmt.Fprintln(tw, "NODE\tIMAGE\tSTATE\tUSED BY")
 	for _, n := range r.Nodes {
 		for _, img := range n.NotReady {
-			used := "-"
-			if len(img.UsedBy) > 0 {
-				used = img.UsedBy[0]
-				if k := len(img.UsedBy) - 1; k > 0 {
-					used += fmt.Sprintf(" (and %d more)", k)
-				}
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n.Name, img.Ref, img.State, used)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n.Name, img.Ref, img.State, usedBy(img.UsedBy))
 		}
 		if n.Cut > 0 {
 			fmt.Fprintf(tw, "%s\t(%d more not listed by the node's report)\t\t\n", n.Name, n.Cut)

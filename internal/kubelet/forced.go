@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/holdfast-project/holdfast/internal/report"
+	"github.com/holdfast-project/holdfast/internal/units"
 	"github.com/holdfast-project/holdfast/internal/workload"
 )
 
@@ -47,10 +48,7 @@ func (c *Config) ForcedPull(img workload.Image) *report.ForcedPull {
 	if f.Policy == NeverVerifyAllowlistedImages {
 		why = fmt.Sprintf("imagePullCredentialsVerificationPolicy %s in %s has it verify the pull credentials of images it did not pull itself unless preloadedImagesVerificationAllowlist names them, and it names no %s", f.Policy, f.From, strings.Join(f.Allowlist, ", "))
 	}
-	used := f.UsedBy[0]
-	if n := len(f.UsedBy) - 1; n > 0 {
-		used += fmt.Sprintf(" and %d more", n)
-	}
+	used := units.List(f.UsedBy, 1)
 	f.Message = fmt.Sprintf("%s: %s: %s (used by %s); add %s to preloadedImagesVerificationAllowlist with %s, or set %s",
 		img.Ref, what, why, used, strings.Join(f.Allowlist, ", "), NeverVerifyAllowlistedImages, NeverVerifyPreloadedImages)
 	return &f

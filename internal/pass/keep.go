@@ -17,6 +17,7 @@ import (
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/signature"
 	"github.com/holdfast-project/holdfast/internal/source"
+	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 // KeptStaleAge is how old an unfinished kept import must be before a pass
@@ -337,9 +338,9 @@ func lostKept(states []hfruntime.SourceState) []error {
 			for _, d := range st.Missing[:min(n, 3)] {
 				shown = append(shown, d.String())
 			}
-			missing = strings.Join(shown, ", ")
+			missing = strings.Join(shown, ", ") + units.More(n-3)
 			if n > 3 {
-				missing += fmt.Sprintf(" and %d more blobs are", n-3)
+				missing += " blobs are"
 			} else if n > 1 {
 				missing += " are"
 			} else {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/holdfast-project/holdfast/internal/report"
+	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 // The node conditions the reporter keeps, and their reasons.
@@ -62,16 +63,10 @@ func Condition(rep *report.Report) corev1.NodeCondition {
 				names = append(names, fmt.Sprintf("%s (%s)", filepath.Base(f.Source), f.Error))
 			}
 		}
-		msg := pinned + "; failing: " + strings.Join(names, ", ")
-		if more := len(rep.Failing) - shownFailures; more > 0 {
-			msg += fmt.Sprintf(" and %d more", more)
-		}
+		msg := pinned + "; failing: " + strings.Join(names, ", ") + units.More(len(rep.Failing)-shownFailures)
 		c.Reason, c.Message = ReasonSourcesFailing, msg
 	case len(rep.HealBackoff) > 0:
-		msg := pinned + "; heal backing off: " + strings.Join(rep.HealBackoff[:min(len(rep.HealBackoff), shownFailures)], ", ")
-		if more := len(rep.HealBackoff) - shownFailures; more > 0 {
-			msg += fmt.Sprintf(" and %d more", more)
-		}
+		msg := pinned + "; heal backing off: " + units.List(rep.HealBackoff, shownFailures)
 		c.Reason, c.Message = ReasonHealBackoff, msg
 	default:
 		c.Status, c.Reason, c.Message = corev1.ConditionTrue, ReasonAllPinned, pinned
@@ -128,11 +123,8 @@ func ImagesCondition(req *report.Required) corev1.NodeCondition {
 	if req.Counts[report.Missing]+req.Counts[report.Mismatch] > 0 {
 		c.Reason = ReasonImagesMissing
 	}
-	msg := strings.Join(names, ", ")
 	notReady := max(len(nr), total-req.Counts[report.Pinned])
-	if more := notReady - len(names); more > 0 {
-		msg += fmt.Sprintf(" and %d more", more)
-	}
+	msg := strings.Join(names, ", ") + units.More(notReady-len(names))
 	var counts []string
 	for _, st := range slices.SortedFunc(maps.Keys(req.Counts), func(a, b report.State) int {
 		return cmp.Or(cmp.Compare(countRank(a), countRank(b)), cmp.Compare(a, b))

@@ -21,6 +21,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/report"
+	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 // shownUsers is how many users of an image the set names; a last entry
@@ -253,7 +254,7 @@ func requiredSet(objs []any, node string, labels map[string]string, log *slog.Lo
 		})
 		u = slices.Compact(u)
 		if more := len(u) - shownUsers; more > 0 {
-			u = append(u[:shownUsers:shownUsers], fmt.Sprintf("and %d more", more))
+			u = append(u[:shownUsers:shownUsers], units.Rest(more))
 		}
 		set.Images = append(set.Images, report.RequiredImage{Ref: ref, UsedBy: u})
 	}

@@ -275,7 +275,7 @@ func missing(name func(int) string, first, last int, parts []part) string {
 	case len(gone) == 1:
 		return fmt.Sprintf("part %s of %d is missing", gone[0], count)
 	case len(gone) > 3:
-		return fmt.Sprintf("parts %s and %d more of %d are missing", strings.Join(gone[:3], ", "), len(gone)-3, count)
+		return fmt.Sprintf("parts %s of %d are missing", units.List(gone, 3), count)
 	}
 	return fmt.Sprintf("parts %s and %s of %d are missing", strings.Join(gone[:len(gone)-1], ", "), gone[len(gone)-1], count)
 }

@@ -1,4 +1,5 @@
-// Package units formats byte counts for people, one way everywhere.
+// Package units says numbers as a person reads them, one way everywhere:
+// byte counts, and how many items a list leaves out.
 package units
 
 import "fmt"

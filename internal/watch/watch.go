@@ -4,7 +4,6 @@ package watch
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/holdfast-project/holdfast/internal/source"
+	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 // Watcher says when something in the images dirs may have changed. It uses
@@ -359,7 +359,7 @@ func diffSnapshots(a, b map[string]string) []string {
 	}
 	sort.Strings(out)
 	if len(out) > maxNames {
-		out = append(out[:maxNames-1], fmt.Sprintf("and %d more", len(out)-maxNames+1))
+		out = append(out[:maxNames-1], units.Rest(len(out)-maxNames+1))
 	}
 	return out
 }

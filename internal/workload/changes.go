@@ -2,10 +2,10 @@ package workload
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/holdfast-project/holdfast/internal/journal"
 	"github.com/holdfast-project/holdfast/internal/report"
+	"github.com/holdfast-project/holdfast/internal/units"
 )
 
 // EventEach is how many required images changing state at once get an
@@ -26,11 +26,7 @@ func Changes(set *report.RequiredSet, prev, now map[string]report.State) []repor
 		}
 		who := img.Ref
 		if len(img.UsedBy) > 0 {
-			who += " (" + img.UsedBy[0]
-			if n := len(img.UsedBy) - 1; n > 0 {
-				who += fmt.Sprintf(" and %d more", n)
-			}
-			who += ")"
+			who += " (" + units.List(img.UsedBy, 1) + ")"
 		}
 		switch is {
 		case report.Missing, report.Mismatch:
@@ -59,7 +55,7 @@ func Changes(set *report.RequiredSet, prev, now map[string]report.State) []repor
 			continue
 		}
 		out = append(out, report.Event{Type: ev.typ, Reason: ev.reason,
-			Message: fmt.Sprintf(ev.many, len(imgs), strings.Join(imgs[:EventEach], ", ")+fmt.Sprintf(" and %d more", len(imgs)-EventEach))})
+			Message: fmt.Sprintf(ev.many, len(imgs), units.List(imgs, EventEach))})
 	}
 	return out
 }
