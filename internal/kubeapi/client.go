@@ -16,8 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 
 	"github.com/holdfast-project/holdfast/internal/report"
 )
@@ -26,7 +24,6 @@ import (
 type Client struct {
 	server  string
 	source  string
-	core    corev1client.CoreV1Interface
 	dynamic dynamic.Interface
 	exec    bool // an exec credential plugin gives the credentials
 }
@@ -42,19 +39,11 @@ func Connect(o Options) (*Client, error) {
 	if o.UserAgent != "" {
 		cfg.UserAgent = o.UserAgent
 	}
-	hc, err := rest.HTTPClientFor(cfg)
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
-	core, err := corev1client.NewForConfigAndClient(cfg, hc)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
-	}
-	dyn, err := dynamic.NewForConfigAndClient(cfg, hc)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
-	}
-	return &Client{server: strings.TrimSuffix(cfg.Host, "/"), source: source, core: core, dynamic: dyn, exec: cfg.ExecProvider != nil}, nil
+	return &Client{server: strings.TrimSuffix(cfg.Host, "/"), source: source, dynamic: dyn, exec: cfg.ExecProvider != nil}, nil
 }
 
 // Server is the API server's URL.
@@ -73,28 +62,24 @@ const pageSize = 500
 // Nodes lists the Nodes that selector (a label selector; "": every Node)
 // matches, a page of 500 at a time.
 func (c *Client) Nodes(ctx context.Context, selector string) ([]corev1.Node, error) {
-	var out []corev1.Node
-	opts := metav1.ListOptions{LabelSelector: selector, Limit: pageSize}
-	for {
-		var page *corev1.NodeList
-		err := c.retry(func() (err error) {
-			page, err = c.core.Nodes().List(ctx, opts)
-			return err
-		})
-		if err != nil {
-			what := "/api/v1/nodes"
-			if selector != "" {
-				what += "?labelSelector=" + url.QueryEscape(selector)
-			}
-			return nil, c.failed(what, err)
-		}
-		out = append(out, page.Items...)
-		if page.Continue == "" {
-			return out, nil
-		}
-		opts.Continue = page.Continue
+	what := "/api/v1/nodes"
+	if selector != "" {
+		what += "?labelSelector=" + url.QueryEscape(selector)
 	}
+	var out []corev1.Node
+	err := c.list(ctx, nodes, what, metav1.ListOptions{LabelSelector: selector}, func(item []byte) error {
+		var n corev1.Node
+		if err := json.Unmarshal(item, &n); err != nil {
+			return fmt.Errorf("decoding a Node: %w", err)
+		}
+		out = append(out, n)
+		return nil
+	})
+	return out, err
 }
+
+// nodes is the Node resource.
+var nodes = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 
 // nodeImages is the NodeImages resource.
 var nodeImages = schema.GroupVersionResource{Group: report.Group, Version: report.Version, Resource: report.Resource}
@@ -103,30 +88,45 @@ var nodeImages = schema.GroupVersionResource{Group: report.Group, Version: repor
 // says why each object that does not decode was left out. A cluster that
 // does not serve the resource is an error that IsNotFound.
 func (c *Client) NodeImages(ctx context.Context) (list []report.NodeImages, bad []error, err error) {
-	opts := metav1.ListOptions{Limit: pageSize}
+	err = c.list(ctx, nodeImages, report.NodeImagesPath, metav1.ListOptions{}, func(item []byte) error {
+		var ni report.NodeImages
+		if err := json.Unmarshal(item, &ni); err != nil {
+			bad = append(bad, err)
+			return nil
+		}
+		list = append(list, ni)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return list, bad, nil
+}
+
+// list reads resource (what: its path, for a person) a page of 500 at a
+// time and calls each with every item's JSON, in order.
+func (c *Client) list(ctx context.Context, resource schema.GroupVersionResource, what string, opts metav1.ListOptions, each func(item []byte) error) error {
+	opts.Limit = pageSize
 	for {
 		var page *unstructured.UnstructuredList
 		err := c.retry(func() (err error) {
-			page, err = c.dynamic.Resource(nodeImages).List(ctx, opts)
+			page, err = c.dynamic.Resource(resource).List(ctx, opts)
 			return err
 		})
 		if err != nil {
-			return nil, nil, c.failed(report.NodeImagesPath, err)
+			return c.failed(what, err)
 		}
 		for i := range page.Items {
-			var ni report.NodeImages
 			item, err := page.Items[i].MarshalJSON()
-			if err == nil {
-				err = json.Unmarshal(item, &ni)
-			}
 			if err != nil {
-				bad = append(bad, err)
-				continue
+				return fmt.Errorf("GET %s: encoding an item: %w", what, err)
 			}
-			list = append(list, ni)
+			if err := each(item); err != nil {
+				return err
+			}
 		}
 		if page.GetContinue() == "" {
-			return list, bad, nil
+			return nil
 		}
 		opts.Continue = page.GetContinue()
 	}

@@ -1,8 +1,10 @@
 // Package kubeapi reads objects from a Kubernetes API server for holdfast's
 // read-only cluster views (holdfast check --cluster): the kubeconfig is
-// loaded as kubectl loads it (client-go's clientcmd); the Nodes are read
-// with client-go's typed client, the NodeImages objects (their type is
-// internal/report's) with its dynamic client and decoded into that type.
+// loaded as kubectl loads it (client-go's clientcmd); the Nodes and the
+// NodeImages objects are listed with client-go's dynamic client and decoded
+// into their types (k8s.io/api's Node, internal/report's NodeImages). The
+// typed clientset is not used: its scheme registers every API group and
+// would grow the holdfast binary by two thirds.
 package kubeapi
 
 import (

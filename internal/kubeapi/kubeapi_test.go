@@ -113,7 +113,7 @@ func newAPIServer(t *testing.T, p *pki) *apiServer {
 		case r.URL.Path == "/api/v1/nodes" && r.URL.Query().Get("labelSelector") == "forbidden=yes":
 			w.WriteHeader(http.StatusForbidden)
 			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","message":"nodes is forbidden: User \"x\" cannot list resource \"nodes\"","code":403}`))
-		case r.URL.Path == "/api/v1/nodes" && strings.Contains(r.Header.Get("Accept"), "application/json"):
+		case r.URL.Path == "/api/v1/nodes" && r.Header.Get("Accept") == "application/json":
 			cont := r.URL.Query().Get("continue")
 			switch cont {
 			case "":
@@ -229,7 +229,7 @@ func TestClientCertificates(t *testing.T) {
 	a.mu.Lock()
 	q := a.queries
 	a.mu.Unlock()
-	if len(q) != 6 || q[0] != "limit=500" || q[1] != "continue=page2&limit=500" || q[2] != "continue=page3&limit=500" {
+	if len(q) != 6 || q[0] != "limit=500&timeout=30s" || q[1] != "continue=page2&limit=500&timeout=30s" || q[2] != "continue=page3&limit=500&timeout=30s" {
 		t.Errorf("queries %q", q)
 	}
 }
@@ -457,7 +457,7 @@ func TestLists(t *testing.T) {
 	q := a.queries
 	a.nodeImages = true
 	a.mu.Unlock()
-	if err != nil || len(q) != 3 || q[0] != "labelSelector=pool%3Dgpu&limit=500" {
+	if err != nil || len(q) != 3 || q[0] != "labelSelector=pool%3Dgpu&limit=500&timeout=30s" {
 		t.Errorf("selector: %v, queries %q", err, q)
 	}
 	list, bad, err := c.NodeImages(context.Background())
