@@ -8,8 +8,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/holdfast-project/holdfast/internal/kubeapi"
 	"github.com/holdfast-project/holdfast/internal/kubelet"
 	"github.com/holdfast-project/holdfast/internal/report"
@@ -31,7 +29,7 @@ type ClusterReport struct {
 // readCluster lists the Nodes (those selector matches) and the NodeImages
 // objects. A cluster without the NodeImages resource (the chart's
 // requiredImages off) is no error: notes say so.
-func readCluster(ctx context.Context, c *kubeapi.Client, selector string) ([]corev1.Node, map[string]report.NodeImages, []string, error) {
+func readCluster(ctx context.Context, c *kubeapi.Client, selector string) ([]kubeapi.Node, map[string]report.NodeImages, []string, error) {
 	nodes, err := c.Nodes(ctx, selector)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("listing the Nodes of %s: %w", c.Server(), err)
@@ -55,13 +53,13 @@ func readCluster(ctx context.Context, c *kubeapi.Client, selector string) ([]cor
 }
 
 // judgeCluster is workload.JudgeCluster of the Nodes and NodeImages read.
-func judgeCluster(nodes []corev1.Node, reports map[string]report.NodeImages, set *workload.Set, allowUnpinned bool) (ClusterReport, []error) {
+func judgeCluster(nodes []kubeapi.Node, reports map[string]report.NodeImages, set *workload.Set, allowUnpinned bool) (ClusterReport, []error) {
 	in := make([]workload.Node, len(nodes))
 	for i, n := range nodes {
 		in[i] = workload.Node{Name: n.Name, Labels: n.Labels}
 		for _, c := range n.Status.Conditions {
 			if c.Type == report.ImagesConditionType {
-				in[i].Condition = &workload.ClusterCondition{Status: string(c.Status), Reason: c.Reason, Message: c.Message}
+				in[i].Condition = &workload.ClusterCondition{Status: c.Status, Reason: c.Reason, Message: c.Message}
 			}
 		}
 	}

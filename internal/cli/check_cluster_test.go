@@ -9,14 +9,14 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
-	corev1 "k8s.io/api/core/v1"
 
+	"github.com/holdfast-project/holdfast/internal/kubeapi"
 	"github.com/holdfast-project/holdfast/internal/kubelet"
 	"github.com/holdfast-project/holdfast/internal/report"
 	"github.com/holdfast-project/holdfast/internal/workload"
 )
 
-func node(t *testing.T, name string, labels map[string]string, condStatus string) corev1.Node {
+func node(t *testing.T, name string, labels map[string]string, condStatus string) kubeapi.Node {
 	t.Helper()
 	raw := map[string]any{"metadata": map[string]any{"name": name, "labels": labels}}
 	if condStatus != "" {
@@ -26,7 +26,7 @@ func node(t *testing.T, name string, labels map[string]string, condStatus string
 		}}
 	}
 	b, _ := json.Marshal(raw)
-	var n corev1.Node
+	var n kubeapi.Node
 	if err := json.Unmarshal(b, &n); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestJudgeCluster(t *testing.T) {
 	}
 	other := digest.FromString("other c").String()
 	a := report.HeldImage{Name: "docker.io/library/a:1", Digest: digest.FromString("a").String(), Pinned: true}
-	nodes := []corev1.Node{
+	nodes := []kubeapi.Node{
 		node(t, "node-b", map[string]string{"kubernetes.io/os": "linux"}, "True"),
 		node(t, "node-a", map[string]string{"gpu": "yes"}, "False"),
 		node(t, "node-c", nil, "False"),
@@ -197,12 +197,12 @@ func BenchmarkJudgeCluster(b *testing.B) {
 			name = "distinct"
 		}
 		b.Run(name, func(b *testing.B) {
-			var nodes []corev1.Node
+			var nodes []kubeapi.Node
 			var raw [][]byte
 			size := 0
 			pool := heldBut(-1)
 			for i := range 1000 {
-				n := corev1.Node{}
+				n := kubeapi.Node{}
 				n.Name = fmt.Sprintf("node-%04d", i)
 				nodes = append(nodes, n)
 				held := pool
@@ -244,7 +244,7 @@ func TestJudgeClusterImageVolume(t *testing.T) {
 	}
 	server := report.HeldImage{Name: "registry.example.com/ml/server:1", Digest: digest.FromString("server").String(), Pinned: true}
 	tools := report.HeldImage{Name: "registry.example.com/ml/tools:2", Digest: digest.FromString("tools").String(), Pinned: true}
-	nodes := []corev1.Node{node(t, "gpu-1", map[string]string{"gpu": "yes"}, ""), node(t, "cpu-1", map[string]string{}, "")}
+	nodes := []kubeapi.Node{node(t, "gpu-1", map[string]string{"gpu": "yes"}, ""), node(t, "cpu-1", map[string]string{}, "")}
 	reports := map[string]report.NodeImages{
 		"gpu-1": heldReport("gpu-1", report.Held{server, tools}, nil),
 		"cpu-1": heldReport("cpu-1", report.Held{server, tools}, nil),
@@ -274,7 +274,7 @@ func TestClusterForcedPulls(t *testing.T) {
 	}
 	server := report.HeldImage{Name: "registry.example.com/ml/server:1", Digest: digest.FromString("server").String(), Pinned: true}
 	model := report.HeldImage{Name: "registry.example.com/ml/model:7", Digest: digest.FromString("model").String()}
-	nodes := []corev1.Node{node(t, "gpu-1", map[string]string{"gpu": "yes"}, ""), node(t, "gpu-2", map[string]string{"gpu": "yes"}, ""), node(t, "cpu-1", map[string]string{}, "")}
+	nodes := []kubeapi.Node{node(t, "gpu-1", map[string]string{"gpu": "yes"}, ""), node(t, "gpu-2", map[string]string{"gpu": "yes"}, ""), node(t, "cpu-1", map[string]string{}, "")}
 	reports := map[string]report.NodeImages{
 		"gpu-1": heldReport("gpu-1", report.Held{server, model}, nil),
 		"gpu-2": heldReport("gpu-2", report.Held{server}, nil),

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -59,16 +58,37 @@ func IsNotFound(err error) bool { return apierrors.IsNotFound(err) }
 // pageSize is how many items a page of a list holds.
 const pageSize = 500
 
+// Node is what holdfast reads of a Node: its name and labels, and its
+// conditions. Its own type, not k8s.io/api's: that package's types of every
+// core resource would double what check --cluster links for three fields.
+type Node struct {
+	metav1.ObjectMeta `json:"metadata"`
+	Status            NodeStatus `json:"status"`
+}
+
+// NodeStatus is the part of a Node's status holdfast reads.
+type NodeStatus struct {
+	Conditions []NodeCondition `json:"conditions"`
+}
+
+// NodeCondition is one of a Node's conditions.
+type NodeCondition struct {
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
 // Nodes lists the Nodes that selector (a label selector; "": every Node)
 // matches, a page of 500 at a time.
-func (c *Client) Nodes(ctx context.Context, selector string) ([]corev1.Node, error) {
+func (c *Client) Nodes(ctx context.Context, selector string) ([]Node, error) {
 	what := "/api/v1/nodes"
 	if selector != "" {
 		what += "?labelSelector=" + url.QueryEscape(selector)
 	}
-	var out []corev1.Node
+	var out []Node
 	err := c.list(ctx, nodes, what, metav1.ListOptions{LabelSelector: selector}, func(item []byte) error {
-		var n corev1.Node
+		var n Node
 		if err := json.Unmarshal(item, &n); err != nil {
 			return fmt.Errorf("decoding a Node: %w", err)
 		}
