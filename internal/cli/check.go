@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/holdfast-project/holdfast/internal/flagenv"
 	"github.com/holdfast-project/holdfast/internal/kubeapi"
 	"github.com/holdfast-project/holdfast/internal/kubelet"
 	"github.com/holdfast-project/holdfast/internal/report"
@@ -71,7 +71,7 @@ func newCheck(o *options) *cobra.Command {
 	f.BoolVar(&c.withoutSandbox, "no-sandbox-image", false, "do not check the pod sandbox image")
 	f.BoolVar(&c.cluster, "cluster", false, "check every node of the cluster from its NodeImages, not this node's containerd; manifests are optional")
 	f.StringArrayVar(&c.kubeletConfig, "kubelet-config", nil, "the node's kubelet configuration: a file, or a directory of *.conf drop-ins; repeatable, merged in order as the kubelet merges --config and --config-dir. check warns of each held image the kubelet would pull again to verify its pull credentials (imagePullCredentialsVerificationPolicy). Default: the first there of /var/lib/rancher/k3s/agent/etc/kubelet.conf.d (K3s), /var/lib/rancher/rke2/agent/etc/kubelet.conf.d (RKE2), /var/lib/kubelet/config.yaml (kubeadm); with --cluster, none, and one given is taken as every node's")
-	withEnv(f, "kubelet-config")
+	flagenv.Allow(f, "kubelet-config")
 	f.StringVar(&c.kube.Kubeconfig, "kubeconfig", "", "with --cluster: the kubeconfig file; default $KUBECONFIG, else ~/.kube/config, else the pod's service account")
 	f.StringVar(&c.kube.Context, "context", "", "with --cluster: the kubeconfig context; default its current-context")
 	f.StringVarP(&c.selector, "selector", "l", "", "with --cluster: only the nodes this label selector matches (node-role.kubernetes.io/worker, zone=a)")
@@ -157,19 +157,11 @@ func checkNode(cmd *cobra.Command, set *workload.Set, records []runtime.Image, s
 
 // readSet reads the manifests of files into a set.
 func readSet(cmd *cobra.Command, o *options, files []string) *workload.Set {
-	var set workload.Set
-	for _, f := range files {
-		data, err := readInput(f, cmd.InOrStdin())
-		if err != nil {
-			set.Errors = append(set.Errors, err)
-			continue
-		}
-		set.Read(f, data)
-	}
+	set := workload.ReadFiles(files, cmd.InOrStdin())
 	for _, n := range set.Notes {
 		o.log.Debug("found a pod spec in an object of a kind holdfast does not know", "where", n)
 	}
-	return &set
+	return set
 }
 
 // checkCluster is check --cluster: files, when there are any, are the
@@ -266,22 +258,6 @@ func finishCheck(cmd *cobra.Command, output string, report any, table func(io.Wr
 		return &ExitError{Code: 1}
 	}
 	return nil
-}
-
-// readInput reads a file, or standard input for "-".
-func readInput(name string, stdin io.Reader) ([]byte, error) {
-	if name == "-" {
-		data, err := io.ReadAll(stdin)
-		if err != nil {
-			return nil, fmt.Errorf("reading standard input: %w", err)
-		}
-		return data, nil
-	}
-	data, err := os.ReadFile(name)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", name, err)
-	}
-	return data, nil
 }
 
 func writeCheck(w io.Writer, r CheckReport) error {

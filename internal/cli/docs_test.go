@@ -6,9 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/pflag"
-
 	"github.com/holdfast-project/holdfast/internal/cmddoc"
+	"github.com/holdfast-project/holdfast/internal/flagenv"
 )
 
 // commandsDocPath is docs/commands.md at the repository's root, from this
@@ -19,7 +18,7 @@ var commandsDocPath = filepath.Join("..", "..", "docs", "commands.md")
 // command tree. With HOLDFAST_UPDATE_DOCS=1 (make docs) the test writes
 // the file instead.
 func TestCommandsDocUpToDate(t *testing.T) {
-	got := cmddoc.Render(New("test"), envVar)
+	got := cmddoc.Render(New("test"), flagenv.Doc)
 	if os.Getenv("HOLDFAST_UPDATE_DOCS") == "1" {
 		if err := os.WriteFile(commandsDocPath, []byte(got), 0o644); err != nil {
 			t.Fatal(err)
@@ -46,10 +45,4 @@ func TestCommandsDocUpToDate(t *testing.T) {
 		w = wl[line]
 	}
 	t.Fatalf("docs/commands.md is stale: run make docs\nfirst difference, line %d:\n  file:     %q\n  rendered: %q", line+1, w, g)
-}
-
-// envVar is the variable that sets f as the command reference shows it.
-func envVar(f *pflag.Flag) (cmddoc.EnvVar, bool) {
-	name, ok := flagEnv(f)
-	return cmddoc.EnvVar{Name: name, Help: envHelp(f), List: isListFlag(f)}, ok
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/holdfast-project/holdfast/internal/flagenv"
 )
 
 // allFlags returns every flag of every command under root, each named once
@@ -27,7 +29,7 @@ func allFlags(root *cobra.Command) map[string]*pflag.Flag {
 }
 
 // TestEnvNames: the environment variables the commands read are these, each
-// the flag's name by envName's rule, and each flag's help names its variable.
+// the flag's name by flagenv.Name's rule, and each flag's help names its variable.
 func TestEnvNames(t *testing.T) {
 	want := []string{
 		"holdfast --address HOLDFAST_ADDRESS",
@@ -64,7 +66,7 @@ func TestEnvNames(t *testing.T) {
 	}
 	var got []string
 	for name, f := range allFlags(New("test")) {
-		env, ok := flagEnv(f)
+		env, ok := flagenv.Of(f)
 		if !ok {
 			if strings.Contains(f.Usage, "HOLDFAST_") {
 				t.Errorf("%s: no environment variable, but its help names one: %q", name, f.Usage)
@@ -79,40 +81,5 @@ func TestEnvNames(t *testing.T) {
 	sort.Strings(got)
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("environment variables:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}
-
-// TestEnvSetsFlags: a flag's environment variable sets it when the flag is
-// not given; a given flag wins; a repeatable flag takes a colon-separated
-// list, empty elements skipped; a bad value is an error naming the variable.
-func TestEnvSetsFlags(t *testing.T) {
-	env := map[string]string{
-		"HOLDFAST_NAMESPACE":    "from-env",
-		"HOLDFAST_IMAGES":       "/a::/b",
-		"HOLDFAST_LOG_LEVEL":    "debug",
-		"HOLDFAST_PULL_TIMEOUT": "soon",
-	}
-	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	ns := fs.String("namespace", "k8s.io", "")
-	images := fs.StringArray("images", nil, "")
-	level := fs.String("log-level", "info", "")
-	timeout := fs.Duration("pull-timeout", 0, "")
-	other := fs.String("other", "x", "")
-	withEnv(fs, "namespace", "images", "log-level", "pull-timeout")
-	if err := fs.Parse([]string{"--log-level", "warn"}); err != nil {
-		t.Fatal(err)
-	}
-	var errs []string
-	fs.VisitAll(func(f *pflag.Flag) {
-		if err := setFromEnv(f, lookup); err != nil {
-			errs = append(errs, err.Error())
-		}
-	})
-	if *ns != "from-env" || strings.Join(*images, ",") != "/a,/b" || *level != "warn" || *other != "x" || *timeout != 0 {
-		t.Errorf("namespace %q, images %q, log-level %q, other %q, pull-timeout %v", *ns, *images, *level, *other, *timeout)
-	}
-	if len(errs) != 1 || !strings.HasPrefix(errs[0], "HOLDFAST_PULL_TIMEOUT: ") {
-		t.Errorf("errors %q, want one naming HOLDFAST_PULL_TIMEOUT", errs)
 	}
 }

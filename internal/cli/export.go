@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdfast-project/holdfast/internal/exporter"
+	"github.com/holdfast-project/holdfast/internal/flagenv"
 	"github.com/holdfast-project/holdfast/internal/signature"
 	"github.com/holdfast-project/holdfast/internal/units"
 )
@@ -91,7 +92,7 @@ left), 2 on bad usage.`,
 	f.StringArrayVar(&eo.sources, "source", nil, "export the images of this source (a kept source or an images-dir file, as status names it, or its lease ID); repeatable")
 	f.BoolVar(&eo.all, "all", false, "export every image holdfast pins")
 	f.BoolVar(&eo.signedOnly, "signed-only", false, "leave out the images the signature policy refuses (the policy in force, or --policy); without it they are written and named")
-	withEnv(f, "signed-only")
+	flagenv.Allow(f, "signed-only")
 	eo.compression = "zstd"
 	f.Var(&eo.compression, "compression", "zstd (seekable: frames of a few MiB and a seek table) or none")
 	addProgressFlag(cmd, &eo.progress)

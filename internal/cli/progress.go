@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/holdfast-project/holdfast/internal/flagenv"
 	"github.com/holdfast-project/holdfast/internal/progress"
 )
 
@@ -28,7 +29,7 @@ func (p *progressFlag) Set(v string) error {
 func addProgressFlag(cmd *cobra.Command, p *progressFlag) {
 	*p = "auto"
 	cmd.Flags().Var(p, "progress", "draw a line per archive being read, and a total, on standard error: auto (when it is a terminal), always or never; see docs/operations.md#progress-on-a-terminal")
-	withEnv(cmd.Flags(), "progress")
+	flagenv.Allow(cmd.Flags(), "progress")
 }
 
 // newProgress returns the display of the archives read for cmd's standard

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/holdfast-project/holdfast/internal/agent"
 	"github.com/holdfast-project/holdfast/internal/cmddoc"
 	"github.com/holdfast-project/holdfast/internal/datadir"
+	"github.com/holdfast-project/holdfast/internal/flagenv"
 	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/progress"
 	"github.com/holdfast-project/holdfast/internal/registries"
@@ -135,7 +135,7 @@ holdfast sync refuses with a message naming the running agent.`,
 	pf.BoolVar(&o.insecurePerms, "insecure-perms", false, "read images dirs, spool dirs, pull/pin lists, --registries-yaml and the signature policy's files (--policy, its keys and trusted roots) that users other than root and holdfast's own can change (group- or world-writable, or another user's, up to /), and write into such a --registry-config; without it each such dir or list is a failed source, such a policy file a bad policy, and such a registries.yaml or registry config a usage error, naming the path and why; see docs/security.md")
 	pf.DurationVar(&o.pullTimeout, "pull-timeout", 2*time.Minute, "time for the whole of one pull of a pull-list entry; a registry that accepts a connection and never answers fails a try within 40s (10s for TLS, 30s for response headers); under run, pulls never hold a pass")
 	pf.StringVar(&o.policyFile, "policy", "", "signature policy file: which keys or keyless identities must have signed which images; under mode enforce an image that is not verified is not pinned, under warn its verdict is reported. holdfast run puts it in force in the namespace, and commands without --policy then judge by it; see docs/signatures.md")
-	withEnv(pf, "address", "images", "spool", "data-dir", "namespace", "log-level", "log-format", "registry-config",
+	flagenv.Allow(pf, "address", "images", "spool", "data-dir", "namespace", "log-level", "log-format", "registry-config",
 		"registries-yaml", "peer-mirror", "peer-registries", "content-root", "min-free", "write-path", "insecure-perms", "pull-timeout", "policy")
 	// The default depends on the user and the environment: the docs say how.
 	cmddoc.SetDefault(pf, "data-dir", dataDirDefault)
@@ -179,14 +179,8 @@ func (o *options) complete(cmd *cobra.Command) error {
 // applyEnv sets each flag of cmd that was not given from its environment
 // variable.
 func applyEnv(cmd *cobra.Command) error {
-	var errs []error
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if err := setFromEnv(f, os.LookupEnv); err != nil {
-			errs = append(errs, err)
-		}
-	})
-	if len(errs) > 0 {
-		return &usageError{errors.Join(errs...)}
+	if err := flagenv.SetAll(cmd.Flags(), os.LookupEnv); err != nil {
+		return &usageError{err}
 	}
 	return nil
 }

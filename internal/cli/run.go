@@ -13,6 +13,7 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/agent"
 	"github.com/holdfast-project/holdfast/internal/datadir"
+	"github.com/holdfast-project/holdfast/internal/flagenv"
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/registries"
 	"github.com/holdfast-project/holdfast/internal/runtime"
@@ -53,7 +54,7 @@ func (rf *runFlags) add(f *pflag.FlagSet) {
 	f.BoolVar(&rf.pullReq, "pull-required", false, "pull the images the node's workloads need (PUT /required) and the node lacks through its registry mirrors (its peers' spegel), and keep them pinned as the peer source "+datadir.At("<data-dir>").PeerList())
 	f.DurationVar(&rf.grace, "peer-grace", agent.DefaultPeerGrace, "with --pull-required: how long an image that no workload on the node needs any more stays on the peer source")
 	f.StringVar(&rf.tokenFile, "token-file", "", "file with the token of the agent's own reporter, the one caller that may PUT /required (it sends it as a bearer token); made when missing (random, mode 0640 with root's group); refused when others may read or change it; default "+datadir.At("<data-dir>").Token())
-	withEnv(f, "parallel", "listen", "settle", "resync", "pull-required", "peer-grace", "token-file")
+	flagenv.Allow(f, "parallel", "listen", "settle", "resync", "pull-required", "peer-grace", "token-file")
 }
 
 // run is the agent until SIGTERM or SIGINT: its session on containerd and

@@ -4,6 +4,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/holdfast-project/holdfast/internal/flagenv"
 	"github.com/holdfast-project/holdfast/internal/server"
 )
 
@@ -20,7 +21,7 @@ func TestListenDefaultLoopback(t *testing.T) {
 	if f == nil {
 		t.Fatal("run has no --listen flag")
 	}
-	if env, _ := flagEnv(f); env != "HOLDFAST_LISTEN" {
+	if env, _ := flagenv.Of(f); env != "HOLDFAST_LISTEN" {
 		t.Errorf("--listen env var %q, want HOLDFAST_LISTEN", env)
 	}
 	host, _, err := net.SplitHostPort(f.DefValue)

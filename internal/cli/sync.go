@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/holdfast-project/holdfast/internal/flagenv"
 	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
@@ -73,7 +74,7 @@ bad usage. It ends with a one-line summary:
 		Annotations: writes,
 	}
 	cmd.Flags().IntVar(&parallel, "parallel", 0, "archives imported at once; 0: from the CPU count")
-	withEnv(cmd.Flags(), "parallel")
+	flagenv.Allow(cmd.Flags(), "parallel")
 	addProgressFlag(cmd, &progress)
 	return cmd
 }

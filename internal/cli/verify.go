@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/holdfast-project/holdfast/internal/flagenv"
 	"github.com/holdfast-project/holdfast/internal/pass"
 	"github.com/holdfast-project/holdfast/internal/signature"
 	"github.com/holdfast-project/holdfast/internal/source"
@@ -81,7 +82,7 @@ func newVerify() *cobra.Command {
 				return &usageError{fmt.Errorf("-o %q: want table or json", output)}
 			}
 			if policyFile == "" {
-				return &usageError{fmt.Errorf("verify: --policy is required (or %s)", envName("policy"))}
+				return &usageError{fmt.Errorf("verify: --policy is required (or %s)", flagenv.Name("policy"))}
 			}
 			ctx := cmd.Context()
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
@@ -146,7 +147,7 @@ func newVerify() *cobra.Command {
 	f.StringVar(&policyFile, "policy", "", "the signature policy file (required); see docs/signatures.md")
 	f.StringVar(&name, "name", "", "name the image of a cosign layout (cosign save), whose index names none; with --name, give one path")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
-	withEnv(f, "policy")
+	flagenv.Allow(f, "policy")
 	return cmd
 }
 

@@ -8,6 +8,8 @@ package workload
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -132,6 +134,30 @@ func (s *Set) Add(ref string, u Use) {
 		s.byRef[full] = img
 	}
 	img.Uses = append(img.Uses, u)
+}
+
+// ReadFiles reads each file ("-": in, standard input) into a new set with
+// Read. A file that cannot be read is an error of the set's input; the others
+// are still read.
+func ReadFiles(files []string, in io.Reader) *Set {
+	var set Set
+	for _, f := range files {
+		var data []byte
+		var err error
+		if f == "-" {
+			if data, err = io.ReadAll(in); err != nil {
+				err = fmt.Errorf("reading standard input: %w", err)
+			}
+		} else if data, err = os.ReadFile(f); err != nil {
+			err = fmt.Errorf("reading %s: %w", f, err)
+		}
+		if err != nil {
+			set.Errors = append(set.Errors, err)
+			continue
+		}
+		set.Read(f, data)
+	}
+	return &set
 }
 
 // Read reads one file of manifests, or of references a line each, into s,
