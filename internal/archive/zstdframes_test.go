@@ -174,28 +174,6 @@ func TestZstdFramesMemory(t *testing.T) {
 	}
 }
 
-// frameGoroutines are the stacks of the frame decoder's goroutines still
-// there after Close. A goroutine that has called wg.Done may not have
-// returned yet when Close does: they are looked for again, for up to 5
-// seconds, until there are none; one that is blocked stays.
-func frameGoroutines() []string {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var left []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "(*zstdframe.Reader)") {
-				left = append(left, g)
-			}
-		}
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestZstdFramesWalk: through a walk, a seek table that lies fails the walk
 // (it is read before the walk returns anything), and so does a stream of
 // frames cut at a frame boundary; a good one walks.
@@ -277,7 +255,7 @@ func TestZstdFramesLendThroughReadAhead(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%d workers: Close hung with the read-ahead holding lent frames", workers)
 		}
-		if left := frameGoroutines(); len(left) > 0 {
+		if left := fixture.FrameGoroutines("(*zstdframe.Reader)"); len(left) > 0 {
 			t.Fatalf("goroutines left after Close:\n%s", strings.Join(left, "\n\n"))
 		}
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/holdfast-project/holdfast/internal/flagenv"
 	"github.com/holdfast-project/holdfast/internal/metrics"
 	"github.com/holdfast-project/holdfast/internal/registries"
-	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/server"
 )
 
@@ -69,23 +68,11 @@ func (o *options) run(parent context.Context, rf runFlags) error {
 	cfg.Settle, cfg.Resync = rf.settle, rf.resync
 	cfg.PullRequired, cfg.PeerGrace = rf.pullReq, rf.grace
 	cfg.PeerList = o.layout().PeerList()
-	s, err := o.openOwner(ctx, "run")
+	s, err := o.openPasses(ctx, "run", &cfg, hosts)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	cfg.Policy = o.policyFile // the one in force in the namespace, when none was given
-	if _, err := runtime.CheckServer(ctx, s.rt, o.log); err != nil {
-		return err
-	}
-	skipped, err := o.writeRegistryConfig(hosts)
-	if err != nil {
-		return err
-	}
-	for _, off := range skipped {
-		o.log.Warn(off)
-		cfg.FeaturesOff = append(cfg.FeaturesOff, off)
-	}
 	if why := s.rt.ContentRootOff(ctx); why != nil {
 		off := fmt.Sprintf("the content store's directory: %v", why)
 		o.log.Warn(off)

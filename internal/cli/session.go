@@ -7,8 +7,11 @@ import (
 	"os"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/agent"
 	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/embedded"
+	"github.com/holdfast-project/holdfast/internal/registries"
+	"github.com/holdfast-project/holdfast/internal/runtime"
 	hfcontainerd "github.com/holdfast-project/holdfast/internal/runtime/containerd"
 )
 
@@ -18,6 +21,33 @@ type session struct {
 	address string
 	lock    *datadir.Lock
 	proc    *embedded.Process
+}
+
+// openPasses opens the namespace as its owner (openOwner) for command, sync
+// or run, and makes it ready for passes: cfg judges by the policy in force
+// there when none was given, containerd's version is checked, and the
+// registry config is written (writeRegistryConfig); what could not be written
+// is said and set off in cfg.
+func (o *options) openPasses(ctx context.Context, command string, cfg *agent.Config, hosts registries.Hosts) (*session, error) {
+	s, err := o.openOwner(ctx, command)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Policy = o.policyFile // the one in force in the namespace, when none was given
+	if _, err := runtime.CheckServer(ctx, s.rt, o.log); err != nil {
+		s.close()
+		return nil, err
+	}
+	skipped, err := o.writeRegistryConfig(hosts)
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	for _, off := range skipped {
+		o.log.Warn(off)
+		cfg.FeaturesOff = append(cfg.FeaturesOff, off)
+	}
+	return s, nil
 }
 
 // openOwner takes the data dir for command (sync, run) and connects: to

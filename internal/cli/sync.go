@@ -7,7 +7,6 @@ import (
 
 	"github.com/holdfast-project/holdfast/internal/flagenv"
 	"github.com/holdfast-project/holdfast/internal/pass"
-	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
 func newSync(o *options) *cobra.Command {
@@ -32,22 +31,11 @@ bad usage. It ends with a one-line summary:
 			if err != nil {
 				return err
 			}
-			s, err := o.openOwner(ctx, "sync")
+			s, err := o.openPasses(ctx, "sync", &cfg, hosts)
 			if err != nil {
 				return err
 			}
 			defer s.close()
-			cfg.Policy = o.policyFile // the one in force in the namespace, when none was given
-			if _, err := runtime.CheckServer(ctx, s.rt, o.log); err != nil {
-				return err
-			}
-			skipped, err := o.writeRegistryConfig(hosts)
-			if err != nil {
-				return err
-			}
-			for _, off := range skipped {
-				o.log.Warn(off)
-			}
 			d := o.newProgress(cmd, progress, true)
 			cfg.Progress = d.Hook()
 			d.Start()

@@ -123,28 +123,6 @@ func TestZstdFramesPzstd(t *testing.T) {
 	}
 }
 
-// frameGoroutines are the stacks of the frame decoder's goroutines still
-// there after Close. A goroutine that has called wg.Done may not have
-// returned yet when Close does: they are looked for again, for up to 5
-// seconds, until there are none; one that is blocked stays.
-func frameGoroutines() []string {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var left []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "(*Reader)") {
-				left = append(left, g)
-			}
-		}
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestZstdFramesClose: a reader that stops early, anywhere, leaves no
 // goroutine behind once Close returns.
 func TestZstdFramesClose(t *testing.T) {
@@ -177,7 +155,7 @@ func TestZstdFramesClose(t *testing.T) {
 				}
 			}
 			z.Close()
-			if left := frameGoroutines(); len(left) > 0 {
+			if left := fixture.FrameGoroutines("(*Reader)"); len(left) > 0 {
 				t.Fatalf("goroutines left after Close:\n%s", strings.Join(left, "\n\n"))
 			}
 			deadline := time.Now().Add(5 * time.Second)
