@@ -49,26 +49,28 @@ type ForcedPull struct {
 	Message   string   `json:"message"`
 }
 
-// Rows are images as the agent's report and NodeImages list them. Their
-// JSON has each image's fields in the order it has always had there (ref,
-// usedBy, state, pulling, pullError), and only those.
+// Rows are images as the agent's report and NodeImages list them: each
+// written as a Row, the fields in the order they have always had there, and
+// only those.
 type Rows []Image
 
-// MarshalJSON writes rs in the report's order of fields.
+// Row is an image of Rows as it is written: what the agent knows of it.
+type Row struct {
+	Ref       string   `json:"ref"`
+	UsedBy    []string `json:"usedBy,omitempty"`
+	State     State    `json:"state"`
+	Pulling   bool     `json:"pulling,omitempty"`
+	PullError string   `json:"pullError,omitempty"`
+}
+
+// MarshalJSON writes rs as Rows.
 func (rs Rows) MarshalJSON() ([]byte, error) {
-	type row struct {
-		Ref       string   `json:"ref"`
-		UsedBy    []string `json:"usedBy,omitempty"`
-		State     State    `json:"state"`
-		Pulling   bool     `json:"pulling,omitempty"`
-		PullError string   `json:"pullError,omitempty"`
-	}
 	if rs == nil {
 		return []byte("null"), nil
 	}
-	out := make([]row, len(rs))
+	out := make([]Row, len(rs))
 	for i, img := range rs {
-		out[i] = row{Ref: img.Ref, UsedBy: img.UsedBy, State: img.State, Pulling: img.Pulling, PullError: img.PullError}
+		out[i] = Row{Ref: img.Ref, UsedBy: img.UsedBy, State: img.State, Pulling: img.Pulling, PullError: img.PullError}
 	}
 	return json.Marshal(out)
 }

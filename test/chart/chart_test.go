@@ -1336,6 +1336,9 @@ func unschemed(typ reflect.Type, s schemaProp, path string) []string {
 	for typ.Kind() == reflect.Pointer {
 		typ = typ.Elem()
 	}
+	if typ == reflect.TypeFor[hfreport.Rows]() {
+		typ = reflect.TypeFor[[]hfreport.Row]() // what Rows.MarshalJSON writes
+	}
 	switch typ.Kind() {
 	case reflect.Slice:
 		if typ.Elem().Kind() == reflect.Uint8 {
