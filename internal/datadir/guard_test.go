@@ -10,7 +10,7 @@ import (
 )
 
 // TestGuardRestoresDeletedDataDir: Guard takes the lock again within a
-// second or two of the data dir being deleted, and says so once.
+// second or two of the data dir being deleted, and says so.
 func TestGuardRestoresDeletedDataDir(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "data")
