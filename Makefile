@@ -9,6 +9,9 @@ REPORTER_LDFLAGS   := -s -w -X main.version=$(VERSION)
 CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)
 BIN                := $(CURDIR)/bin
 CRICTL_VERSION     := v1.37.0
+# cosign: v2 (signatures as .sig tags, linked as bin/cosign) and v3 (sigstore bundles as referrers, bin/cosign3).
+COSIGN_VERSION     := v2.6.5
+COSIGN3_VERSION    := v3.1.3
 STATICCHECK        := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 DEMO_DIR           ?= /tmp/holdfast-demo
 # image: holdfast's own image (tools/mkimage), reproducible from the commit: its time is the commit's.
@@ -66,8 +69,8 @@ image: build
 demo: build
 	bash scripts/demo.sh "$(BIN)" "$(DEMO_DIR)"
 
-# deps: what the end-to-end suite uses besides holdfast itself (helm: the chart tests, test/chart; cosign: the
-# signature tests; spegel: the peer tests; containerd 1.7, 2.2, 2.3 and K3s's fork: the e2e core's matrix).
+# deps: what the end-to-end suite uses besides holdfast itself (helm: the chart tests, test/chart; cosign v2 and v3:
+# the signature tests; spegel: the peer tests; containerd 1.7, 2.2, 2.3 and K3s's fork: the e2e core's matrix).
 # Three at a time: on a cold machine one part's module downloads overlap another's compiling (the scripts take
 # turns at apt-get); each part's output is printed when it ends. Nothing to do when all are cached.
 # Longest first: the cluster tools and the containerd lines take most of a cold run.
@@ -83,7 +86,7 @@ deps-cluster:
 deps-helm:
 	@$(timed) $@ bash scripts/helm.sh "$(BIN)"
 deps-cosign:
-	@$(timed) $@ bash scripts/cosign.sh "$(BIN)"
+	@$(timed) $@ bash scripts/cosign.sh "$(BIN)" "$(COSIGN_VERSION)" "$(COSIGN3_VERSION)"
 deps-spegel:
 	@$(timed) $@ bash scripts/spegel.sh "$(BIN)"
 deps-lines:

@@ -33,7 +33,9 @@ done
 [ ${#lines_missing[@]} -eq 0 ] || need containerd-lines "the e2e core's containerd lines are missing: ${lines_missing[*]} (make deps builds them: scripts/containerd-lines.sh)"
 command -v crictl >/dev/null 2>&1 || need crictl "crictl is not in $bin or on PATH (make deps installs it)"
 { command -v zstd && command -v pzstd; } >/dev/null 2>&1 || need zstd "the zstd CLI or its pzstd is not on PATH: internal/archive checks that zstd -d reads the seekable zstd holdfast writes and decodes pzstd's frames; the bench's P9 writes with pzstd (make deps installs both with apt-get)"
-command -v cosign >/dev/null 2>&1 || need cosign "cosign is not in $bin or on PATH (make deps builds it: scripts/cosign.sh)"
+for c in cosign cosign3; do # cosign v2 and v3, one part
+	command -v "$c" >/dev/null 2>&1 || need cosign "$c is not in $bin or on PATH (make deps builds it: scripts/cosign.sh)"
+done
 command -v spegel >/dev/null 2>&1 || need spegel "spegel is not in $bin or on PATH (make deps builds it: scripts/spegel.sh)"
 command -v ip >/dev/null 2>&1 || need spegel "ip (iproute2) is not on PATH: the peer tests put two nodes in a network namespace"
 cluster_bin=${HOLDFAST_CLUSTER_BIN:-$HOME/.cache/holdfast/cluster/v1.36.3/bin}
