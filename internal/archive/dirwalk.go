@@ -1,6 +1,7 @@
 package archive
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,11 +70,21 @@ func walkDir(ctx context.Context, dir string, st Store, opts WalkOptions, lim li
 			}
 		}
 	}
+	if opts.ReadSkipped {
+		// Referrers index.json does not list (cosign v3's, saved by
+		// cosign save) are found among the blobs nothing reached.
+		if err := dw.scan(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := w.runJobs(ctx); err != nil {
 		return nil, err
 	}
 	res, err := w.finish(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := dw.fetchReferrers(ctx, res.Skipped); err != nil {
 		return nil, err
 	}
 	if err := w.runJobs(ctx); err != nil {
@@ -126,34 +137,7 @@ func (dw *dirWalker) fetch(ctx context.Context, d digest.Digest, depth int) erro
 	}
 	dw.seen[d] = true
 	w := dw.w
-	w.entries++
-	if w.entries > w.lim.entries {
-		return fmt.Errorf("layout refers to more than %d blobs", w.lim.entries)
-	}
-	name := blobName(d)
-	f, err := files.OpenIn(dw.root, name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", name, err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", name, err)
-	}
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file", name)
-	}
-	cr := &countingReader{r: f}
-	var again reopener
-	if w.deferred {
-		again = rootOpener(dw.root, name)
-	}
-	err = w.digestBlob(ctx, name, d, st.Size(), cr, again)
-	dw.n += cr.n
-	if err != nil {
+	if err := dw.take(ctx, d); err != nil {
 		return err
 	}
 	b, ok := w.docs[d]
@@ -184,4 +168,44 @@ func (dw *dirWalker) fetch(ctx context.Context, d digest.Digest, depth int) erro
 		}
 	}
 	return nil
+}
+
+// take gives the blob d to the walker, read from its file, or from what
+// scan read of it.
+func (dw *dirWalker) take(ctx context.Context, d digest.Digest) error {
+	w := dw.w
+	name := blobName(d)
+	if b, ok := w.extra[d]; ok {
+		// Counted as an entry and its bytes as documents when scan read it.
+		delete(w.extra, d)
+		w.docBytes -= int64(len(b))
+		return w.digestBlob(ctx, name, d, int64(len(b)), bytes.NewReader(b), nil)
+	}
+	w.entries++
+	if w.entries > w.lim.entries {
+		return fmt.Errorf("layout refers to more than %d blobs", w.lim.entries)
+	}
+	f, err := files.OpenIn(dw.root, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", name, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", name, err)
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", name)
+	}
+	cr := &countingReader{r: f}
+	var again reopener
+	if w.deferred {
+		again = rootOpener(dw.root, name)
+	}
+	err = w.digestBlob(ctx, name, d, st.Size(), cr, again)
+	dw.n += cr.n
+	return err
 }

@@ -82,6 +82,7 @@ func (w *walker) finish(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	w.addUnlistedReferrers()
 	res.Skipped = w.skipped
 	return res, nil
 }
@@ -240,6 +241,7 @@ func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*tar
 		if err := d.Digest.Validate(); err != nil {
 			return nil, fmt.Errorf("index.json entry %d: digest %q: %w", i, d.Digest, err)
 		}
+		w.listed[d.Digest] = true
 		kind := entryKind(d)
 		if why := skipKind(kind); why != "" {
 			skip(d, why)
@@ -288,9 +290,13 @@ func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*tar
 				continue
 			}
 		}
-		mt, err := w.inspect(t.desc, 0, t.configs, make(map[digest.Digest]bool))
+		seen := make(map[digest.Digest]bool)
+		mt, err := w.inspect(t.desc, 0, t.configs, seen)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", t.what, err)
+		}
+		for d := range seen {
+			w.images[d] = true
 		}
 		t.desc.MediaType = mt
 		if len(t.names) == 0 && kind != "" {

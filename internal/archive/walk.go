@@ -35,6 +35,7 @@ type limits struct {
 	depth      int   // nesting of indexes
 	linkHops   int   // symlinks/hardlinks followed to resolve one path
 	indexItems int   // descriptors in one index or manifest, images in manifest.json
+	scanSize   int64 // a layout dir's blob nothing reached is read, as a referrer it may be, up to this size
 	zstdWindow uint64
 }
 
@@ -49,6 +50,7 @@ func defaultLimits() limits {
 		depth:      8,
 		linkHops:   16,
 		indexItems: 1 << 16,
+		scanSize:   64 << 10,
 		zstdWindow: zstdMaxWindow,
 	}
 }
@@ -91,6 +93,12 @@ type walker struct {
 	regular int // regular entries met so far
 	// skipped are the index entries that are not images (Skipped).
 	skipped []Skipped
+	// listed are the digests index.json lists; images those of the images
+	// it resolves to, and of the manifests of their indexes; extra the JSON
+	// blobs of a layout dir that nothing reached (scanned). They find the
+	// referrers the index does not list (addUnlistedReferrers).
+	listed, images map[digest.Digest]bool
+	extra          map[digest.Digest][]byte
 	// name names the images of a layout whose entries carry no name (a
 	// cosign layout): WalkOptions.Name.
 	name string
@@ -118,6 +126,8 @@ func newWalker(st Store, lim limits, concurrency int) *walker {
 		files:       make(map[string]*fileInfo),
 		links:       make(map[string]string),
 		meta:        make(map[string][]byte),
+		listed:      make(map[digest.Digest]bool),
+		images:      make(map[digest.Digest]bool),
 		zarf:        zarf{sums: make(map[string]string)},
 	}
 }
