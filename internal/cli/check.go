@@ -30,7 +30,11 @@ type CheckReport struct {
 	// Kubelet is the kubelet configuration read (--kubelet-config, else
 	// the distribution's), nil when none was.
 	Kubelet *kubelet.Config `json:"kubelet,omitempty"`
-	Errors  []string        `json:"errors,omitempty"`
+	// SharedDigests are the images the kubelet would pull under a name
+	// this node does not hold although it holds their digest under others,
+	// which it would then verify (kubelet.SharedDigests).
+	SharedDigests []kubelet.SharedDigest `json:"sharedDigests,omitempty"`
+	Errors        []string               `json:"errors,omitempty"`
 }
 
 // checkFlags are check's flags.
@@ -145,12 +149,17 @@ func checkNode(cmd *cobra.Command, set *workload.Set, records []runtime.Image, s
 		set.Add(sandbox, workload.Use{File: "the pod sandbox image"})
 	}
 	var failed bool
-	out.Images, failed = workload.Check(set.Images(), records, allowUnpinned, kc.ForcedPull)
+	images := set.Images()
+	out.Images, failed = workload.Check(images, records, allowUnpinned, kc.ForcedPull)
+	out.SharedDigests = kc.SharedDigests(images, records)
 	out.Errors = sayErrors(cmd, set.Errors)
 	for _, img := range out.Images {
 		if img.ForcedPull != nil {
 			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", img.ForcedPull.Message)
 		}
+	}
+	for _, s := range out.SharedDigests {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", s.Message)
 	}
 	return finishCheck(cmd, output, out, func(w io.Writer) error { return writeCheck(w, out) }, len(set.Errors) > 0, failed)
 }
@@ -339,8 +348,14 @@ NeverVerifyAllowlistedImages without the image in
 preloadedImagesVerificationAllowlist, has it verify the pull credentials of
 images it did not pull itself, as it did not pull what holdfast imports; with
 imagePullPolicy IfNotPresent it pulls (which fails without a registry), with
-Never it refuses to start the container. The warnings do not change the exit
-status.
+Never it refuses to start the container. It also warns of an image a workload
+asks for under a name this node does not hold as holdfast's while holdfast holds
+its digest under another (a digest reference, or a record not holdfast's), when
+the kubelet would pull it (IfNotPresent or Always): once the kubelet has pulled an
+image under one name, NeverVerifyPreloadedImages (the default, assumed when no
+configuration is read) has it verify the pull credentials of the image's other
+names, and refuse them to pods without (kubernetes#138175). The warnings do not
+change the exit status.
 
 Exit status: 0 when every image is pinned (with --allow-unpinned, present is
 enough; with --cluster, on every node, and every node has a report), 1

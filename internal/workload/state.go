@@ -49,16 +49,7 @@ func Judge(images []Image, records []runtime.Image) []report.Image {
 	out := make([]report.Image, 0, len(images))
 	for _, img := range images {
 		v := report.Image{Ref: img.Ref, State: report.Missing}
-		name := img.Ref
-		n, err := reference.ParseNormalizedNamed(img.Ref)
-		var dg string
-		if err == nil {
-			if c, ok := n.(reference.Canonical); ok {
-				// The CRI drops the tag of name:tag@digest.
-				dg = c.Digest().String()
-				name = n.Name() + "@" + dg
-			}
-		}
+		name, repo, dg := CRIName(img.Ref)
 		if r, ok := byName[name]; ok {
 			v.Target = r.Target.Digest.String()
 			v.State = report.Present
@@ -66,13 +57,28 @@ func Judge(images []Image, records []runtime.Image) []report.Image {
 				v.State = report.Pinned
 			}
 		} else if dg != "" {
-			if others := repoDigests(n.Name()); len(others) > 0 && !slices.Contains(others, dg) {
+			if others := repoDigests(repo); len(others) > 0 && !slices.Contains(others, dg) {
 				v.State, v.Others = report.Mismatch, slices.Sorted(slices.Values(others))
 			}
 		}
 		out = append(out, v)
 	}
 	return out
+}
+
+// CRIName is the record name the CRI looks ref (normalised) up by: ref
+// itself, or for a digest reference repo@digest (the CRI drops the tag of
+// name:tag@digest); repo is its repository and dg its digest ("" for a tag).
+func CRIName(ref string) (name, repo, dg string) {
+	n, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return ref, "", ""
+	}
+	if c, ok := n.(reference.Canonical); ok {
+		dg = c.Digest().String()
+		return n.Name() + "@" + dg, n.Name(), dg
+	}
+	return ref, n.Name(), ""
 }
 
 // Check is holdfast check's judgment of images on a node: a row for each,

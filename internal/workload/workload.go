@@ -39,6 +39,9 @@ type Use struct {
 	// references, and empty for the sandbox image (the CRI pulls it).
 	Image      string
 	PullPolicy string
+	// PullSecrets are the names of the pod spec's imagePullSecrets (not
+	// those its service account adds, which a manifest does not say).
+	PullSecrets []string
 }
 
 // DefaultPullPolicy is the pull policy the API server gives a container or
@@ -348,6 +351,7 @@ func isPodSpec(m map[string]any) bool {
 
 func (s *Set) podSpec(spec map[string]any, u Use) {
 	u.Placement = placementOf(spec)
+	u.PullSecrets = pullSecrets(spec)
 	for _, list := range containerLists {
 		cs, _ := spec[list].([]any)
 		for _, c := range cs {
@@ -387,6 +391,19 @@ func (s *Set) podSpec(spec map[string]any, u Use) {
 		}
 		s.Add(ref, vu)
 	}
+}
+
+// pullSecrets are the names of a pod spec's imagePullSecrets, nil for none.
+func pullSecrets(spec map[string]any) []string {
+	list, _ := spec["imagePullSecrets"].([]any)
+	var out []string
+	for _, e := range list {
+		m, _ := e.(map[string]any)
+		if name, _ := m["name"].(string); name != "" && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // dig walks path through nested maps.

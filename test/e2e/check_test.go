@@ -5,8 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/containerd/containerd/v2/core/images"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
 )
@@ -18,8 +21,14 @@ type checkReport struct {
 		State  string   `json:"state"`
 		UsedBy []string `json:"usedBy"`
 	} `json:"images"`
-	Sandbox string   `json:"sandbox"`
-	Errors  []string `json:"errors"`
+	Sandbox       string `json:"sandbox"`
+	SharedDigests []struct {
+		Image   string   `json:"image"`
+		Held    []string `json:"held"`
+		UsedBy  []string `json:"usedBy"`
+		Message string   `json:"message"`
+	} `json:"sharedDigests"`
+	Errors []string `json:"errors"`
 }
 
 func (d *daemon) check(t *testing.T, dataDir string, args ...string) (checkReport, result) {
@@ -157,6 +166,96 @@ spec:
 		r, _ = d.check(t, dataDir, rendered)
 		if d.Name == "debian-1.6" && (r.Sandbox == "" || len(r.Images) != 5) {
 			t.Errorf("containerd 1.6: sandbox image %q, %d images checked, want it and the 4", r.Sandbox, len(r.Images))
+		}
+	})
+}
+
+// TestCheckSharedDigest: holdfast holds an image as e2e.local/shared/web:1;
+// a Deployment with imagePullSecrets asks for the same digest as
+// mirror.e2e.local/shared/web@<digest> (no record: the kubelet would pull
+// it) and, with imagePullPolicy Always, as e2e.local/mirror/web:1 (a record
+// not holdfast's), and for the held name itself. With the kubelet's default
+// policy (NeverVerifyPreloadedImages) check warns of the first two, naming
+// the workload, the name asked for, the held names and the fix, and exits 1
+// for the missing one only; --allow-unpinned without it exits 0, warnings
+// and all. With NeverVerify it says nothing of them.
+func TestCheckSharedDigest(t *testing.T) {
+	img := build(t, fixture.ImageSpec{Names: []string{"e2e.local/shared/web:1"}})
+	dg := img.Target.Digest.String()
+	byDigest, tagged := "mirror.e2e.local/shared/web@"+dg, "e2e.local/mirror/web:1"
+	deployment := `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  template:
+    spec:
+      imagePullSecrets: [{name: regcred}]
+      containers:
+        - {name: held, image: "e2e.local/shared/web:1"}
+        - {name: tagged, image: "` + tagged + `", imagePullPolicy: Always}
+`
+	dir := tempDir(t)
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	present := write("present.yaml", deployment)
+	all := write("all.yaml", deployment+"        - {name: mirror, image: \""+byDigest+"\"}\n")
+	kubeletConf := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	defaults := write("defaults.yaml", kubeletConf)
+	never := write("never.yaml", kubeletConf+"imagePullCredentialsVerificationPolicy: NeverVerify\n")
+
+	forEachDaemon(t, func(t *testing.T, d *daemon) {
+		base := tempDir(t)
+		imagesDir, dataDir := filepath.Join(base, "images"), filepath.Join(base, "data")
+		writeDockerSave(t, filepath.Join(imagesDir, "web.tar"), img)
+		if res := d.sync(t, dataDir, imagesDir); res.Code != 0 {
+			t.Fatalf("sync exited %d\n%s", res.Code, res.Stderr)
+		}
+		// A record of the same target that holdfast does not hold, as a
+		// pull by the kubelet leaves one.
+		if _, err := d.Client.ImageService().Create(d.ctx(), images.Image{Name: tagged, Target: img.Target}); err != nil {
+			t.Fatal(err)
+		}
+
+		r, res := d.check(t, dataDir, "--no-sandbox-image", "--kubelet-config", defaults, all)
+		if res.Code != 1 {
+			t.Errorf("check exited %d, want 1 (%s is missing)\n%s", res.Code, byDigest, res.Stderr)
+		}
+		warned := map[string]string{}
+		for _, s := range r.SharedDigests {
+			warned[s.Image] = s.Message
+			if !slices.Contains(s.Held, "e2e.local/shared/web:1") || len(s.UsedBy) != 1 || !strings.HasPrefix(s.UsedBy[0], all+"#1 Deployment shop/web containers/") {
+				t.Errorf("%s: held %q, used by %q", s.Image, s.Held, s.UsedBy)
+			}
+		}
+		if len(warned) != 2 || warned[byDigest] == "" || warned[tagged] == "" {
+			t.Fatalf("check warned of %d shared digests %v, want %s and %s\n%s", len(r.SharedDigests), warned, byDigest, tagged, res.Stderr)
+		}
+		for _, want := range []string{
+			"warning: " + byDigest + " (used by " + all + "#1 Deployment shop/web containers/mirror, with imagePullSecrets regcred): this node holds its digest " + dg[7:19] + " only as e2e.local/shared/web:1",
+			"once the kubelet pulls " + byDigest + " it records that image as pulled by itself, and imagePullCredentialsVerificationPolicy NeverVerifyPreloadedImages (the kubelet's default) then has it verify",
+			"(imagePullPolicy Never: ErrImageNeverPull)",
+			"name the image " + byDigest + " in the archive or pin list",
+			"or add e2e.local/shared/web to preloadedImagesVerificationAllowlist with NeverVerifyAllowlistedImages\n",
+			"warning: " + tagged + " (used by " + all + "#1 Deployment shop/web containers/tagged, with imagePullSecrets regcred)",
+		} {
+			if !strings.Contains(res.Stderr, want) {
+				t.Errorf("check's warnings lack %q:\n%s", want, res.Stderr)
+			}
+		}
+
+		r, res = d.check(t, dataDir, "--no-sandbox-image", "--allow-unpinned", "--kubelet-config", defaults, present)
+		if res.Code != 0 || len(r.SharedDigests) != 1 || r.SharedDigests[0].Image != tagged || !strings.Contains(res.Stderr, "warning: "+tagged+" (used by") {
+			t.Errorf("check --allow-unpinned of present images: exit %d, want 0 with a warning of %s: %+v\n%s", res.Code, tagged, r.SharedDigests, res.Stderr)
+		}
+
+		r, res = d.check(t, dataDir, "--no-sandbox-image", "--kubelet-config", never, all)
+		if res.Code != 1 || len(r.SharedDigests) != 0 || strings.Contains(res.Stderr, "warning:") {
+			t.Errorf("check with NeverVerify: exit %d, want 1 and no warning: %+v\n%s", res.Code, r.SharedDigests, res.Stderr)
 		}
 	})
 }
