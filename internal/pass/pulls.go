@@ -234,7 +234,7 @@ func (p *Runner) pull(ctx context.Context, ref, lease string) (hfruntime.Want, e
 
 // pullOnce tries one reference once, with the pull's timeout.
 func (p *Runner) pullOnce(ctx context.Context, ref, lease string) (hfruntime.Want, error) {
-	return p.rt.Pull(ctx, ref, hfruntime.PullOptions{HostsDir: p.cfg.RegistryConfig, Lease: lease, Timeout: p.cfg.PullTimeout, Credentials: p.credentials})
+	return p.rt.Pull(ctx, ref, hfruntime.PullOptions{HostsDir: p.cfg.RegistryConfig, Lease: lease, Timeout: p.cfg.PullTimeout, Credentials: p.credentials, Log: p.log})
 }
 
 // pullBackoff reports whether ref failed recently and waits before its next

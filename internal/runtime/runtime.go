@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -174,6 +175,9 @@ type PullOptions struct {
 	Timeout  time.Duration // for the whole pull
 	// Credentials returns a username and password for a registry host, or empty ones.
 	Credentials func(host string) (string, string, error)
+	// Log, when set, hears at debug level of the signatures a pull could
+	// not fetch (a broken referrers list, a signature over its bounds).
+	Log *slog.Logger
 }
 
 // ImportResult is what an import did.
@@ -258,8 +262,9 @@ type Runtime interface {
 	Server(ctx context.Context) (ServerInfo, error)
 	// Pull fetches an image's host-platform content from its registry under
 	// opts.Lease and returns its target, with the cosign signatures the
-	// registry holds for it (Want.Signatures). It makes no record and never
-	// pins.
+	// registry holds for it (Want.Signatures): its legacy .sig manifest and
+	// those of its referrers that may be signatures, each fetched whole. It
+	// makes no record and never pins.
 	Pull(ctx context.Context, ref string, opts PullOptions) (Want, error)
 	// TempLease makes a lease for content fetched before its source's own
 	// lease exists; Release it when done.

@@ -83,7 +83,7 @@ func TestRuntimeConformance(t *testing.T) {
 		runtimetest.RunFurther(t, "e2e.local/conformance/"+d.Name+"/", func(t *testing.T) runtimetest.Store {
 			return runtimetest.Store{
 				Backend: backend(t),
-				Can:     runtimetest.Capabilities{PinEvents: true, Ingests: true},
+				Can:     runtimetest.Capabilities{PinEvents: true, Ingests: true, Pulls: true},
 				DeleteBlob: func(t *testing.T, dg digest.Digest) {
 					if err := d.Client.ContentStore().Delete(d.ctx(), dg); err != nil {
 						t.Fatalf("deleting blob %s: %v", dg, err)

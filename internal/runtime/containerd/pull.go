@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -13,11 +14,9 @@ import (
 	"github.com/containerd/containerd/v2/core/remotes/docker/config"
 	"github.com/containerd/platforms"
 	"github.com/distribution/reference"
-	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/semaphore"
 
-	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 )
 
@@ -34,9 +33,10 @@ func (r *Runtime) TempLease(ctx context.Context) (string, error) {
 
 // Pull fetches the host platform's content of ref from its registry, through
 // the hosts.toml configuration in opts.HostsDir, under the lease opts.Lease,
-// and the cosign signature the registry holds for it, if any. It makes no
-// record: the pass names and pins what it wants, and nothing else, so that
-// an image the signature policy refuses keeps no name.
+// and the signatures the registry holds for it, if any (fetchSignatures),
+// through the same hosts. It makes no record: the pass names and pins what
+// it wants, and nothing else, so that an image the signature policy refuses
+// keeps no name.
 func (r *Runtime) Pull(ctx context.Context, ref string, opts runtime.PullOptions) (runtime.Want, error) {
 	ctx = r.ns(ctx)
 	if opts.Lease != "" {
@@ -51,14 +51,18 @@ func (r *Runtime) Pull(ctx context.Context, ref string, opts runtime.PullOptions
 	if opts.HostsDir != "" {
 		hosts.HostDir = config.HostDirFromRoot(opts.HostsDir)
 	}
-	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: config.ConfigureHosts(ctx, hosts)})
-	target, err := r.fetch(ctx, resolver, ref, r.platform.Matcher())
+	reg := registry{hosts: config.ConfigureHosts(ctx, hosts), log: opts.Log}
+	if reg.log == nil {
+		reg.log = slog.New(slog.DiscardHandler)
+	}
+	reg.resolver = docker.NewResolver(docker.ResolverOptions{Hosts: reg.hosts})
+	target, err := r.fetch(ctx, reg.resolver, ref, r.platform.Matcher())
 	if err != nil {
 		return runtime.Want{}, err
 	}
 	w := runtime.Want{Name: ref, Target: target}
-	if sig, ok := r.fetchSignature(ctx, resolver, ref, target.Digest); ok {
-		w.Signatures = []ocispec.Descriptor{sig}
+	if reg.repo, err = reference.ParseNormalizedNamed(ref); err == nil {
+		w.Signatures = r.fetchSignatures(ctx, reg, target.Digest)
 	}
 	return w, nil
 }
@@ -103,23 +107,4 @@ func (r *Runtime) fetch(ctx context.Context, resolver remotes.Resolver, ref stri
 		return ocispec.Descriptor{}, fmt.Errorf("fetching %s: %w", ref, err)
 	}
 	return desc, nil
-}
-
-// fetchSignature fetches, under the lease of ctx, the cosign signature
-// manifest the registry holds for the image of ref with digest d
-// (<repo>:sha256-<hex>.sig) and its layers, for a signature policy to judge
-// the image by. An image without one is the common case: false, and nothing
-// is said.
-func (r *Runtime) fetchSignature(ctx context.Context, resolver remotes.Resolver, ref string, d digest.Digest) (ocispec.Descriptor, bool) {
-	named, err := reference.ParseNormalizedNamed(ref)
-	if err != nil {
-		return ocispec.Descriptor{}, false
-	}
-	sigRef := named.Name() + ":" + oci.SignatureTag(d)
-	desc, err := r.fetch(ctx, resolver, sigRef, platforms.All)
-	if err != nil {
-		return ocispec.Descriptor{}, false
-	}
-	desc.Annotations = map[string]string{oci.AnnotationRefName: sigRef}
-	return desc, true
 }

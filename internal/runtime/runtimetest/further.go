@@ -22,6 +22,9 @@ type Capabilities struct {
 	// blob streams in, which Cleanup could abort (containerd's content
 	// store). The fake writes each blob at once: Cleanup has none to spare.
 	Ingests bool
+	// Pulls: Pull fetches from a registry, as containerd's adapter does.
+	// The fake answers pulls with its PullFunc only.
+	Pulls bool
 }
 
 // Store is a backend with what the further cases need of its store beyond
@@ -45,8 +48,9 @@ type Store struct {
 
 // RunFurther runs the cases that need a Store: image events, a source whose
 // blob was lost, not-found and no-CRI errors, a Cleanup beside a live
-// import, pins that leave every other label exactly as it was, and one
-// claimant at a time of the signature policy in force. Record
+// import, pins that leave every other label exactly as it was, one
+// claimant at a time of the signature policy in force, and pulls that
+// fetch an image's signatures (Can.Pulls). Record
 // names start with prefix, which no other record of the store has.
 func RunFurther(t *testing.T, prefix string, newStore func(t *testing.T) Store) {
 	for _, c := range []struct {
@@ -60,6 +64,9 @@ func RunFurther(t *testing.T, prefix string, newStore func(t *testing.T) Store) 
 		{"CleanupSparesLiveImport", cleanupSparesLiveImport},
 		{"PinUnpinTouchOnlyPinLabels", pinUnpinExactLabels},
 		{"PolicyClaimedOnce", policyClaimedOnce},
+		{"PullFetchesReferrers", pullFetchesReferrers},
+		{"PullFetchesLegacyAndReferrers", pullFetchesLegacyAndReferrers},
+		{"PullWithoutSignatures", pullWithoutSignatures},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, newStore(t), prefix+c.name+":1") })
 	}
