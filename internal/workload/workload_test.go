@@ -2,6 +2,7 @@ package workload
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -244,6 +245,61 @@ func TestReady(t *testing.T) {
 		}
 		if got := Ready(tc.state, true); got != tc.loose {
 			t.Errorf("Ready(%s, true) = %v", tc.state, got)
+		}
+	}
+}
+
+// TestPullSecrets: each use carries its pod spec's imagePullSecrets, once
+// each, wherever the kind keeps the pod spec; a pod without has none.
+func TestPullSecrets(t *testing.T) {
+	var s Set
+	s.Read("app.yaml", []byte(`apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly, namespace: shop}
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate: {spec: {template: {spec: {imagePullSecrets: [{name: regcred}, {name: backup}, {name: regcred}, {}],
+    initContainers: [{name: i, image: "registry.example.com/shop/init:1"}], containers: [{name: c, image: "registry.example.com/shop/job:1"}]}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: plain}
+spec: {containers: [{name: c, image: "registry.example.com/shop/plain:1"}]}
+`))
+	if len(s.Errors) > 0 {
+		t.Fatal(s.Errors)
+	}
+	got := map[string]string{}
+	for _, img := range s.Images() {
+		for _, u := range img.Uses {
+			got[img.Ref] = strings.Join(u.PullSecrets, ",")
+			if img.Ref == "registry.example.com/shop/plain:1" && u.PullSecrets != nil {
+				t.Errorf("a pod without imagePullSecrets: %q", u.PullSecrets)
+			}
+		}
+	}
+	want := map[string]string{
+		"registry.example.com/shop/init:1":  "regcred,backup",
+		"registry.example.com/shop/job:1":   "regcred,backup",
+		"registry.example.com/shop/plain:1": "",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("pull secrets by image: %v, want %v", got, want)
+	}
+}
+
+// TestCRIName: a digest reference is looked up as repo@digest, its tag
+// dropped; a tag as it is.
+func TestCRIName(t *testing.T) {
+	d := digest.FromString("x").String()
+	for ref, want := range map[string][3]string{
+		"docker.io/library/nginx:1.27":    {"docker.io/library/nginx:1.27", "docker.io/library/nginx", ""},
+		"registry.example.com/a/b:1@" + d: {"registry.example.com/a/b@" + d, "registry.example.com/a/b", d},
+		"registry.example.com/a/b@" + d:   {"registry.example.com/a/b@" + d, "registry.example.com/a/b", d},
+		"Not A Reference":                 {"Not A Reference", "", ""},
+	} {
+		if n, r, g := CRIName(ref); [3]string{n, r, g} != want {
+			t.Errorf("CRIName(%q) = %q, %q, %q, want %q", ref, n, r, g, want)
 		}
 	}
 }
