@@ -112,10 +112,10 @@ func (o *options) acquire(ctx context.Context, command string) (*datadir.Lock, e
 }
 
 // writeOpts are the options of a Runtime that imports (--min-free,
-// --content-root, --write-path, the state cache), with extra.
+// --content-root, --write-path, the state cache, the log), with extra.
 func (o *options) writeOpts(extra ...hfcontainerd.Option) []hfcontainerd.Option {
 	return append([]hfcontainerd.Option{hfcontainerd.WithSpace(o.spaceOptions()), hfcontainerd.WithWritePath(o.writeOptions()),
-		hfcontainerd.WithStateCache(o.layout().StateCache())}, extra...)
+		hfcontainerd.WithStateCache(o.layout().StateCache()), hfcontainerd.WithLog(o.log)}, extra...)
 }
 
 // openReader connects for a command that does not own the data dir (status,

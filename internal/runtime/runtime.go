@@ -34,6 +34,11 @@ const (
 	LabelCreated = "io.holdfast.created"
 	// PinnedValue is the value of both pin labels.
 	PinnedValue = "pinned"
+	// LabelExpire is containerd's expiry (RFC 3339) of a lease or, on 2.x,
+	// of an image record: once past, the GC collects the record unless a
+	// lease holds it. holdfast never sets it on a record; the records it pins
+	// are held past it (Runtime.Pin).
+	LabelExpire = "containerd.io/gc.expire"
 
 	// LeasePrefix starts every lease ID holdfast owns.
 	LeasePrefix = "holdfast/"
@@ -277,10 +282,13 @@ type Runtime interface {
 	Sources(ctx context.Context) ([]SourceState, error)
 	// Pin makes a record point at its target with both pin labels, touching
 	// no other label. Only with FirstPin(true) is a CRI pin found on the
-	// record remembered as a user's (LabelPriorPin).
+	// record remembered as a user's (LabelPriorPin). On a store whose GC
+	// collects records by their expiry (LabelExpire, containerd 2.x), a
+	// record holdfast pins is held past it until holdfast unpins it.
 	Pin(ctx context.Context, w Want, opts ...PinOption) (PinResult, error)
 	// Unpin removes holdfast's pin label from a record it owns, and the CRI's
-	// unless that was there before holdfast's.
+	// unless that was there before holdfast's; its expiry, if any, counts
+	// again.
 	Unpin(ctx context.Context, name string) error
 	// Delete deletes a record holdfast made (LabelCreated) while it still
 	// points at target; any other record is left as it is.
@@ -294,7 +302,9 @@ type Runtime interface {
 	CRIImages(ctx context.Context, names []string) (map[string]CRIImage, error)
 	// Cleanup aborts holdfast's stale ingests: its own from an earlier run,
 	// and any left unwritten for long, and the temp files of direct writes
-	// whose writer is gone; never another holdfast's live import.
+	// whose writer is gone; never another holdfast's live import. It also
+	// makes the hold past expiry (Pin) cover exactly the records that carry
+	// holdfast's pin label, whichever holdfast pinned them.
 	Cleanup(ctx context.Context) error
 	Close() error
 }

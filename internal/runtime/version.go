@@ -32,6 +32,15 @@ func CRIHonoursPins(version string) bool {
 	}
 }
 
+// ExpiresRecords reports whether a containerd of this version collects an
+// image record once its LabelExpire has passed, unless a lease holds it:
+// every 2.x. On 1.x every record is a root of the GC, and a lease takes no
+// records. An unparsable version is taken for a new one.
+func ExpiresRecords(version string) bool {
+	major, _, _, ok := parseVersion(version)
+	return !ok || major >= 2
+}
+
 // parseVersion reads "v1.6.20", "1.6.20~ds1", "2.4.2+unknown" and the like.
 func parseVersion(v string) (major, minor, patch int, ok bool) {
 	v = strings.TrimPrefix(strings.TrimSpace(v), "v")

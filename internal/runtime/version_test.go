@@ -28,3 +28,22 @@ func TestCRIHonoursPins(t *testing.T) {
 		}
 	}
 }
+
+func TestExpiresRecords(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		version string
+		want    bool
+	}{
+		{"1.6.20~ds1", false},
+		{"v1.7.35", false},
+		{"v2.2.9", true},
+		{"v2.3.2-k3s2", true},
+		{"2.4.2+unknown", true},
+		{"garbage", true},
+	} {
+		if got := ExpiresRecords(tc.version); got != tc.want {
+			t.Errorf("ExpiresRecords(%q) = %v, want %v", tc.version, got, tc.want)
+		}
+	}
+}

@@ -80,10 +80,16 @@ func TestRuntimeConformance(t *testing.T) {
 			}
 		}
 		runtimetest.Run(t, "e2e.local/conformance/"+d.Name+"/", backend)
+		info, err := rt.Server(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
 		runtimetest.RunFurther(t, "e2e.local/conformance/"+d.Name+"/", func(t *testing.T) runtimetest.Store {
 			return runtimetest.Store{
 				Backend: backend(t),
-				Can:     runtimetest.Capabilities{PinEvents: true, Ingests: true, Pulls: true},
+				Can:     runtimetest.Capabilities{PinEvents: true, Ingests: true, Pulls: true, ExpireRecords: runtime.ExpiresRecords(info.Version)},
+				Label:   func(t *testing.T, name, key, value string) { d.labelRecord(t, name, key, value) },
+				GC:      func(t *testing.T) { d.forceGC(t, targets[1]) },
 				DeleteBlob: func(t *testing.T, dg digest.Digest) {
 					if err := d.Client.ContentStore().Delete(d.ctx(), dg); err != nil {
 						t.Fatalf("deleting blob %s: %v", dg, err)

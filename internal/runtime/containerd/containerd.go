@@ -58,6 +58,8 @@ type Runtime struct {
 	labelMu sync.Mutex
 	// lost are blobs listed by the store whose files are gone.
 	lost lostBlobs
+	// holds keep the records holdfast pins past any expiry (expiry.go).
+	holds holds
 }
 
 var _ runtime.Runtime = &Runtime{}
@@ -208,7 +210,8 @@ func (r *Runtime) Server(ctx context.Context) (runtime.ServerInfo, error) {
 // staleIngestAge. Another holdfast's live import (another data dir, the same
 // containerd) is left alone. With direct writes, it also removes the temp
 // files of writers that are gone. It deletes the leases of content-root
-// probes whose life is over (sweepProbes).
+// probes whose life is over (sweepProbes). And it makes the lease that holds
+// the records holdfast pins hold exactly those (syncHolds).
 func (r *Runtime) Cleanup(ctx context.Context) error {
 	ctx = r.ns(ctx)
 	cs := r.client.ContentStore()
@@ -225,7 +228,7 @@ func (r *Runtime) Cleanup(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("aborting ingest %s: %w", st.Ref, err))
 		}
 	}
-	errs = append(errs, r.sweepProbes(ctx, time.Now()), r.direct.sweep(ctx, r))
+	errs = append(errs, r.sweepProbes(ctx, time.Now()), r.direct.sweep(ctx, r), r.syncHolds(ctx))
 	return errors.Join(errs...)
 }
 

@@ -15,7 +15,9 @@ import (
 // is created with them; an existing one is updated field by field, so labels
 // set by others (the CRI's, a user's) stay. On a first pin, a CRI pin that was
 // there before holdfast's is remembered on the record, so unpinning leaves it;
-// a heal never remembers one (the CRI pin it finds is holdfast's own).
+// a heal never remembers one (the CRI pin it finds is holdfast's own). The
+// pinned record is held by holdfast's lease of records, so that an expiry
+// set on it by another writer never makes containerd collect it (expiry.go).
 func (r *Runtime) Pin(ctx context.Context, w runtime.Want, opts ...runtime.PinOption) (runtime.PinResult, error) {
 	ctx = r.ns(ctx)
 	first := runtime.ApplyPinOptions(opts).First
@@ -23,7 +25,7 @@ func (r *Runtime) Pin(ctx context.Context, w runtime.Want, opts ...runtime.PinOp
 	for attempt := 0; attempt < 3; attempt++ {
 		img, err := is.Get(ctx, w.Name)
 		if errdefs.IsNotFound(err) {
-			_, err = is.Create(ctx, images.Image{
+			img, err = is.Create(ctx, images.Image{
 				Name:   w.Name,
 				Target: w.Target,
 				Labels: map[string]string{
@@ -38,7 +40,7 @@ func (r *Runtime) Pin(ctx context.Context, w runtime.Want, opts ...runtime.PinOp
 			if err != nil {
 				return runtime.PinResult{}, fmt.Errorf("creating record %s: %w", w.Name, err)
 			}
-			return runtime.PinResult{Created: true}, nil
+			return runtime.PinResult{Created: true}, r.holdPinned(ctx, img, true)
 		}
 		if err != nil {
 			return runtime.PinResult{}, fmt.Errorf("reading record %s: %w", w.Name, err)
@@ -67,22 +69,24 @@ func (r *Runtime) Pin(ctx context.Context, w runtime.Want, opts ...runtime.PinOp
 		}
 		res.Labelled = len(paths) > 0 && !res.Retargeted || len(paths) > 1
 		if len(paths) == 0 {
-			return res, nil
+			return res, r.holdPinned(ctx, img, false)
 		}
-		if _, err := is.Update(ctx, img, paths...); err != nil {
+		updated, err := is.Update(ctx, img, paths...)
+		if err != nil {
 			if errdefs.IsNotFound(err) {
 				continue // deleted meanwhile: create it
 			}
 			return runtime.PinResult{}, fmt.Errorf("updating record %s: %w", w.Name, err)
 		}
-		return res, nil
+		return res, r.holdPinned(ctx, updated, true)
 	}
 	return runtime.PinResult{}, fmt.Errorf("record %s keeps changing under holdfast", w.Name)
 }
 
 // Unpin removes holdfast's pin from a record it owns: its own label, and the
 // CRI's unless a user's pin was there first. Records holdfast does not own are
-// left alone. The record itself stays; the kubelet's GC decides its fate.
+// left alone. The record itself stays; the kubelet's GC decides its fate,
+// and an expiry on it is no longer outlived (expiry.go).
 func (r *Runtime) Unpin(ctx context.Context, name string) error {
 	ctx = r.ns(ctx)
 	is := r.client.ImageService()
@@ -105,7 +109,7 @@ func (r *Runtime) Unpin(ctx context.Context, name string) error {
 	if _, err := is.Update(ctx, img, paths...); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("unpinning %s: %w", name, err)
 	}
-	return nil
+	return r.unhold(ctx, name)
 }
 
 // Records lists every record in the namespace.
@@ -137,7 +141,7 @@ func (r *Runtime) Delete(ctx context.Context, name string, target digest.Digest)
 	if err := is.Delete(ctx, name, images.DeleteTarget(&img.Target)); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("deleting record %s: %w", name, err)
 	}
-	return nil
+	return r.unhold(ctx, name)
 }
 
 // record reads the record name (ctx carries the namespace); found is false

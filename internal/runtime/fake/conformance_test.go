@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -46,11 +47,19 @@ func TestConformance(t *testing.T) {
 	// within what the fake can do (its Capabilities).
 	runtimetest.RunFurther(t, "fake.example/conformance/", func(t *testing.T) runtimetest.Store {
 		rt := fake.New()
+		rt.Expires = true // a 2.x store: the expiry case shows the rule
 		return runtimetest.Store{
 			Backend:    backend(t, rt),
+			Can:        runtimetest.Capabilities{ExpireRecords: true},
 			DeleteBlob: func(_ *testing.T, d digest.Digest) { rt.DeleteBlob(d) },
 			NoCRI:      func(*testing.T) runtime.Runtime { rt.SetNoCRI(true); return rt },
 			Another:    func(*testing.T) runtime.Runtime { return rt },
+			Label: func(t *testing.T, name, key, value string) {
+				if !rt.Label(name, key, value) {
+					t.Fatalf("labelling %s: no record", name)
+				}
+			},
+			GC: func(*testing.T) { rt.GC(time.Now()) },
 		}
 	})
 }

@@ -28,6 +28,10 @@ type Runtime struct {
 	// WriteDocErr, when set, fails every document the real import writes:
 	// an import that breaks half-way.
 	WriteDocErr error
+	// Expires makes the store one whose GC collects records by their
+	// expiry, as containerd 2.x does (expiry.go); without it every record
+	// is kept, as on 1.x. Set it before the fake is used.
+	Expires bool
 
 	mu      sync.Mutex
 	records map[string]runtime.Image
@@ -44,6 +48,7 @@ type Runtime struct {
 	down    bool                   // Server fails: containerd does not answer
 	streams []chan error           // the open event streams' error channels
 	claim   *runtime.PolicyInForce // the signature policy's claim (policy.go)
+	held    map[string]bool        // records held past their expiry (Expires)
 }
 
 var _ runtime.Backend = &Runtime{}
@@ -51,7 +56,7 @@ var _ runtime.Backend = &Runtime{}
 // New makes an empty fake.
 func New() *Runtime {
 	return &Runtime{records: map[string]runtime.Image{}, states: map[string]runtime.SourceState{},
-		blobs: map[digest.Digest][]byte{}, leases: map[string]*fakeLease{}, events: make(chan runtime.ImageEvent, 64), pins: map[string]int{}}
+		blobs: map[digest.Digest][]byte{}, leases: map[string]*fakeLease{}, events: make(chan runtime.ImageEvent, 64), pins: map[string]int{}, held: map[string]bool{}}
 }
 
 // Emit sends an image event to the watcher.
@@ -231,6 +236,7 @@ func (r *Runtime) Pin(_ context.Context, w runtime.Want, opts ...runtime.PinOpti
 	img.Labels[runtime.LabelCRIPinned] = runtime.PinnedValue
 	r.records[w.Name] = img
 	r.pins[w.Name]++
+	r.held[w.Name] = r.Expires
 	return res, nil
 }
 
@@ -248,6 +254,7 @@ func (r *Runtime) Unpin(_ context.Context, name string) error {
 		delete(img.Labels, runtime.LabelCRIPinned)
 	}
 	r.records[name] = img
+	delete(r.held, name)
 	return nil
 }
 
@@ -259,6 +266,7 @@ func (r *Runtime) Delete(_ context.Context, name string, target digest.Digest) e
 		return nil
 	}
 	delete(r.records, name)
+	delete(r.held, name)
 	r.mu.Unlock()
 	select {
 	case r.events <- runtime.ImageEvent{Kind: runtime.ImageDeleted, Name: name}:
@@ -305,5 +313,16 @@ func (r *Runtime) WatchImages(ctx context.Context) (<-chan runtime.ImageEvent, <
 	return out, errc
 }
 
-func (r *Runtime) Cleanup(context.Context) error { return nil }
-func (r *Runtime) Close() error                  { return nil }
+// Cleanup holds exactly the records holdfast pins, as containerd's adapter
+// does (its ingests are never stale: the fake writes each blob at once).
+func (r *Runtime) Cleanup(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.held = map[string]bool{}
+	for name, img := range r.records {
+		r.held[name] = r.Expires && img.Owned()
+	}
+	return nil
+}
+
+func (r *Runtime) Close() error { return nil }

@@ -25,6 +25,10 @@ type Capabilities struct {
 	// Pulls: Pull fetches from a registry, as containerd's adapter does.
 	// The fake answers pulls with its PullFunc only.
 	Pulls bool
+	// ExpireRecords: the GC collects a record whose expiry
+	// (runtime.LabelExpire) has passed unless a lease holds it (containerd
+	// 2.x, the fake with Expires). On 1.x every record is kept.
+	ExpireRecords bool
 }
 
 // Store is a backend with what the further cases need of its store beyond
@@ -44,13 +48,19 @@ type Store struct {
 	Another func(t *testing.T) runtime.Runtime
 	// Ingests lists the refs of the ingests in progress (Can.Ingests).
 	Ingests func(t *testing.T) []string
+	// Label sets one label of a record as another writer would (ctr
+	// images label).
+	Label func(t *testing.T, name, key, value string)
+	// GC runs the store's GC and returns once it is done.
+	GC func(t *testing.T)
 }
 
 // RunFurther runs the cases that need a Store: image events, a source whose
 // blob was lost, not-found and no-CRI errors, a Cleanup beside a live
 // import, pins that leave every other label exactly as it was, one
-// claimant at a time of the signature policy in force, and pulls that
-// fetch an image's signatures (Can.Pulls). Record
+// claimant at a time of the signature policy in force, pulls that fetch
+// an image's signatures (Can.Pulls), and records that outlive an expiry
+// while holdfast pins them. Record
 // names start with prefix, which no other record of the store has.
 func RunFurther(t *testing.T, prefix string, newStore func(t *testing.T) Store) {
 	for _, c := range []struct {
@@ -67,6 +77,7 @@ func RunFurther(t *testing.T, prefix string, newStore func(t *testing.T) Store) 
 		{"PullFetchesReferrers", pullFetchesReferrers},
 		{"PullFetchesLegacyAndReferrers", pullFetchesLegacyAndReferrers},
 		{"PullWithoutSignatures", pullWithoutSignatures},
+		{"RecordOutlivesExpiry", recordOutlivesExpiry},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, newStore(t), prefix+c.name+":1") })
 	}
