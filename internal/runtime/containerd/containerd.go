@@ -228,7 +228,8 @@ func (r *Runtime) Cleanup(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("aborting ingest %s: %w", st.Ref, err))
 		}
 	}
-	errs = append(errs, r.sweepProbes(ctx, time.Now()), r.direct.sweep(ctx, r), r.syncHolds(ctx))
+	errs = append(errs, r.sweepProbes(ctx, time.Now()), r.direct.sweep(ctx, r))
+	errs = append(errs, r.syncHolds(ctx))
 	return errors.Join(errs...)
 }
 
