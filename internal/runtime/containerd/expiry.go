@@ -31,7 +31,7 @@ const resourceImages = "images"
 // go: a name is held exactly while its record carries holdfast's pin label,
 // whichever holdfast process pinned it, so agents on one namespace never undo
 // each other's holds. Each record whose expiry it outlives is reported once,
-// at its label's time.
+// with its label's time.
 type holds struct {
 	log *slog.Logger
 	// off says the store collects no records by their expiry (1.x), or
