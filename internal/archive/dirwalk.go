@@ -1,7 +1,6 @@
 package archive
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -176,10 +175,12 @@ func (dw *dirWalker) take(ctx context.Context, d digest.Digest) error {
 	w := dw.w
 	name := blobName(d)
 	if b, ok := w.extra[d]; ok {
-		// Counted as an entry and its bytes as documents when scan read it.
+		// A JSON document scan read, checked against its digest and
+		// counted as an entry and as document bytes.
 		delete(w.extra, d)
-		w.docBytes -= int64(len(b))
-		return w.digestBlob(ctx, name, d, int64(len(b)), bytes.NewReader(b), nil)
+		w.docs[d] = b
+		w.files[name] = &fileInfo{dgst: d, size: int64(len(b)), named: true, doc: true, comp: None}
+		return nil
 	}
 	w.entries++
 	if w.entries > w.lim.entries {

@@ -31,9 +31,10 @@ const reasonReferrer = "referrer"
 // addUnlistedReferrers adds to w.skipped, as referrers, the manifests the
 // walk holds that index.json does not list (directly or through an index)
 // and whose subject is one of the archive's images (an index.json target or
-// a manifest of one): its documents, and the blobs of a layout dir that
-// nothing reached (w.extra). Each is parsed once, and only when it mentions
-// a subject at all; they are added sorted by digest.
+// a manifest of one): among its documents, and the blobs of a layout dir
+// that nothing reached (w.extra), those of at most lim.scanSize bytes (in a
+// tar as in a dir). Each is parsed once, and only when it mentions a
+// subject at all; they are added sorted by digest.
 func (w *walker) addUnlistedReferrers() {
 	if len(w.images) == 0 {
 		return
@@ -41,7 +42,7 @@ func (w *walker) addUnlistedReferrers() {
 	var found []Skipped
 	for _, docs := range []map[digest.Digest][]byte{w.docs, w.extra} {
 		for d, b := range docs {
-			if w.listed[d] || w.images[d] {
+			if w.listed[d] || w.images[d] || int64(len(b)) > w.lim.scanSize {
 				continue
 			}
 			if s, ok := referrerOf(d, b, w.images); ok {
