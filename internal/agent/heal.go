@@ -169,8 +169,12 @@ func (h *healer) wantedNames() map[string]bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	names := make(map[string]bool, len(h.wanted))
-	for n := range h.wanted {
-		names[n] = true
+	for n, w := range h.wanted {
+		// A record of an image's signatures is no image: the CRI does
+		// not list it, and readiness does not wait for it.
+		if w.Signs == "" {
+			names[n] = true
+		}
 	}
 	return names
 }

@@ -171,3 +171,18 @@ func TestHealIgnores(t *testing.T) {
 
 // dirsConfig is a daemon's configuration with these images dirs only.
 func dirsConfig(dirs ...string) Config { return Config{Config: pass.Config{ImageDirs: dirs}} }
+
+// TestReadinessWaitsForImagesOnly: the names readiness waits for the CRI
+// to see are the wanted images', not the records of their signatures
+// (Want.Signs), which the CRI lists as no image.
+func TestReadinessWaitsForImagesOnly(t *testing.T) {
+	target := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromString("image"), Size: 1}
+	sig := "example.com/app:sha256-" + target.Digest.Encoded() + ".sig"
+	h := &healer{wanted: map[string]hfruntime.Want{
+		"example.com/app:1": {Name: "example.com/app:1", Target: target},
+		sig:                 {Name: sig, Target: ocispec.Descriptor{Digest: digest.FromString("sig")}, Signs: target.Digest},
+	}}
+	if got := h.wantedNames(); len(got) != 1 || !got["example.com/app:1"] {
+		t.Errorf("readiness waits for %v, want example.com/app:1 alone", got)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/holdfast-project/holdfast/internal/journal"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/report"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
@@ -182,11 +183,14 @@ func (r *required) recordChanges(set *report.RequiredSet, prev, states map[strin
 }
 
 // heldOf is what records say the node holds: every record but the CRI's
-// own sha256: ones.
+// own sha256: ones and those of images' signatures (cosign's tags, the
+// referrers tag), which are no images.
 func heldOf(records []hfruntime.Image) report.Held {
 	held := make(report.Held, 0, len(records))
 	for _, r := range records {
-		if !hfruntime.IsCRIRecord(r.Name) {
+		_, sig := oci.ParseCosignTag(r.Name)
+		_, refs := oci.ParseReferrersRecord(r.Name)
+		if !hfruntime.IsCRIRecord(r.Name) && !sig && !refs {
 			held = append(held, report.HeldImage{Name: r.Name, Digest: r.Target.Digest.String(), Pinned: r.Pinned()})
 		}
 	}

@@ -130,10 +130,10 @@ func newImport(o *options) *cobra.Command {
 				}
 				r := k.Result
 				if r.Unchanged {
-					fmt.Fprintf(out, "%s: unchanged, %d images kept (lease %s)\n", k.Path, len(r.Images), r.Lease)
+					fmt.Fprintf(out, "%s: unchanged, %d images kept (lease %s)\n", k.Path, imageCount(r.Images), r.Lease)
 				} else {
 					fmt.Fprintf(out, "%s: imported and kept, %d images, %d blobs written, %d present, %s read (lease %s)\n",
-						k.Path, len(r.Images), r.Written, r.Present, units.Bytes(r.BytesRead), r.Lease)
+						k.Path, imageCount(r.Images), r.Written, r.Present, units.Bytes(r.BytesRead), r.Lease)
 				}
 				for _, l := range k.Replaced {
 					fmt.Fprintf(out, "%s: replaced the earlier import (lease %s)\n", k.Path, l)
@@ -185,4 +185,16 @@ func (o *options) spoolDirs() ([]string, error) {
 		dirs = append(dirs, abs)
 	}
 	return dirs, nil
+}
+
+// imageCount counts the images of wants: the records of their signatures
+// (runtime.Want.Signs) are none.
+func imageCount(wants []runtime.Want) int {
+	n := 0
+	for _, w := range wants {
+		if w.Signs == "" {
+			n++
+		}
+	}
+	return n
 }

@@ -73,7 +73,7 @@ pattern (nothing is changed then).`,
 				verb, unpin = "would release", "would unpin"
 			}
 			for _, st := range rel.Leases {
-				fmt.Fprintf(out, "%s %s (lease %s, %d images)\n", verb, st.Source, st.Lease, len(st.Images))
+				fmt.Fprintf(out, "%s %s (lease %s, %d images)\n", verb, st.Source, st.Lease, imageCount(st.Images))
 			}
 			for _, n := range rel.Unpinned {
 				fmt.Fprintf(out, "%s %s\n", unpin, n)

@@ -46,7 +46,8 @@ func choose(records []runtime.Image, states []runtime.SourceState, sel Selection
 	}
 	eligible := func(name string) bool {
 		_, sig := oci.ParseCosignTag(name)
-		return !runtime.IsCRIRecord(name) && !sig
+		_, refs := oci.ParseReferrersRecord(name)
+		return !runtime.IsCRIRecord(name) && !sig && !refs
 	}
 	if sel.All {
 		for _, r := range records {
@@ -75,7 +76,7 @@ func choose(records []runtime.Image, states []runtime.SourceState, sel Selection
 		}
 		for _, st := range sts {
 			for _, w := range st.Images {
-				if eligible(w.Name) {
+				if eligible(w.Name) && w.Signs == "" {
 					take(w.Name, Image{Name: w.Name, Target: w.Target})
 				}
 			}

@@ -94,7 +94,7 @@ func importSource(ctx context.Context, s runtime.Store, req runtime.ImportReques
 // import records of its signatures.
 func openLease(ctx context.Context, s runtime.Store, id string, req runtime.ImportRequest, carried bool) (runtime.SourceState, bool, error) {
 	upToDate := func(st runtime.SourceState) bool {
-		return (st.SignaturesRecorded || !req.Signed) && (!carried || signaturesListed(st))
+		return (st.SignaturesRecorded || !req.Signed) && (!carried || signaturesListed(st) && signaturesNamed(st))
 	}
 	var prior runtime.SourceState
 	if known := req.Prior; known != nil && known.Lease == id && known.Complete {
@@ -164,6 +164,12 @@ func importLeased(ctx context.Context, s runtime.Store, sink runtime.Sink, lease
 		return runtime.SourceState{}, err
 	}
 	toLease = append(toLease, sigs.toLease...)
+	wants := Wants(walked.Images)
+	records, err := recordSignatures(ctx, sink, wants, sigs, walked.Docs)
+	if err != nil {
+		return runtime.SourceState{}, err
+	}
+	toLease = append(toLease, records.toLease...)
 	if err := s.AddToLease(ctx, lease, toLease); err != nil {
 		return runtime.SourceState{}, err
 	}
@@ -172,6 +178,12 @@ func importLeased(ctx context.Context, s runtime.Store, sink runtime.Sink, lease
 	// their labels already.
 	for d := range labelled {
 		delete(names, d)
+	}
+	// The signatures' blobs are labelled with the records that name them.
+	for d, ns := range records.names {
+		for _, n := range ns {
+			names.Add(n, []digest.Digest{d})
+		}
 	}
 	if err := s.LabelSources(ctx, names); err != nil {
 		return runtime.SourceState{}, err
@@ -186,12 +198,12 @@ func importLeased(ctx context.Context, s runtime.Store, sink runtime.Sink, lease
 	}
 	// The signatures' blobs are needed too: one lost makes the source not
 	// intact, and the next pass imports it again.
-	for _, d := range sigs.blobs {
+	for _, d := range append(sigs.blobs, records.blobs...) {
 		if !slices.Contains(required, d) {
 			required = append(required, d)
 		}
 	}
-	state := runtime.SourceState{Lease: lease, Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: Wants(walked.Images), Blobs: required, Size: size,
+	state := runtime.SourceState{Lease: lease, Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: sortedWants(append(wants, records.wants...)), Blobs: required, Size: size,
 		Format: res.Format, Skipped: skipped, Signatures: sigs.byImage, SignaturesRecorded: true, Package: sigs.pkg}
 	if err := sink.WriteState(ctx, state); err != nil {
 		return runtime.SourceState{}, err

@@ -30,8 +30,13 @@ func Wants(imgs []archive.Image) []runtime.Want {
 			add(dn, "", img.Target)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	return sortedWants(out)
+}
+
+// sortedWants are ws sorted by name.
+func sortedWants(ws []runtime.Want) []runtime.Want {
+	sort.Slice(ws, func(i, j int) bool { return ws[i].Name < ws[j].Name })
+	return ws
 }
 
 // DigestName is the repo@digest name of name's repository at d, and whether

@@ -30,6 +30,11 @@ type keptSignatures struct {
 	// its config, its layers), for the state's list of what the source
 	// needs.
 	blobs []digest.Digest
+	// kinds are the kinds of the signature manifests kept (layout's
+	// KindSimpleSigning, KindBundle), and closures the blobs kept of each
+	// (the manifest, its config, its layers), by manifest digest.
+	kinds    map[digest.Digest]string
+	closures map[digest.Digest][]digest.Digest
 }
 
 // keepSignatures writes the signature manifests the walk found for its
@@ -102,6 +107,7 @@ func keepSignatures(ctx context.Context, s runtime.Store, sink runtime.Sink, wal
 		return out, nil
 	}
 	out.byImage = map[digest.Digest][]ocispec.Descriptor{}
+	out.kinds, out.closures = map[digest.Digest]string{}, map[digest.Digest][]digest.Digest{}
 	for target, sigs := range carried {
 		for _, sig := range sigs {
 			m := sig.Manifest
@@ -114,16 +120,14 @@ func keepSignatures(ctx context.Context, s runtime.Store, sink runtime.Sink, wal
 				if err != nil {
 					return keptSignatures{}, err
 				}
-				if kept && !slices.Contains(out.blobs, c.Digest) {
-					out.blobs = append(out.blobs, c.Digest)
+				if kept {
+					out.note(m.Digest, sig.Kind, c.Digest)
 				}
 			}
 			if _, err := keep(m, nil); err != nil {
 				return keptSignatures{}, err
 			}
-			if !slices.Contains(out.blobs, m.Digest) {
-				out.blobs = append(out.blobs, m.Digest)
-			}
+			out.note(m.Digest, sig.Kind, m.Digest)
 			if !slices.ContainsFunc(out.byImage[target], func(d ocispec.Descriptor) bool {
 				return d.Digest == m.Digest && d.Annotations[oci.AnnotationRefName] == m.Annotations[oci.AnnotationRefName]
 			}) {
@@ -132,6 +136,20 @@ func keepSignatures(ctx context.Context, s runtime.Store, sink runtime.Sink, wal
 		}
 	}
 	return out, nil
+}
+
+// note records that blob, the signature manifest m of kind or a blob it
+// names, is kept.
+func (k *keptSignatures) note(m digest.Digest, kind string, blob digest.Digest) {
+	if !slices.Contains(k.blobs, blob) {
+		k.blobs = append(k.blobs, blob)
+	}
+	if !slices.Contains(k.closures[m], blob) {
+		k.closures[m] = append(k.closures[m], blob)
+	}
+	if k.kinds[m] == "" {
+		k.kinds[m] = kind
+	}
 }
 
 // signatureChildren are the blobs a signature manifest names: its config

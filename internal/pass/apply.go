@@ -20,8 +20,8 @@ func (p *Runner) apply(ctx context.Context, plan reconcile.Plan, sum *Summary) {
 	p.hand.Pinning(pinning(plan))
 	sum.Wanted = plan.Wanted
 	sum.Images = 0
-	for name := range plan.WantedNames {
-		if !strings.Contains(name, "@") {
+	for name, w := range plan.WantedNames {
+		if !strings.Contains(name, "@") && w.Signs == "" {
 			sum.Images++
 		}
 	}

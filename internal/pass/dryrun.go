@@ -124,6 +124,9 @@ func (p *Runner) recordPlan(plan reconcile.Plan) {
 		return
 	}
 	for _, pin := range plan.Pins {
+		if pin.Want.Signs != "" {
+			continue // a record of an image's signatures goes with the image
+		}
 		action := "heal"
 		if pin.Reason == reconcile.ReasonNew {
 			action = "pin"

@@ -111,7 +111,9 @@ func pinKept(ctx context.Context, rt hfruntime.Backend, k *Kept, replaces string
 	if judgment != nil {
 		k.Verdicts = map[string]signature.Verdict{}
 		for _, w := range k.Result.Images {
-			k.Verdicts[w.Name] = judgment.Of(w.Name, w.Target)
+			if w.Signs == "" {
+				k.Verdicts[w.Name] = judgment.Of(w.Name, w.Target)
+			}
 		}
 	}
 	plan := planAsIs(states, records, imported, judgment.Refuses)
@@ -330,7 +332,9 @@ func lostKept(states []hfruntime.SourceState) []error {
 		}
 		names := make([]string, 0, len(st.Images))
 		for _, w := range st.Images {
-			names = append(names, w.Name)
+			if w.Signs == "" {
+				names = append(names, w.Name)
+			}
 		}
 		missing := "some of their blobs are"
 		if n := len(st.Missing); n > 0 {

@@ -56,7 +56,9 @@ func verdictsOf(plan reconcile.Plan, g *signature.Judgment) map[string]signature
 	}
 	out := map[string]signature.Verdict{}
 	for name, w := range plan.WantedNames {
-		out[name] = g.Of(name, w.Target)
+		if w.Signs == "" { // a record of an image's signatures is no image
+			out[name] = g.Of(name, w.Target)
+		}
 	}
 	for _, r := range plan.Refusals {
 		if _, ok := out[r.Name]; !ok {

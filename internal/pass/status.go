@@ -159,9 +159,11 @@ func statusOf(imgs []hfruntime.ImageDetail, srcs []hfruntime.SourceState) Status
 		recorded string
 	}
 	wantedBy := map[string][]claim{}
+	// The records of the images' signatures a source names: no images.
+	signs := map[string]bool{}
 	st := Status{Images: []StatusImage{}, Sources: []StatusSource{}}
 	for _, s := range srcs {
-		ss := StatusSource{Path: s.Source, Lease: s.Lease, Identity: s.Identity, Complete: s.Complete, Images: len(s.Images), Format: s.Format, Skipped: s.Skipped}
+		ss := StatusSource{Path: s.Source, Lease: s.Lease, Identity: s.Identity, Complete: s.Complete, Format: s.Format, Skipped: s.Skipped}
 		if s.Kept {
 			ss.Kept, ss.ImportedAt, ss.Size = true, s.ImportedAt.UTC().Format(time.RFC3339), s.Size
 		}
@@ -173,10 +175,18 @@ func statusOf(imgs []hfruntime.ImageDetail, srcs []hfruntime.SourceState) Status
 		}
 		st.Sources = append(st.Sources, ss)
 		for _, w := range s.Images {
+			if w.Signs != "" {
+				signs[w.Name] = true
+				continue
+			}
+			st.Sources[len(st.Sources)-1].Images++
 			wantedBy[w.Name] = append(wantedBy[w.Name], claim{s, w.Target.Digest.String(), w.Recorded})
 		}
 	}
 	for _, img := range imgs {
+		if signs[img.Name] && len(wantedBy[img.Name]) == 0 {
+			continue
+		}
 		si := StatusImage{
 			Name:    img.Name,
 			Digest:  img.Target.Digest.String(),

@@ -158,3 +158,25 @@ func TestStatusRefusedAsPassRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusLeavesOutSignatureRecords: the records a source names an
+// image's signatures by (Want.Signs) are no images: status lists neither
+// them nor counts them among its source's images; the image is listed.
+func TestStatusLeavesOutSignatureRecords(t *testing.T) {
+	target := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromString("image"), Size: 1}
+	sig := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromString("sig"), Size: 1}
+	sigName := "example.com/app:sha256-" + target.Digest.Encoded() + ".sig"
+	srcs := []hfruntime.SourceState{{Lease: "holdfast/app", Source: "/images/app.tar", Identity: "i1", Complete: true, Intact: true,
+		Images: []hfruntime.Want{{Name: "example.com/app:1", Target: target}, {Name: sigName, Target: sig, Signs: target.Digest}}}}
+	imgs := []hfruntime.ImageDetail{
+		{Image: hfruntime.Image{Name: "example.com/app:1", Target: target}},
+		{Image: hfruntime.Image{Name: sigName, Target: sig}},
+	}
+	st := statusOf(imgs, srcs)
+	if len(st.Images) != 1 || st.Images[0].Name != "example.com/app:1" || len(st.Images[0].Sources) != 1 {
+		t.Errorf("status images %+v, want example.com/app:1 alone, wanted by its source", st.Images)
+	}
+	if len(st.Sources) != 1 || st.Sources[0].Images != 1 {
+		t.Errorf("status sources %+v, want one source of 1 image", st.Sources)
+	}
+}

@@ -96,7 +96,7 @@ type Plan struct {
 	// Foreign are the records of refused images that holdfast did not make
 	// (a user's, a pull's): left as they are, and reported.
 	Foreign     []string
-	Wanted      int                     // names the kept sources want
+	Wanted      int                     // names of images the kept sources want
 	WantedNames map[string]runtime.Want // and their targets (the winners')
 	// KeptNames are the wanted names a kept source (holdfast import) wants.
 	KeptNames map[string]bool
@@ -170,10 +170,12 @@ func Diff(in Input) Plan {
 			})
 		}
 	}
-	plan.Wanted = len(wanted)
 	plan.WantedNames = make(map[string]runtime.Want, len(wanted))
 	for name, c := range wanted {
 		plan.WantedNames[name] = c.want
+		if c.want.Signs == "" { // a record of an image's signatures is no image
+			plan.Wanted++
+		}
 	}
 
 	records := map[string]runtime.Image{}
@@ -242,7 +244,11 @@ func claimsOf(in Input, kept []runtime.SourceState, plan *Plan) (map[string][]cl
 		for _, w := range st.Images {
 			if in.Refused != nil {
 				if why, no := in.Refused(w); no {
-					plan.Refusals = append(plan.Refusals, Refusal{Name: w.Name, Target: w.Target.Digest.String(), Source: st.Source, Lease: st.Lease, Reason: why})
+					// A record of a refused image's signatures goes with
+					// it; the image's refusal is the one reported.
+					if w.Signs == "" {
+						plan.Refusals = append(plan.Refusals, Refusal{Name: w.Name, Target: w.Target.Digest.String(), Source: st.Source, Lease: st.Lease, Reason: why})
+					}
 					if refused[w.Name] == nil {
 						refused[w.Name] = map[string]bool{}
 					}

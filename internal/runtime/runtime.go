@@ -91,6 +91,11 @@ type Want struct {
 	// image in its registry (<repo>:sha256-<hex>.sig); a pull list's lease
 	// holds them, and its state lists them (SourceState.Signatures).
 	Signatures []ocispec.Descriptor `json:"signatures,omitempty"`
+	// Signs is the target of the image whose signatures this record names
+	// (<repo>:sha256-<hex>.sig, or the referrers tag <repo>:sha256-<hex>),
+	// so that a peer mirror serves them: such a want is no image. It is
+	// judged, named and removed with the image it signs.
+	Signs digest.Digest `json:"signs,omitempty"`
 }
 
 // SourceState is the desired state of one source, as kept in the store on its lease.

@@ -46,8 +46,9 @@ type Judgment struct {
 	pol        *Policy
 	byTarget   map[digest.Digest][]ocispec.Descriptor // candidate signatures
 	packages   map[digest.Digest][]runtime.PackageSignature
-	names      map[digest.Digest][]string // every name the states give each image
-	unrecorded map[digest.Digest]bool     // wanted by a state written before signatures were kept
+	names      map[digest.Digest][]string           // every name the states give each image
+	targets    map[digest.Digest]ocispec.Descriptor // each named image's target
+	unrecorded map[digest.Digest]bool               // wanted by a state written before signatures were kept
 
 	mu     sync.Mutex
 	judged map[digest.Digest]map[string]Verdict
@@ -61,7 +62,7 @@ func (j *Judge) For(ctx context.Context, states []runtime.SourceState) *Judgment
 	}
 	g := &Judgment{ctx: ctx, j: j, pol: j.Policy,
 		byTarget: map[digest.Digest][]ocispec.Descriptor{}, packages: map[digest.Digest][]runtime.PackageSignature{},
-		names: map[digest.Digest][]string{}, unrecorded: map[digest.Digest]bool{}, judged: map[digest.Digest]map[string]Verdict{}}
+		names: map[digest.Digest][]string{}, targets: map[digest.Digest]ocispec.Descriptor{}, unrecorded: map[digest.Digest]bool{}, judged: map[digest.Digest]map[string]Verdict{}}
 	wants := 0
 	for _, st := range states {
 		wants += len(st.Images)
@@ -80,8 +81,12 @@ func (j *Judge) For(ctx context.Context, states []runtime.SourceState) *Judgment
 // add gathers what one source state says of its images' signatures.
 func (g *Judgment) add(st runtime.SourceState) {
 	for _, w := range st.Images {
+		if w.Signs != "" {
+			continue // a record of an image's signatures: no name of it
+		}
 		if _, tag := oci.ParseCosignTag(w.Name); !tag {
 			g.names[w.Target.Digest] = append(g.names[w.Target.Digest], w.Name)
+			g.targets[w.Target.Digest] = w.Target
 		}
 		if !st.SignaturesRecorded {
 			g.unrecorded[w.Target.Digest] = true
@@ -126,10 +131,25 @@ func (g *Judgment) Of(name string, target ocispec.Descriptor) Verdict {
 
 // Refuses says whether the policy refuses a want (Mode.Refuses of its
 // verdict), and the verdict; a nil judgment, or one under warn, refuses
-// nothing and judges nothing for it.
+// nothing and judges nothing for it. A record of an image's signatures
+// (Want.Signs) takes the verdict of the image it signs, under the image's
+// name in the record's repository (any name of it, else): it is named only
+// while the image is. One whose image no state names is refused.
 func (g *Judgment) Refuses(w runtime.Want) (string, bool) {
 	if g == nil || g.pol.Mode != Enforce {
 		return "", false
+	}
+	if w.Signs != "" {
+		names := g.names[w.Signs]
+		if len(names) == 0 {
+			return "no image " + w.Signs.String() + " is wanted", true
+		}
+		name := names[0]
+		if i := slices.IndexFunc(names, func(n string) bool { return oci.Repository(n) == oci.Repository(w.Name) }); i >= 0 {
+			name = names[i]
+		}
+		v := g.Of(name, g.targets[w.Signs])
+		return v.String() + " (the image as " + name + ")", g.pol.Mode.Refuses(v)
 	}
 	v := g.Of(w.Name, w.Target)
 	return v.String(), g.pol.Mode.Refuses(v)

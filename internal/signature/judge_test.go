@@ -110,3 +110,40 @@ func BenchmarkVerdict(b *testing.B) {
 		}
 	}
 }
+
+// TestJudgeSignatureRecords: a want that names an image's signatures
+// (Want.Signs) takes the image's verdict under enforce: allowed while the
+// image is verified, refused with it once the image is unsigned (its
+// signature gone from the state), refused when no state names the image;
+// and it is no name of the image: judging the image does not judge it.
+func TestJudgeSignatureRecords(t *testing.T) {
+	pol, states, store, w := storeScene(t)
+	pol.Mode = Enforce
+	sig := states[0].Signatures[w.Target.Digest][0]
+	record := runtime.Want{Name: repo + ":" + oci.SignatureTag(w.Target.Digest), Target: ocispec.Descriptor{MediaType: sig.MediaType, Digest: sig.Digest, Size: sig.Size}, Signs: w.Target.Digest}
+	states[0].Images = append(states[0].Images, record)
+	var j Judge
+	g := judgeOf(&j, pol, store, states)
+	if why, refused := g.Refuses(record); refused {
+		t.Errorf("the record of a verified image's signature is refused: %s", why)
+	}
+	if v := g.Of(w.Name, w.Target); v.State != Verified {
+		t.Errorf("the image beside its signature's record: %s, want verified", v)
+	}
+	unsigned := []runtime.SourceState{{Lease: "l", Images: states[0].Images, SignaturesRecorded: true}}
+	g = judgeOf(&j, pol, store, unsigned)
+	if why, refused := g.Refuses(record); !refused || !strings.HasPrefix(why, string(Unsigned)) || !strings.Contains(why, w.Name) {
+		t.Errorf("the record of an unsigned image's signature: refused %v (%s), want refused as the image %s is", refused, why, w.Name)
+	}
+	if _, refused := g.Refuses(w); !refused {
+		t.Errorf("the unsigned image is not refused")
+	}
+	alone := []runtime.SourceState{{Lease: "l", Images: []runtime.Want{record}, Signatures: states[0].Signatures, SignaturesRecorded: true}}
+	if _, refused := judgeOf(&j, pol, store, alone).Refuses(record); !refused {
+		t.Errorf("the record of the signature of an image no state names is not refused")
+	}
+	pol.Mode = Warn
+	if _, refused := judgeOf(&j, pol, store, unsigned).Refuses(record); refused {
+		t.Errorf("under warn the record of an unsigned image's signature is refused")
+	}
+}
