@@ -120,16 +120,27 @@ func legacyFor(legacy []ocispec.Descriptor, name string) (ocispec.Descriptor, bo
 }
 
 // signaturesNamed says whether a state names every image's signatures it
-// keeps (a want that Signs each): a state written before holdfast named
-// them names none, and its source is imported again so that it does.
+// keeps (a want that Signs each, or a name of the archive's own that the
+// record would have): a state written before holdfast named them names
+// none, and its source is imported again so that it does.
 func signaturesNamed(st runtime.SourceState) bool {
 	for image, sigs := range st.Signatures {
 		if len(sigs) == 0 {
 			continue
 		}
-		if !slices.ContainsFunc(st.Images, func(w runtime.Want) bool { return w.Signs == image }) {
+		if !slices.ContainsFunc(st.Images, func(w runtime.Want) bool { return w.Signs == image || recordOf(w.Name) == image }) {
 			return false
 		}
 	}
 	return true
+}
+
+// recordOf is the image whose signatures name names as a record would
+// (cosign's tag, the referrers tag), "" for another name.
+func recordOf(name string) digest.Digest {
+	if t, ok := oci.ParseCosignTag(name); ok {
+		return t.Image
+	}
+	d, _ := oci.ParseReferrersRecord(name)
+	return d
 }
