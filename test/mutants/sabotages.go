@@ -181,6 +181,30 @@ var sabotages = []sabotage{
 		tests: []tests{{e2e, []string{"TestRuntimeConformance"}, nil}},
 	},
 	{
+		name: "expired-record-not-held",
+		// No record holdfast pins is held by its lease of records: on
+		// containerd 2.x an expiry another writer set on one makes the GC
+		// collect it behind the kubelet's back.
+		edits: []edit{{"internal/runtime/containerd/expiry.go",
+			"return !r.holds.off.Load() && runtime.ExpiresRecords(r.version)",
+			"return false"}},
+		tests: []tests{{e2e, []string{"TestExpiredRecordKept"}, nil}},
+	},
+	{
+		name: "hold-outlives-unpin",
+		// A record holdfast no longer pins stays held: an expiry set on it
+		// never counts again.
+		edits: []edit{
+			{"internal/runtime/containerd/records.go",
+				"\treturn r.unhold(ctx, name)\n}\n\n// Records lists",
+				"\treturn nil\n}\n\n// Records lists"},
+			{"internal/runtime/containerd/expiry.go",
+				"if !found || img.Labels[runtime.LabelPinned] != runtime.PinnedValue {",
+				"if !found && img.Labels[runtime.LabelPinned] == \"never\" {"},
+		},
+		tests: []tests{{e2e, []string{"TestRuntimeConformance"}, nil}},
+	},
+	{
 		name: "diff-unpins-wanted",
 		// The plan unpins names a kept source still wants.
 		edits: []edit{{"internal/reconcile/reconcile.go",
