@@ -114,7 +114,10 @@ type WalkOptions struct {
 	// ReadSkipped makes a walk of a layout directory read the index entries
 	// it skips too (signatures, attestations, SBOMs, referrers), so that
 	// their documents are in Result.Docs as a tar's walk has them; their
-	// other blobs go to the Store. A tar's walk reads every blob anyway.
+	// other blobs go to the Store. It also looks among the blobs nothing
+	// reached for referrers of the layout's images that index.json does not
+	// list, as a tar's walk finds them among its documents. A tar's walk
+	// reads every blob anyway.
 	ReadSkipped bool
 }
 

@@ -79,7 +79,7 @@ func skipKind(kind string) string {
 	case kind == kindPrefix+"sboms":
 		return "sbom"
 	case strings.HasPrefix(kind, kindPrefix+"referrers"):
-		return "referrer"
+		return reasonReferrer
 	}
 	return "kind " + kind
 }

@@ -251,7 +251,7 @@ func (w *walker) resolveIndex(idx ocispec.Index, wanted map[string]bool) ([]*tar
 			// A referrer of another entry, as containerd's exporter and
 			// holdfast export mark them (a cosign v3 signature): never
 			// an image.
-			skip(d, "referrer")
+			skip(d, reasonReferrer)
 			continue
 		}
 		t := &target{

@@ -35,7 +35,7 @@ type limits struct {
 	depth      int   // nesting of indexes
 	linkHops   int   // symlinks/hardlinks followed to resolve one path
 	indexItems int   // descriptors in one index or manifest, images in manifest.json
-	scanSize   int64 // a layout dir's blob nothing reached is read, as a referrer it may be, up to this size
+	scanSize   int64 // a manifest index.json does not list is taken for a referrer up to this size (a layout dir's unreached blob is read up to it)
 	zstdWindow uint64
 }
 
@@ -167,7 +167,9 @@ func WalkDir(ctx context.Context, dir string, st Store) (*Result, error) {
 // WalkDirWith reads an OCI image layout directory (oci-layout, index.json,
 // blobs/<alg>/<hex>; a manifest.json beside them is used as in a Docker ≥ 25
 // archive). It reads only the blobs reachable from index.json (and
-// manifest.json); blobs missing from the directory are left to the caller's
+// manifest.json), and with opts.ReadSkipped the small JSON blobs nothing
+// reached, to find the referrers index.json does not list (a cosign save
+// layout's); blobs missing from the directory are left to the caller's
 // completeness check, as in Walk. Unless opts.Concurrency is 1, it reads the
 // documents first, then writes the other blobs opts.Concurrency at a time,
 // the largest first.
