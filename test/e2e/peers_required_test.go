@@ -21,6 +21,7 @@ import (
 	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/report"
 	hfruntime "github.com/holdfast-project/holdfast/internal/runtime"
+	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
@@ -42,12 +43,21 @@ func TestPullRequiredFromPeers(t *testing.T) {
 	name := needed.Names[0]
 	aImages := filepath.Join(tempDir(t), "images")
 	// B enforces a signature policy for e2e.local/sig/*, which needed:1 is
-	// not; A one for the scene's signed image alone, by the same key.
+	// not; A one for the two signed images alone, by the same keys: the
+	// scene's, signed by its legacy .sig manifest, and one signed by a
+	// sigstore bundle referrer.
 	scene := writeSignedScene(t, filepath.Join(tempDir(t), "scene"))
-	policy := scene.writePolicy(t, "enforce")
+	bundled := writeBundleSigned(t, scene.policyDir, filepath.Join(tempDir(t), "bundled.tar"))
+	policy := filepath.Join(scene.policyDir, "b.yaml")
 	policyA := filepath.Join(scene.policyDir, "a.yaml")
-	if err := os.WriteFile(policyA, []byte("mode: enforce\nrules:\n  - images: [\"e2e.local/sig/oci-signed\"]\n    keys: [platform.pub]\n"), 0o644); err != nil {
-		t.Fatal(err)
+	const bundleRule = "  - images: [\"e2e.local/sig/oci-bundled\"]\n    keys: [bundle.pub]\n"
+	for p, rules := range map[string]string{
+		policy:  bundleRule + "  - images: [\"e2e.local/sig/*\"]\n    keys: [platform.pub]\n",
+		policyA: bundleRule + "  - images: [\"e2e.local/sig/oci-signed\"]\n    keys: [platform.pub]\n",
+	} {
+		if err := os.WriteFile(p, []byte("mode: enforce\nrules:\n"+rules), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	agentA := startAgentIn(t, ns, a.daemon, a.dataDir, []string{aImages}, "--settle", "200ms", "--policy", policyA)
 	agent := startAgentIn(t, ns, b.daemon, b.dataDir, []string{filepath.Join(tempDir(t), "images")},
@@ -153,65 +163,39 @@ func TestPullRequiredFromPeers(t *testing.T) {
 	// (<repo>:sha256-<hex>.sig), pinned and leased with the image, its blobs
 	// labelled with where they come from, so that spegel serves it; B's pull
 	// through the peers asks A's spegel for it by that name.
-	if err := os.Rename(scene.archive, filepath.Join(aImages, filepath.Base(scene.archive))); err != nil {
+	sceneArchive := filepath.Join(aImages, filepath.Base(scene.archive))
+	if err := os.Rename(scene.archive, sceneArchive); err != nil {
 		t.Fatal(err)
 	}
-	sceneArchive := filepath.Join(aImages, filepath.Base(scene.archive))
 	eventually(t, "A to pin the signed image", func() bool { return a.isPinned(t, scene.signed) })
 	signedRec, _ := a.record(t, scene.signed)
 	sigName := "e2e.local/sig/oci-signed:" + oci.SignatureTag(signedRec.Target.Digest)
 	eventually(t, "A to pin the record of the image's signature", func() bool { return a.isPinned(t, sigName) })
-	sigManifest := a.requireSignatureRecord(t, sigName, sceneArchive, "sig/oci-signed")
-	start = time.Now()
+	payloads := a.requireSignatureRecord(t, sigName, sceneArchive, "sig/oci-signed")
 	agent.put(t, "/required", `{"images":[{"ref":"`+scene.signed+`"}]}`)
-	eventually(t, "B to pin or refuse the signed image", func() bool {
-		return b.isPinned(t, scene.signed) || agent.logged("refused", map[string]string{"name": scene.signed, "source": peerList}) > 0
-	})
-	aLog := readFile(t, a.spegel)
-	if !slices.ContainsFunc(strings.Split(aLog, "\n"), func(line string) bool {
-		return strings.Contains(line, "/v2/sig/oci-signed/manifests/"+oci.SignatureTag(signedRec.Target.Digest)) && strings.Contains(line, `"status":200`)
-	}) {
-		t.Errorf("A's spegel log does not show it served B %s:\n%s", sigName, tail(aLog, 20))
+	requirePeerSignature(t, a, b, agent, peerList, scene.signed, sigName, payloads)
+
+	// The same for an image signed by a bundle referrer: A names the index of
+	// its referrers by the fallback tag <repo>:sha256-<hex>.
+	bundledArchive := filepath.Join(aImages, "bundled.tar")
+	if err := os.Rename(bundled, bundledArchive); err != nil {
+		t.Fatal(err)
 	}
-	if b.isPinned(t, scene.signed) {
-		t.Logf("B pinned the signed %s from its peers %s after it was required", scene.signed, time.Since(start).Round(time.Millisecond))
-		var bst signatureStatus
-		readStatus(t, &bst, "--address", b.Address, "--data-dir", b.dataDir)
-		verified := false
-		for _, img := range bst.Images {
-			if img.Name == scene.signed {
-				verified = img.Pinned && img.Signature != nil && img.Signature.State == "verified"
-			}
-		}
-		if !verified {
-			t.Errorf("B's status does not show %s pinned and verified: %+v", scene.signed, bst.Images)
-		}
-	} else {
-		// K3s's spegel (v0.7.2-k3s1) serves a blob only once it takes its
-		// JSON for an index, a manifest or an image config: the signature's
-		// record and manifest come through, its simple-signing payload is
-		// answered 404 (could not determine media type), and B refuses the
-		// image as unsigned. That, and nothing else, is what stops it.
-		blocked := false
-		for _, l := range sigManifest.Layers {
-			for _, line := range strings.Split(aLog, "\n") {
-				if strings.Contains(line, "/v2/sig/oci-signed/blobs/"+l.Digest.String()) && strings.Contains(line, "could not determine media type") {
-					blocked = true
-				}
-			}
-		}
-		if !blocked {
-			t.Fatalf("B refused %s, and A's spegel did not refuse it the signature's payload:\nB's agent:\n%s\nA's spegel:\n%s", scene.signed, tail(agent.dump(), 30), tail(aLog, 30))
-		}
-		t.Logf("B refused %s %s after it was required: A's spegel served the record %s and its manifest, but answered 404 for its payload (could not determine media type)", scene.signed, time.Since(start).Round(time.Millisecond), sigName)
-	}
+	const bundledName = "e2e.local/sig/oci-bundled:1"
+	eventually(t, "A to pin the bundle-signed image", func() bool { return a.isPinned(t, bundledName) })
+	bundledRec, _ := a.record(t, bundledName)
+	refsName := "e2e.local/sig/oci-bundled:" + oci.ReferrersTag(bundledRec.Target.Digest)
+	eventually(t, "A to pin the referrers record of the image", func() bool { return a.isPinned(t, refsName) })
+	payloads = a.requireSignatureRecord(t, refsName, bundledArchive, "sig/oci-bundled")
+	agent.put(t, "/required", `{"images":[{"ref":"`+scene.signed+`"},{"ref":"`+bundledName+`"}]}`)
+	requirePeerSignature(t, a, b, agent, peerList, bundledName, refsName, payloads)
 
 	// An image A holds unsigned (A's policy does not cover it): B's pull
 	// finds no signature, and B's policy refuses it: no name on B.
 	if !a.isPinned(t, scene.bare) {
 		t.Fatalf("A does not hold %s pinned", scene.bare)
 	}
-	agent.put(t, "/required", `{"images":[{"ref":"`+scene.signed+`"},{"ref":"`+scene.bare+`"}]}`)
+	agent.put(t, "/required", `{"images":[{"ref":"`+scene.signed+`"},{"ref":"`+bundledName+`"},{"ref":"`+scene.bare+`"}]}`)
 	eventually(t, "B to refuse the unsigned image it pulled from its peers", func() bool {
 		return agent.logged("refused", map[string]string{"name": scene.bare, "source": peerList}) > 0
 	})
@@ -225,24 +209,31 @@ func TestPullRequiredFromPeers(t *testing.T) {
 		})
 	})
 
-	// The archive goes from A: its lease is released, and the record of the
-	// signature is unpinned with the image's.
+	// The archives go from A: their leases are released, and the records of
+	// the signatures are unpinned with the images'.
 	if err := os.Remove(sceneArchive); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "A's agent to release the signed archive", func() bool { return leaseOf(t, a, sceneArchive) == "" })
-	for _, n := range []string{scene.signed, sigName} {
+	if err := os.Remove(bundledArchive); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "A's agent to release the signed archives", func() bool {
+		return leaseOf(t, a, sceneArchive) == "" && leaseOf(t, a, bundledArchive) == ""
+	})
+	for _, n := range []string{scene.signed, sigName, bundledName, refsName} {
 		if a.isPinned(t, n) {
 			t.Errorf("A still pins %s once the archive that brought it is gone", n)
 		}
 	}
 }
 
-// requireSignatureRecord checks the node's record of a signature manifest
-// as its source names it: pinned, its target and every blob it names held
-// by the source's lease, each labelled with the repository it comes from
-// (e2e.local), as spegel needs to serve it.
-func (n *peerNode) requireSignatureRecord(t *testing.T, name, source, repo string) ocispec.Manifest {
+// requireSignatureRecord checks the node's record of an image's signatures
+// as its source names it: pinned, its target and every blob under it (a
+// signature manifest's config and layers; a referrers index's manifests and
+// theirs) held by the source's lease, each labelled with the repository it
+// comes from (e2e.local), as spegel needs to serve it. It returns the
+// signatures' layers: their payloads or bundles.
+func (n *peerNode) requireSignatureRecord(t *testing.T, name, source, repo string) []ocispec.Descriptor {
 	t.Helper()
 	rec, ok := n.record(t, name)
 	if !ok || !n.isPinned(t, name) {
@@ -253,15 +244,35 @@ func (n *peerNode) requireSignatureRecord(t *testing.T, name, source, repo strin
 		t.Fatalf("no lease of %s", source)
 	}
 	held := n.leaseContent(t, l)
-	raw, err := content.ReadBlob(n.ctx(), n.Client.ContentStore(), rec.Target)
-	if err != nil {
-		t.Fatal(err)
+	read := func(d ocispec.Descriptor) []byte {
+		raw, err := content.ReadBlob(n.ctx(), n.Client.ContentStore(), d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
 	}
-	var m ocispec.Manifest
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatal(err)
+	all, manifests := []ocispec.Descriptor{rec.Target}, []ocispec.Descriptor{rec.Target}
+	if rec.Target.MediaType == ocispec.MediaTypeImageIndex {
+		var idx ocispec.Index
+		if err := json.Unmarshal(read(rec.Target), &idx); err != nil {
+			t.Fatal(err)
+		}
+		if len(idx.Manifests) == 0 || idx.Manifests[0].ArtifactType != oci.MediaTypeSigstoreBundle {
+			t.Errorf("%s lists %+v, want the image's bundle referrers", name, idx.Manifests)
+		}
+		manifests = idx.Manifests
+		all = append(all, idx.Manifests...)
 	}
-	for _, d := range append([]ocispec.Descriptor{rec.Target, m.Config}, m.Layers...) {
+	var layers []ocispec.Descriptor
+	for _, md := range manifests {
+		var m ocispec.Manifest
+		if err := json.Unmarshal(read(md), &m); err != nil {
+			t.Fatal(err)
+		}
+		all = append(append(all, m.Config), m.Layers...)
+		layers = append(layers, m.Layers...)
+	}
+	for _, d := range all {
 		if !held[d.Digest] {
 			t.Errorf("the lease of %s does not hold %s of %s", source, d.Digest, name)
 		}
@@ -273,7 +284,75 @@ func (n *peerNode) requireSignatureRecord(t *testing.T, name, source, repo strin
 			t.Errorf("%s of %s is labelled from %q, want %q", d.Digest, name, got, repo)
 		}
 	}
-	return m
+	return layers
+}
+
+// requirePeerSignature: once B's agent is asked for image, A's spegel
+// serves B the record sigName names its signatures by; then either B pins
+// image verified, or K3s's spegel (v0.7.2-k3s1) stopped it, which serves a
+// blob only once it takes its JSON for an index, a manifest or an image
+// config: the record and the manifests come through, the signatures'
+// payloads (a simple-signing payload, a sigstore bundle) are answered 404
+// (could not determine media type), and B refuses the image as unsigned.
+// That, and nothing else, may stop it.
+func requirePeerSignature(t *testing.T, a, b *peerNode, agent *agentProc, peerList, image, sigName string, payloads []ocispec.Descriptor) {
+	t.Helper()
+	start := time.Now()
+	eventually(t, "B to pin or refuse "+image, func() bool {
+		return b.isPinned(t, image) || agent.logged("refused", map[string]string{"name": image, "source": peerList}) > 0
+	})
+	took := time.Since(start).Round(time.Millisecond)
+	repo, tag, _ := strings.Cut(strings.TrimPrefix(sigName, peerRegistryHost+"/"), ":")
+	lines := strings.Split(readFile(t, a.spegel), "\n")
+	logged := func(path, what string) bool {
+		return slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, path) && strings.Contains(l, what) })
+	}
+	if !logged("/v2/"+repo+"/manifests/"+tag, `"status":200`) {
+		t.Errorf("A's spegel log does not show it served B %s:\n%s", sigName, tail(strings.Join(lines, "\n"), 20))
+	}
+	if b.isPinned(t, image) {
+		t.Logf("B pinned %s from its peers %s after it was required", image, took)
+		var st signatureStatus
+		readStatus(t, &st, "--address", b.Address, "--data-dir", b.dataDir)
+		verified := false
+		for _, i := range st.Images {
+			verified = verified || i.Name == image && i.Pinned && i.Signature != nil && i.Signature.State == "verified"
+		}
+		if !verified {
+			t.Errorf("B's status does not show %s pinned and verified: %+v", image, st.Images)
+		}
+		return
+	}
+	blocked := slices.ContainsFunc(payloads, func(p ocispec.Descriptor) bool {
+		return logged("/v2/"+repo+"/blobs/"+p.Digest.String(), "could not determine media type")
+	})
+	if !blocked {
+		t.Fatalf("B refused %s, and A's spegel did not refuse it the signature's payload:\nB's agent:\n%s\nA's spegel:\n%s", image, tail(agent.dump(), 30), tail(strings.Join(lines, "\n"), 30))
+	}
+	t.Logf("B refused %s %s after it was required: A's spegel served the record %s and its manifests, and answered 404 for the signature's payload (could not determine media type)", image, took, sigName)
+}
+
+// writeBundleSigned writes an OCI archive at out of e2e.local/sig/oci-bundled:1
+// with a sigstore bundle referrer signed by a key of its own, in blobs/ but
+// not in index.json (as cosign v3's save leaves it); the public key goes
+// into dir as bundle.pub.
+func writeBundleSigned(t *testing.T, dir, out string) string {
+	t.Helper()
+	key := sigtest.NewKey(t)
+	if err := os.WriteFile(filepath.Join(dir, "bundle.pub"), sigtest.PublicPEM(t, key), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	img := build(t, fixture.ImageSpec{Names: []string{"e2e.local/sig/oci-bundled:1"}})
+	blobs := sigtest.Blobs{}
+	ref := blobs.Referrer(t, img.Target, sigtest.KeyBundle(t, key, sigtest.Statement(t, img.Target.Digest)))
+	art := fixture.Artifact{Descriptor: ref}
+	for _, b := range blobs {
+		art.Blobs = append(art.Blobs, b)
+	}
+	writeArchive(t, out, fixture.None, fixture.CompressOptions{}, func(ctx context.Context, w io.Writer) error {
+		return fixture.WriteOCI(ctx, w, fixture.OCIOptions{Names: fixture.NameOCIFull, Unlisted: []fixture.Artifact{art}}, img)
+	})
+	return out
 }
 
 // spegelBin is the spegel binary on PATH, or the test is skipped saying so.
