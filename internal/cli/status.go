@@ -42,6 +42,10 @@ an image the bundle names in another spelling (index.docker.io/...) follows
 with that spelling. In -o json sources have "format" and "skipped" (counts
 by reason), images "recordedAs".
 
+A record that carries containerd.io/gc.expire, set by another writer, has
+"expires" (its time) in -o json: containerd 2.x collects it past that time
+unless holdfast pins it.
+
 Unpinning does not free disk at once: the CRI keeps its own record of an image
 until the kubelet's image GC removes it.`,
 		Args: cobra.NoArgs,

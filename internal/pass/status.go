@@ -35,6 +35,10 @@ type StatusImage struct {
 	// ContentLost: a source that wants this image at this target is
 	// missing blobs in the store (see StatusSource.Missing).
 	ContentLost bool `json:"contentLost,omitempty"`
+	// Expires is the record's containerd.io/gc.expire, set by another
+	// writer: containerd 2.x collects the record past it unless holdfast
+	// pins it (holdfast's lease of records holds it then).
+	Expires string `json:"expires,omitempty"`
 	// CRI is what the CRI image service (what the kubelet asks) reports;
 	// absent when there is none.
 	CRI *hfruntime.CRIImage `json:"cri,omitempty"`
@@ -195,6 +199,7 @@ func statusOf(imgs []hfruntime.ImageDetail, srcs []hfruntime.SourceState) Status
 			Pinned:  img.Pinned(),
 			Owned:   img.Owned(),
 			UserPin: img.Labels[hfruntime.LabelPriorPin] == "true" || (img.Pinned() && !img.Owned()),
+			Expires: img.Labels[hfruntime.LabelExpire],
 			Sources: []string{},
 			Leases:  []string{},
 		}

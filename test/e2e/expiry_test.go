@@ -58,6 +58,22 @@ func TestExpiredRecordKept(t *testing.T) {
 		if c := d.syncOK(t, dataDir, imagesDir); c["healed"] != 0 {
 			t.Errorf("a sync after the GC healed: %v", c)
 		}
+		var st struct {
+			Images []struct {
+				Name    string `json:"name"`
+				Expires string `json:"expires"`
+			} `json:"images"`
+		}
+		readStatus(t, &st, "--address", d.Address, "--data-dir", dataDir)
+		shown := "(no image)"
+		for _, img := range st.Images {
+			if img.Name == synced {
+				shown = img.Expires
+			}
+		}
+		if shown != past {
+			t.Errorf("status shows %s's expiry as %q, want %s", synced, shown, past)
+		}
 		reports := strings.Count(res.Stderr, expiryReport)
 		switch {
 		case d.Old && reports != 0:
