@@ -3,6 +3,8 @@ package signature
 import (
 	"slices"
 	"strings"
+
+	"github.com/holdfast-project/holdfast/internal/oci"
 )
 
 // A verdict belongs to the image, not to one of its names. An image (a
@@ -36,14 +38,14 @@ func byImage(names []string, own func(name string) Verdict) map[string]Verdict {
 	for _, n := range names {
 		if !isDigestName(n) {
 			out[n] = own(n)
-			tags[repository(n)] = append(tags[repository(n)], n)
+			tags[oci.Repository(n)] = append(tags[oci.Repository(n)], n)
 		}
 	}
 	for _, n := range names {
 		if !isDigestName(n) {
 			continue
 		}
-		v, as, ok := worst(tags[repository(n)], out)
+		v, as, ok := worst(tags[oci.Repository(n)], out)
 		if !ok || v.State == Unchecked {
 			out[n] = own(n)
 			continue
@@ -106,14 +108,3 @@ func judgedAs(v Verdict, as string) Verdict {
 }
 
 func isDigestName(name string) bool { return strings.Contains(name, "@") }
-
-// repository is a name without its tag or digest.
-func repository(name string) string {
-	if i := strings.IndexByte(name, '@'); i >= 0 {
-		return name[:i]
-	}
-	if i := strings.LastIndexByte(name, ':'); i > strings.LastIndexByte(name, '/') {
-		return name[:i]
-	}
-	return name
-}

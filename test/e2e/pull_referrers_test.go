@@ -15,13 +15,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/static"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
-	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
@@ -130,28 +127,10 @@ func pushBundleReferrer(t *testing.T, ref string, k *ecdsa.PrivateKey) {
 	subject := ocispec.Descriptor{MediaType: string(head.MediaType), Digest: digest.Digest(head.Digest.String()), Size: head.Size}
 	blobs := sigtest.Blobs{}
 	d := blobs.Referrer(t, subject, sigtest.KeyBundle(t, k, sigtest.Statement(t, subject.Digest)))
-	children, err := oci.Children(d, blobs[d.Digest])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range children {
-		if err := remote.WriteLayer(r.Context(), static.NewLayer(blobs[c.Digest], types.MediaType(c.MediaType))); err != nil {
-			t.Fatalf("pushing %s: %v", c.Digest, err)
-		}
-	}
-	if err := remote.Put(r.Context().Digest(d.Digest.String()), rawDoc{blobs[d.Digest], d.MediaType}); err != nil {
+	if err := blobs.Push(r.Context().Digest(d.Digest.String()).String(), d); err != nil {
 		t.Fatalf("pushing the referrer of %s: %v", ref, err)
 	}
 }
-
-// rawDoc is a manifest go-containerregistry pushes as it is.
-type rawDoc struct {
-	raw       []byte
-	mediaType string
-}
-
-func (m rawDoc) RawManifest() ([]byte, error)        { return m.raw, nil }
-func (m rawDoc) MediaType() (types.MediaType, error) { return types.MediaType(m.mediaType), nil }
 
 // verdicts are the signature states status gives the images a source wants.
 func verdicts(st signatureStatus) map[string]string {

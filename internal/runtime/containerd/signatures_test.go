@@ -20,15 +20,11 @@ import (
 	"github.com/containerd/containerd/v2/core/remotes/docker/config"
 	"github.com/distribution/reference"
 	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/static"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/signature/sigtest"
 )
 
@@ -71,33 +67,12 @@ func (r *testRegistry) pushReferrer(t *testing.T, repo string, image ocispec.Des
 	t.Helper()
 	blobs := sigtest.Blobs{}
 	d := blobs.Referrer(t, image, sigtest.KeyBundle(t, sigtest.NewKey(t), sigtest.Statement(t, image.Digest)))
-	dst, err := name.NewRepository(r.host + "/" + repo)
-	if err != nil {
-		t.Fatal(err)
-	}
 	auth := remote.WithAuth(&authn.Basic{Username: "puller", Password: "secret"})
-	children, err := oci.Children(d, blobs[d.Digest])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range children {
-		if err := remote.WriteLayer(dst, static.NewLayer(blobs[c.Digest], types.MediaType(c.MediaType)), auth); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := remote.Put(dst.Digest(d.Digest.String()), rawManifest{blobs[d.Digest], d.MediaType}, auth); err != nil {
+	if err := blobs.Push(r.host+"/"+repo+"@"+d.Digest.String(), d, auth); err != nil {
 		t.Fatal(err)
 	}
 	return d
 }
-
-type rawManifest struct {
-	raw       []byte
-	mediaType string
-}
-
-func (m rawManifest) RawManifest() ([]byte, error)        { return m.raw, nil }
-func (m rawManifest) MediaType() (types.MediaType, error) { return types.MediaType(m.mediaType), nil }
 
 // TestSignatureReferrersThroughMirrors: an image's referrers are listed
 // through the hosts.toml mirror first, then the registry with its

@@ -11,11 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/static"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -55,36 +51,10 @@ func newSignedRegistry(t *testing.T, referrers bool) *signedRegistry {
 // push uploads the manifest desc, and the blobs it names, to ref.
 func (r *signedRegistry) push(t *testing.T, ref string, desc ocispec.Descriptor) {
 	t.Helper()
-	children, err := oci.Children(desc, r.blobs[desc.Digest])
-	if err != nil {
+	if err := r.blobs.Push(ref, desc); err != nil {
 		t.Fatal(err)
-	}
-	repo, err := name.NewRepository(r.repo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range children {
-		if err := remote.WriteLayer(repo, static.NewLayer(r.blobs[b.Digest], types.MediaType(b.MediaType))); err != nil {
-			t.Fatalf("pushing %s: %v", b.Digest, err)
-		}
-	}
-	tagged, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Put(tagged, rawManifest{r.blobs[desc.Digest], desc.MediaType}); err != nil {
-		t.Fatalf("pushing %s: %v", ref, err)
 	}
 }
-
-// rawManifest is a manifest as go-containerregistry pushes it: as it is.
-type rawManifest struct {
-	raw       []byte
-	mediaType string
-}
-
-func (m rawManifest) RawManifest() ([]byte, error)        { return m.raw, nil }
-func (m rawManifest) MediaType() (types.MediaType, error) { return types.MediaType(m.mediaType), nil }
 
 // bundleReferrer pushes a referrer of the image holding a bundle signed
 // with a new key, as cosign v3 sign --key pushes it, and returns it.
