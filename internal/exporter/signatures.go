@@ -73,9 +73,12 @@ func findSignatures(ctx context.Context, c runtime.Content, targets []ocispec.De
 
 // signatureCandidates are, by image digest, the manifests that may sign
 // it: those the sources' states list for it, and the records named with
-// its cosign tag, each carrying its name.
+// its cosign tag, each carrying its name. A record a source names its
+// image's signatures by (Want.Signs) is left out: it names a copy for the
+// peers of a manifest the state lists.
 func signatureCandidates(records []runtime.Image, states []runtime.SourceState) map[digest.Digest][]ocispec.Descriptor {
 	out := map[digest.Digest][]ocispec.Descriptor{}
+	own := map[string]map[digest.Digest]bool{}
 	add := func(t digest.Digest, d ocispec.Descriptor) {
 		if !slices.ContainsFunc(out[t], func(o ocispec.Descriptor) bool {
 			return o.Digest == d.Digest && o.Annotations[oci.AnnotationRefName] == d.Annotations[oci.AnnotationRefName]
@@ -93,11 +96,17 @@ func signatureCandidates(records []runtime.Image, states []runtime.SourceState) 
 			for _, d := range w.Signatures {
 				add(w.Target.Digest, d)
 			}
+			if w.Signs != "" {
+				if own[w.Name] == nil {
+					own[w.Name] = map[digest.Digest]bool{}
+				}
+				own[w.Name][w.Target.Digest] = true
+			}
 		}
 	}
 	for _, r := range records {
 		t, ok := signatureTagOf(r.Name)
-		if !ok {
+		if !ok || own[r.Name][r.Target.Digest] {
 			continue
 		}
 		d := r.Target

@@ -165,7 +165,7 @@ func importLeased(ctx context.Context, s runtime.Store, sink runtime.Sink, lease
 	}
 	toLease = append(toLease, sigs.toLease...)
 	wants := Wants(walked.Images)
-	records, err := recordSignatures(ctx, sink, wants, sigs, walked.Docs)
+	records, err := recordSignatures(ctx, sink, wants, sigs, signatureReader(s, walked), walked.Docs)
 	if err != nil {
 		return runtime.SourceState{}, err
 	}

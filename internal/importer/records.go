@@ -10,6 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/holdfast-project/holdfast/internal/archive"
 	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/signature/layout"
@@ -34,9 +35,12 @@ type signatureRecords struct {
 // is the image's target): <repo>:sha256-<hex>.sig at its simple-signing
 // manifest, as cosign names it, and the referrers tag <repo>:sha256-<hex> at
 // an index of its bundle referrers (oci.ReferrersIndex), which it writes
-// through sink. A name wants gives an image already is left to it.
-func recordSignatures(ctx context.Context, sink runtime.Sink, wants []runtime.Want, kept keptSignatures, docs map[digest.Digest][]byte) (signatureRecords, error) {
+// through sink. Each manifest a record names is its peer copy (peerCopies),
+// which carries its small blobs; the state's signatures stay the manifests
+// kept. A name wants gives an image already is left to it.
+func recordSignatures(ctx context.Context, sink runtime.Sink, wants []runtime.Want, kept keptSignatures, r oci.Reader, docs map[digest.Digest][]byte) (signatureRecords, error) {
 	out := signatureRecords{names: runtime.Names{}}
+	copies := peerCopies{sink: sink, r: r, docs: docs, made: map[digest.Digest]peerCopy{}}
 	taken := map[string]bool{}
 	repos := map[digest.Digest][]string{}
 	for _, w := range wants {
@@ -69,7 +73,18 @@ func recordSignatures(ctx context.Context, sink runtime.Sink, wants []runtime.Wa
 		var index ocispec.Descriptor
 		var indexBlobs []digest.Digest
 		if len(bundles) > 0 {
-			data, desc, err := oci.ReferrersIndex(bundles, docs)
+			listed, listedDocs := make([]ocispec.Descriptor, 0, len(bundles)), map[digest.Digest][]byte{}
+			for _, b := range bundles {
+				c, err := copies.of(ctx, b, &out)
+				if err != nil {
+					return signatureRecords{}, err
+				}
+				listed = append(listed, c.desc)
+				if c.data != nil {
+					listedDocs[c.desc.Digest] = c.data
+				}
+			}
+			data, desc, err := oci.ReferrersIndex(listed, listedDocs)
 			if err != nil {
 				return signatureRecords{}, fmt.Errorf("the referrers index of %s: %w", image, err)
 			}
@@ -87,12 +102,17 @@ func recordSignatures(ctx context.Context, sink runtime.Sink, wants []runtime.Wa
 			out.blobs = append(out.blobs, desc.Digest)
 			index, indexBlobs = desc, []digest.Digest{desc.Digest}
 			for _, b := range bundles {
+				indexBlobs = append(indexBlobs, copies.made[b.Digest].desc.Digest)
 				indexBlobs = append(indexBlobs, kept.closures[b.Digest]...)
 			}
 		}
 		for _, r := range repos[image] {
 			if m, ok := legacyFor(legacy, oci.SignatureRecord(r, image)); ok {
-				add(oci.SignatureRecord(r, image), m, image, kept.closures[m.Digest])
+				c, err := copies.of(ctx, m, &out)
+				if err != nil {
+					return signatureRecords{}, err
+				}
+				add(oci.SignatureRecord(r, image), c.desc, image, append([]digest.Digest{c.desc.Digest}, kept.closures[m.Digest]...))
 			}
 			if index.Digest != "" {
 				add(oci.ReferrersRecord(r, image), index, image, indexBlobs)
@@ -100,6 +120,56 @@ func recordSignatures(ctx context.Context, sink runtime.Sink, wants []runtime.Wa
 		}
 	}
 	return out, nil
+}
+
+// peerCopies are the peer copies of the signature manifests an import's
+// records name: the manifest with its config and layers carried in their
+// descriptors' data (oci.InlineBlobs, the blobs read through r), so that a
+// registry mirror between nodes that serves manifests but not blobs of
+// every kind (spegel) gives a peer the whole signature; a pull writes a
+// descriptor's data as the blob. Each is written once through sink.
+type peerCopies struct {
+	sink runtime.Sink
+	r    oci.Reader
+	docs map[digest.Digest][]byte
+	made map[digest.Digest]peerCopy // by the digest of the manifest kept
+}
+
+// peerCopy is a peer copy's plain descriptor and bytes; the manifest kept
+// itself (and its bytes, if the walk read them) where nothing of it is
+// inlined.
+type peerCopy struct {
+	desc ocispec.Descriptor
+	data []byte
+}
+
+// of is the peer copy of the signature manifest m, written through the
+// sink the first time, and listed in out's blobs (on its lease if it was
+// in the store already).
+func (p *peerCopies) of(ctx context.Context, m ocispec.Descriptor, out *signatureRecords) (peerCopy, error) {
+	if c, ok := p.made[m.Digest]; ok {
+		return c, nil
+	}
+	c := peerCopy{desc: ocispec.Descriptor{MediaType: m.MediaType, Digest: m.Digest, Size: m.Size}, data: p.docs[m.Digest]}
+	if c.data != nil {
+		data, desc, ok, err := oci.InlineBlobs(ctx, c.data, oci.MaxInlineManifest, p.r)
+		if err != nil {
+			return peerCopy{}, fmt.Errorf("the peer copy of signature %s: %w", m.Digest, err)
+		}
+		if ok {
+			committed, err := p.sink.WriteDoc(ctx, desc, data, nil)
+			if err != nil {
+				return peerCopy{}, fmt.Errorf("writing the peer copy of signature %s: %w", m.Digest, err)
+			}
+			if !committed {
+				out.toLease = append(out.toLease, desc.Digest)
+			}
+			out.blobs = append(out.blobs, desc.Digest)
+			c = peerCopy{desc: desc, data: data}
+		}
+	}
+	p.made[m.Digest] = c
+	return c, nil
 }
 
 // legacyFor is the simple-signing manifest the record name points at: the
@@ -143,4 +213,15 @@ func recordOf(name string) digest.Digest {
 	}
 	d, _ := oci.ParseReferrersRecord(name)
 	return d
+}
+
+// signatureReader reads the small blobs of the signatures an import keeps:
+// from what the walk read whole, else from the store.
+func signatureReader(s runtime.Store, walked *archive.Result) oci.Reader {
+	return oci.ReaderFunc(func(ctx context.Context, d ocispec.Descriptor) ([]byte, error) {
+		if b, ok := walked.Docs[d.Digest]; ok {
+			return b, nil
+		}
+		return s.ReadBlob(ctx, d)
+	})
 }
