@@ -231,8 +231,10 @@ func TestPullRequiredFromPeers(t *testing.T) {
 // as its source names it: pinned, its target and every blob under it (a
 // signature manifest's config and layers; a referrers index's manifests and
 // theirs) held by the source's lease, each labelled with the repository it
-// comes from (e2e.local), as spegel needs to serve it. It returns the
-// signatures' layers: their payloads or bundles.
+// comes from (e2e.local), as spegel needs to serve it; each signature
+// manifest's config and layers carry their blobs inline (data), as K3s's
+// spegel serves no payload or bundle. It returns the signatures' layers:
+// their payloads or bundles.
 func (n *peerNode) requireSignatureRecord(t *testing.T, name, source, repo string) []ocispec.Descriptor {
 	t.Helper()
 	rec, ok := n.record(t, name)
@@ -271,6 +273,11 @@ func (n *peerNode) requireSignatureRecord(t *testing.T, name, source, repo strin
 		}
 		all = append(append(all, m.Config), m.Layers...)
 		layers = append(layers, m.Layers...)
+		for _, d := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
+			if int64(len(d.Data)) != d.Size || string(d.Data) != string(read(ocispec.Descriptor{Digest: d.Digest, Size: d.Size})) {
+				t.Errorf("%s of %s (%s) carries %d bytes inline, not its blob's %d", d.Digest, name, md.Digest, len(d.Data), d.Size)
+			}
+		}
 	}
 	for _, d := range all {
 		if !held[d.Digest] {
@@ -288,13 +295,12 @@ func (n *peerNode) requireSignatureRecord(t *testing.T, name, source, repo strin
 }
 
 // requirePeerSignature: once B's agent is asked for image, A's spegel
-// serves B the record sigName names its signatures by; then either B pins
-// image verified, or K3s's spegel (v0.7.2-k3s1) stopped it, which serves a
-// blob only once it takes its JSON for an index, a manifest or an image
-// config: the record and the manifests come through, the signatures'
-// payloads (a simple-signing payload, a sigstore bundle) are answered 404
-// (could not determine media type), and B refuses the image as unsigned.
-// That, and nothing else, may stop it.
+// serves B the record sigName names its signatures by, and B pins image
+// verified. K3s's spegel (v0.7.2-k3s1) serves a blob only once it takes its
+// JSON for an index, a manifest or an image config, and answers 404 (could
+// not determine media type) for a signature's payload (a simple-signing
+// payload, a sigstore bundle); the manifests A's records name carry their
+// payloads inline, so that B has them from the manifests.
 func requirePeerSignature(t *testing.T, a, b *peerNode, agent *agentProc, peerList, image, sigName string, payloads []ocispec.Descriptor) {
 	t.Helper()
 	start := time.Now()
@@ -310,26 +316,27 @@ func requirePeerSignature(t *testing.T, a, b *peerNode, agent *agentProc, peerLi
 	if !logged("/v2/"+repo+"/manifests/"+tag, `"status":200`) {
 		t.Errorf("A's spegel log does not show it served B %s:\n%s", sigName, tail(strings.Join(lines, "\n"), 20))
 	}
-	if b.isPinned(t, image) {
-		t.Logf("B pinned %s from its peers %s after it was required", image, took)
-		var st signatureStatus
-		readStatus(t, &st, "--address", b.Address, "--data-dir", b.dataDir)
-		verified := false
-		for _, i := range st.Images {
-			verified = verified || i.Name == image && i.Pinned && i.Signature != nil && i.Signature.State == "verified"
-		}
-		if !verified {
-			t.Errorf("B's status does not show %s pinned and verified: %+v", image, st.Images)
-		}
-		return
+	if !b.isPinned(t, image) {
+		blocked := slices.ContainsFunc(payloads, func(p ocispec.Descriptor) bool {
+			return logged("/v2/"+repo+"/blobs/"+p.Digest.String(), "could not determine media type")
+		})
+		t.Fatalf("B refused %s %s after it was required (A's spegel refused it a signature's payload: %v):\nB's agent:\n%s\nA's spegel:\n%s", image, took, blocked, tail(agent.dump(), 30), tail(strings.Join(lines, "\n"), 30))
 	}
-	blocked := slices.ContainsFunc(payloads, func(p ocispec.Descriptor) bool {
-		return logged("/v2/"+repo+"/blobs/"+p.Digest.String(), "could not determine media type")
-	})
-	if !blocked {
-		t.Fatalf("B refused %s, and A's spegel did not refuse it the signature's payload:\nB's agent:\n%s\nA's spegel:\n%s", image, tail(agent.dump(), 30), tail(strings.Join(lines, "\n"), 30))
+	var st signatureStatus
+	readStatus(t, &st, "--address", b.Address, "--data-dir", b.dataDir)
+	verified := false
+	for _, i := range st.Images {
+		verified = verified || i.Name == image && i.Pinned && i.Signature != nil && i.Signature.State == "verified"
 	}
-	t.Logf("B refused %s %s after it was required: A's spegel served the record %s and its manifests, and answered 404 for the signature's payload (could not determine media type)", image, took, sigName)
+	if !verified {
+		t.Errorf("B's status does not show %s pinned and verified: %+v", image, st.Images)
+	}
+	for _, p := range payloads {
+		if _, err := b.Client.ContentStore().Info(b.ctx(), p.Digest); err != nil {
+			t.Errorf("B does not hold the signature's payload %s of %s: %v", p.Digest, image, err)
+		}
+	}
+	t.Logf("B pinned %s from its peers, signature verified, %s after it was required", image, took)
 }
 
 // writeBundleSigned writes an OCI archive at out of e2e.local/sig/oci-bundled:1
