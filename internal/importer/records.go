@@ -3,6 +3,7 @@ package importer
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"sort"
@@ -152,11 +153,10 @@ func (p *peerCopies) of(ctx context.Context, m ocispec.Descriptor, out *signatur
 	}
 	c := peerCopy{desc: ocispec.Descriptor{MediaType: m.MediaType, Digest: m.Digest, Size: m.Size}, data: p.docs[m.Digest]}
 	if c.data != nil {
+		// One that cannot be copied, or has nothing to inline, is named
+		// as it is: a peer finds it as a registry would serve it.
 		data, desc, ok, err := oci.InlineBlobs(ctx, c.data, oci.MaxInlineManifest, p.r)
-		if err != nil {
-			return peerCopy{}, fmt.Errorf("the peer copy of signature %s: %w", m.Digest, err)
-		}
-		if ok {
+		if err == nil && ok {
 			committed, err := p.sink.WriteDoc(ctx, desc, data, nil)
 			if err != nil {
 				return peerCopy{}, fmt.Errorf("writing the peer copy of signature %s: %w", m.Digest, err)
@@ -216,12 +216,19 @@ func recordOf(name string) digest.Digest {
 }
 
 // signatureReader reads the small blobs of the signatures an import keeps:
-// from what the walk read whole, else from the store.
+// from what the walk read whole, else from the store, no more than one
+// byte past the size the descriptor gives (a blob of another size is the
+// caller's to refuse).
 func signatureReader(s runtime.Store, walked *archive.Result) oci.Reader {
 	return oci.ReaderFunc(func(ctx context.Context, d ocispec.Descriptor) ([]byte, error) {
 		if b, ok := walked.Docs[d.Digest]; ok {
 			return b, nil
 		}
-		return s.ReadBlob(ctx, d)
+		rc, err := s.OpenBlob(ctx, d)
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		return io.ReadAll(io.LimitReader(rc, max(d.Size, 0)+1))
 	})
 }

@@ -39,7 +39,6 @@ func InlineBlobs(ctx context.Context, raw []byte, max int, r Reader) (data []byt
 	_ = json.Unmarshal(raw, &head) // an object: no error, or a mediaType of another type
 	mediaType := cmp.Or(head.MediaType, ocispec.MediaTypeImageManifest)
 	if mediaType != ocispec.MediaTypeImageManifest { // Docker's schema has no data
-
 		return nil, ocispec.Descriptor{}, false, nil
 	}
 	var layers []json.RawMessage
