@@ -91,10 +91,10 @@ func importSource(ctx context.Context, s runtime.Store, req runtime.ImportReques
 // to be done; otherwise the lease is made (or kept) for a new import.
 // req.Prior is the state the caller read already, if any. An archive's
 // import (carried) is not unchanged while its state lacks what a newer
-// import records of its signatures.
+// import records of its signatures (their records, the peer copies).
 func openLease(ctx context.Context, s runtime.Store, id string, req runtime.ImportRequest, carried bool) (runtime.SourceState, bool, error) {
 	upToDate := func(st runtime.SourceState) bool {
-		return (st.SignaturesRecorded || !req.Signed) && (!carried || signaturesListed(st) && signaturesNamed(st))
+		return (st.SignaturesRecorded || !req.Signed) && (!carried || signaturesListed(st) && signaturesNamed(st) && (st.PeerCopies || len(st.Signatures) == 0))
 	}
 	var prior runtime.SourceState
 	if known := req.Prior; known != nil && known.Lease == id && known.Complete {
@@ -204,7 +204,7 @@ func importLeased(ctx context.Context, s runtime.Store, sink runtime.Sink, lease
 		}
 	}
 	state := runtime.SourceState{Lease: lease, Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: sortedWants(append(wants, records.wants...)), Blobs: required, Size: size,
-		Format: res.Format, Skipped: skipped, Signatures: sigs.byImage, SignaturesRecorded: true, Package: sigs.pkg}
+		Format: res.Format, Skipped: skipped, Signatures: sigs.byImage, SignaturesRecorded: true, PeerCopies: true, Package: sigs.pkg}
 	if err := sink.WriteState(ctx, state); err != nil {
 		return runtime.SourceState{}, err
 	}

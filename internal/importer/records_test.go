@@ -137,6 +137,38 @@ func TestImportAgainWhenSignaturesUnnamed(t *testing.T) {
 	}
 }
 
+// TestImportAgainWhenSignaturesNotCopied: a source whose state names its
+// signatures by the manifests kept (written before the records named peer
+// copies) is imported again, and the new state's records name the copies.
+func TestImportAgainWhenSignaturesNotCopied(t *testing.T) {
+	ctx := context.Background()
+	rt := fake.New()
+	img := image(t, "example.com/signed/copied:1", 23)
+	req := runtime.ImportRequest{Source: "/images/copied.tar", Identity: "id-1", Open: signedHaul(t, img)}
+	res, err := importer.Import(ctx, rt.ImportStore(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := rt.State(res.Lease)
+	if !st.PeerCopies {
+		t.Fatal("the import's state says its records name no peer copies")
+	}
+	old := st
+	old.PeerCopies = false
+	rt.PutState(old)
+	again, err := importer.Import(ctx, rt.ImportStore(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Unchanged || !again.State.PeerCopies {
+		t.Errorf("unchanged %v, peer copies %v: want the source imported again, its records naming peer copies", again.Unchanged, again.State.PeerCopies)
+	}
+	third, err := importer.Import(ctx, rt.ImportStore(), req)
+	if err != nil || !third.Unchanged {
+		t.Errorf("the import after it: unchanged %v, %v; want unchanged", third.Unchanged, err)
+	}
+}
+
 // peerCopyOf is the signature manifest kept of which d is the peer copy,
 // "" if it is none: every descriptor of d's manifest carries its blob in
 // data, and without data it is that manifest; the copy is held by the

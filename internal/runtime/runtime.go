@@ -136,6 +136,11 @@ type SourceState struct {
 	// them: with a policy in force such a source is imported again.
 	Signatures         map[digest.Digest][]ocispec.Descriptor `json:"signatures,omitempty"`
 	SignaturesRecorded bool                                   `json:"signaturesRecorded,omitempty"`
+	// PeerCopies is false in a state written before the records of an
+	// archive's signatures named peer copies (manifests carrying their
+	// blobs inline) rather than the manifests kept: such a source is
+	// imported again.
+	PeerCopies bool `json:"peerCopies,omitempty"`
 	// Package is a signed Zarf package's signature and the zarf.yaml it
 	// signs, leased with the source: it vouches for the source's images.
 	Package *PackageSignature `json:"package,omitempty"`
