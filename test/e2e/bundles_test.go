@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/holdfast-project/holdfast/internal/fixture"
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
 
@@ -100,13 +101,22 @@ func (d *daemon) requireBundleRecords(t *testing.T, s bundleSet) {
 		}
 	}
 	// Every record holdfast pinned is one of the bundles' images, under its
-	// name or its repo@digest name: none is a signature, a chart or a file.
+	// name or its repo@digest name, or a record that names an image's
+	// signatures for the peers (<repo>:sha256-<hex>.sig, the referrers tag
+	// <repo>:sha256-<hex>) in one of its repositories: none is a chart, a
+	// file, an attestation or a signature under another name.
+	signatureRecords := map[string]bool{}
+	for name, target := range s.images {
+		repo := oci.Repository(name)
+		signatureRecords[repo+":"+oci.ReferrersTag(target)] = true
+		signatureRecords[repo+":"+oci.SignatureTag(target)] = true
+	}
 	all, err := d.Client.ImageService().List(d.ctx())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, rec := range all {
-		if rec.Labels["io.holdfast.pinned"] == "" {
+		if rec.Labels["io.holdfast.pinned"] == "" || signatureRecords[rec.Name] {
 			continue
 		}
 		if _, ok := s.images[rec.Name]; !ok && !(strings.Contains(rec.Name, "@") && targets[rec.Target.Digest]) {
