@@ -205,6 +205,44 @@ var sabotages = []sabotage{
 		tests: []tests{{e2e, []string{"TestRuntimeConformance"}, nil}},
 	},
 	{
+		name: "unlisted-referrers-missed",
+		// A referrer index.json does not list (cosign v3's bundle, saved by
+		// cosign save) is not found: the image it signs is refused as
+		// unsigned under enforce.
+		edits: []edit{{"internal/archive/resolve.go",
+			"\tw.addUnlistedReferrers()\n",
+			"\n"}},
+		tests: []tests{{"./internal/archive", []string{"TestUnlistedReferrersTar", "TestUnlistedReferrersDir"}, nil}},
+	},
+	{
+		name: "pull-fetches-no-referrers",
+		// A pull fetches the legacy .sig tag only: an image signed as cosign
+		// v3 signs, pulled from a registry or a peer, is refused as unsigned.
+		edits: []edit{{"internal/runtime/containerd/signatures.go",
+			"for _, d := range reg.signatureReferrers(ctx, image) {",
+			"for _, d := range reg.signatureReferrers(ctx, image)[:0] {"}},
+		tests: []tests{{e2e, []string{"TestRuntimeConformance"}, nil}},
+	},
+	{
+		name: "signature-record-judged-alone",
+		// A record of an image's signatures is judged by its own name, not
+		// with the image it signs: a refused image's signatures keep names.
+		edits: []edit{{"internal/signature/judge.go",
+			"\tif w.Signs != \"\" {\n\t\tnames := g.names[w.Signs]",
+			"\tif false {\n\t\tnames := g.names[w.Signs]"}},
+		tests: []tests{{"./internal/signature", []string{"TestJudgeSignatureRecords"}, nil}},
+	},
+	{
+		name: "peer-copy-not-inlined",
+		// The records of an image's signatures name the manifests as they
+		// came: K3s's spegel does not serve their payloads, and a peer
+		// refuses the image as unsigned.
+		edits: []edit{{"internal/importer/records.go",
+			"if err == nil && ok {",
+			"if err == nil && ok && false {"}},
+		tests: []tests{{"./internal/importer", []string{"TestImportNamesSignatures"}, nil}},
+	},
+	{
 		name: "diff-unpins-wanted",
 		// The plan unpins names a kept source still wants.
 		edits: []edit{{"internal/reconcile/reconcile.go",
