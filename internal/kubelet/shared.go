@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/runtime"
 	"github.com/holdfast-project/holdfast/internal/units"
 	"github.com/holdfast-project/holdfast/internal/workload"
@@ -74,7 +75,10 @@ func (c *Config) VerifiesOncePulled() bool {
 //
 // The kubelet pulls a name it has no record of with imagePullPolicy
 // IfNotPresent or Always, and one it has with Always only; Never never
-// pulls, and the sandbox image is the CRI's.
+// pulls, and the sandbox image is the CRI's. It files a pull under the
+// name's repository: a held name of the same repository is warned of only
+// when the pods that pull carry imagePullSecrets (a pull without them is
+// open to every pod; one with them is not to a pod without).
 func (c *Config) SharedDigests(images []workload.Image, records []runtime.Image) []SharedDigest {
 	if !c.VerifiesOncePulled() {
 		return nil
@@ -125,6 +129,16 @@ func (c *Config) SharedDigests(images []workload.Image, records []runtime.Image)
 		}
 		if s.UsedBy == nil {
 			continue
+		}
+		if len(s.PullSecrets) == 0 {
+			// The kubelet files a pull under the name's repository, and one
+			// without credentials as open to every pod of the node
+			// (NodePodsAccessible): a held name of that repository is found
+			// there and never verified.
+			names = slices.DeleteFunc(names, func(n string) bool { return oci.Repository(n) == oci.Repository(name) })
+			if len(names) == 0 {
+				continue
+			}
 		}
 		s.Held = slices.Sorted(slices.Values(names))
 		for _, n := range s.Held {

@@ -35,12 +35,15 @@ spec:
         - {name: never, image: "mirror.example.com/shop/never@` + webDigest.String() + `", imagePullPolicy: Never}
         - {name: tagged, image: "mirror.example.com/shop/tagged:1"}
         - {name: always, image: "mirror.example.com/shop/always:1", imagePullPolicy: Always}
+        - {name: same, image: "registry.example.com/shop/web:1.1", imagePullPolicy: Always}
 ---
 apiVersion: v1
 kind: Pod
 metadata: {name: plain, namespace: shop}
 spec:
-  containers: [{name: c, image: "public.example.com/web@` + webDigest.String() + `"}]
+  containers:
+    - {name: c, image: "public.example.com/web@` + webDigest.String() + `"}
+    - {name: same, image: "registry.example.com/shop/web:1.2", imagePullPolicy: Always}
 `
 
 // sharedRecords: holdfast's web:1 and its digest record; two records of the
@@ -56,6 +59,8 @@ func sharedRecords() []runtime.Image {
 		rec("registry.example.com/shop/web@"+webDigest.String(), webDigest, owned),
 		rec("mirror.example.com/shop/tagged:1", webDigest, nil),
 		rec("mirror.example.com/shop/always:1", webDigest, nil),
+		rec("registry.example.com/shop/web:1.1", webDigest, nil),
+		rec("registry.example.com/shop/web:1.2", webDigest, nil),
 		rec("registry.example.com/shop/api:2", digest.FromString("api"), owned),
 		rec("sha256:"+webDigest.Encoded(), webDigest, nil),
 	}
@@ -92,7 +97,11 @@ func TestSharedDigests(t *testing.T) {
 	}
 	got := sharedDigests(t, def)
 	webRef := "mirror.example.com/shop/web@" + webDigest.String()
-	wantRefs := []string{webRef, "mirror.example.com/shop/always:1", "public.example.com/web@" + webDigest.String()}
+	// registry.example.com/shop/web:1.1, of the held names' repository, is
+	// warned of because its pods carry imagePullSecrets; :1.2, pulled by a
+	// pod without, is not: the kubelet files both under the repository, and
+	// the second as open to every pod.
+	wantRefs := []string{webRef, "mirror.example.com/shop/always:1", "public.example.com/web@" + webDigest.String(), "registry.example.com/shop/web:1.1"}
 	if len(got) != len(wantRefs) {
 		t.Errorf("warned of %d images, want %d: %v", len(got), len(wantRefs), keys(got))
 	}
