@@ -302,7 +302,7 @@ func (p *Runner) listAndScan(ctx context.Context) (*view, source.Result, source.
 	)
 	reads.Go(func() {
 		if err := p.rt.Cleanup(ctx); err != nil {
-			p.log.Warn("aborting stale ingests", "error", err)
+			p.log.Warn("cleaning up the store: stale ingests, probe leases, the hold of pinned records", "error", err)
 		}
 	})
 	reads.Go(func() { v = list(ctx, p.rt) })
