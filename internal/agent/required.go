@@ -188,9 +188,7 @@ func (r *required) recordChanges(set *report.RequiredSet, prev, states map[strin
 func heldOf(records []hfruntime.Image) report.Held {
 	held := make(report.Held, 0, len(records))
 	for _, r := range records {
-		_, sig := oci.ParseCosignTag(r.Name)
-		_, refs := oci.ParseReferrersRecord(r.Name)
-		if !hfruntime.IsCRIRecord(r.Name) && !sig && !refs {
+		if _, sig := oci.SignedBy(r.Name); !hfruntime.IsCRIRecord(r.Name) && !sig {
 			held = append(held, report.HeldImage{Name: r.Name, Digest: r.Target.Digest.String(), Pinned: r.Pinned()})
 		}
 	}

@@ -45,9 +45,8 @@ func choose(records []runtime.Image, states []runtime.SourceState, sel Selection
 		chosen[name] = target
 	}
 	eligible := func(name string) bool {
-		_, sig := oci.ParseCosignTag(name)
-		_, refs := oci.ParseReferrersRecord(name)
-		return !runtime.IsCRIRecord(name) && !sig && !refs
+		_, sig := oci.SignedBy(name)
+		return !runtime.IsCRIRecord(name) && !sig
 	}
 	if sel.All {
 		for _, r := range records {

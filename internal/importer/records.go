@@ -198,21 +198,11 @@ func signaturesNamed(st runtime.SourceState) bool {
 		if len(sigs) == 0 {
 			continue
 		}
-		if !slices.ContainsFunc(st.Images, func(w runtime.Want) bool { return w.Signs == image || recordOf(w.Name) == image }) {
+		if !slices.ContainsFunc(st.Images, func(w runtime.Want) bool { d, _ := oci.SignedBy(w.Name); return w.Signs == image || d == image }) {
 			return false
 		}
 	}
 	return true
-}
-
-// recordOf is the image whose signatures name names as a record would
-// (cosign's tag, the referrers tag), "" for another name.
-func recordOf(name string) digest.Digest {
-	if t, ok := oci.ParseCosignTag(name); ok {
-		return t.Image
-	}
-	d, _ := oci.ParseReferrersRecord(name)
-	return d
 }
 
 // signatureReader reads the small blobs of the signatures an import keeps:

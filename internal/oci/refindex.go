@@ -36,6 +36,17 @@ func ReferrersRecord(repo string, image digest.Digest) string {
 	return repo + ":" + ReferrersTag(image)
 }
 
+// SignedBy says whether name is one a registry gives what it holds beside
+// an image (cosign's sha256-<hex>.sig, .att, .sbom tags, or the referrers
+// tag sha256-<hex>), and the image's digest ("" when a cosign tag's hex is
+// no digest): such a name is never an image.
+func SignedBy(name string) (digest.Digest, bool) {
+	if t, ok := ParseCosignTag(name); ok {
+		return t.Image, true
+	}
+	return ParseReferrersRecord(name)
+}
+
 // ParseReferrersRecord says whether a name's tag is the referrers tag of an
 // image (sha256-<hex>, the whole tag), and the image's digest.
 func ParseReferrersRecord(name string) (digest.Digest, bool) {

@@ -78,3 +78,26 @@ func TestReferrersRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestSignedBy: cosign's tags and the referrers tag name the image they
+// stand beside; an image's own tag, a digest name and a tag of another
+// shape do not.
+func TestSignedBy(t *testing.T) {
+	img := digest.FromString("image")
+	hex := img.Encoded()
+	for name, want := range map[string]digest.Digest{
+		"example.com/app:sha256-" + hex + ".sig": img,
+		"example.com/app:sha256-" + hex + ".att": img,
+		"example.com/app:sha256-" + hex:          img,
+		"localhost:5000/app:sha256-" + hex:       img,
+		"example.com/app:1":                      "",
+		"example.com/app@" + img.String():        "",
+		"example.com/app:sha256-" + hex[:10]:     "",
+		"example.com/sha256-" + hex + "/app:1.0": "",
+	} {
+		got, ok := SignedBy(name)
+		if got != want || ok != (want != "") {
+			t.Errorf("SignedBy(%s) = %s, %v; want %s, %v", name, got, ok, want, want != "")
+		}
+	}
+}
