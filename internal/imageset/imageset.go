@@ -141,14 +141,16 @@ type Failure struct {
 	Since time.Time `json:"since"`
 }
 
-// Phase is where one image stands on one node; the zero Phase is nothing yet.
-type Phase string
+// Phase is where one image stands on one node, as its agent says
+// (report.SetPhase); the zero Phase, like Waiting, is nothing yet.
+type Phase = report.SetPhase
 
 // The phases a node reports of an image.
 const (
-	Held    Phase = "Held" // pinned
-	Pulling Phase = "Pulling"
-	Failed  Phase = "Failed"
+	Held    = report.SetHeld // pinned
+	Pulling = report.SetPulling
+	Failed  = report.SetFailed
+	Waiting = report.SetWaiting
 )
 
 // ImageState is one image on one node.

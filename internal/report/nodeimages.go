@@ -46,6 +46,9 @@ type NodeImages struct {
 	// Required is the agent's report on the images the node's workloads
 	// need, its list cut to MaxNotReady images of MaxUsedBy users each.
 	Required *Required `json:"required,omitempty"`
+	// Sets is the agent's Report.Sets: where each ImageSet's images stand
+	// on the node.
+	Sets []SetState `json:"sets,omitempty"`
 }
 
 // ObjectMeta is what holdfast writes and reads of an object's metadata.

@@ -42,6 +42,9 @@ type Report struct {
 	// Required is where the images the node's workloads need stand (the
 	// set a reporter sent); nil from a journal's own Report.
 	Required *Required `json:"required,omitempty"`
+	// Sets is where the images of the ImageSets the reporter sent (PUT
+	// /sets) stand on the node, sorted by name; nil before it sent any.
+	Sets []SetState `json:"sets,omitempty"`
 	// Next is the sequence number the next event will get: a reader that
 	// has seen every event up to now asks with after=Next-1.
 	Next uint64 `json:"next"`

@@ -1,0 +1,82 @@
+package imageset
+
+import "github.com/holdfast-project/holdfast/internal/report"
+
+// Node is what the leader and each reporter know of one node the agent runs
+// on (one that has a NodeImages object): its labels, from its Node, and
+// what its agent says of the sets, from its NodeImages.
+type Node struct {
+	Name   string
+	Labels map[string]string
+	Sets   []report.SetState
+}
+
+// images is where each image of the set called name stands on n, by
+// reference: what its agent said, the phases as they are. A node whose
+// agent has not said anything of the set yet has nothing of it.
+func (n Node) images(name string) map[string]ImageState {
+	out := map[string]ImageState{}
+	for _, s := range n.Sets {
+		if s.Name != name {
+			continue
+		}
+		for _, img := range s.Images {
+			out[img.Ref] = ImageState{Phase: img.Phase, Error: img.Error, Since: img.Since}
+		}
+	}
+	return out
+}
+
+// States are the states of the nodes set selects, for Aggregate: every node
+// of nodes whose labels the set's selector matches, each with what its agent
+// says of the set.
+func States(set ImageSet, nodes []Node) []NodeState {
+	var out []NodeState
+	for _, n := range nodes {
+		if set.Spec.Selects(n.Labels) {
+			out = append(out, NodeState{Node: n.Name, Images: n.images(set.Metadata.Name)})
+		}
+	}
+	return out
+}
+
+// Admit is, of the images of set, those node may start pulling now, by
+// MayPull: for each image, its holders are the nodes that say they hold it
+// (selected by the set or not: a holder serves its peers either way), the
+// ones pulling it the selected nodes that say so, and the waiting ones the
+// selected nodes that do not hold it and have not started (Waiting, or
+// nothing said yet). A node the set does not select may pull nothing.
+func Admit(node string, set ImageSet, nodes []Node) []string {
+	var me *Node
+	states := make([]map[string]ImageState, len(nodes))
+	selected := make([]bool, len(nodes))
+	for i := range nodes {
+		states[i] = nodes[i].images(set.Metadata.Name)
+		selected[i] = set.Spec.Selects(nodes[i].Labels)
+		if nodes[i].Name == node && selected[i] {
+			me = &nodes[i]
+		}
+	}
+	if me == nil {
+		return nil
+	}
+	var out []string
+	for _, img := range uniqueSorted(set.Spec.Images) {
+		var holders, pulling, waiting []string
+		for i, n := range nodes {
+			switch st := states[i][img]; {
+			case st.Phase == Held:
+				holders = append(holders, n.Name)
+			case !selected[i]:
+			case st.Phase == Pulling:
+				pulling = append(pulling, n.Name)
+			case st.Phase == Waiting || st.Phase == "":
+				waiting = append(waiting, n.Name)
+			}
+		}
+		if MayPull(node, img, holders, pulling, waiting, set.Spec.Concurrency()) {
+			out = append(out, img)
+		}
+	}
+	return out
+}
