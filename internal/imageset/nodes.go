@@ -4,11 +4,26 @@ import "github.com/holdfast-project/holdfast/internal/report"
 
 // Node is what the leader and each reporter know of one node the agent runs
 // on (one that has a NodeImages object): its labels, from its Node, and
-// what its agent says of the sets, from its NodeImages.
+// what its agent says of the sets, from its NodeImages. Labels nil means
+// they are not known (a reporter reads no other Node): whether a set
+// selects the node is then what its agent says (SetState.Selected).
 type Node struct {
 	Name   string
 	Labels map[string]string
 	Sets   []report.SetState
+}
+
+// selectedBy reports whether set selects n.
+func (n Node) selectedBy(set ImageSet) bool {
+	if n.Labels != nil {
+		return set.Spec.Selects(n.Labels)
+	}
+	for _, s := range n.Sets {
+		if s.Name == set.Metadata.Name {
+			return s.Selected
+		}
+	}
+	return false
 }
 
 // images is where each image of the set called name stands on n, by
@@ -28,12 +43,11 @@ func (n Node) images(name string) map[string]ImageState {
 }
 
 // States are the states of the nodes set selects, for Aggregate: every node
-// of nodes whose labels the set's selector matches, each with what its agent
-// says of the set.
+// of nodes the set selects, each with what its agent says of the set.
 func States(set ImageSet, nodes []Node) []NodeState {
 	var out []NodeState
 	for _, n := range nodes {
-		if set.Spec.Selects(n.Labels) {
+		if n.selectedBy(set) {
 			out = append(out, NodeState{Node: n.Name, Images: n.images(set.Metadata.Name)})
 		}
 	}
@@ -52,7 +66,7 @@ func Admit(node string, set ImageSet, nodes []Node) []string {
 	selected := make([]bool, len(nodes))
 	for i := range nodes {
 		states[i] = nodes[i].images(set.Metadata.Name)
-		selected[i] = set.Spec.Selects(nodes[i].Labels)
+		selected[i] = nodes[i].selectedBy(set)
 		if nodes[i].Name == node && selected[i] {
 			me = &nodes[i]
 		}

@@ -82,4 +82,19 @@ func TestAdmitWaves(t *testing.T) {
 	if second != 2 {
 		t.Fatalf("%d nodes admitted with two holders and two waiting, want 2", second)
 	}
+	// Labels unknown (a reporter reads no other Node): what each agent says of its selection counts.
+	unknown := []Node{
+		{Name: "seed", Sets: []report.SetState{setState("rel", false, map[string]Phase{appA: Held})}},
+		{Name: "in", Sets: []report.SetState{setState("rel", true, map[string]Phase{appA: Waiting})}},
+		{Name: "out", Sets: []report.SetState{setState("rel", false, nil)}},
+	}
+	if got := Admit("in", set, unknown); !slices.Equal(got, []string{appA}) {
+		t.Fatalf("a node its agent says is selected admitted %v, want %s", got, appA)
+	}
+	if got := Admit("out", set, unknown); got != nil {
+		t.Fatalf("a node its agent says is not selected admitted %v", got)
+	}
+	if got := States(set, unknown); len(got) != 1 || got[0].Node != "in" {
+		t.Fatalf("states %+v, want the one node its agent says is selected", got)
+	}
 }
