@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds and installs what the one-node cluster test (test/cluster) runs, skipping what is cached:
-#   - kubelet, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy (module
+#   - kubelet, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubectl (module
 #     test/cluster/tools), etcd (test/cluster/tools/etcd) and CoreDNS (test/cluster/tools/coredns) into OUT
 #     (default $HOME/.cache/holdfast/cluster/<k8s version>/bin), rebuilt when a go.sum (or the Go version) changes;
 #   - the pause binary (gcc -static, from the kubernetes module's build/pause) beside them;
@@ -60,7 +60,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 want=$( { go version; echo "$k8s_ldflags"; cat "$tools/go.sum" "$tools/etcd/go.sum" "$tools/coredns/go.sum"; } | sha256sum | cut -d' ' -f1)
 have=$(cat "$stamp" 2>/dev/null || true)
-all=(kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd coredns pause)
+all=(kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl etcd coredns pause)
 complete=true
 for b in "${all[@]}"; do [ -x "$out/$b" ] || complete=false; done
 if [ "$have" = "$want" ] && $complete; then
@@ -88,8 +88,8 @@ k8s=k8s.io/kubernetes/cmd
 ) &
 others=$!
 timed kubelet build "$tools" "$out/kubelet" "$k8s_ldflags" "$k8s/kubelet"
-timed "kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy" build "$tools" "$out/" "$k8s_ldflags" \
-	"$k8s/kube-apiserver" "$k8s/kube-controller-manager" "$k8s/kube-scheduler" "$k8s/kube-proxy"
+timed "kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubectl" build "$tools" "$out/" "$k8s_ldflags" \
+	"$k8s/kube-apiserver" "$k8s/kube-controller-manager" "$k8s/kube-scheduler" "$k8s/kube-proxy" "$k8s/kubectl"
 wait "$others"
 src=$(cd "$tools" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
 timed pause gcc -static -O2 -DVERSION=3.10.2 -o "$out/pause" "$src"

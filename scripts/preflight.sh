@@ -40,7 +40,7 @@ command -v spegel >/dev/null 2>&1 || need spegel "spegel is not in $bin or on PA
 command -v ip >/dev/null 2>&1 || need spegel "ip (iproute2) is not on PATH: the peer tests put two nodes in a network namespace"
 cluster_bin=${HOLDFAST_CLUSTER_BIN:-$HOME/.cache/holdfast/cluster/v1.36.3/bin}
 cluster_missing=()
-for b in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet coredns pause; do
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl kubelet coredns pause; do
 	[ -x "$cluster_bin/$b" ] || cluster_missing+=("$cluster_bin/$b")
 done
 [ -x "$bin/containerd-shim-runc-v2" ] || cluster_missing+=("$bin/containerd-shim-runc-v2")
