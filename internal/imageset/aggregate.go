@@ -32,7 +32,7 @@ func Aggregate(set ImageSet, nodes []NodeState, now time.Time) Status {
 	for _, n := range nodes {
 		staged, failed := true, false
 		for _, img := range images {
-			s := n.Images[img]
+			s := stateOf(n.Images, img)
 			switch s.Phase {
 			case Held:
 				held[img]++

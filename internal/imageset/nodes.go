@@ -1,6 +1,9 @@
 package imageset
 
-import "github.com/holdfast-project/holdfast/internal/report"
+import (
+	"github.com/holdfast-project/holdfast/internal/pattern"
+	"github.com/holdfast-project/holdfast/internal/report"
+)
 
 // Node is what the leader and each reporter know of one node the agent runs
 // on (one that has a NodeImages object): its labels, from its Node, and
@@ -27,8 +30,8 @@ func (n Node) selectedBy(set ImageSet) bool {
 }
 
 // images is where each image of the set called name stands on n, by
-// reference: what its agent said, the phases as they are. A node whose
-// agent has not said anything of the set yet has nothing of it.
+// normalized reference: what its agent said, the phases as they are. A node
+// whose agent has not said anything of the set yet has nothing of it.
 func (n Node) images(name string) map[string]ImageState {
 	out := map[string]ImageState{}
 	for _, s := range n.Sets {
@@ -36,10 +39,28 @@ func (n Node) images(name string) map[string]ImageState {
 			continue
 		}
 		for _, img := range s.Images {
-			out[img.Ref] = ImageState{Phase: img.Phase, Error: img.Error, Since: img.Since}
+			out[Normalize(img.Ref)] = ImageState{Phase: img.Phase, Error: img.Error, Since: img.Since}
 		}
 	}
 	return out
+}
+
+// Normalize is ref as the kubelet and the agent name it (docker.io/library/
+// nginx:latest for nginx), or ref itself when it does not parse: a set may
+// write an image either way, and its agent's word on it is found.
+func Normalize(ref string) string {
+	if n, err := pattern.NormalizeRef(ref); err == nil {
+		return n
+	}
+	return ref
+}
+
+// stateOf is where img stands in images, found as written or normalized.
+func stateOf(images map[string]ImageState, img string) ImageState {
+	if s, ok := images[img]; ok {
+		return s
+	}
+	return images[Normalize(img)]
 }
 
 // States are the states of the nodes set selects, for Aggregate: every node
@@ -78,7 +99,7 @@ func Admit(node string, set ImageSet, nodes []Node) []string {
 	for _, img := range uniqueSorted(set.Spec.Images) {
 		var holders, pulling, waiting []string
 		for i, n := range nodes {
-			switch st := states[i][img]; {
+			switch st := stateOf(states[i], img); {
 			case st.Phase == Held:
 				holders = append(holders, n.Name)
 			case !selected[i]:

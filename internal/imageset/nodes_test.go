@@ -98,3 +98,20 @@ func TestAdmitWaves(t *testing.T) {
 		t.Fatalf("states %+v, want the one node its agent says is selected", got)
 	}
 }
+
+// TestShortNames: a set that writes an image as the kubelet's short name finds the agent's word on it under the
+// full name, and the other way round; the status names the image as the set writes it.
+func TestShortNames(t *testing.T) {
+	set := ImageSet{Metadata: Meta{ObjectMeta: report.ObjectMeta{Name: "rel"}}, Spec: Spec{Images: []string{"nginx:1.27", "docker.io/library/redis:7"}}}
+	nodes := []Node{
+		{Name: "n1", Sets: []report.SetState{setState("rel", true, map[string]Phase{"docker.io/library/nginx:1.27": Held, "redis:7": Held})}},
+		{Name: "n2", Sets: []report.SetState{setState("rel", true, map[string]Phase{"docker.io/library/nginx:1.27": Waiting, "redis:7": Held})}},
+	}
+	st := Aggregate(set, States(set, nodes), t0)
+	if st.Nodes.Staged != 1 || st.MissingImages != 1 || st.Missing[0].Image != "nginx:1.27" || st.Missing[0].Nodes != 1 {
+		t.Fatalf("status %+v, want n1 staged and nginx:1.27 missing on n2", st)
+	}
+	if got := Admit("n2", set, nodes); !slices.Equal(got, []string{"nginx:1.27"}) {
+		t.Fatalf("n2 admitted %v, want nginx:1.27 (n1 holds it under its full name)", got)
+	}
+}

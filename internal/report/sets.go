@@ -67,7 +67,8 @@ const (
 	SetWaiting SetPhase = "Waiting"
 )
 
-// SetImage is one image of a set on a node.
+// SetImage is one image of a set on a node. Ref is the reference as the
+// set writes it or normalized (imageset finds it either way).
 type SetImage struct {
 	Ref   string   `json:"ref"`
 	Phase SetPhase `json:"phase"`
