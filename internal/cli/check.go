@@ -193,14 +193,15 @@ func checkCluster(cmd *cobra.Command, o *options, f checkFlags) error {
 		return err
 	}
 	o.log.Debug("reading the cluster", "server", c.Server(), "from", c.Source())
-	nodes, reports, notes, err := readCluster(cmd.Context(), c, f.selector)
+	read, err := readCluster(cmd.Context(), c, f.selector)
 	if err != nil {
 		return err
 	}
-	for _, n := range notes {
+	for _, n := range read.notes {
 		o.log.Warn(n)
 	}
-	report, errs := judgeCluster(nodes, reports, set, f.allowUnpinned)
+	report, errs := judgeCluster(read.nodes, read.reports, set, f.allowUnpinned)
+	report.ImageSets = workload.JudgeSets(read.sets)
 	var inputErrs []error
 	if set != nil {
 		inputErrs = set.Errors
@@ -340,6 +341,14 @@ manifests (-f), it judges their images on every node they may run on (by their
 nodeName, nodeSelector and required node affinity against the node's labels)
 against what the node holds: "if I apply these, which nodes lack which image?".
 The sandbox image is not judged across the cluster.
+
+check --cluster then shows each ImageSet's progress as its status says (the
+leader among the reporters writes it): Staged and why, how many of the selected
+nodes are staged and how many failed, the first images missing with the nodes
+that lack them, and the first failed pulls; a status written before the spec
+last changed, or none at all, is said to be not yet aggregated (is a reporter
+elected?). The sets do not change the exit status: kubectl wait
+--for=condition=Staged imageset/NAME waits for one.
 
 With the node's kubelet configuration (--kubelet-config, else K3s's, RKE2's or
 kubeadm's when there), check warns of each image the node holds that the kubelet

@@ -8,14 +8,17 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/holdfast-project/holdfast/internal/imageset"
 	"github.com/holdfast-project/holdfast/internal/kubeapi"
 	"github.com/holdfast-project/holdfast/internal/kubelet"
 	"github.com/holdfast-project/holdfast/internal/report"
+	"github.com/holdfast-project/holdfast/internal/units"
 	"github.com/holdfast-project/holdfast/internal/workload"
 )
 
 // ClusterReport is `holdfast check --cluster -o json`: the cluster's
-// verdict (workload.JudgeCluster), and the kubelet's advice.
+// verdict (workload.JudgeCluster), the kubelet's advice, and each
+// ImageSet's progress (workload.JudgeSets).
 type ClusterReport struct {
 	workload.Cluster
 	// Kubelet is the kubelet configuration given (--kubelet-config), taken
@@ -23,33 +26,52 @@ type ClusterReport struct {
 	// have the kubelet pull again on the nodes that hold them.
 	Kubelet     *kubelet.Config              `json:"kubelet,omitempty"`
 	ForcedPulls []workload.ClusterForcedPull `json:"forcedPulls,omitempty"`
-	Errors      []string                     `json:"errors,omitempty"`
+	// ImageSets are the cluster's ImageSets, by name, as their status
+	// says: they do not change the exit status.
+	ImageSets []workload.ClusterSet `json:"imageSets"`
+	Errors    []string              `json:"errors,omitempty"`
 }
 
-// readCluster lists the Nodes (those selector matches) and the NodeImages
-// objects. A cluster without the NodeImages resource (the chart's
-// requiredImages off) is no error: notes say so.
-func readCluster(ctx context.Context, c *kubeapi.Client, selector string) ([]kubeapi.Node, map[string]report.NodeImages, []string, error) {
-	nodes, err := c.Nodes(ctx, selector)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("listing the Nodes of %s: %w", c.Server(), err)
+// clusterRead is what check --cluster reads of the cluster.
+type clusterRead struct {
+	nodes   []kubeapi.Node
+	reports map[string]report.NodeImages // by node name
+	sets    []imageset.ImageSet
+	notes   []string // what the user should hear of what could not be read
+}
+
+// readCluster lists the Nodes (those selector matches), the NodeImages
+// objects and the ImageSets. A cluster without the NodeImages resource (the
+// chart's requiredImages off) is no error, nor are ImageSets that cannot be
+// read: notes say so.
+func readCluster(ctx context.Context, c *kubeapi.Client, selector string) (clusterRead, error) {
+	var r clusterRead
+	var err error
+	if r.nodes, err = c.Nodes(ctx, selector); err != nil {
+		return r, fmt.Errorf("listing the Nodes of %s: %w", c.Server(), err)
 	}
-	var notes []string
-	reports := map[string]report.NodeImages{}
+	r.reports = map[string]report.NodeImages{}
 	list, bad, err := c.NodeImages(ctx)
 	switch {
 	case kubeapi.IsNotFound(err):
-		notes = append(notes, "the cluster has no NodeImages resource (holdfast's chart installs it with requiredImages.enabled): only the nodes' conditions speak")
+		r.notes = append(r.notes, "the cluster has no NodeImages resource (holdfast's chart installs it with requiredImages.enabled): only the nodes' conditions speak")
 	case err != nil:
-		return nil, nil, nil, fmt.Errorf("listing the NodeImages of %s: %w", c.Server(), err)
+		return r, fmt.Errorf("listing the NodeImages of %s: %w", c.Server(), err)
 	}
 	for _, e := range bad {
-		notes = append(notes, fmt.Sprintf("a NodeImages object that does not decode: %v", e))
+		r.notes = append(r.notes, fmt.Sprintf("a NodeImages object that does not decode: %v", e))
 	}
 	for _, ni := range list {
-		reports[ni.Metadata.Name] = ni
+		r.reports[ni.Metadata.Name] = ni
 	}
-	return nodes, reports, notes, nil
+	r.sets, bad, err = c.ImageSets(ctx)
+	if err != nil {
+		r.notes = append(r.notes, fmt.Sprintf("listing the ImageSets of %s: %v: their progress is not shown", c.Server(), err))
+	}
+	for _, e := range bad {
+		r.notes = append(r.notes, fmt.Sprintf("an ImageSet that does not decode: %v", e))
+	}
+	return r, nil
 }
 
 // judgeCluster is workload.JudgeCluster of the Nodes and NodeImages read.
@@ -96,8 +118,58 @@ func writeCluster(w io.Writer, r ClusterReport) error {
 		return err
 	}
 	if len(r.Nowhere) > 0 {
-		_, err := fmt.Fprintf(w, "%d missing images no node holds (no peer can serve them: carry them in an archive): %s\n",
-			len(r.Nowhere), strings.Join(r.Nowhere, ", "))
+		if _, err := fmt.Fprintf(w, "%d missing images no node holds (no peer can serve them: carry them in an archive): %s\n",
+			len(r.Nowhere), strings.Join(r.Nowhere, ", ")); err != nil {
+			return err
+		}
+	}
+	for _, s := range r.ImageSets {
+		if err := writeSet(w, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shownOfSet is how many missing images, and how many failures, check
+// --cluster lists of a set; the JSON has what the status lists.
+const shownOfSet = 5
+
+// writeSet writes a set's progress: its Staged condition and node counts,
+// the first images missing with the first nodes that lack them, the first
+// failures, and whether its status speaks of its spec as it is.
+func writeSet(w io.Writer, s workload.ClusterSet) error {
+	if s.Staged == nil {
+		_, err := fmt.Fprintf(w, "ImageSet %s (%d images): %s\n", s.Name, s.Images, s.Note)
+		return err
+	}
+	fmt.Fprintf(w, "ImageSet %s (%d images): Staged %s (%s), nodes %d staged of %d selected, %d failed; %d images missing\n",
+		s.Name, s.Images, s.Staged.Status, s.Staged.Reason, s.Nodes.Staged, s.Nodes.Selected, s.Nodes.Failed, s.MissingImages)
+	if s.Note != "" {
+		fmt.Fprintf(w, "  %s\n", s.Note)
+	}
+	if p := s.Progressing; p != nil && p.Status == imageset.True {
+		fmt.Fprintf(w, "  Progressing (%s): %s\n", p.Reason, firstLine(p.Message))
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, m := range s.Missing[:min(len(s.Missing), shownOfSet)] {
+		shown := min(len(m.NodeNames), 3)
+		fmt.Fprintf(tw, "  missing\t%s\ton %d nodes: %s\n", m.Image, m.Nodes, strings.Join(m.NodeNames[:shown], ", ")+units.More(m.Nodes-shown))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if more := s.MissingImages - min(len(s.Missing), shownOfSet); more > 0 {
+		fmt.Fprintf(w, "  missing  (%s images)\n", units.Rest(more))
+	}
+	for _, f := range s.Failures[:min(len(s.Failures), shownOfSet)] {
+		fmt.Fprintf(tw, "  failed\t%s\t%s: %s\n", f.Node, f.Image, firstLine(f.Error))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if more := s.FailureCount - min(len(s.Failures), shownOfSet); more > 0 {
+		_, err := fmt.Fprintf(w, "  failed  (%s failures)\n", units.Rest(more))
 		return err
 	}
 	return nil

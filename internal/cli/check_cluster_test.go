@@ -10,6 +10,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/holdfast-project/holdfast/internal/imageset"
 	"github.com/holdfast-project/holdfast/internal/kubeapi"
 	"github.com/holdfast-project/holdfast/internal/kubelet"
 	"github.com/holdfast-project/holdfast/internal/report"
@@ -297,5 +298,74 @@ func TestClusterForcedPulls(t *testing.T) {
 	if len(got) != len(want) || got["registry.example.com/ml/model:7"] != want["registry.example.com/ml/model:7"] ||
 		got["registry.example.com/ml/server:1"] != want["registry.example.com/ml/server:1"] {
 		t.Errorf("forced pulls %v, want %v", got, want)
+	}
+}
+
+// TestWriteSets: each ImageSet's block says Staged and why, the node
+// counts, the first missing images with the first nodes that lack them and
+// how many more, the first failures and how many more, Progressing while
+// true; a set whose status is not current says so; the sets change no exit
+// status, and the JSON carries them as imageSets.
+func TestWriteSets(t *testing.T) {
+	set := imageset.ImageSet{Spec: imageset.Spec{Images: make([]string, 8)}}
+	set.Metadata.Name, set.Metadata.Generation = "release-7", 2
+	st := &set.Status
+	st.Conditions = []imageset.Condition{
+		{Type: imageset.Staged, Status: imageset.False, Reason: "ImagesMissing", ObservedGeneration: 2},
+		{Type: imageset.Progressing, Status: imageset.True, Reason: "Failing", Message: "2 nodes failed to pull\nsecond line", ObservedGeneration: 2},
+	}
+	st.Nodes = imageset.NodeCounts{Selected: 40, Staged: 30, Failed: 7}
+	st.MissingImages, st.FailureCount = 7, 9
+	for i := range 7 {
+		var names []string
+		for j := range min(10, 20+i) {
+			names = append(names, fmt.Sprintf("node-%02d", j))
+		}
+		st.Missing = append(st.Missing, imageset.MissingImage{Image: fmt.Sprintf("registry.example.com/app-%d:1", i), Nodes: 20 + i, NodeNames: names})
+		st.Failures = append(st.Failures, imageset.Failure{Node: fmt.Sprintf("node-%02d", i), Image: "registry.example.com/app-0:1", Error: "no peer serves it\nat all"})
+	}
+	stale := set
+	stale.Metadata.Name, stale.Metadata.Generation = "release-8", 3
+	fresh := imageset.ImageSet{}
+	fresh.Metadata.Name, fresh.Metadata.Generation = "release-9", 1
+
+	r := ClusterReport{Cluster: workload.Cluster{Nodes: []workload.ClusterNode{{Name: "node-00", Report: true, Ready: true}}}}
+	r.ImageSets = workload.JudgeSets([]imageset.ImageSet{fresh, stale, set})
+	var b bytes.Buffer
+	if err := writeCluster(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"ImageSet release-7 (8 images): Staged False (ImagesMissing), nodes 30 staged of 40 selected, 7 failed; 7 images missing\n",
+		"  Progressing (Failing): 2 nodes failed to pull\n",
+		"  missing  registry.example.com/app-0:1  on 20 nodes: node-00, node-01, node-02 and 17 more\n",
+		"  missing  registry.example.com/app-4:1  on 24 nodes: node-00, node-01, node-02 and 21 more\n",
+		"  missing  (and 2 more images)\n",
+		"  failed  node-04  registry.example.com/app-0:1: no peer serves it\n",
+		"  failed  (and 4 more failures)\n",
+		"ImageSet release-8 (8 images): Staged False (ImagesMissing), nodes 30 staged of 40 selected, 7 failed; 7 images missing\n" +
+			"  status of generation 2, spec at 3: not yet aggregated: is a reporter elected?\n",
+		"ImageSet release-9 (0 images): no status yet: not yet aggregated: is a reporter elected?\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "app-5:1") || strings.Contains(out, "failed  node-05") || strings.Index(out, "release-7") > strings.Index(out, "release-8") {
+		t.Errorf("more than the first 5 listed, or out of order:\n%s", out)
+	}
+	if clusterFailed(r) {
+		t.Error("the sets' progress failed the check")
+	}
+	j, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		ImageSets []workload.ClusterSet `json:"imageSets"`
+	}
+	if err := json.Unmarshal(j, &back); err != nil || len(back.ImageSets) != 3 || len(back.ImageSets[1].Missing) != 7 || back.ImageSets[2].Current {
+		t.Errorf("JSON imageSets: %v, %+v", err, back.ImageSets)
 	}
 }

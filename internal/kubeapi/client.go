@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/holdfast-project/holdfast/internal/imageset"
 	"github.com/holdfast-project/holdfast/internal/report"
 )
 
@@ -111,7 +112,7 @@ func (c *Client) NodeImages(ctx context.Context) (list []report.NodeImages, bad 
 	err = c.list(ctx, nodeImages, report.NodeImagesPath, metav1.ListOptions{}, func(item []byte) error {
 		var ni report.NodeImages
 		if err := json.Unmarshal(item, &ni); err != nil {
-			bad = append(bad, err)
+			bad = append(bad, fmt.Errorf("NodeImages %s: %w", nameOf(item), err))
 			return nil
 		}
 		list = append(list, ni)
@@ -121,6 +122,45 @@ func (c *Client) NodeImages(ctx context.Context) (list []report.NodeImages, bad 
 		return nil, nil, err
 	}
 	return list, bad, nil
+}
+
+// imageSets is the ImageSet resource.
+var imageSets = schema.GroupVersionResource{Group: report.Group, Version: report.Version, Resource: imageset.Resource}
+
+// ImageSets lists the ImageSet objects, a page of 500 at a time; bad says
+// why each object that does not decode was left out. A cluster that does
+// not serve the resource (no CustomResourceDefinition) has none: no error.
+func (c *Client) ImageSets(ctx context.Context) (list []imageset.ImageSet, bad []error, err error) {
+	err = c.list(ctx, imageSets, imageset.Path, metav1.ListOptions{}, func(item []byte) error {
+		var set imageset.ImageSet
+		if err := json.Unmarshal(item, &set); err != nil {
+			bad = append(bad, fmt.Errorf("ImageSet %s: %w", nameOf(item), err))
+			return nil
+		}
+		list = append(list, set)
+		return nil
+	})
+	switch {
+	case IsNotFound(err):
+		return nil, nil, nil
+	case err != nil:
+		return nil, nil, err
+	}
+	return list, bad, nil
+}
+
+// nameOf is the name of the object item, for an error: "(no name)" when
+// it has none.
+func nameOf(item []byte) string {
+	var obj struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(item, &obj) != nil || obj.Metadata.Name == "" {
+		return "(no name)"
+	}
+	return obj.Metadata.Name
 }
 
 // list reads resource (what: its path, for a person) a page of 500 at a

@@ -1,8 +1,9 @@
 // Package kubeapi reads objects from a Kubernetes API server for holdfast's
 // read-only cluster views (holdfast check --cluster): the kubeconfig is
-// loaded as kubectl loads it (client-go's clientcmd); the Nodes and the
-// NodeImages objects are listed with client-go's dynamic client and decoded
-// into their types (k8s.io/api's Node, internal/report's NodeImages). The
+// loaded as kubectl loads it (client-go's clientcmd); the Nodes, the
+// NodeImages and the ImageSet objects are listed with client-go's dynamic
+// client and decoded into their types (its own Node, internal/report's
+// NodeImages, internal/imageset's ImageSet). The
 // typed clientset is not used: its scheme registers every API group and
 // would grow the holdfast binary by two thirds.
 package kubeapi

@@ -81,6 +81,7 @@ type apiServer struct {
 	queries      []string
 	unauthorized int  // requests to answer 401
 	nodeImages   bool // the NodeImages resource is served
+	imageSets    bool // the ImageSet resource is served
 }
 
 func newAPIServer(t *testing.T, p *pki) *apiServer {
@@ -127,6 +128,11 @@ func newAPIServer(t *testing.T, p *pki) *apiServer {
 			_, _ = w.Write([]byte(`{"kind":"NodeImagesList","apiVersion":"holdfast.io/v1alpha1","metadata":{},"items":[` +
 				`{"apiVersion":"holdfast.io/v1alpha1","kind":"NodeImages","metadata":{"name":"node-1"},"images":2,"held":"aGVsZA=="},` +
 				`{"apiVersion":"holdfast.io/v1alpha1","kind":"NodeImages","metadata":{"name":"node-2"},"held":"not base64!"}]}`))
+		case r.URL.Path == "/apis/holdfast.io/v1alpha1/imagesets" && a.imageSets:
+			_, _ = w.Write([]byte(`{"kind":"ImageSetList","apiVersion":"holdfast.io/v1alpha1","metadata":{},"items":[` +
+				`{"apiVersion":"holdfast.io/v1alpha1","kind":"ImageSet","metadata":{"name":"release-7","generation":3},"spec":{"images":["a:1","b:1"]},` +
+				`"status":{"conditions":[{"type":"Staged","status":"False","reason":"ImagesMissing","observedGeneration":2}],"nodes":{"selected":4,"staged":3,"failed":1}}},` +
+				`{"apiVersion":"holdfast.io/v1alpha1","kind":"ImageSet","metadata":{"name":"broken"},"spec":{"images":"a:1"}}]}`))
 		default:
 			w.WriteHeader(http.StatusNotFound)
 			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","message":"the server could not find the requested resource","code":404}`))
@@ -461,7 +467,38 @@ func TestLists(t *testing.T) {
 		t.Errorf("selector: %v, queries %q", err, q)
 	}
 	list, bad, err := c.NodeImages(context.Background())
-	if err != nil || len(list) != 1 || list[0].Metadata.Name != "node-1" || list[0].Images != 2 || string(list[0].Held) != "held" || len(bad) != 1 {
+	if err != nil || len(list) != 1 || list[0].Metadata.Name != "node-1" || list[0].Images != 2 || string(list[0].Held) != "held" ||
+		len(bad) != 1 || !strings.HasPrefix(bad[0].Error(), "NodeImages node-2: ") {
 		t.Errorf("NodeImages: %v, %+v, bad %v", err, list, bad)
+	}
+}
+
+// TestImageSets: a cluster without the ImageSet resource has none, and no
+// error; the objects decode into their type, spec and status, and one that
+// does not is named and left out.
+func TestImageSets(t *testing.T) {
+	p := newPKI(t)
+	a := newAPIServer(t, p)
+	kc := writeFile(t, filepath.Join(t.TempDir(), "config"), kubeconfigText(a.srv.URL, "c", map[string][2]string{"c": {"test", "u"}},
+		"    certificate-authority-data: "+b64(p.caPEM)+"\n", "- name: u\n  user: {token: t}\n"))
+	c, err := Connect(Options{Kubeconfig: kc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if sets, bad, err := c.ImageSets(ctx); err != nil || sets != nil || bad != nil {
+		t.Errorf("not served: %v, %+v, %v; want none and no error", err, sets, bad)
+	}
+	a.mu.Lock()
+	a.imageSets = true
+	a.mu.Unlock()
+	sets, bad, err := c.ImageSets(ctx)
+	if err != nil || len(sets) != 1 || len(bad) != 1 || !strings.HasPrefix(bad[0].Error(), "ImageSet broken: ") {
+		t.Fatalf("served: %v, %+v, bad %v", err, sets, bad)
+	}
+	s := sets[0]
+	if s.Metadata.Name != "release-7" || s.Metadata.Generation != 3 || len(s.Spec.Images) != 2 || s.Status.Nodes.Failed != 1 ||
+		len(s.Status.Conditions) != 1 || s.Status.Conditions[0].ObservedGeneration != 2 {
+		t.Errorf("release-7: %+v", s)
 	}
 }

@@ -35,10 +35,11 @@ var rank = map[string]int{
 	"internal/embedded/daemon": 1, "internal/oci": 1, "internal/progress": 1, "internal/cmddoc": 1,
 	// formats and the wire's users, and the embedded containerd (in the data dir)
 	"internal/archive": 2, "internal/registries": 2, "internal/journal": 2, "internal/metrics": 2, "internal/embedded": 2,
-	"internal/signature/sigtest": 2, "internal/kubeapi": 2, "internal/flagenv": 2,
+	"internal/signature/sigtest": 2, "internal/flagenv": 2,
 	"internal/imageset": 2, // the ImageSet resource: its status, its waves
 	// the seam (ports, domain types), and the scan
 	"internal/runtime": 3, "internal/source": 3, "internal/signature/layout": 3,
+	"internal/kubeapi":   3, // reads the NodeImages and the ImageSets
 	"internal/reconcile": 4, "internal/workload": 4, "internal/watch": 4, "internal/signature": 4,
 	"internal/server":   4, // the agent's HTTP; its token file is judged as lists are (files)
 	"internal/reporter": 5,
