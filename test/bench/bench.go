@@ -29,12 +29,14 @@ const (
 	ScenarioP9      = "P9"       // cold import of the large archive's image as .tar, one zstd frame, pzstd's frames and holdfast export's
 	ScenarioP10     = "P10"      // export of the large archive's image: holdfast export, ctr export through zstd
 	ScenarioDisk    = "disk"     // the disk's own durable write rate (measured with P1)
+	// P11's scenarios are "P11 N=<nodes>" (p11.go): one image staged on N
+	// simulated nodes.
 )
 
 // Groups lists the scenario groups Config.Only selects from (P6 and the disk
 // rate are part of P1; "disk" alone runs only the disk rate).
 func Groups() []string {
-	return []string{"P1", "P1s", "P2", "P3", "P4", "P5", "P7", "P8", "P9", "P10", "disk"}
+	return []string{"P1", "P1s", "P2", "P3", "P4", "P5", "P7", "P8", "P9", "P10", "P11", "disk"}
 }
 
 // Write paths of holdfast sync (--write-path); every holdfast invocation of
@@ -87,7 +89,8 @@ type Config struct {
 	// ProfileDir, when set, gets containerd's CPU profile of one more
 	// (uncounted) holdfast sync of the large archive, after P1.
 	ProfileDir string
-	Command    string // the command line, for the record
+	P11        P11Config // P11's nodes, links and image
+	Command    string    // the command line, for the record
 	Progress   io.Writer
 }
 
@@ -108,6 +111,9 @@ func (c Config) Validate() error {
 		if !slices.Contains(Groups(), g) {
 			return fmt.Errorf("unknown scenario %q (want some of %v)", g, Groups())
 		}
+	}
+	if err := c.P11.Validate(); err != nil {
+		return err
 	}
 	if c.Set.DiskBytes < 4*mib || c.Set.DiskBytes%(4*mib) != 0 {
 		return fmt.Errorf("archive set %s: the disk rate's size %d is not a multiple of 4 MiB", c.Set.Name, c.Set.DiskBytes)
@@ -143,8 +149,10 @@ type Sample struct {
 	// node A's import exited; the rest is node B's pull through the peers
 	// and its pin.
 	ImportSeconds float64 `json:"import_seconds,omitempty"`
-	Summary       string  `json:"summary,omitempty"` // holdfast sync's summary line
-	Error         string  `json:"error,omitempty"`
+	// Served is, for P11, the bytes each node sent meanwhile, node 1 first.
+	Served  []int64 `json:"served_bytes,omitempty"`
+	Summary string  `json:"summary,omitempty"` // holdfast sync's summary line
+	Error   string  `json:"error,omitempty"`
 }
 
 // Results is everything a run measured.
@@ -162,14 +170,15 @@ type Results struct {
 
 // ConfigJSON is the part of Config that describes the measurement.
 type ConfigJSON struct {
-	Set        Set      `json:"set"`
-	Rounds     int      `json:"rounds"`
-	ZstdWindow int      `json:"zstd_window"`
-	ZstdLevel  string   `json:"zstd_level"`
-	DropCaches bool     `json:"drop_caches"`
-	Only       []string `json:"only,omitempty"`
-	Namespace  string   `json:"namespace"`
-	Tools      Tools    `json:"tools"`
+	Set        Set       `json:"set"`
+	Rounds     int       `json:"rounds"`
+	ZstdWindow int       `json:"zstd_window"`
+	ZstdLevel  string    `json:"zstd_level"`
+	DropCaches bool      `json:"drop_caches"`
+	Only       []string  `json:"only,omitempty"`
+	Namespace  string    `json:"namespace"`
+	Tools      Tools     `json:"tools"`
+	P11        P11Config `json:"p11,omitzero"`
 }
 
 // Failed counts the samples that failed.
@@ -287,6 +296,11 @@ func Run(ctx context.Context, cfg Config) (res *Results, err error) {
 	}
 	if cfg.runs("P10") {
 		if err := h.p10(ctx); err != nil {
+			return h.finish(), err
+		}
+	}
+	if cfg.runs("P11") {
+		if err := h.p11(ctx); err != nil {
 			return h.finish(), err
 		}
 	}

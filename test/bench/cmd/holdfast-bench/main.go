@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -43,6 +44,11 @@ func run(ctx context.Context, args []string) int {
 		out        = fs.String("out", filepath.Join("test", "bench", "results", "latest.json"), "results JSON `file`")
 		cd16       = fs.String("containerd16", bench.DefaultContainerd16, "Debian's containerd 1.6 `binary`, P1's second target (missing: those rows are skipped)")
 		profile    = fs.String("profile", "", "`DIR` for containerd's CPU profile of one more (uncounted) holdfast sync of the large archive")
+		p11Nodes   = fs.String("p11-nodes", "", "P11's node `counts`, comma-separated (empty: 2,4,8; quick: 2)")
+		p11Rate    = fs.Int("p11-rate", 0, "P11's link rate in `Mbit/s`, each way (0: 200)")
+		p11Image   = fs.Int64("p11-image-mib", 0, "P11's image size in `MiB` (0: 200; quick: 4)")
+		p11Layers  = fs.Int("p11-layers", 0, "P11's image `layers` (0: 4; quick: 2)")
+		p11Report  = fs.Duration("p11-report-interval", 0, "P11's reporters' --interval (0: 10s, the chart's)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -79,6 +85,17 @@ func run(ctx context.Context, args []string) int {
 	}
 	if *watch > 0 {
 		cfg.Set.Watch.Count = *watch
+	}
+	cfg.P11 = bench.P11Config{RateMbit: *p11Rate, ImageBytes: *p11Image << 20, Layers: *p11Layers, ReportInterval: *p11Report}
+	if *p11Nodes != "" {
+		for _, f := range strings.Split(*p11Nodes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "holdfast-bench: -p11-nodes: %v\n", err)
+				return 2
+			}
+			cfg.P11.Nodes = append(cfg.P11.Nodes, n)
+		}
 	}
 	if *only != "" {
 		cfg.Only = strings.Split(*only, ",")
@@ -129,6 +146,10 @@ func run(ctx context.Context, args []string) int {
 		return 1
 	}
 	if werr := bench.WriteP9Report(os.Stdout, res); werr != nil {
+		fmt.Fprintf(os.Stderr, "holdfast-bench: %v\n", werr)
+		return 1
+	}
+	if werr := bench.WriteP11Report(os.Stdout, res); werr != nil {
 		fmt.Fprintf(os.Stderr, "holdfast-bench: %v\n", werr)
 		return 1
 	}
