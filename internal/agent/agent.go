@@ -44,6 +44,10 @@ type Config struct {
 	// off, so that what it held before is released.
 	PullRequired bool
 	PeerGrace    time.Duration
+	// SetLists is the dir of the ImageSets' lists (sets.go), each pulled,
+	// pinned and leased like the peer list and released PeerGrace after its
+	// set no longer wants an image; "" keeps none.
+	SetLists string
 }
 
 // Recorder receives what the daemon and its passes do, for metrics.
@@ -78,6 +82,7 @@ type Agent struct {
 	heal     *healer      // wanted records put back between passes
 	required *required    // the images the node's workloads need
 	peers    *peerSource  // the peer source the required images feed
+	sets     *sets        // the ImageSets' lists and where their images stand
 	ready    *readiness   // what /readyz and the report say
 }
 
@@ -101,6 +106,7 @@ func newAgent(rt hfruntime.Backend, cfg Config, rec Recorder, clock Clock) *Agen
 		pass.WithBackgroundPulls(a.loop.pulled))
 	a.heal = newHealer(rt, clock, log, rec, a.journal)
 	a.peers = newPeerSource(cfg, clock, log)
+	a.sets = newSets(rt, cfg, a.passes, func() { a.loop.kick("sets") }, clock, log)
 	a.required = newRequired(rt, cfg.PullRequired, a.passes, a.peers, clock, log, rec, a.journal)
 	a.ready = newReadiness(rt, a.heal.wantedNames, clock, log)
 	return a
@@ -141,6 +147,7 @@ func (a *Agent) Run(ctx context.Context, onReady func()) error {
 	// lacks and never waits; a pull that completes brings on a pass.
 	g.Go(func() error { a.passes.RunPulls(gctx); return nil })
 	g.Go(func() error { a.required.run(gctx); return nil })
+	g.Go(func() error { a.sets.run(gctx); return nil })
 	g.Go(func() error { a.ready.run(gctx, onReady); return nil })
 	g.Go(func() error { a.steer(gctx, w, events, streamErr); return nil })
 	a.loop.kick("start")
@@ -180,6 +187,7 @@ func (a *Agent) steer(ctx context.Context, w *watch.Watcher, events <-chan hfrun
 				a.loop.kick("pin pattern")
 			}
 			a.required.kick()
+			a.sets.kick()
 			a.ready.passed(pr.Result)
 		case ev, ok := <-events:
 			if !ok {
@@ -190,6 +198,7 @@ func (a *Agent) steer(ctx context.Context, w *watch.Watcher, events <-chan hfrun
 				a.loop.kick("pin pattern")
 			}
 			a.required.kick()
+			a.sets.kick()
 		case <-a.heal.due():
 			a.heal.retryBackedOff(ctx)
 		case err := <-streamErr:

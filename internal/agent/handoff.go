@@ -9,7 +9,8 @@ import (
 // The agent takes what each pass decided (pass.Handoff): heal works from the
 // wanted set the pass hands over, and image events that come while a pass
 // runs are kept, to be healed against the set it then hands over; the peer
-// source's references come from the required images' peer list.
+// source's references come from the required images' peer list, and each
+// ImageSet's from its list.
 
 var _ pass.Handoff = (*Agent)(nil)
 
@@ -42,11 +43,19 @@ func (a *Agent) PinLists(found []string, read map[string][]pattern.Pattern) {
 	a.heal.pinLists(found, read)
 }
 
-// Peers gives a pass the peer source's references, after writing the
-// agent's list back over its file if someone edited it. Those the required
-// set does not name (in their grace period; all of them before a reporter
-// sent a set) are only kept.
-func (a *Agent) Peers() pass.PeerRefs { return a.peers.forPass(a.required.set()) }
+// Peers gives a pass the references of the lists the agent owns, by path:
+// the peer source's and each ImageSet's, after writing the agent's list back
+// over a file someone edited. Those the list is no longer for (in their
+// grace period; all of them before the reporter sent a required set, or any
+// sets) are only kept.
+func (a *Agent) Peers() map[string]pass.PeerRefs {
+	out := map[string]pass.PeerRefs{}
+	if refs, ok := a.peers.forPass(a.required.set()); ok {
+		out[a.cfg.PeerList] = refs
+	}
+	a.sets.forPass(out)
+	return out
+}
 
 func (h *healer) begin() uint64 {
 	h.mu.Lock()

@@ -8,5 +8,6 @@ func (a *Agent) Report(after uint64) report.Report {
 	ready, _ := a.Ready()
 	rep := a.journal.Report(after, ready)
 	rep.Required = a.required.forReport()
+	rep.Sets = a.sets.forReport()
 	return rep
 }

@@ -32,6 +32,15 @@ func (l Layout) Peers() string { return filepath.Join(l.Dir, "peers") }
 // need, which holdfast run --pull-required writes.
 func (l Layout) PeerList() string { return filepath.Join(l.Peers(), "required.txt") }
 
+// SetLists holds a pull list per ImageSet the agent keeps on the node
+// (SetList); it lies under Peers, which passes read.
+func (l Layout) SetLists() string { return filepath.Join(l.Peers(), "sets") }
+
+// SetList is the pull list of the ImageSet name: what the agent pulls,
+// pins and leases of it, which holdfast run writes. name must be a DNS
+// subdomain name (the agent checks it), so that the file lies in SetLists.
+func (l Layout) SetList(name string) string { return filepath.Join(l.SetLists(), name+".txt") }
+
 // OwnDirs are the images dirs in the data dir that holdfast writes itself:
 // Pins and Peers.
 func (l Layout) OwnDirs() []string { return []string{l.Pins(), l.Peers()} }

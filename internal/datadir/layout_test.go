@@ -18,6 +18,8 @@ func TestLayout(t *testing.T) {
 		l.LocalPins():      "/d/pins/local.pins",
 		l.Peers():          "/d/peers",
 		l.PeerList():       "/d/peers/required.txt",
+		l.SetLists():       "/d/peers/sets",
+		l.SetList("rel-7"): "/d/peers/sets/rel-7.txt",
 		l.StateCache():     "/d/state",
 		l.Token():          "/d/token",
 		l.RegistryConfig(): "/d/registry.d",

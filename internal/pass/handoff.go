@@ -30,13 +30,16 @@ type Handoff interface {
 	// patterns of those it read, by path: an image that arrives later and
 	// matches one brings on a pass.
 	PinLists(found []string, read map[string][]pattern.Pattern)
-	// Peers gives the references of the peer source (Config.PeerList) as
-	// the daemon that owns it has them, as a pass starts and before it
-	// scans: the pass takes them, not the lines of its file.
-	Peers() PeerRefs
+	// Peers gives the references of every list of kind peers the daemon
+	// owns and writes (the peer source, Config.PeerList, and a list per
+	// ImageSet), by path, as the daemon has them, as a pass starts and
+	// before it scans: the pass takes them, not the lines of their files.
+	// A list at a path it names is of kind peers however it is read.
+	Peers() map[string]PeerRefs
 }
 
-// PeerRefs are the references of the peer source as its owner has them.
+// PeerRefs are the references of a list of kind peers as its owner has
+// them.
 type PeerRefs struct {
 	// Known is false when the owner has none to give (it could not read
 	// its file at start): the file is then read as any pull list.
@@ -56,7 +59,7 @@ func (noHandoff) Changed(uint64) bool                               { return fal
 func (noHandoff) Pinning(map[string]hfruntime.Want)                 {}
 func (noHandoff) Pinned(map[string]hfruntime.Want, map[string]bool) {}
 func (noHandoff) PinLists([]string, map[string][]pattern.Pattern)   {}
-func (noHandoff) Peers() PeerRefs                                   { return PeerRefs{} }
+func (noHandoff) Peers() map[string]PeerRefs                        { return nil }
 
 // pinning is what a plan hands heal while its pins are applied (Handoff.Pinning).
 func pinning(plan reconcile.Plan) map[string]hfruntime.Want {

@@ -164,9 +164,10 @@ type Runner struct {
 	actions *actionLog
 	// bg, when set (WithBackgroundPulls), pulls beside the passes.
 	bg *puller
-	// peers is the peer source's references as its owner gave them for the
-	// pass that runs (Handoff.Peers); only passes touch it.
-	peers PeerRefs
+	// peers are the references of the lists of kind peers, by path, as
+	// their owner gave them for the pass that runs (Handoff.Peers); only
+	// passes touch it.
+	peers map[string]PeerRefs
 }
 
 // Option sets up a Runner.
@@ -231,7 +232,7 @@ func (p *Runner) Run(ctx context.Context, opts Options) (Summary, Result) {
 	var sum Summary
 	var pr Result
 	mark := p.hand.Begin()
-	p.peers = p.hand.Peers() // before the scan: its owner writes its file back if it was edited
+	p.peers = p.hand.Peers() // before the scan: their owner writes a file back if it was edited
 	p.loadPolicy(&sum)
 	v, scan, spool := p.listAndScan(ctx)
 	// The leases as listed, before this pass's imports.
@@ -331,8 +332,8 @@ type sortedSources struct {
 func (p *Runner) sortSources(scan *source.Result, states []hfruntime.SourceState, opts Options, now time.Time, sum *Summary, pr *Result) sortedSources {
 	var out sortedSources
 	for _, src := range scan.Sources {
-		// The peer source's owner gave its references: its file, a record,
-		// need not settle.
+		// A list whose owner gave its references: its file, a record, need
+		// not settle.
 		if wait, settling := p.waitsFor(src, opts, now, sum, pr); wait {
 			if settling {
 				out.writing = append(out.writing, dirOf(scan.Dirs, src.Path))
@@ -363,7 +364,7 @@ func (p *Runner) sortSources(scan *source.Result, states []hfruntime.SourceState
 	return out
 }
 
-// waitsFor is waits, but for the peer source whose owner gave its
+// waitsFor is waits, but for a list of kind peers whose owner gave its
 // references: it never waits.
 func (p *Runner) waitsFor(src source.Source, opts Options, now time.Time, sum *Summary, pr *Result) (wait, settling bool) {
 	if p.ownPeerList(src) {

@@ -26,8 +26,9 @@ const pullAttempts = 3
 // a puller (holdfast run), which the pass asks and never waits for, or within
 // the pass (sync). A bad or unreachable reference is reported as file:line
 // and never stops the others, and never drops what the list pulled before:
-// an unreachable registry unpins nothing. The peer source's references come
-// from its owner (Handoff.Peers) when it has them, not from its file. It also
+// an unreachable registry unpins nothing. The references of a list of kind
+// peers (the peer source, a set's list) come from its owner (Handoff.Peers)
+// when it has them, not from its file. It also
 // returns the lists it could not read or lease: they keep what they had.
 func (p *Runner) pullLists(ctx context.Context, lists []source.Source, v *view, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
 	present := map[string]reconcile.Present{}
@@ -73,15 +74,16 @@ func (p *Runner) pullLists(ctx context.Context, lists []source.Source, v *view, 
 }
 
 // readPullList reads the pull list src. The peer source (Config.PeerList)
-// is a list of kind Peers, whose references come from the daemon that owns
-// it when it gave them: a line added to its file by hand is not obeyed.
-// keep are the references to keep only as the list leased them before,
-// never to pull or pin anew.
+// and the lists the daemon names in Handoff.Peers are of kind Peers, whose
+// references come from the daemon that owns them when it gave them: a line
+// added to such a file by hand is not obeyed. keep are the references to
+// keep only as the list leased them before, never to pull or pin anew.
 func (p *Runner) readPullList(src source.Source) (_ source.PullListFile, keep map[string]bool, _ error) {
+	own, named := p.peers[src.Path]
 	switch {
-	case p.ownPeerList(src):
-		return source.PullListFile{Path: src.Path, Kind: source.Peers, Entries: p.peers.Entries}, p.peers.Keep, nil
-	case src.Path == p.cfg.PeerList:
+	case own.Known:
+		return source.PullListFile{Path: src.Path, Kind: source.Peers, Entries: own.Entries}, own.Keep, nil
+	case named || src.Path == p.cfg.PeerList:
 		pl, err := source.ReadPeerList(src.Path)
 		return pl, nil, err
 	}
@@ -89,10 +91,10 @@ func (p *Runner) readPullList(src source.Source) (_ source.PullListFile, keep ma
 	return pl, nil, err
 }
 
-// ownPeerList says whether src is the peer source and its owner gave its
+// ownPeerList says whether src is a list of kind peers whose owner gave its
 // references for this pass.
 func (p *Runner) ownPeerList(src source.Source) bool {
-	return p.peers.Known && src.Path == p.cfg.PeerList
+	return p.peers[src.Path].Known
 }
 
 // leasedBefore is what the complete leases of the source at path want, by
