@@ -67,7 +67,7 @@ func (o *options) run(parent context.Context, rf runFlags) error {
 	}
 	cfg.Settle, cfg.Resync = rf.settle, rf.resync
 	cfg.PullRequired, cfg.PeerGrace = rf.pullReq, rf.grace
-	cfg.PeerList = o.layout().PeerList()
+	cfg.PeerList, cfg.SetLists = o.layout().PeerList(), o.layout().SetLists()
 	s, err := o.openPasses(ctx, "run", &cfg, hosts)
 	if err != nil {
 		return err
@@ -162,11 +162,12 @@ func (o *options) serve(ctx context.Context, listen, tokenFile string, reg *prom
 	srv.Owner(token)
 	srv.Report(a.Report)
 	srv.Required(a.SetRequired)
+	srv.Sets(a.SetSets)
 	srv.Held(a.Held)
 	if err := srv.Listen(ctx); err != nil {
 		return nil, nil, err
 	}
-	o.log.Info("serving /metrics, /healthz, /readyz, /report, /required and /held", "address", srv.Addr())
+	o.log.Info("serving /metrics, /healthz, /readyz, /report, /required, /sets and /held", "address", srv.Addr())
 	return srv, func() error { return server.RestoreToken(tokenFile, token) }, nil
 }
 

@@ -20,7 +20,7 @@ func (s *Server) Owner(token string) {
 }
 
 // change serves pattern with h, an endpoint that changes what the node keeps
-// (today PUT /required). Every such endpoint is registered here and nowhere
+// (PUT /required, PUT /sets). Every such endpoint is registered here and nowhere
 // else, so that each goes through the same rule, refuse: the loopback peer
 // and the owner's token.
 func (s *Server) change(pattern string, h http.HandlerFunc) {

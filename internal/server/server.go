@@ -1,9 +1,9 @@
 // Package server serves the agent's HTTP endpoints: /metrics (Prometheus),
 // /healthz (liveness: can holdfast reach containerd), /readyz (readiness:
 // has the first pass applied), /report and /held (the summary, journal and
-// held images the Kubernetes reporter reads) and PUT /required (the images
-// the node's workloads need), which only the node's own reporter may send
-// (auth.go). It listens on loopback by default.
+// held images the Kubernetes reporter reads), PUT /required (the images
+// the node's workloads need) and PUT /sets (the ImageSets), which only the
+// node's own reporter may send (auth.go). It listens on loopback by default.
 package server
 
 import (
@@ -167,6 +167,71 @@ func decodeRequired(r io.Reader) (report.RequiredSet, error) {
 		return body, fmt.Errorf("decoding the required set: more after the required set: %w", err)
 	}
 	return body, nil
+}
+
+// maxSets bounds the body of PUT /sets: report.MaxSets sets of
+// report.MaxSetImages references, each named twice (images and mayPull),
+// fit at some 160 bytes a reference.
+const maxSets = 32 << 20
+
+// Sets serves PUT /sets from the node's reporter: every ImageSet it knows
+// (report.StageSets as JSON), handed to set. It changes what the node keeps,
+// so it takes only the owner's requests (see Owner), as PUT /required. The
+// body is one JSON object with a "sets" list (empty, not null or absent) of
+// at most report.MaxSets sets of at most report.MaxSetImages images each,
+// and nothing after it; one that is not, or that set refuses (a set name
+// that is no DNS subdomain name), is 400 with the cause; 204 else.
+func (s *Server) Sets(set func(context.Context, report.StageSets) error) {
+	s.change("PUT /sets", func(w http.ResponseWriter, r *http.Request) {
+		noCache(w)
+		body, err := decodeSets(http.MaxBytesReader(w, r.Body, maxSets))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := set(r.Context(), body); err != nil {
+			http.Error(w, fmt.Sprintf("the image sets: %v", err), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// decodeSets reads exactly one body of PUT /sets from r, within its bounds.
+func decodeSets(r io.Reader) (report.StageSets, error) {
+	var body report.StageSets
+	if err := decodeOne(r, &body, "the image sets"); err != nil {
+		return body, err
+	}
+	if body.Sets == nil {
+		return body, errors.New(`decoding the image sets: no sets list (no sets is {"sets":[]})`)
+	}
+	if len(body.Sets) > report.MaxSets {
+		return body, fmt.Errorf("decoding the image sets: %d sets, more than %d", len(body.Sets), report.MaxSets)
+	}
+	for _, set := range body.Sets {
+		if n := max(len(set.Images), len(set.MayPull)); n > report.MaxSetImages {
+			return body, fmt.Errorf("decoding the image sets: set %q: %d images, more than %d", set.Name, n, report.MaxSetImages)
+		}
+	}
+	return body, nil
+}
+
+// decodeOne reads exactly one JSON object into v from r, with no field v
+// lacks, then nothing but white space; what names v in the errors.
+func decodeOne(r io.Reader, v any, what string) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decoding %s: %w", what, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if err == nil {
+			err = errors.New("another JSON value")
+		}
+		return fmt.Errorf("decoding %s: more after the body: %w", what, err)
+	}
+	return nil
 }
 
 // Listen binds the server's address, so that Addr reports the real one (with
