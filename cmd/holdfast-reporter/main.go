@@ -3,7 +3,8 @@
 // and Events on the Node; it watches the workloads for the images the node
 // needs, sends them to the agent (PUT /required) and keeps the node condition
 // HoldfastImagesReady and the node's NodeImages object (what it holds, for
-// holdfast check --cluster). It is its own binary so that holdfast itself
+// holdfast check --cluster); it sends the agent the ImageSets (PUT /sets),
+// and one reporter, elected, writes their status. It is its own binary so that holdfast itself
 // never loads client-go's clientset and informers.
 package main
 
@@ -44,13 +45,19 @@ func run(args []string, stderr io.Writer) int {
 		string(reporter.ImagesConditionType)+" and the node's NodeImages (env HOLDFAST_REQUIRED)")
 	clusterWorkloads := fs.Bool("cluster-workloads", true, "with --required, also every workload of the cluster that may run on the node, "+
 		"not only the Pods bound to it (env HOLDFAST_CLUSTER_WORKLOADS)")
+	imageSets := fs.Bool("imagesets", false, "with --required, watch the ImageSets and every node's NodeImages, send the agent the sets and "+
+		"which of their images the node may pull now (PUT /sets, the waves), and write where they stand into the node's NodeImages (env HOLDFAST_IMAGESETS)")
+	leaderElect := fs.Bool("leader-elect", false, "with --imagesets, stand for election (a Lease) among the reporters: the leader writes each ImageSet's status (env HOLDFAST_LEADER_ELECT)")
+	leaseName := fs.String("lease-name", "holdfast-imagesets", "the Lease of the election (env HOLDFAST_LEASE_NAME)")
+	leaseNamespace := fs.String("lease-namespace", os.Getenv("POD_NAMESPACE"), "the Lease's namespace; required with --leader-elect (env POD_NAMESPACE)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
 		_, _ = fmt.Fprintf(stderr, "Usage: holdfast-reporter [flags]\n\nKeeps the node conditions %s and %s and Events on the Node in line with the holdfast agent's /report,\n"+
 			"and sends the agent the images the node's workloads need.\n\n%s",
 			reporter.ConditionType, reporter.ImagesConditionType, fs.FlagUsages())
 	}
-	for _, ef := range [][2]string{{"HOLDFAST_REPORT_INTERVAL", "interval"}, {"HOLDFAST_REQUIRED", "required"}, {"HOLDFAST_CLUSTER_WORKLOADS", "cluster-workloads"}} {
+	for _, ef := range [][2]string{{"HOLDFAST_REPORT_INTERVAL", "interval"}, {"HOLDFAST_REQUIRED", "required"}, {"HOLDFAST_CLUSTER_WORKLOADS", "cluster-workloads"},
+		{"HOLDFAST_IMAGESETS", "imagesets"}, {"HOLDFAST_LEADER_ELECT", "leader-elect"}, {"HOLDFAST_LEASE_NAME", "lease-name"}} {
 		if v := os.Getenv(ef[0]); v != "" {
 			if err := fs.Set(ef[1], v); err != nil {
 				_, _ = fmt.Fprintf(stderr, "holdfast-reporter: %s=%q: %v\n", ef[0], v, err)
@@ -78,7 +85,19 @@ func run(args []string, stderr io.Writer) int {
 		log.Error("--interval must be positive", "interval", *interval)
 		return 2
 	}
-	client, err := reporter.Client(*kubeconfig, "holdfast-reporter/"+version)
+	if *imageSets && !*requiredImages {
+		log.Error("--imagesets needs --required: the node's NodeImages, which the waves and the statuses read, is written with it")
+		return 2
+	}
+	var lease *reporter.Lease
+	if *leaderElect && *imageSets {
+		if *leaseName == "" || *leaseNamespace == "" {
+			log.Error("--leader-elect needs --lease-name and --lease-namespace (or POD_NAMESPACE)")
+			return 2
+		}
+		lease = &reporter.Lease{Name: *leaseName, Namespace: *leaseNamespace}
+	}
+	client, dyn, err := reporter.Clients(*kubeconfig, "holdfast-reporter/"+version)
 	if err != nil {
 		log.Error("connecting to the API server", "error", err)
 		return 1
@@ -86,9 +105,9 @@ func run(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log.Info("reporting", "node", *node, "agent", *agent, "tokenFile", *tokenFile, "interval", interval.String(), "required", *requiredImages,
-		"clusterWorkloads", *clusterWorkloads, "version", version)
+		"clusterWorkloads", *clusterWorkloads, "imageSets", *imageSets, "leaderElect", lease != nil, "version", version)
 	r := reporter.New(client, reporter.Config{Agent: *agent, Node: *node, Interval: *interval, Log: log, TokenFile: *tokenFile,
-		Required: *requiredImages, ClusterWorkloads: *clusterWorkloads})
+		Required: *requiredImages, ClusterWorkloads: *clusterWorkloads, ImageSets: *imageSets, Dynamic: dyn, Leader: lease})
 	if err := r.Run(ctx); err != nil {
 		log.Error("reporting", "error", err)
 		return 1

@@ -1,7 +1,7 @@
 package reporter
 
-// The reporter's client of the agent's HTTP server: GET /report, GET /held
-// and PUT /required, which the agent takes only with its token.
+// The reporter's client of the agent's HTTP server: GET /report, GET /held,
+// and PUT /required and PUT /sets, which the agent takes only with its token.
 
 import (
 	"bytes"
@@ -88,12 +88,17 @@ func (r *Reporter) getHeld(ctx context.Context) (report.Held, error) {
 }
 
 // putRequired sends the agent at agent the set of required images (body,
-// report.RequiredSet as JSON): PUT /required, which answers 204. It sends
-// the agent's token; when the agent answers 401, the token file is read
-// again (the agent may have made a new one when it started) and the set sent
-// once more.
+// report.RequiredSet as JSON): PUT /required, which answers 204.
 func putRequired(ctx context.Context, hc *http.Client, agent string, tok *agentToken, body []byte) error {
-	u := strings.TrimSuffix(agent, "/") + "/required"
+	return putAgent(ctx, hc, agent, "/required", tok, body)
+}
+
+// putAgent PUTs body to the agent's path, which answers 204. It sends the
+// agent's token; when the agent answers 401, the token file is read again
+// (the agent may have made a new one when it started) and body sent once
+// more.
+func putAgent(ctx context.Context, hc *http.Client, agent, path string, tok *agentToken, body []byte) error {
+	u := strings.TrimSuffix(agent, "/") + path
 	for again := false; ; again = true {
 		token, err := tok.get(again)
 		if err != nil {

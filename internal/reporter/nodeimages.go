@@ -45,8 +45,9 @@ type nodeImages struct {
 }
 
 // publish writes the NodeImages object for rep (the report's required
-// part) when it says something new. The Node's uid makes it the owner.
-func (r *Reporter) publish(ctx context.Context, rep *report.Required) {
+// part) and sets (where the ImageSets' images stand) when they say
+// something new. The Node's uid makes it the owner.
+func (r *Reporter) publish(ctx context.Context, rep *report.Required, sets []report.SetState) {
 	p := r.images
 	if p == nil || p.apply == nil || rep == nil || !rep.Known || r.uid == "" {
 		return
@@ -66,7 +67,12 @@ func (r *Reporter) publish(ctx context.Context, rep *report.Required) {
 		r.publishFailed(fmt.Errorf("encoding the report: %w", err))
 		return
 	}
-	sum := sha256.Sum256(append(key, p.hash...))
+	setsKey, err := json.Marshal(sets)
+	if err != nil {
+		r.publishFailed(fmt.Errorf("encoding the report's sets: %w", err))
+		return
+	}
+	sum := sha256.Sum256(append(append(key, p.hash...), setsKey...))
 	if sum == p.written {
 		return
 	}
@@ -83,6 +89,7 @@ func (r *Reporter) publish(ctx context.Context, rep *report.Required) {
 		HeldHash: p.hash,
 		Held:     p.held.Pack(),
 		Required: &cut,
+		Sets:     sets,
 	}
 	for _, h := range p.held {
 		if h.Pinned {
@@ -102,7 +109,7 @@ func (r *Reporter) publish(ctx context.Context, rep *report.Required) {
 		r.log.Info("writing the node's NodeImages again", "node", r.cfg.Node)
 	}
 	p.written, p.failed = sum, ""
-	r.log.Debug("wrote NodeImages", "node", r.cfg.Node, "images", obj.Images, "pinned", obj.Pinned, "bytes", len(body))
+	r.log.Debug("wrote NodeImages", "node", r.cfg.Node, "images", obj.Images, "pinned", obj.Pinned, "sets", len(sets), "bytes", len(body))
 }
 
 func (r *Reporter) publishFailed(err error) {

@@ -20,6 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -49,6 +50,16 @@ type Config struct {
 	// Apply writes the node's NodeImages object (with Required); nil:
 	// server-side apply through the client.
 	Apply Apply
+
+	// ImageSets (with Required): watch the ImageSets and every node's
+	// NodeImages through Dynamic, send the agent the sets and which of
+	// their images the node may pull now (PUT /sets), and write what the
+	// agent says of them into the node's NodeImages.
+	ImageSets bool
+	Dynamic   dynamic.Interface
+	// Leader (with ImageSets): take part in the election of the reporter
+	// that writes each ImageSet's status; nil: none.
+	Leader *Lease
 }
 
 // Reporter keeps the Node's condition and Events in line with the agent's
@@ -62,6 +73,9 @@ type Reporter struct {
 
 	req    *requiredWatcher // nil unless cfg.Required
 	images *nodeImages      // nil unless cfg.Required
+	sets   *setsWatcher     // nil unless cfg.ImageSets
+	leader *leader          // nil unless cfg.Leader
+	busy   bool             // the last report had a set's image pulling or waiting
 	// written holds each condition as last patched (or as the Node had it
 	// before the first patch).
 	written map[corev1.NodeConditionType]*corev1.NodeCondition
@@ -100,6 +114,12 @@ func New(client kubernetes.Interface, cfg Config) *Reporter {
 		if r.images.apply == nil {
 			r.images.apply = applyThrough(client)
 		}
+		if cfg.ImageSets && cfg.Dynamic != nil {
+			r.sets = newSetsWatcher(client, cfg.Dynamic, cfg, log, hc)
+			if cfg.Leader != nil {
+				r.leader = &leader{client: client, dyn: cfg.Dynamic, node: cfg.Node, lease: *cfg.Leader, log: log, now: time.Now}
+			}
+		}
 	}
 	return r
 }
@@ -108,15 +128,21 @@ func New(client kubernetes.Interface, cfg Config) *Reporter {
 // server does not answer, it tries again later, waiting twice as long each
 // time up to 5 minutes; journal events not yet on the Node are sent then.
 // With Required, it watches the workloads meanwhile and sends the agent the
-// images the node needs.
+// images the node needs; with ImageSets, the sets too, and with Leader it
+// stands for election and, leading, writes the sets' status.
 func (r *Reporter) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if r.req != nil {
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
 		wg.Go(func() { r.req.run(ctx) })
-		return r.report(ctx)
+	}
+	if r.sets != nil {
+		wg.Go(func() { r.sets.run(ctx) })
+	}
+	if r.leader != nil {
+		wg.Go(func() { r.leader.run(ctx) })
 	}
 	return r.report(ctx)
 }
@@ -144,6 +170,9 @@ func (r *Reporter) report(ctx context.Context) error {
 		}
 		failures = 0
 		wait = r.cfg.Interval
+		if r.busy {
+			wait = min(wait, time.Second)
+		}
 		if r.behind {
 			wait = 0
 		}
@@ -156,7 +185,8 @@ func (r *Reporter) report(ctx context.Context) error {
 // error, if any: what was not written is written by a later call. With
 // Required, a report that has no set asks for the set to be sent again,
 // and the NodeImages object is written when it changed (its failure is
-// logged, not returned: it is tried again with the next report).
+// logged, not returned: it is tried again with the next report). With
+// ImageSets, a report with no sets asks for them to be sent again.
 func (r *Reporter) Once(ctx context.Context) error {
 	rep, err := r.fetch(ctx)
 	var conds []corev1.NodeCondition
@@ -175,6 +205,10 @@ func (r *Reporter) Once(ctx context.Context) error {
 				r.req.askResend()
 			}
 		}
+		if r.sets != nil && rep.Sets == nil {
+			r.sets.askResend()
+		}
+		r.busy = r.sets != nil && busy(rep.Sets)
 	}
 	if err := r.setConditions(ctx, conds...); err != nil {
 		return err
@@ -182,6 +216,6 @@ func (r *Reporter) Once(ctx context.Context) error {
 	if rep == nil {
 		return nil
 	}
-	r.publish(ctx, rep.Required)
+	r.publish(ctx, rep.Required, rep.Sets)
 	return r.sendEvents(ctx, rep.Events)
 }

@@ -1,0 +1,194 @@
+package reporter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/holdfast-project/holdfast/internal/imageset"
+)
+
+// Lease is the leader election of the reporters: the one holding the Lease
+// writes each ImageSet's status.
+type Lease struct {
+	Name      string // the Lease's name
+	Namespace string // and namespace
+	// Duration, Renew and Retry are leaderelection's LeaseDuration,
+	// RenewDeadline and RetryPeriod (15 s, 10 s, 2 s when 0).
+	Duration, Renew, Retry time.Duration
+}
+
+// leader takes part in the election and, while it holds the Lease, writes
+// the status of each ImageSet from the NodeImages and the Nodes' labels.
+type leader struct {
+	client kubernetes.Interface
+	dyn    dynamic.Interface
+	node   string
+	lease  Lease
+	log    *slog.Logger
+	now    func() time.Time
+
+	failed string // the last write's error, logged once
+}
+
+// run stands for election until ctx ends; each time it leads, it writes
+// statuses until it loses the Lease, which it gives up when ctx ends.
+func (l *leader) run(ctx context.Context) {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: l.lease.Name, Namespace: l.lease.Namespace},
+		Client:     l.client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: l.node},
+	}
+	d, renew, retry := l.lease.Duration, l.lease.Renew, l.lease.Retry
+	if d <= 0 || renew <= 0 || retry <= 0 {
+		d, renew, retry = 15*time.Second, 10*time.Second, 2*time.Second
+	}
+	for ctx.Err() == nil {
+		var le *leaderelection.LeaderElector
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: lock, LeaseDuration: d, RenewDeadline: renew, RetryPeriod: retry, ReleaseOnCancel: true,
+			Name: l.lease.Namespace + "/" + l.lease.Name,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					l.log.Info("leading: writing the ImageSets' status", "lease", l.lease.Namespace+"/"+l.lease.Name, "node", l.node)
+					l.lead(ctx, le.IsLeader)
+				},
+				OnStoppedLeading: func() {
+					l.log.Info("not leading: the ImageSets' status is another's to write", "lease", l.lease.Namespace+"/"+l.lease.Name, "node", l.node)
+				},
+			},
+		})
+		if err != nil {
+			l.log.Error("electing the leader that writes the ImageSets' status", "error", err)
+			return
+		}
+		le.Run(ctx)
+	}
+}
+
+// lead watches the ImageSets, the NodeImages and the Nodes' labels, and
+// writes each set's status when it changes, while ctx lasts and isLeader
+// says so.
+func (l *leader) lead(ctx context.Context, isLeader func() bool) {
+	changed := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { notify() }, UpdateFunc: func(any, any) { notify() }, DeleteFunc: func(any) { notify() }}
+	dyn, infs, err := setInformers(l.dyn, handler)
+	if err != nil {
+		l.log.Error("watching the ImageSets", "error", err)
+		return
+	}
+	defer dyn.Shutdown()
+	nf := informers.NewSharedInformerFactoryWithOptions(l.client, 0, informers.WithTransform(onlyLabels))
+	nodes := nf.Core().V1().Nodes().Informer()
+	if _, err := nodes.AddEventHandler(handler); err != nil {
+		l.log.Error("watching the Nodes", "error", err)
+		return
+	}
+	defer nf.Shutdown()
+	dyn.Start(ctx.Done())
+	nf.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), infs[0].HasSynced, infs[1].HasSynced, nodes.HasSynced) {
+		return
+	}
+	labels := func(name string) map[string]string {
+		o, ok, _ := nodes.GetStore().GetByKey(name)
+		if n, isNode := o.(*corev1.Node); ok && isNode {
+			if n.Labels == nil {
+				return map[string]string{}
+			}
+			return n.Labels
+		}
+		return nil
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	pending := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			if !pending {
+				pending = true
+				timer.Reset(setsDebounce)
+			}
+			continue
+		case <-timer.C:
+		}
+		pending = false
+		if !l.writeAll(ctx, infs[0].GetStore(), cachedNodes(infs[1].GetStore(), labels), isLeader) {
+			pending = true
+			timer.Reset(time.Second) // a failed write: again soon, from the caches as they are then
+		}
+	}
+}
+
+// writeAll writes the status of each set that differs from what the set
+// has; it stops at once when isLeader says no more. It reports whether
+// every write it tried went through.
+func (l *leader) writeAll(ctx context.Context, store cache.Store, nodes []imageset.Node, isLeader func() bool) bool {
+	sets, objs, _ := cachedSets(store)
+	now := l.now().UTC().Truncate(time.Second)
+	ok := true
+	for i, set := range sets {
+		if ctx.Err() != nil || !isLeader() {
+			return true
+		}
+		st := imageset.Aggregate(set, imageset.States(set, nodes), now)
+		want, err := json.Marshal(st)
+		if err != nil {
+			continue
+		}
+		if have, err := json.Marshal(set.Status); err == nil && string(have) == string(want) {
+			continue
+		}
+		if err := l.write(ctx, objs[i], want); err != nil {
+			ok = false
+			if ctx.Err() != nil {
+				return true
+			}
+			if msg := err.Error(); msg != l.failed {
+				l.failed = msg
+				l.log.Warn("writing an ImageSet's status; trying again", "imageset", set.Metadata.Name, "error", err)
+			}
+			continue
+		}
+		l.failed = ""
+		l.log.Debug("wrote an ImageSet's status", "imageset", set.Metadata.Name, "selected", st.Nodes.Selected,
+			"staged", st.Nodes.Staged, "failed", st.Nodes.Failed, "missingImages", st.MissingImages)
+	}
+	return ok
+}
+
+// write replaces the status of the set obj (as cached: its resourceVersion
+// makes a write from a stale cache fail) with status (JSON).
+func (l *leader) write(ctx context.Context, obj *unstructured.Unstructured, status []byte) error {
+	var m map[string]any
+	if err := json.Unmarshal(status, &m); err != nil {
+		return err
+	}
+	u := obj.DeepCopy()
+	u.Object["status"] = m
+	if _, err := l.dyn.Resource(imageSetsGVR).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		return fmt.Errorf("updating the status of ImageSet %s: %w", obj.GetName(), err)
+	}
+	return nil
+}

@@ -1,0 +1,238 @@
+package reporter
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/holdfast-project/holdfast/internal/imageset"
+	"github.com/holdfast-project/holdfast/internal/report"
+)
+
+// setsWatcher watches the ImageSets, every node's NodeImages and this
+// node's labels, and sends the agent every set (PUT /sets) with whether it
+// selects the node and which of its images the node may start pulling now
+// (the waves), whenever that changes, and again when the agent has none.
+type setsWatcher struct {
+	client kubernetes.Interface
+	dyn    dynamic.Interface
+	cfg    Config
+	log    *slog.Logger
+	http   *http.Client
+	token  *agentToken
+
+	changed chan struct{} // a set, a NodeImages or the Node changed
+	resend  chan struct{} // the agent has no sets: send them again
+
+	sets, nodes, node cache.SharedIndexInformer
+	any               atomic.Bool // the last sets computed were not none
+	sent              []byte      // the body of the last PUT the agent took
+	failed            string      // the last PUT's error, logged once
+	bad               string      // the last sets that did not decode, logged once
+}
+
+func newSetsWatcher(client kubernetes.Interface, dyn dynamic.Interface, cfg Config, log *slog.Logger, hc *http.Client) *setsWatcher {
+	return &setsWatcher{client: client, dyn: dyn, cfg: cfg, log: log, http: hc, token: &agentToken{path: cfg.TokenFile},
+		changed: make(chan struct{}, 1), resend: make(chan struct{}, 1)}
+}
+
+// askResend asks for the sets to be sent again when there are any: the
+// agent says it has none.
+func (w *setsWatcher) askResend() {
+	if !w.any.Load() {
+		return
+	}
+	select {
+	case w.resend <- struct{}{}:
+	default:
+	}
+}
+
+func (w *setsWatcher) notify() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// start makes and starts the informers: the ImageSets, the NodeImages and
+// this Node.
+func (w *setsWatcher) start(ctx context.Context) (stop func(), err error) {
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { w.notify() },
+		UpdateFunc: func(any, any) { w.notify() },
+		DeleteFunc: func(any) { w.notify() },
+	}
+	dyn, infs, err := setInformers(w.dyn, handler)
+	if err != nil {
+		return nil, err
+	}
+	w.sets, w.nodes = infs[0], infs[1]
+	nodes := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithTransform(onlyLabels),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + w.cfg.Node }))
+	w.node = nodes.Core().V1().Nodes().Informer()
+	if _, err := w.node.AddEventHandler(handler); err != nil {
+		return nil, err
+	}
+	dyn.Start(ctx.Done())
+	nodes.Start(ctx.Done())
+	return func() { dyn.Shutdown(); nodes.Shutdown() }, nil
+}
+
+// run watches until ctx ends: the first sets go to the agent once the
+// caches have synced, then each change after the debounce, sets the agent
+// did not take after the interval, and the sets again when asked.
+func (w *setsWatcher) run(ctx context.Context) {
+	stop, err := w.start(ctx)
+	if err != nil {
+		w.log.Error("watching the ImageSets", "error", err)
+		return
+	}
+	defer stop()
+	if !cache.WaitForCacheSync(ctx.Done(), w.sets.HasSynced, w.nodes.HasSynced, w.node.HasSynced) {
+		return
+	}
+	w.log.Info("watching the ImageSets", "node", w.cfg.Node)
+	timer := time.NewTimer(0)
+	pending, force := true, false
+	for {
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-w.changed:
+			if !pending {
+				pending = true
+				timer.Reset(setsDebounce)
+			}
+			continue
+		case <-w.resend:
+			force = true
+			if !pending {
+				pending = true
+				timer.Reset(0)
+			}
+			continue
+		case <-timer.C:
+		}
+		pending = false
+		if err := w.send(ctx, force); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			level := slog.LevelWarn
+			if err.Error() == w.failed {
+				level = slog.LevelDebug
+			}
+			w.failed = err.Error()
+			w.log.Log(ctx, level, "sending the ImageSets to the agent; trying again", "agent", w.cfg.Agent, "in", w.cfg.Interval.String(), "error", err)
+			pending = true
+			timer.Reset(w.cfg.Interval)
+			continue
+		}
+		w.failed = ""
+		force = false
+	}
+}
+
+// send PUTs the sets when they differ from what the agent took last, or
+// when forced.
+func (w *setsWatcher) send(ctx context.Context, force bool) error {
+	sets := w.stage()
+	body, err := json.Marshal(sets)
+	if err != nil {
+		return fmt.Errorf("encoding the ImageSets: %w", err)
+	}
+	if !force && bytes.Equal(body, w.sent) {
+		return nil
+	}
+	w.sent = nil
+	if err := putAgent(ctx, w.http, w.cfg.Agent, "/sets", w.token, body); err != nil {
+		return err
+	}
+	w.sent = body
+	pulls := 0
+	for _, s := range sets.Sets {
+		pulls += len(s.MayPull)
+	}
+	w.log.Debug("sent the ImageSets to the agent", "sets", len(sets.Sets), "mayPull", pulls)
+	return nil
+}
+
+// stage is the sets as the caches hold them now.
+func (w *setsWatcher) stage() report.StageSets {
+	sets, _, bad := cachedSets(w.sets.GetStore())
+	if msg := strings.Join(bad, "; "); msg != w.bad {
+		w.bad = msg
+		if msg != "" {
+			w.log.Warn("ImageSets left out", "error", msg)
+		}
+	}
+	var labels map[string]string
+	for _, o := range w.node.GetStore().List() {
+		if n, ok := o.(*corev1.Node); ok && n.Name == w.cfg.Node {
+			labels = n.Labels
+		}
+	}
+	nodes := cachedNodes(w.nodes.GetStore(), func(string) map[string]string { return nil })
+	out := stageSets(w.cfg.Node, labels, sets, nodes)
+	if len(out.Sets) < len(sets) {
+		w.log.Warn("more ImageSets than the agent takes: the last by name left out", "sets", len(sets), "sent", len(out.Sets))
+	}
+	w.any.Store(len(out.Sets) > 0)
+	return out
+}
+
+// stageSets is what node, of these labels, is to do of sets (sorted by
+// name): each set (the first report.MaxSets), whether it selects the node,
+// and which of its images the node may start pulling now, by
+// imageset.Admit over nodes as their agents say (no labels: a reporter
+// reads no other Node, and takes each agent's word for its selection).
+func stageSets(node string, labels map[string]string, sets []imageset.ImageSet, nodes []imageset.Node) report.StageSets {
+	out := report.StageSets{Sets: []report.StageSet{}}
+	for _, set := range sets {
+		if len(out.Sets) == report.MaxSets {
+			break
+		}
+		s := report.StageSet{Name: set.Metadata.Name, Generation: set.Metadata.Generation,
+			Selected: set.Spec.Selects(labels), Images: set.Spec.Images}
+		if s.Images == nil {
+			s.Images = []string{}
+		}
+		if s.Selected {
+			s.MayPull = imageset.Admit(node, set, nodes)
+		}
+		out.Sets = append(out.Sets, s)
+	}
+	return out
+}
+
+// busy reports whether any image of a set selecting the node is being
+// pulled or waits for its turn: the reports then come every second, so
+// that a finished pull reaches the other nodes' waves at once.
+func busy(sets []report.SetState) bool {
+	for _, s := range sets {
+		if !s.Selected {
+			continue
+		}
+		for _, img := range s.Images {
+			if img.Phase == report.SetPulling || img.Phase == report.SetWaiting {
+				return true
+			}
+		}
+	}
+	return false
+}
