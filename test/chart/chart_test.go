@@ -154,6 +154,8 @@ type rendered struct {
 	ServiceAccounts     []corev1.ServiceAccount
 	ClusterRoles        []rbacv1.ClusterRole
 	ClusterRoleBindings []rbacv1.ClusterRoleBinding
+	Roles               []rbacv1.Role
+	RoleBindings        []rbacv1.RoleBinding
 	Policies            []admissionv1.ValidatingAdmissionPolicy
 	PolicyBindings      []admissionv1.ValidatingAdmissionPolicyBinding
 	ServiceMonitors     []serviceMonitor
@@ -172,10 +174,16 @@ type crd struct {
 			Plural string `json:"plural"`
 		} `json:"names"`
 		Versions []struct {
-			Name    string `json:"name"`
-			Served  bool   `json:"served"`
-			Storage bool   `json:"storage"`
-			Schema  struct {
+			Name                     string         `json:"name"`
+			Served                   bool           `json:"served"`
+			Storage                  bool           `json:"storage"`
+			Subresources             map[string]any `json:"subresources"`
+			AdditionalPrinterColumns []struct {
+				Name     string `json:"name"`
+				Type     string `json:"type"`
+				JSONPath string `json:"jsonPath"`
+			} `json:"additionalPrinterColumns"`
+			Schema struct {
 				OpenAPIV3Schema schemaProp `json:"openAPIV3Schema"`
 			} `json:"schema"`
 		} `json:"versions"`
@@ -190,6 +198,11 @@ type schemaProp struct {
 	Properties           map[string]schemaProp `json:"properties"`
 	Items                *schemaProp           `json:"items"`
 	AdditionalProperties *schemaProp           `json:"additionalProperties"`
+	Required             []string              `json:"required"`
+	MinItems             *int64                `json:"minItems"`
+	MaxItems             *int64                `json:"maxItems"`
+	Minimum              *float64              `json:"minimum"`
+	Enum                 []string              `json:"enum"`
 }
 
 var docSep = regexp.MustCompile(`(?m)^---\s*$`)
@@ -252,6 +265,14 @@ func decode(t *testing.T, out string) rendered {
 			var o rbacv1.ClusterRoleBinding
 			strict("rbac.authorization.k8s.io/v1", &o)
 			r.ClusterRoleBindings = append(r.ClusterRoleBindings, o)
+		case "Role":
+			var o rbacv1.Role
+			strict("rbac.authorization.k8s.io/v1", &o)
+			r.Roles = append(r.Roles, o)
+		case "RoleBinding":
+			var o rbacv1.RoleBinding
+			strict("rbac.authorization.k8s.io/v1", &o)
+			r.RoleBindings = append(r.RoleBindings, o)
 		case "ValidatingAdmissionPolicy":
 			var o admissionv1.ValidatingAdmissionPolicy
 			strict("admissionregistration.k8s.io/v1", &o)
@@ -319,6 +340,16 @@ func render(t *testing.T, values map[string]any) rendered {
 		t.Fatal(err)
 	}
 	return decode(t, out)
+}
+
+// crd is the CustomResourceDefinition of that name.
+func (r rendered) crd(name string) (crd, bool) {
+	for _, c := range r.CRDs {
+		if c.Metadata.Name == name {
+			return c, true
+		}
+	}
+	return crd{}, false
 }
 
 func (r rendered) daemonSet(t *testing.T) appsv1.DaemonSet {
@@ -706,8 +737,9 @@ func checkAgentToken(t *testing.T, ds appsv1.DaemonSet, hf, rep corev1.Container
 
 // reporterRules are the reporter's grants, group/resource → sorted verbs: nodes get, nodes/status patch,
 // events create, patch and list; with required images, pods read; with cluster workloads, the workloads
-// read and nodes list and watch.
-func reporterRules(required, clusterWorkloads bool) map[string][]string {
+// read and nodes list and watch; with required images and the ImageSets (sets), the ImageSets read, their
+// status written, every NodeImages and the Nodes listed and watched.
+func reporterRules(required, clusterWorkloads, sets bool) map[string][]string {
 	rules := map[string][]string{"/nodes": {"get"}, "/nodes/status": {"patch"}, "/events": {"create", "list", "patch"}}
 	read := []string{"get", "list", "watch"}
 	if required {
@@ -720,6 +752,12 @@ func reporterRules(required, clusterWorkloads bool) map[string][]string {
 			"batch/jobs", "batch/cronjobs", "/replicationcontrollers"} {
 			rules[gr] = read
 		}
+	}
+	if required && sets {
+		rules["/nodes"] = read
+		rules["holdfast.io/nodeimages"] = []string{"create", "get", "list", "patch", "watch"}
+		rules["holdfast.io/imagesets"] = read
+		rules["holdfast.io/imagesets/status"] = []string{"patch", "update"}
 	}
 	return rules
 }
@@ -800,7 +838,7 @@ func TestPresets(t *testing.T) {
 			ds := r.daemonSet(t)
 			checkPaths(t, ds, p)
 			checkHardened(t, r)
-			checkRBAC(t, r, reporterRules(true, true))
+			checkRBAC(t, r, reporterRules(true, true, true))
 			checkService(t, r, ds)
 			if len(r.ServiceMonitors)+len(r.PrometheusRules) != 0 || len(r.ConfigMaps) != 1 {
 				t.Errorf("optional objects rendered by default: %d ServiceMonitors, %d PrometheusRules, %d ConfigMaps",
@@ -1311,10 +1349,10 @@ func checkNodeImagesCRD(t *testing.T, r rendered, want bool) {
 		}
 		return
 	}
-	if len(r.CRDs) != 1 {
-		t.Fatalf("%d CustomResourceDefinitions, want the NodeImages one", len(r.CRDs))
+	c, ok := r.crd("nodeimages." + hfreport.Group)
+	if !ok {
+		t.Fatalf("no NodeImages CustomResourceDefinition among %d", len(r.CRDs))
 	}
-	c := r.CRDs[0]
 	if c.Metadata.Name != "nodeimages."+hfreport.Group || c.Spec.Group != hfreport.Group || c.Spec.Scope != "Cluster" ||
 		c.Spec.Names.Kind != hfreport.Kind || "/apis/"+c.Spec.Group+"/"+c.Spec.Versions[0].Name+"/"+c.Spec.Names.Plural != hfreport.NodeImagesPath {
 		t.Errorf("CustomResourceDefinition %s: %+v", c.Metadata.Name, c.Spec)
@@ -1397,7 +1435,7 @@ func TestRequiredImages(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := render(t, tc.values)
-			checkRBAC(t, r, reporterRules(tc.required, tc.clusterWorkload))
+			checkRBAC(t, r, reporterRules(tc.required, tc.clusterWorkload, true))
 			checkNodeImagesCRD(t, r, tc.required)
 			ds := r.daemonSet(t)
 			if _, ok := tc.values["reporter"]; ok {

@@ -187,7 +187,7 @@ func TestPeersContainerd(t *testing.T) {
 		}
 	}
 	// No RBAC for spegel: the reporter's grants exactly.
-	checkRBAC(t, r, reporterRules(true, true))
+	checkRBAC(t, r, reporterRules(true, true, true))
 }
 
 // TestPeersValues: the values change what spegel and holdfast are given, each as the other's parser takes it.
