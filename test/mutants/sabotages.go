@@ -373,11 +373,12 @@ var sabotages = []sabotage{
 	},
 	{
 		name: "peer-grace-ignored",
-		// An image that left the required set leaves the peer list at once.
-		edits: []edit{{"internal/agent/peers.go",
-			"if now.Sub(since) < p.grace {",
+		// An image that left the required set, or an ImageSet, leaves its
+		// list at once.
+		edits: []edit{{"internal/agent/ownlist.go",
+			"if now.Sub(since) < grace {",
 			"if now.Sub(since) < 0 {"}},
-		tests: []tests{{"./internal/agent", []string{"TestPullRequired", "TestPeerListReleasedWhenOff"}, nil}, {e2e, []string{"TestPullRequiredFromPeers"}, nil}},
+		tests: []tests{{"./internal/agent", []string{"TestPullRequired", "TestPeerListReleasedWhenOff", "TestSets"}, nil}, {e2e, []string{"TestPullRequiredFromPeers", "TestSetsUnderRun"}, nil}},
 	},
 	{
 		name: "peer-pull-backoff-as-registry",
@@ -408,9 +409,9 @@ var sabotages = []sabotage{
 	{
 		name: "peer-list-rewritten-when-unreadable",
 		// A peer list that cannot be read is written anew, dropping what it held.
-		edits: []edit{{"internal/agent/peers.go",
-			"p.log.Warn(\"reading the peer list; it stays as it is\", \"path\", path, \"error\", err)\n\t\treturn false",
-			"p.log.Warn(\"reading the peer list; it stays as it is\", \"path\", path, \"error\", err)\n\t\tp.loaded, p.left = true, map[string]time.Time{}\n\t\treturn true"}},
+		edits: []edit{{"internal/agent/ownlist.go",
+			"l.log.Warn(\"reading the \"+l.what+\"; it stays as it is\", \"path\", l.path, \"error\", err)\n\t\treturn false",
+			"l.log.Warn(\"reading the \"+l.what+\"; it stays as it is\", \"path\", l.path, \"error\", err)\n\t\tl.loaded, l.left = true, map[string]time.Time{}\n\t\treturn true"}},
 		tests: []tests{{"./internal/agent", []string{"TestPeerListUnreadableStays"}, nil}},
 	},
 	{
@@ -913,8 +914,8 @@ var sabotages = []sabotage{
 		// written back: a line added by hand under a running agent is
 		// pulled, pinned and leased as the peer source.
 		edits: []edit{
-			{"internal/pass/pulls.go", "case p.ownPeerList(src):", "case p.ownPeerList(src) && false:"},
-			{"internal/agent/peers.go", "case errors.Is(err, fs.ErrNotExist) && len(p.refs) == 0:", "case true:"},
+			{"internal/pass/pulls.go", "case own.Known:", "case own.Known && false:"},
+			{"internal/agent/ownlist.go", "case errors.Is(err, fs.ErrNotExist) && len(l.refs) == 0:", "case true:"},
 		},
 		tests: []tests{{"./internal/agent", []string{"TestPeerListIsTheAgents"}, nil}, {e2e, []string{"TestPeerListIsTheAgents"}, nil}},
 	},
