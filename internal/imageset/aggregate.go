@@ -24,6 +24,7 @@ import (
 // (MissingEverywhere before Failing before Pulling).
 func Aggregate(set ImageSet, nodes []NodeState, now time.Time) Status {
 	images := uniqueSorted(set.Spec.Images)
+	normal := normalized(images)
 	nodes = uniqueNodes(nodes)
 	var st Status
 	st.Nodes.Selected = len(nodes)
@@ -31,8 +32,8 @@ func Aggregate(set ImageSet, nodes []NodeState, now time.Time) Status {
 	held := map[string]int{}
 	for _, n := range nodes {
 		staged, failed := true, false
-		for _, img := range images {
-			s := stateOf(n.Images, img)
+		for i, img := range images {
+			s := stateOf(n.Images, img, normal[i])
 			switch s.Phase {
 			case Held:
 				held[img]++

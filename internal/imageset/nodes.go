@@ -32,14 +32,28 @@ func (n Node) selectedBy(set ImageSet) bool {
 // images is where each image of the set called name stands on n, by
 // normalized reference: what its agent said, the phases as they are. A node
 // whose agent has not said anything of the set yet has nothing of it.
-func (n Node) images(name string) map[string]ImageState {
-	out := map[string]ImageState{}
+// Each reference is normalized once through memo: the nodes name the same
+// images, and a reference parses in microseconds (seconds for 1,000 nodes
+// of 500 images each).
+func (n Node) images(name string, memo map[string]string) map[string]ImageState {
+	size := 0
+	for _, s := range n.Sets {
+		if s.Name == name {
+			size += len(s.Images)
+		}
+	}
+	out := make(map[string]ImageState, size)
 	for _, s := range n.Sets {
 		if s.Name != name {
 			continue
 		}
 		for _, img := range s.Images {
-			out[Normalize(img.Ref)] = ImageState{Phase: img.Phase, Error: img.Error, Since: img.Since}
+			ref, ok := memo[img.Ref]
+			if !ok {
+				ref = Normalize(img.Ref)
+				memo[img.Ref] = ref
+			}
+			out[ref] = ImageState{Phase: img.Phase, Error: img.Error, Since: img.Since}
 		}
 	}
 	return out
@@ -55,21 +69,32 @@ func Normalize(ref string) string {
 	return ref
 }
 
-// stateOf is where img stands in images, found as written or normalized.
-func stateOf(images map[string]ImageState, img string) ImageState {
+// normalized is Normalize of each of images.
+func normalized(images []string) []string {
+	out := make([]string, len(images))
+	for i, img := range images {
+		out[i] = Normalize(img)
+	}
+	return out
+}
+
+// stateOf is where img stands in images, found as written or normalized
+// (normal: Normalize(img)).
+func stateOf(images map[string]ImageState, img, normal string) ImageState {
 	if s, ok := images[img]; ok {
 		return s
 	}
-	return images[Normalize(img)]
+	return images[normal]
 }
 
 // States are the states of the nodes set selects, for Aggregate: every node
 // of nodes the set selects, each with what its agent says of the set.
 func States(set ImageSet, nodes []Node) []NodeState {
 	var out []NodeState
+	memo := map[string]string{}
 	for _, n := range nodes {
 		if n.selectedBy(set) {
-			out = append(out, NodeState{Node: n.Name, Images: n.images(set.Metadata.Name)})
+			out = append(out, NodeState{Node: n.Name, Images: n.images(set.Metadata.Name, memo)})
 		}
 	}
 	return out
@@ -85,8 +110,9 @@ func Admit(node string, set ImageSet, nodes []Node) []string {
 	var me *Node
 	states := make([]map[string]ImageState, len(nodes))
 	selected := make([]bool, len(nodes))
+	memo := map[string]string{}
 	for i := range nodes {
-		states[i] = nodes[i].images(set.Metadata.Name)
+		states[i] = nodes[i].images(set.Metadata.Name, memo)
 		selected[i] = nodes[i].selectedBy(set)
 		if nodes[i].Name == node && selected[i] {
 			me = &nodes[i]
@@ -98,8 +124,9 @@ func Admit(node string, set ImageSet, nodes []Node) []string {
 	var out []string
 	for _, img := range uniqueSorted(set.Spec.Images) {
 		var holders, pulling, waiting []string
+		normal := Normalize(img)
 		for i, n := range nodes {
-			switch st := stateOf(states[i], img); {
+			switch st := stateOf(states[i], img, normal); {
 			case st.Phase == Held:
 				holders = append(holders, n.Name)
 			case !selected[i]:
