@@ -502,3 +502,34 @@ func TestImageSets(t *testing.T) {
 		t.Errorf("release-7: %+v", s)
 	}
 }
+
+// TestReadPage: a page's items come in order whatever the order of its
+// fields, null items are none, and a page cut short or of another shape is
+// an error saying where.
+func TestReadPage(t *testing.T) {
+	read := func(body string) ([]string, string, error) {
+		var items []string
+		cont, err := readPage(strings.NewReader(body), func(item []byte) error {
+			items = append(items, string(item))
+			return nil
+		})
+		return items, cont, err
+	}
+	items, cont, err := read(`{"kind":"L","items":[{"a":1},{"b":[2]}],"metadata":{"continue":"next","resourceVersion":"7"}}`)
+	if err != nil || cont != "next" || strings.Join(items, ",") != `{"a":1},{"b":[2]}` {
+		t.Errorf("page: %v, %q, %q", err, cont, items)
+	}
+	if items, cont, err := read(`{"metadata":{},"items":null}`); err != nil || cont != "" || len(items) != 0 {
+		t.Errorf("null items: %v, %q, %q", err, cont, items)
+	}
+	for body, want := range map[string]string{
+		`{"items":[{"a":1},{"b"`: "reading item 1 of the list",
+		`{"items":{"a":1}}`:      "not an array",
+		`[1]`:                    "where { belongs",
+		``:                       "reading the list: EOF",
+	} {
+		if _, _, err := read(body); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error saying %q", body, err, want)
+		}
+	}
+}
