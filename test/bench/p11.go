@@ -172,14 +172,10 @@ func (h *harness) p11(ctx context.Context) (err error) {
 	return nil
 }
 
-// checkLink records one transfer of 5 seconds' worth at the rate (1 s when
-// quick) from node 1 to node 2.
+// checkLink records one transfer from node 1 to node 2 of the image's size
+// or a second's worth at the rate, whichever is more.
 func (h *harness) checkLink(ctx context.Context, w *simNetwork, c P11Config) {
-	secs := int64(5)
-	if h.cfg.Set.Name == "quick" {
-		secs = 1
-	}
-	size := int64(c.RateMbit) * 1e6 / 8 * secs
+	size := max(c.ImageBytes, int64(c.RateMbit)*1e6/8)
 	s := Sample{Scenario: ScenarioP11Link, Method: MethodP11Link, Round: 1, Bytes: size}
 	bps, err := w.measureLink(ctx, size)
 	if err != nil {
@@ -272,6 +268,9 @@ func (h *harness) measureStage(ctx context.Context, dir string, api *simAPI, w *
 		}
 	}()
 	runErr := h.seed(ctx, nodes[0], a)
+	if runErr == nil && m == MethodP11Waves {
+		runErr = api.waitNodeImages(ctx, nodes)
+	}
 	var before []int64
 	if runErr == nil {
 		before, runErr = w.sentAll()
@@ -280,7 +279,13 @@ func (h *harness) measureStage(ctx context.Context, dir string, api *simAPI, w *
 	if runErr == nil {
 		start = time.Now()
 		if m == MethodP11Waves {
+			pinned := make(chan time.Time, 1)
+			go func() { at, _ := nodes.waitAllPinned(ctx, name, p11SampleTimeout); pinned <- at }()
 			end, runErr = stageBySet(ctx, api, nodes, name, fmt.Sprintf("p11-n%d-r%d", n, round), simLabel(n))
+			if runErr == nil {
+				h.logf("P11 N=%d: every node held it pinned after %s, Staged after %s", n,
+					formatSeconds((<-pinned).Sub(start).Seconds()), formatSeconds(end.Sub(start).Seconds()))
+			}
 		} else {
 			end, runErr = stageAllAtOnce(ctx, nodes, name)
 		}
@@ -314,9 +319,14 @@ func (h *harness) measureStage(ctx context.Context, dir string, api *simAPI, w *
 
 func p11Scenario(n int) string { return fmt.Sprintf("P11 N=%d", n) }
 
-// p11ReporterArgs are the reporters' flags beyond the node's own.
+// p11LeaseNamespace holds the reporters' election Lease.
+const p11LeaseNamespace = "default"
+
+// p11ReporterArgs are the reporters' flags beyond the node's own: the
+// ImageSets, and an election among them for the leader that writes their
+// status.
 func p11ReporterArgs(c P11Config) []string {
-	return []string{"--interval", c.ReportInterval.String()}
+	return []string{"--interval", c.ReportInterval.String(), "--imagesets", "--leader-elect", "--lease-namespace", p11LeaseNamespace}
 }
 
 // seed drops archive a into the node's images dir (a hard link, its mtime an
@@ -371,7 +381,9 @@ func stageBySet(ctx context.Context, api *simAPI, nodes simNodes, name, set, lab
 		if err := api.do(ctx, http.MethodGet, imageset.Path+"/"+set, nil, &got); err == nil {
 			last = got
 			for _, c := range got.Status.Conditions {
-				if c.Type == imageset.Staged && c.Status == imageset.True {
+				// Staged counts only when it speaks of every node: a
+				// leader that counts fewer selected nodes is not done.
+				if c.Type == imageset.Staged && c.Status == imageset.True && got.Status.Nodes.Selected == len(nodes) {
 					return time.Now(), nil
 				}
 			}
@@ -385,16 +397,39 @@ func stageBySet(ctx context.Context, api *simAPI, nodes simNodes, name, set, lab
 	}
 }
 
-// cleanSets deletes every ImageSet and NodeImages, so the next sample's
-// reporters start from nothing.
+// cleanSets deletes every ImageSet, NodeImages and the election's Lease,
+// so that the next sample's reporters start from nothing.
 func (a *simAPI) cleanSets(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	var errs []error
-	for _, path := range []string{imageset.Path, "/apis/" + report.APIVersion + "/nodeimages"} {
+	for _, path := range []string{imageset.Path, "/apis/" + report.APIVersion + "/nodeimages",
+		"/apis/coordination.k8s.io/v1/namespaces/" + p11LeaseNamespace + "/leases"} {
 		if err := a.do(ctx, http.MethodDelete, path, nil, nil); err != nil && !isNotFound(err) {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// waitNodeImages waits until every node's reporter has written its
+// NodeImages, as in a cluster whose reporters run before the set is made.
+func (a *simAPI) waitNodeImages(ctx context.Context, nodes simNodes) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for _, nd := range nodes {
+		for {
+			err := a.do(ctx, http.MethodGet, "/apis/"+report.APIVersion+"/nodeimages/"+nd.name, nil, nil)
+			if err == nil {
+				break
+			}
+			if err := nd.alive(); err != nil {
+				return err
+			}
+			if err := sleep(ctx, 100*time.Millisecond); err != nil {
+				return fmt.Errorf("%s's reporter wrote no NodeImages within 2 minutes: %v%s", nd.name, err, logTail(nd.reporter.logBase+".err"))
+			}
+		}
+	}
+	return nil
 }
