@@ -1,11 +1,11 @@
 // Package kubeapi reads objects from a Kubernetes API server for holdfast's
 // read-only cluster views (holdfast check --cluster): the kubeconfig is
 // loaded as kubectl loads it (client-go's clientcmd); the Nodes, the
-// NodeImages and the ImageSet objects are listed with client-go's dynamic
-// client and decoded into their types (its own Node, internal/report's
-// NodeImages, internal/imageset's ImageSet). The
-// typed clientset is not used: its scheme registers every API group and
-// would grow the holdfast binary by two thirds.
+// NodeImages and the ImageSet objects are listed as JSON with client-go's
+// REST client and each decoded, as it streams, into its type (its own Node,
+// internal/report's NodeImages, internal/imageset's ImageSet). The typed
+// clientset is not used: its scheme registers every API group and would
+// grow the holdfast binary by two thirds.
 package kubeapi
 
 import (

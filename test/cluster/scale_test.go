@@ -57,7 +57,7 @@ const (
 	scaleLacking    = 10 // nodes (every 100th) whose workloads lack 2 images
 )
 
-// TestNodeImagesAtScale (HOLDFAST_SCALE=1; about four minutes on 2 cores with the cluster's start): 1,000 Nodes
+// TestNodeImagesAtScale (HOLDFAST_SCALE=1; 2 to 3 minutes on 2 cores with the cluster's start): 1,000 Nodes
 // and 1,000 NodeImages objects of 500 held images each (the reporter's packed list, its Required, and one
 // ImageSet of 500 images in mixed phases) in the test cluster's API server, and the ImageSet. It logs the
 // objects' bytes, the leader's aggregation in-process (list and decode, then imageset.States and Aggregate:
@@ -79,9 +79,9 @@ func TestNodeImagesAtScale(t *testing.T) {
 
 	applyChartCRDs(t, c, dyn)
 	start := time.Now()
-	objects, bytes := createScale(t, client)
+	objects, total := createScale(t, client)
 	t.Logf("created %d Nodes and %d NodeImages in %.1fs; one NodeImages: %d bytes (node 0) to %d bytes (the last), %.1f MB in all",
-		scaleNodes, scaleNodes, time.Since(start).Seconds(), objects[0], objects[len(objects)-1], float64(bytes)/1e6)
+		scaleNodes, scaleNodes, time.Since(start).Seconds(), objects[0], objects[len(objects)-1], float64(total)/1e6)
 	one := scaleNodeImages(scaleNodes-1, time.Now())
 	sets, _ := json.Marshal(one.Sets)
 	t.Logf("of the last NodeImages: held %d records packed in %d bytes (base64), its set %d bytes", one.Images, 4*((len(one.Held)+2)/3), len(sets))
