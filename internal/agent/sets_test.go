@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,7 +35,8 @@ func phases(rep report.Report, name string) (map[string]report.SetImage, bool) {
 
 // TestSets: a selected set's list names the images the waves let the node
 // pull and those the store holds (pinned then without a pull), not the
-// others (Waiting); a pass pulls, pins and leases them as the list's; a
+// others (Waiting), and keeps what it started once the waves no longer
+// let it; a pass pulls, pins and leases them as the list's; a
 // pull that keeps failing is Failed with its error and the time of its
 // first failure, a reference that does not parse is Failed and the others
 // go on; a set that does not select the node pins nothing and reports only
@@ -107,6 +109,17 @@ func TestSets(t *testing.T) {
 	}
 	if bad := p["Not A Ref"]; bad.Phase != report.SetFailed || !strings.Contains(bad.Error, "Not A Ref") || bad.Since.IsZero() {
 		t.Errorf("a reference that does not parse: %+v, want Failed with why", bad)
+	}
+	// The waves no longer let the node start x or failing: what it started
+	// goes on.
+	started := body
+	started.Sets = slices.Clone(body.Sets)
+	started.Sets[0].MayPull = nil
+	if err := a.SetSets(ctx, started); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := listed(t, list), []string{failing, held.Name, kept.Name, x.Name}; !slices.Equal(got, want) {
+		t.Fatalf("once started, the set's list names %v, want %v", got, want)
 	}
 	close(release)
 	waitFor(t, "x pinned and the pull of failing failed its tries", func() bool {
@@ -278,4 +291,46 @@ func leasedBy(t *testing.T, rt *fake.Runtime, path, name string) bool {
 		}
 	}
 	return false
+}
+
+// refusingPulls says every reference's pull is fine and the policy refused
+// one.
+type refusingPulls struct{ refused string }
+
+func (refusingPulls) PullFailure(string) error { return nil }
+func (r refusingPulls) Refusal(ref string) string {
+	if ref == r.refused {
+		return "no signature by the release key"
+	}
+	return ""
+}
+
+// TestSetPhaseRefused: an image of a set that the policy refused is Failed
+// with the reason, cut to report.MaxSetError bytes; another listed one is
+// Pulling.
+func TestSetPhaseRefused(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	dir := t.TempDir()
+	s := newSets(fake.New(), Config{SetLists: dir, PeerGrace: time.Minute}, refusingPulls{refused: "example.com/bad:1"}, func() {}, clock, slog.New(slog.DiscardHandler))
+	body := report.StageSets{Sets: []report.StageSet{{Name: "s", Selected: true,
+		Images: []string{"example.com/bad:1", "example.com/ok:1"}, MayPull: []string{"example.com/bad:1", "example.com/ok:1"}}}}
+	if err := s.take(context.Background(), body); err != nil {
+		t.Fatal(err)
+	}
+	st := s.forReport()
+	if len(st) != 1 || len(st[0].Images) != 2 {
+		t.Fatalf("states %+v", st)
+	}
+	bad, ok := st[0].Images[0], st[0].Images[1]
+	if bad.Phase != report.SetFailed || bad.Error != "refused by the signature policy: no signature by the release key" || !bad.Since.Equal(clock.Now()) {
+		t.Errorf("the refused image: %+v", bad)
+	}
+	if ok.Phase != report.SetPulling || ok.Error != "" {
+		t.Errorf("the other image: %+v", ok)
+	}
+	long := strings.Repeat("é", report.MaxSetError)
+	if c := cutError(long); len(c) > report.MaxSetError || !strings.HasPrefix(long, c) || len(c) < report.MaxSetError-1 {
+		t.Errorf("cut to %d bytes", len(c))
+	}
 }
