@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,16 +58,20 @@ func (l *leader) run(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		var le *leaderelection.LeaderElector
+		var led atomic.Bool
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock: lock, LeaseDuration: d, RenewDeadline: renew, RetryPeriod: retry, ReleaseOnCancel: true,
 			Name: l.lease.Namespace + "/" + l.lease.Name,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(ctx context.Context) {
+					led.Store(true)
 					l.log.Info("leading: writing the ImageSets' status", "lease", l.lease.Namespace+"/"+l.lease.Name, "node", l.node)
 					l.lead(ctx, le.IsLeader)
 				},
 				OnStoppedLeading: func() {
-					l.log.Info("not leading: the ImageSets' status is another's to write", "lease", l.lease.Namespace+"/"+l.lease.Name, "node", l.node)
+					if led.Load() {
+						l.log.Info("not leading any more: the ImageSets' status is another's to write", "lease", l.lease.Namespace+"/"+l.lease.Name, "node", l.node)
+					}
 				},
 			},
 		})

@@ -74,7 +74,7 @@ func newSetAgent(t *testing.T, token string) *setAgent {
 			_, _ = w.Write(setsHeld.Text())
 		case r.URL.Path == "/report":
 			_ = json.NewEncoder(w).Encode(report.Report{Ready: true, Next: 1, Started: started,
-				Required: &report.Required{Known: true, Ready: true, HeldHash: setsHeld.Hash()}, Sets: a.states()})
+				Required: &report.Required{Known: true, Ready: true, Counts: map[report.State]int{}, HeldHash: setsHeld.Hash()}, Sets: a.states()})
 		default:
 			http.NotFound(w, r)
 		}
