@@ -99,7 +99,7 @@ type Status struct {
 	Nodes      NodeCounts  `json:"nodes"`
 	// MissingImages counts the images some selected node lacks; Missing
 	// lists the first MaxMissing of them, sorted by image.
-	MissingImages int            `json:"missingImages,omitempty"`
+	MissingImages int            `json:"missingImages"`
 	Missing       []MissingImage `json:"missing,omitempty"`
 	// FailureCount counts the failed pulls; Failures lists the first
 	// MaxFailures, sorted by node then image.

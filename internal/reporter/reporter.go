@@ -76,6 +76,7 @@ type Reporter struct {
 	sets   *setsWatcher     // nil unless cfg.ImageSets
 	leader *leader          // nil unless cfg.Leader
 	busy   bool             // the last report had a set's image pulling or waiting
+	wake   chan struct{}    // read the report now: the agent took new sets
 	// written holds each condition as last patched (or as the Node had it
 	// before the first patch).
 	written map[corev1.NodeConditionType]*corev1.NodeCondition
@@ -106,7 +107,7 @@ func New(client kubernetes.Interface, cfg Config) *Reporter {
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = time.Second
 	}
-	r := &Reporter{client: client, cfg: cfg, log: log, http: hc, now: time.Now, sent: map[string]*sentEvent{},
+	r := &Reporter{client: client, cfg: cfg, log: log, http: hc, now: time.Now, sent: map[string]*sentEvent{}, wake: make(chan struct{}, 1),
 		written: map[corev1.NodeConditionType]*corev1.NodeCondition{}}
 	if cfg.Required {
 		r.req = newRequiredWatcher(client, cfg, log, hc)
@@ -116,6 +117,7 @@ func New(client kubernetes.Interface, cfg Config) *Reporter {
 		}
 		if cfg.ImageSets && cfg.Dynamic != nil {
 			r.sets = newSetsWatcher(client, cfg.Dynamic, cfg, log, hc)
+			r.sets.took = r.wakeUp
 			if cfg.Leader != nil {
 				r.leader = &leader{client: client, dyn: cfg.Dynamic, node: cfg.Node, lease: *cfg.Leader, log: log, now: time.Now}
 			}
@@ -147,6 +149,15 @@ func (r *Reporter) Run(ctx context.Context) error {
 	return r.report(ctx)
 }
 
+// wakeUp has the report read now, without waiting: the agent took new
+// sets, and what it says of them is for the other nodes' waves.
+func (r *Reporter) wakeUp() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
 func (r *Reporter) report(ctx context.Context) error {
 	wait := time.Duration(0)
 	failures := 0
@@ -155,6 +166,7 @@ func (r *Reporter) report(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
+		case <-r.wake:
 		}
 		if err := r.Once(ctx); err != nil {
 			if ctx.Err() != nil {

@@ -42,6 +42,7 @@ type setsWatcher struct {
 	sent              []byte      // the body of the last PUT the agent took
 	failed            string      // the last PUT's error, logged once
 	bad               string      // the last sets that did not decode, logged once
+	took              func()      // called when the agent took new sets; nil: nothing
 }
 
 func newSetsWatcher(client kubernetes.Interface, dyn dynamic.Interface, cfg Config, log *slog.Logger, hc *http.Client) *setsWatcher {
@@ -164,6 +165,9 @@ func (w *setsWatcher) send(ctx context.Context, force bool) error {
 		return err
 	}
 	w.sent = body
+	if w.took != nil {
+		w.took()
+	}
 	pulls := 0
 	for _, s := range sets.Sets {
 		pulls += len(s.MayPull)
