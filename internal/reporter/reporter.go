@@ -3,7 +3,10 @@
 // the Node in line with it; it watches the workloads for the images the node
 // needs, sends that set to the agent, and keeps the HoldfastImagesReady
 // condition and the node's NodeImages object from what the agent says of it
-// and of what the node holds. It is the only package that imports
+// and of what the node holds. With ImageSets it hands the agent every
+// ImageSet and the images the node may pull in its wave (from every node's
+// NodeImages), and one reporter, elected with a Lease, writes each set's
+// status. It is the only package that imports
 // client-go's clientset and informers, and it runs in its own binary
 // (holdfast-reporter), so that the node CLI does not link them and the agent
 // never waits for the API server; holdfast check --cluster reads what it
