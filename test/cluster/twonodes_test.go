@@ -60,6 +60,8 @@ func TestTwoNodes(t *testing.T) {
 		{"each-node-its-own-report", func(t *testing.T) { s.reportsApart(t) }},
 		{"reporter-writes-only-its-own-nodeimages", func(t *testing.T) { s.ownNodeImagesOnly(t) }},
 		{"archive-on-node-1-pinned-on-node-2", func(t *testing.T) { s.pulledFromPeer(t, n) }},
+		{"imageset-missing-everywhere", func(t *testing.T) { s.imageSetMissingEverywhere(t) }},
+		{"imageset-staged-then-released", func(t *testing.T) { s.imageSetStaged(t, n) }},
 	}
 	for _, st := range steps {
 		if !t.Run(st.name, st.run) {
@@ -142,7 +144,7 @@ func (s *scenario) installOnTwo(t, top *testing.T, n *node2) {
 	s.dataDir = filepath.Join(c.dir, "holdfast-data")
 	values := s.values(t, []string{}, map[string]any{
 		"peers":    map[string]any{"enabled": true, "registries": []string{peerRegistry}},
-		"extraEnv": []map[string]string{{"name": "HOLDFAST_SETTLE", "value": "500ms"}},
+		"extraEnv": []map[string]string{{"name": "HOLDFAST_SETTLE", "value": "500ms"}, {"name": "HOLDFAST_PEER_GRACE", "value": testPeerGrace.String()}},
 	})
 	if out, err := s.runHelm("install", release, s.chart, "--namespace", chartNS, "--create-namespace", "--values", values); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
