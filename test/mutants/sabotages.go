@@ -939,4 +939,40 @@ var sabotages = []sabotage{
 			"if true {"}},
 		tests: []tests{{"./internal/exporter", []string{"TestExportPolicy"}, nil}, {e2e, []string{"TestExportUnderPolicy"}, nil}},
 	},
+	{
+		name: "staged-with-no-nodes",
+		// A set whose selector matches no node the agent runs on is
+		// Staged: kubectl wait lets a rollout through that nothing staged.
+		edits: []edit{{"internal/imageset/aggregate.go",
+			"case n.Selected == 0:",
+			"case n.Selected < 0:"}},
+		tests: []tests{{"./internal/imageset", []string{"TestAggregate"}, nil}},
+	},
+	{
+		name: "staged-while-failing",
+		// A node whose pull failed counts as holding the image: the set is
+		// Staged while a node lacks it.
+		edits: []edit{{"internal/imageset/aggregate.go",
+			"			staged = false\n			missing[img] = append(missing[img], n.Node)",
+			"			staged = staged && s.Phase == Failed\n			missing[img] = append(missing[img], n.Node)"}},
+		tests: []tests{{"./internal/imageset", []string{"TestAggregate"}, nil}},
+	},
+	{
+		name: "waves-unbounded",
+		// Every waiting node may pull at once, whatever maxConcurrent and
+		// the holders: the one node that holds an image serves them all.
+		edits: []edit{{"internal/imageset/waves.go",
+			"free := min(maxConcurrent, len(has)) - len(busy)",
+			"free := len(waiting) + 1"}},
+		tests: []tests{{"./internal/imageset", []string{"TestWavesDoubling", "TestWavesBounded", "TestMayPull", "TestAdmitWaves"}, nil}},
+	},
+	{
+		name: "waves-pull-from-nowhere",
+		// A node pulls an image no node holds: in an air gap its pull
+		// goes to an upstream it cannot reach, and fails.
+		edits: []edit{{"internal/imageset/waves.go",
+			"free := min(maxConcurrent, len(has)) - len(busy)",
+			"free := min(maxConcurrent, max(len(has), 1)) - len(busy)"}},
+		tests: []tests{{"./internal/imageset", []string{"TestMayPull", "TestWavesDoubling", "TestWavesBounded"}, nil}},
+	},
 }
