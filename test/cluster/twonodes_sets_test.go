@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/holdfast-project/holdfast/internal/imageset"
 	"github.com/holdfast-project/holdfast/internal/report"
 )
@@ -104,12 +102,11 @@ func (s *scenario) imageSetMissingEverywhere(t *testing.T) {
 
 // imageSetStaged: a set naming an image only node 1's archive holds: kubectl wait --for=condition=Staged returns;
 // node 2 holds it pinned, leased by the set's own source; kubectl get imagesets shows it staged on both nodes.
-// Then a workload on node 2 needs the same image, and the set is deleted: after the grace the set's source is
-// gone on node 2, and the image stays pinned there (the workload's peer source wants it) and on node 1 (its
-// archive does); once the workload goes too, node 2 lets it go.
+// Then a pull list in node 2's images dir names the same image, and the set is deleted: after the grace the set's
+// source is gone on node 2, and the image stays pinned there (the list wants it) and on node 1 (its archive
+// does); once the list goes too, node 2 lets it go.
 func (s *scenario) imageSetStaged(t *testing.T, n *node2) {
 	c := s.c
-	ctx := context.Background()
 	const name = "release-1"
 	archive := filepath.Join(c.imagesDir, "staged.tar")
 	if err := writeStaticImage(archive, imgStaged, filepath.Join(c.k8sBin, "pause"), "/pause",
@@ -164,14 +161,19 @@ func (s *scenario) imageSetStaged(t *testing.T, n *node2) {
 	}
 	s.waitCheckCluster(t, "the set staged", 0, []string{name}, nil)
 
-	one := int32(1)
-	d := deployment("needs-staged", imgStaged, &one)
-	d.Spec.Template.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node2Name}
-	if _, err := c.client.AppsV1().Deployments(workloadNS).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+	list := filepath.Join(c.imagesDir, "staged.txt")
+	if err := os.WriteFile(n.path(list), []byte(imgStaged+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitFor("node 2's peer source naming "+imgStaged, time.Minute, func() (bool, error) {
-		return slices.Contains(n.sourcesOf(t, imgStaged), filepath.Join(s.dataDir, "peers", "required.txt")), nil
+	listed := true
+	t.Cleanup(func() {
+		if listed {
+			_ = os.Remove(n.path(list))
+		}
+	})
+	if err := waitFor("node 2's pull list naming "+imgStaged+" as its source", time.Minute, func() (bool, error) {
+		srcs := n.sourcesOf(t, imgStaged)
+		return slices.Contains(srcs, list), fmt.Errorf("sources %v", srcs)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -197,10 +199,11 @@ func (s *scenario) imageSetStaged(t *testing.T, n *node2) {
 			t.Errorf("%s on %s after the set went: found %v, pinned %v (%v); another source wants it", imgStaged, node, found, pinned, err)
 		}
 	}
-	if err := c.client.AppsV1().Deployments(workloadNS).Delete(ctx, d.Name, metav1.DeleteOptions{}); err != nil {
+	if err := os.Remove(n.path(list)); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitFor("node 2 to unpin "+imgStaged+" once nothing wants it", testPeerGrace+2*time.Minute, func() (bool, error) {
+	listed = false
+	if err := waitFor("node 2 to unpin "+imgStaged+" once nothing wants it", 2*time.Minute, func() (bool, error) {
 		pinned, _, err := criImageVia(n.crictl, imgStaged)
 		return err == nil && !pinned, err
 	}); err != nil {
