@@ -20,16 +20,22 @@ import (
 // what the shell printed on stderr.
 func putAs(t *testing.T, a *agentProc, uid, gid int, prelude, body string) (string, string) {
 	t.Helper()
+	return putPathAs(t, a, "/required", uid, gid, prelude, body)
+}
+
+// putPathAs is putAs to the agent's path.
+func putPathAs(t *testing.T, a *agentProc, path string, uid, gid int, prelude, body string) (string, string) {
+	t.Helper()
 	script := prelude + `
 set -- -s -o /dev/null -w '%{http_code}' -X PUT -H 'Content-Type: application/json' --data-binary "$BODY"
 if [ -n "$AUTH" ]; then set -- "$@" -H "Authorization: $AUTH"; fi
 curl "$@" "$URL"`
 	cmd := exec.Command("setpriv", "--reuid", itoa(uid), "--regid", itoa(gid), "--clear-groups", "sh", "-c", script)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "BODY=" + body, "URL=http://" + a.addr + "/required", "TOKEN_FILE=" + a.tokenFile}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "BODY=" + body, "URL=http://" + a.addr + path, "TOKEN_FILE=" + a.tokenFile}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("PUT /required as %d:%d: %v\n%s", uid, gid, err, stderr.String())
+		t.Fatalf("PUT %s as %d:%d: %v\n%s", path, uid, gid, err, stderr.String())
 	}
 	return stdout.String(), stderr.String()
 }
@@ -45,8 +51,9 @@ func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 // on the peer list, and the agent's report says no set came. Bodies that are
 // not one set of full references are 400 even with the token. Then uid 65534
 // in root's group, as the chart runs the reporter, reads the token and is
-// taken: the image is pulled, pinned and leased as the peer source. A
-// token file others may read stops run (exit 2).
+// taken: the image is pulled, pinned and leased as the peer source. PUT
+// /sets (the ImageSets) is refused to nobody the same ways, and no set is
+// listed. A token file others may read stops run (exit 2).
 func TestSecRequiredOwner(t *testing.T) {
 	requireRoot(t)
 	forEachDaemon(t, func(t *testing.T, d *daemon) {
@@ -85,6 +92,23 @@ func TestSecRequiredOwner(t *testing.T) {
 			if strings.Contains(tc.prelude, "cat") && !strings.Contains(stderr, "Permission denied") {
 				t.Errorf("nobody read the token file %s: %q", agent.tokenFile, stderr)
 			}
+		}
+		// PUT /sets, the ImageSets, has the same owner: nobody's sets are refused and nothing is listed.
+		sets := `{"sets":[{"name":"lab","generation":1,"selected":true,"images":["` + ref + `"],"mayPull":["` + ref + `"]}]}`
+		for _, tc := range []struct{ name, prelude string }{
+			{"no token", ``},
+			{"a wrong token", `AUTH="Bearer $(printf '%064d' 0)"`},
+			{"the token file, unreadable", `AUTH="Bearer $(cat "$TOKEN_FILE")"`},
+		} {
+			if code, _ := putPathAs(t, agent, "/sets", nobody, nobody, tc.prelude, sets); code != "401" {
+				t.Errorf("nobody's PUT /sets with %s: HTTP %s, want 401", tc.name, code)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(dataDir, "peers", "sets")); !os.IsNotExist(err) {
+			t.Errorf("the sets' lists after nobody's PUT /sets: %v, want none", err)
+		}
+		if sets := agentReport(t, agent).Sets; sets != nil {
+			t.Errorf("the report's sets after nobody's PUT /sets: %+v, want none", sets)
 		}
 		// The same from the data dir's token in another name: no.
 		if code, _ := putAs(t, agent, nobody, nobody, `AUTH="Bearer $(cat "$TOKEN_FILE" 2>/dev/null || echo x)"`, `{"images":[]}`); code != "401" {

@@ -975,4 +975,13 @@ var sabotages = []sabotage{
 			"free := min(maxConcurrent, max(len(has), 1)) - len(busy)"}},
 		tests: []tests{{"./internal/imageset", []string{"TestMayPull", "TestWavesDoubling", "TestWavesBounded"}, nil}},
 	},
+	{
+		name: "sets-from-anyone",
+		// PUT /sets is served without the owner's check: any local user
+		// names ImageSets whose images holdfast run pulls, pins and leases.
+		edits: []edit{{"internal/server/server.go",
+			"	s.change(\"PUT /sets\", func(w http.ResponseWriter, r *http.Request) {",
+			"	s.mux.HandleFunc(\"PUT /sets\", func(w http.ResponseWriter, r *http.Request) {"}},
+		tests: []tests{{"./internal/server", []string{"TestSetsNeedsOwner"}, nil}, {e2e, []string{"TestSecRequiredOwner", "TestSetsUnderRun"}, nil}},
+	},
 }
