@@ -96,7 +96,7 @@ func (c P11Config) Validate() error {
 // node pinned); a sample that times out fails.
 const p11SampleTimeout = 15 * time.Minute
 
-// p11Missing says why P11 cannot run here, or "".
+// missing says why P11 cannot run here, or "".
 func (c P11Config) missing() string {
 	if why := peersMissing(); why != "" {
 		return strings.ReplaceAll(why, "P8", "P11")
