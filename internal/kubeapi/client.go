@@ -198,50 +198,47 @@ func (c *Client) list(ctx context.Context, path, selector string, each func(item
 		if err != nil {
 			return c.failed(what, err)
 		}
-		cont, err = readPage(body, each)
+		meta, err := ReadPage(body, each)
 		body.Close()
 		if err != nil {
 			return fmt.Errorf("GET %s%s: %w", c.server, what, err)
 		}
-		if cont == "" {
+		if cont = meta.Continue; cont == "" {
 			return nil
 		}
 	}
 }
 
-// readPage reads a page of a list, calling each with every item, and
-// returns where the next page starts ("": none).
-func readPage(r io.Reader, each func(item []byte) error) (cont string, err error) {
+// ReadPage reads a page of a list (JSON) as it streams, calling each with
+// every item, and returns the list's metadata: where the next page starts
+// (Continue, "": none) and the ResourceVersion to watch from.
+func ReadPage(r io.Reader, each func(item []byte) error) (meta metav1.ListMeta, err error) {
 	dec := json.NewDecoder(r)
 	if err := expect(dec, json.Delim('{')); err != nil {
-		return "", err
+		return meta, err
 	}
 	for dec.More() {
 		key, err := dec.Token()
 		if err != nil {
-			return "", fmt.Errorf("reading the list: %w", err)
+			return meta, fmt.Errorf("reading the list: %w", err)
 		}
 		switch key {
 		case "metadata":
-			var meta struct {
-				Continue string `json:"continue"`
-			}
 			if err := dec.Decode(&meta); err != nil {
-				return "", fmt.Errorf("reading the list's metadata: %w", err)
+				return meta, fmt.Errorf("reading the list's metadata: %w", err)
 			}
-			cont = meta.Continue
 		case "items":
 			if err := readItems(dec, each); err != nil {
-				return "", err
+				return meta, err
 			}
 		default:
 			var skip json.RawMessage
 			if err := dec.Decode(&skip); err != nil {
-				return "", fmt.Errorf("reading the list: %w", err)
+				return meta, fmt.Errorf("reading the list: %w", err)
 			}
 		}
 	}
-	return cont, expect(dec, json.Delim('}'))
+	return meta, expect(dec, json.Delim('}'))
 }
 
 // readItems reads the items of a list (an array, or null), calling each

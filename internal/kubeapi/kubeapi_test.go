@@ -504,20 +504,22 @@ func TestImageSets(t *testing.T) {
 }
 
 // TestReadPage: a page's items come in order whatever the order of its
-// fields, null items are none, and a page cut short or of another shape is
+// fields, with its continue and resourceVersion; null items are none, and a page cut short or of another shape is
 // an error saying where.
 func TestReadPage(t *testing.T) {
 	read := func(body string) ([]string, string, error) {
 		var items []string
-		cont, err := readPage(strings.NewReader(body), func(item []byte) error {
+		meta, err := ReadPage(strings.NewReader(body), func(item []byte) error {
 			items = append(items, string(item))
 			return nil
 		})
-		return items, cont, err
+		return items, meta.Continue, err
 	}
-	items, cont, err := read(`{"kind":"L","items":[{"a":1},{"b":[2]}],"metadata":{"continue":"next","resourceVersion":"7"}}`)
-	if err != nil || cont != "next" || strings.Join(items, ",") != `{"a":1},{"b":[2]}` {
-		t.Errorf("page: %v, %q, %q", err, cont, items)
+	var got string
+	meta, err := ReadPage(strings.NewReader(`{"kind":"L","items":[{"a":1},{"b":[2]}],"metadata":{"continue":"next","resourceVersion":"7"}}`),
+		func(item []byte) error { got += string(item); return nil })
+	if err != nil || meta.Continue != "next" || meta.ResourceVersion != "7" || got != `{"a":1}{"b":[2]}` {
+		t.Errorf("page: %v, %+v, %q", err, meta, got)
 	}
 	if items, cont, err := read(`{"metadata":{},"items":null}`); err != nil || cont != "" || len(items) != 0 {
 		t.Errorf("null items: %v, %q, %q", err, cont, items)
