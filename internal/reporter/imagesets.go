@@ -1,9 +1,11 @@
 package reporter
 
 // What the sets watcher and the leader both read of the ImageSets and the
-// NodeImages, through the dynamic client, and how the caches keep them small.
+// NodeImages: one pair of caches per reporter process, which both share,
+// each object in them decoded once, when it changed.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -13,9 +15,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/holdfast-project/holdfast/internal/imageset"
@@ -32,59 +36,97 @@ var (
 // before the sets are sent to the agent, or the statuses written.
 const setsDebounce = 250 * time.Millisecond
 
-// onlySets keeps of a NodeImages object its name and its sets: what the
-// waves and the statuses read (what the node holds, packed, can be large,
-// and every reporter caches every node's).
-func onlySets(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
-	}
-	out := &unstructured.Unstructured{Object: map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind()}}
-	out.SetName(u.GetName())
-	out.SetResourceVersion(u.GetResourceVersion())
-	if sets, ok := u.Object["sets"]; ok {
-		out.Object["sets"] = sets
-	}
-	return out, nil
+// setCaches are a reporter process's informers of the ImageSets and of
+// every node's NodeImages (their sets only, as nodeSets), shared by its
+// sets watcher and its leader: the NodeImages are listed and kept once.
+type setCaches struct {
+	sets, nodes cache.SharedIndexInformer
 }
 
-// onlyLabels keeps of a Node its name and labels.
-func onlyLabels(obj any) (any, error) {
-	n, ok := obj.(*corev1.Node)
-	if !ok {
-		return obj, nil
-	}
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels, ResourceVersion: n.ResourceVersion}}, nil
+// newSetCaches makes the informers: the ImageSets through dyn, the
+// NodeImages through client's REST client (nodeSetsSource).
+func newSetCaches(client kubernetes.Interface, dyn dynamic.Interface) *setCaches {
+	sets := dynamicinformer.NewFilteredDynamicInformer(dyn, imageSetsGVR, "", 0, cache.Indexers{}, nil).Informer()
+	_ = sets.SetTransform(decodeCachedSet) // it fails only once the informer has started
+	nodes := cache.NewSharedIndexInformer(nodeSetsSource(client, dyn), &nodeSets{}, 0, cache.Indexers{})
+	return &setCaches{sets: sets, nodes: nodes}
 }
 
-// setInformers are the cluster-wide informers of the ImageSets and of the
-// NodeImages (their sets only), handler called on every change.
-func setInformers(client dynamic.Interface, handler cache.ResourceEventHandler) (dynamicinformer.DynamicSharedInformerFactory, []cache.SharedIndexInformer, error) {
-	f := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
-	sets := f.ForResource(imageSetsGVR).Informer()
-	nodes := f.ForResource(nodeImagesGVR).Informer()
-	if err := sets.SetTransform(strip); err != nil {
-		return nil, nil, err
+// run runs the informers until ctx ends.
+func (c *setCaches) run(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { defer close(done); c.nodes.RunWithContext(ctx) }()
+	c.sets.RunWithContext(ctx)
+	<-done
+}
+
+// synced waits until both caches hold what the API server had when they
+// started; false when ctx ended first.
+func (c *setCaches) synced(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), c.sets.HasSynced, c.nodes.HasSynced)
+}
+
+// watch calls handler on every change of either cache (and once for each
+// object they hold) until the returned remove is called.
+func (c *setCaches) watch(handler cache.ResourceEventHandler) (remove func(), err error) {
+	sets, err := c.sets.AddEventHandler(handler)
+	if err != nil {
+		return nil, err
 	}
-	if err := nodes.SetTransform(onlySets); err != nil {
-		return nil, nil, err
+	nodes, err := c.nodes.AddEventHandler(handler)
+	if err != nil {
+		_ = c.sets.RemoveEventHandler(sets)
+		return nil, err
 	}
-	for _, inf := range []cache.SharedIndexInformer{sets, nodes} {
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			return nil, nil, err
+	return func() { _ = c.sets.RemoveEventHandler(sets); _ = c.nodes.RemoveEventHandler(nodes) }, nil
+}
+
+// notifier is a handler sending on ch, without blocking, on every change.
+func notifier(ch chan struct{}) cache.ResourceEventHandler {
+	notify := func() {
+		select {
+		case ch <- struct{}{}:
+		default:
 		}
 	}
-	return f, []cache.SharedIndexInformer{sets, nodes}, nil
+	return cache.ResourceEventHandlerFuncs{AddFunc: func(any) { notify() }, UpdateFunc: func(any, any) { notify() }, DeleteFunc: func(any) { notify() }}
 }
 
-// decodeSet is the ImageSet of a cached object.
-func decodeSet(obj any) (imageset.ImageSet, error) {
-	var set imageset.ImageSet
+// cachedSet is an ImageSet as the cache keeps it: decoded once, when it
+// changed, beside the object it came from (its managed fields and
+// annotations dropped), which a status write starts from; or why it does
+// not decode.
+type cachedSet struct {
+	metav1.ObjectMeta // the object's name and resourceVersion
+	set               imageset.ImageSet
+	obj               *unstructured.Unstructured
+	err               error
+}
+
+func (s *cachedSet) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (s *cachedSet) DeepCopyObject() runtime.Object {
+	set := s.set
+	set.Spec.Images = slices.Clone(set.Spec.Images)
+	return &cachedSet{ObjectMeta: *s.ObjectMeta.DeepCopy(), set: set, obj: s.obj.DeepCopy(), err: s.err}
+}
+
+// decodeCachedSet is the informer's transform of an ImageSet: a
+// cachedSet.
+func decodeCachedSet(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
-		return set, fmt.Errorf("an ImageSet of type %T", obj)
+		return obj, nil // a cachedSet already, or a tombstone
 	}
+	u.SetManagedFields(nil)
+	u.SetAnnotations(nil)
+	set, err := decodeSet(u)
+	return &cachedSet{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), ResourceVersion: u.GetResourceVersion()}, set: set, obj: u, err: err}, nil
+}
+
+// decodeSet is the ImageSet of an object.
+func decodeSet(u *unstructured.Unstructured) (imageset.ImageSet, error) {
+	var set imageset.ImageSet
 	data, err := json.Marshal(u.Object)
 	if err == nil {
 		err = json.Unmarshal(data, &set)
@@ -98,45 +140,44 @@ func decodeSet(obj any) (imageset.ImageSet, error) {
 // cachedSets are the ImageSets of the store, sorted by name, with the
 // objects they came from; the ones that do not decode are named in bad.
 func cachedSets(store cache.Store) (sets []imageset.ImageSet, objs []*unstructured.Unstructured, bad []string) {
-	list := store.List()
-	slices.SortFunc(list, func(a, b any) int { return strings.Compare(nameOf(a), nameOf(b)) })
-	for _, o := range list {
-		set, err := decodeSet(o)
-		if err != nil {
-			bad = append(bad, err.Error())
+	var list []*cachedSet
+	for _, o := range store.List() {
+		if s, ok := o.(*cachedSet); ok {
+			list = append(list, s)
+		}
+	}
+	slices.SortFunc(list, func(a, b *cachedSet) int { return strings.Compare(a.Name, b.Name) })
+	for _, s := range list {
+		if s.err != nil {
+			bad = append(bad, s.err.Error())
 			continue
 		}
-		sets = append(sets, set)
-		objs = append(objs, o.(*unstructured.Unstructured))
+		sets = append(sets, s.set)
+		objs = append(objs, s.obj)
 	}
 	return sets, objs, bad
 }
 
 // cachedNodes are the nodes of the NodeImages in store, sorted by name,
-// each with the sets its agent reports and labels(name) (nil: unknown).
+// each with the sets its agent reports (the cache's own: read only) and
+// labels(name) (nil: unknown).
 func cachedNodes(store cache.Store, labels func(string) map[string]string) []imageset.Node {
-	var out []imageset.Node
-	for _, o := range store.List() {
-		u, ok := o.(*unstructured.Unstructured)
-		if !ok {
-			continue
+	list := store.List()
+	out := make([]imageset.Node, 0, len(list))
+	for _, o := range list {
+		if n, ok := o.(*nodeSets); ok {
+			out = append(out, imageset.Node{Name: n.Name, Labels: labels(n.Name), Sets: n.Sets})
 		}
-		n := imageset.Node{Name: u.GetName(), Labels: labels(u.GetName())}
-		if raw, ok := u.Object["sets"]; ok {
-			// A NodeImages whose sets do not decode says nothing of them.
-			if data, err := json.Marshal(raw); err == nil {
-				_ = json.Unmarshal(data, &n.Sets)
-			}
-		}
-		out = append(out, n)
 	}
 	slices.SortFunc(out, func(a, b imageset.Node) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
-func nameOf(o any) string {
-	if m, ok := o.(metav1.Object); ok {
-		return m.GetName()
+// onlyLabels keeps of a Node its name and labels.
+func onlyLabels(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
 	}
-	return ""
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels, ResourceVersion: n.ResourceVersion}}, nil
 }

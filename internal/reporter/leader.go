@@ -36,6 +36,7 @@ type Lease struct {
 type leader struct {
 	client kubernetes.Interface
 	dyn    dynamic.Interface
+	caches *setCaches // the process's, run by its caller
 	node   string
 	lease  Lease
 	log    *slog.Logger
@@ -83,24 +84,18 @@ func (l *leader) run(ctx context.Context) {
 	}
 }
 
-// lead watches the ImageSets, the NodeImages and the Nodes' labels, and
-// writes each set's status when it changes, while ctx lasts and isLeader
-// says so.
+// lead watches the ImageSets and the NodeImages (the process's caches) and
+// the Nodes' labels, and writes each set's status when it changes, while
+// ctx lasts and isLeader says so.
 func (l *leader) lead(ctx context.Context, isLeader func() bool) {
 	changed := make(chan struct{}, 1)
-	notify := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	handler := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { notify() }, UpdateFunc: func(any, any) { notify() }, DeleteFunc: func(any) { notify() }}
-	dyn, infs, err := setInformers(l.dyn, handler)
+	handler := notifier(changed)
+	remove, err := l.caches.watch(handler)
 	if err != nil {
 		l.log.Error("watching the ImageSets", "error", err)
 		return
 	}
-	defer dyn.Shutdown()
+	defer remove()
 	nf := informers.NewSharedInformerFactoryWithOptions(l.client, 0, informers.WithTransform(onlyLabels))
 	nodes := nf.Core().V1().Nodes().Informer()
 	if _, err := nodes.AddEventHandler(handler); err != nil {
@@ -108,9 +103,8 @@ func (l *leader) lead(ctx context.Context, isLeader func() bool) {
 		return
 	}
 	defer nf.Shutdown()
-	dyn.Start(ctx.Done())
 	nf.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), infs[0].HasSynced, infs[1].HasSynced, nodes.HasSynced) {
+	if !l.caches.synced(ctx) || !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced) {
 		return
 	}
 	labels := func(name string) map[string]string {
@@ -139,7 +133,7 @@ func (l *leader) lead(ctx context.Context, isLeader func() bool) {
 		case <-timer.C:
 		}
 		pending = false
-		if !l.writeAll(ctx, infs[0].GetStore(), cachedNodes(infs[1].GetStore(), labels), isLeader) {
+		if !l.writeAll(ctx, l.caches.sets.GetStore(), cachedNodes(l.caches.nodes.GetStore(), labels), isLeader) {
 			pending = true
 			timer.Reset(time.Second) // a failed write: again soon, from the caches as they are then
 		}

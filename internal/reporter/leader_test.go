@@ -75,7 +75,7 @@ func leaderFixture(t *testing.T) (*fake.Clientset, *dynamicfake.FakeDynamicClien
 
 func runLeader(t *testing.T, client *fake.Clientset, dyn *dynamicfake.FakeDynamicClient, node string, log *slog.Logger) {
 	t.Helper()
-	l := &leader{client: client, dyn: dyn, node: node, log: log, now: time.Now,
+	l := &leader{client: client, dyn: dyn, caches: runCaches(t, client, dyn), node: node, log: log, now: time.Now,
 		lease: Lease{Name: leaseName, Namespace: leaseNS, Duration: time.Second, Renew: 500 * time.Millisecond, Retry: 50 * time.Millisecond}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -76,6 +76,7 @@ type Reporter struct {
 
 	req    *requiredWatcher // nil unless cfg.Required
 	images *nodeImages      // nil unless cfg.Required
+	caches *setCaches       // nil unless cfg.ImageSets: what sets and leader read
 	sets   *setsWatcher     // nil unless cfg.ImageSets
 	leader *leader          // nil unless cfg.Leader
 	busy   bool             // the last report had a set's image pulling or waiting
@@ -119,10 +120,11 @@ func New(client kubernetes.Interface, cfg Config) *Reporter {
 			r.images.apply = applyThrough(client)
 		}
 		if cfg.ImageSets && cfg.Dynamic != nil {
-			r.sets = newSetsWatcher(client, cfg.Dynamic, cfg, log, hc)
+			r.caches = newSetCaches(client, cfg.Dynamic)
+			r.sets = newSetsWatcher(client, r.caches, cfg, log, hc)
 			r.sets.took = r.wakeUp
 			if cfg.Leader != nil {
-				r.leader = &leader{client: client, dyn: cfg.Dynamic, node: cfg.Node, lease: *cfg.Leader, log: log, now: time.Now}
+				r.leader = &leader{client: client, dyn: cfg.Dynamic, caches: r.caches, node: cfg.Node, lease: *cfg.Leader, log: log, now: time.Now}
 			}
 		}
 	}
@@ -142,6 +144,9 @@ func (r *Reporter) Run(ctx context.Context) error {
 	defer cancel()
 	if r.req != nil {
 		wg.Go(func() { r.req.run(ctx) })
+	}
+	if r.caches != nil {
+		wg.Go(func() { r.caches.run(ctx) })
 	}
 	if r.sets != nil {
 		wg.Go(func() { r.sets.run(ctx) })

@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -28,7 +27,7 @@ import (
 // (the waves), whenever that changes, and again when the agent has none.
 type setsWatcher struct {
 	client kubernetes.Interface
-	dyn    dynamic.Interface
+	caches *setCaches // the process's, run by its caller
 	cfg    Config
 	log    *slog.Logger
 	http   *http.Client
@@ -37,16 +36,16 @@ type setsWatcher struct {
 	changed chan struct{} // a set, a NodeImages or the Node changed
 	resend  chan struct{} // the agent has no sets: send them again
 
-	sets, nodes, node cache.SharedIndexInformer
-	any               atomic.Bool // the last sets computed were not none
-	sent              []byte      // the body of the last PUT the agent took
-	failed            string      // the last PUT's error, logged once
-	bad               string      // the last sets that did not decode, logged once
-	took              func()      // called when the agent took new sets; nil: nothing
+	node   cache.SharedIndexInformer // this Node
+	any    atomic.Bool               // the last sets computed were not none
+	sent   []byte                    // the body of the last PUT the agent took
+	failed string                    // the last PUT's error, logged once
+	bad    string                    // the last sets that did not decode, logged once
+	took   func()                    // called when the agent took new sets; nil: nothing
 }
 
-func newSetsWatcher(client kubernetes.Interface, dyn dynamic.Interface, cfg Config, log *slog.Logger, hc *http.Client) *setsWatcher {
-	return &setsWatcher{client: client, dyn: dyn, cfg: cfg, log: log, http: hc, token: &agentToken{path: cfg.TokenFile},
+func newSetsWatcher(client kubernetes.Interface, caches *setCaches, cfg Config, log *slog.Logger, hc *http.Client) *setsWatcher {
+	return &setsWatcher{client: client, caches: caches, cfg: cfg, log: log, http: hc, token: &agentToken{path: cfg.TokenFile},
 		changed: make(chan struct{}, 1), resend: make(chan struct{}, 1)}
 }
 
@@ -62,35 +61,23 @@ func (w *setsWatcher) askResend() {
 	}
 }
 
-func (w *setsWatcher) notify() {
-	select {
-	case w.changed <- struct{}{}:
-	default:
-	}
-}
-
-// start makes and starts the informers: the ImageSets, the NodeImages and
+// start watches the process's caches and makes and starts the informer of
 // this Node.
 func (w *setsWatcher) start(ctx context.Context) (stop func(), err error) {
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { w.notify() },
-		UpdateFunc: func(any, any) { w.notify() },
-		DeleteFunc: func(any) { w.notify() },
-	}
-	dyn, infs, err := setInformers(w.dyn, handler)
+	handler := notifier(w.changed)
+	remove, err := w.caches.watch(handler)
 	if err != nil {
 		return nil, err
 	}
-	w.sets, w.nodes = infs[0], infs[1]
 	nodes := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithTransform(onlyLabels),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + w.cfg.Node }))
 	w.node = nodes.Core().V1().Nodes().Informer()
 	if _, err := w.node.AddEventHandler(handler); err != nil {
+		remove()
 		return nil, err
 	}
-	dyn.Start(ctx.Done())
 	nodes.Start(ctx.Done())
-	return func() { dyn.Shutdown(); nodes.Shutdown() }, nil
+	return func() { remove(); nodes.Shutdown() }, nil
 }
 
 // run watches until ctx ends: the first sets go to the agent once the
@@ -103,7 +90,7 @@ func (w *setsWatcher) run(ctx context.Context) {
 		return
 	}
 	defer stop()
-	if !cache.WaitForCacheSync(ctx.Done(), w.sets.HasSynced, w.nodes.HasSynced, w.node.HasSynced) {
+	if !w.caches.synced(ctx) || !cache.WaitForCacheSync(ctx.Done(), w.node.HasSynced) {
 		return
 	}
 	w.log.Info("watching the ImageSets", "node", w.cfg.Node)
@@ -178,7 +165,7 @@ func (w *setsWatcher) send(ctx context.Context, force bool) error {
 
 // stage is the sets as the caches hold them now.
 func (w *setsWatcher) stage() report.StageSets {
-	sets, _, bad := cachedSets(w.sets.GetStore())
+	sets, _, bad := cachedSets(w.caches.sets.GetStore())
 	if msg := strings.Join(bad, "; "); msg != w.bad {
 		w.bad = msg
 		if msg != "" {
@@ -191,7 +178,7 @@ func (w *setsWatcher) stage() report.StageSets {
 			labels = n.Labels
 		}
 	}
-	nodes := cachedNodes(w.nodes.GetStore(), func(string) map[string]string { return nil })
+	nodes := cachedNodes(w.caches.nodes.GetStore(), func(string) map[string]string { return nil })
 	out := stageSets(w.cfg.Node, labels, sets, nodes)
 	if len(out.Sets) < len(sets) {
 		w.log.Warn("more ImageSets than the agent takes: the last by name left out", "sets", len(sets), "sent", len(out.Sets))

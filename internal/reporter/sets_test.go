@@ -14,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/holdfast-project/holdfast/internal/imageset"
@@ -151,6 +153,18 @@ func newDynamic(t *testing.T, objs ...*unstructured.Unstructured) *dynamicfake.F
 	return dyn
 }
 
+// runCaches runs a reporter process's caches over the fakes until the test
+// ends.
+func runCaches(t *testing.T, client kubernetes.Interface, dyn dynamic.Interface) *setCaches {
+	t.Helper()
+	c := newSetCaches(client, dyn)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
 func state(name string, selected bool, phases map[string]report.SetPhase) report.SetState {
 	s := report.SetState{Name: name, Generation: 1, Selected: selected}
 	for _, ref := range slices.Sorted(func(yield func(string) bool) {
@@ -214,7 +228,7 @@ func TestSetsSentOncePerChange(t *testing.T) {
 		nodeImagesObj(t, nodeName, state("release", true, map[string]report.SetPhase{imgA: report.SetWaiting})))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w := newSetsWatcher(client, dyn, Config{Agent: agent.srv.URL, Node: nodeName, Interval: 50 * time.Millisecond}, discard(), http.DefaultClient)
+	w := newSetsWatcher(client, runCaches(t, client, dyn), Config{Agent: agent.srv.URL, Node: nodeName, Interval: 50 * time.Millisecond}, discard(), http.DefaultClient)
 	done := make(chan struct{})
 	go func() { defer close(done); w.run(ctx) }()
 	defer func() { cancel(); <-done }()
