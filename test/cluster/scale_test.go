@@ -449,28 +449,42 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// leaderEndToEnd runs holdfast-reporter --leader-elect (its agent a closed port: the leader needs none) on the
-// first synthetic node and times, from each change, the status it writes: its first (its informers' lists
-// included), after a change of the set's spec (maxConcurrent: a new generation), after one node's NodeImages
-// says the node holds every image, and after it says otherwise again. It logs the reporter's CPU-seconds for
-// each and its peak RSS, and checks the counts of each status.
-func leaderEndToEnd(t *testing.T, c *cluster, dyn dynamic.Interface, client kubernetes.Interface) {
-	ctx := context.Background()
+// scaleReporter starts holdfast-reporter --required --imagesets --leader-elect (its agent a closed port: the
+// leader needs none) for the synthetic node n, as the chart runs it on every node.
+func scaleReporter(t *testing.T, c *cluster, n int) *proc {
 	bin := filepath.Join(c.repoBin, "holdfast-reporter")
 	if help, _ := exec.Command(bin, "--help").CombinedOutput(); !strings.Contains(string(help), "--leader-elect") {
 		t.Fatalf("%s has no --leader-elect (make build)", bin)
 	}
-	p, err := startProc("scale-reporter", c.logPath("scale-reporter"), append(c.env(), "POD_NAMESPACE=default"), bin,
-		"--node", scaleNodeName(0), "--agent", "http://127.0.0.1:1", "--kubeconfig", c.admin, "--token-file", filepath.Join(c.dir, "no-token"),
+	name := fmt.Sprintf("scale-reporter-%d", n)
+	p, err := startProc(name, c.logPath(name), append(c.env(), "POD_NAMESPACE=default"), bin,
+		"--node", scaleNodeName(n), "--agent", "http://127.0.0.1:1", "--kubeconfig", c.admin, "--token-file", filepath.Join(c.dir, "no-token"),
 		"--required", "--imagesets", "--leader-elect", "--lease-name", "holdfast-scale")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.stop(10 * time.Second) })
+	return p
+}
+
+// leaderEndToEnd runs a reporter on the first synthetic node and times, from each change, the status it writes
+// as the leader: its first (its informers' lists included), after a change of the set's spec (maxConcurrent: a
+// new generation), after one node's NodeImages says the node holds every image, and after it says otherwise
+// again. A second reporter, on the second node, started once the first leads, stands for election too and
+// does not lead: it keeps the caches of the waves only. It logs each reporter's CPU-seconds for each step and
+// their RSS, and checks the counts of each status.
+func leaderEndToEnd(t *testing.T, c *cluster, dyn dynamic.Interface, client kubernetes.Interface) {
+	ctx := context.Background()
+	p := scaleReporter(t, c, 0)
 	pid := p.cmd.Process.Pid
+	var follower *proc
 	step := func(what string, change func() int64, mended int) {
 		t.Helper()
 		cpu, start := cpuSeconds(t, pid), time.Now()
+		fcpu := 0.0
+		if follower != nil {
+			fcpu = cpuSeconds(t, follower.cmd.Process.Pid)
+		}
 		gen := change()
 		var st imageset.Status
 		if err := waitFor("the leader's status of "+scaleSet+" "+what, 5*time.Minute, func() (bool, error) {
@@ -490,10 +504,30 @@ func leaderEndToEnd(t *testing.T, c *cluster, dyn dynamic.Interface, client kube
 		}, p); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("leader: status %s in %.2fs, the reporter's CPU %.2fs", what, time.Since(start).Seconds(), cpuSeconds(t, pid)-cpu)
+		wall, used := time.Since(start), cpuSeconds(t, pid)-cpu
+		if follower != nil {
+			// The other reporter's waves see the change too, after their debounce: its CPU a moment later.
+			time.Sleep(3 * time.Second)
+			t.Logf("leader: status %s in %.2fs, the reporter's CPU %.2fs; the other reporter's CPU %.2fs", what, wall.Seconds(), used,
+				cpuSeconds(t, follower.cmd.Process.Pid)-fcpu)
+		} else {
+			t.Logf("leader: status %s in %.2fs, the reporter's CPU %.2fs", what, wall.Seconds(), used)
+		}
 		checkScaleStatus(t, "the leader's status "+what, st, mended)
 	}
 	step("first written, from the reporter's start", func() int64 { return 1 }, 0)
+	t.Logf("leader: the reporter's RSS %s (peak %s) once it wrote its first status", procStatus(t, pid, "VmRSS"), procStatus(t, pid, "VmHWM"))
+	follower = scaleReporter(t, c, 1)
+	fstart := time.Now()
+	if err := waitFor("the other reporter's caches", 5*time.Minute, func() (bool, error) {
+		b, err := os.ReadFile(follower.log)
+		return bytes.Contains(b, []byte("watching the ImageSets")), err
+	}, follower); err != nil {
+		t.Fatal(err)
+	}
+	fpid := follower.cmd.Process.Pid
+	t.Logf("the other reporter: its caches synced %.2fs after its start, CPU %.2fs, RSS %s (peak %s)", time.Since(fstart).Seconds(),
+		cpuSeconds(t, fpid), procStatus(t, fpid, "VmRSS"), procStatus(t, fpid, "VmHWM"))
 	step("after a change of the spec", func() int64 {
 		patch := []byte(`{"spec":{"maxConcurrent":32}}`)
 		u, err := dyn.Resource(imageSetsGVR).Patch(ctx, scaleSet, types.MergePatchType, patch, metav1.PatchOptions{})
@@ -521,5 +555,9 @@ func leaderEndToEnd(t *testing.T, c *cluster, dyn dynamic.Interface, client kube
 	}
 	step("after one node's NodeImages says it holds every image", mend(true), 1)
 	step("after it says otherwise again", mend(false), 0)
-	t.Logf("leader: the reporter's peak RSS %s", procStatus(t, pid, "VmHWM"))
+	t.Logf("leader: the reporter's RSS %s, peak %s; the other reporter's RSS %s, peak %s", procStatus(t, pid, "VmRSS"), procStatus(t, pid, "VmHWM"),
+		procStatus(t, fpid, "VmRSS"), procStatus(t, fpid, "VmHWM"))
+	if b, err := os.ReadFile(follower.log); err != nil || bytes.Contains(b, []byte("leading: writing")) {
+		t.Errorf("the other reporter led (%v): only the first should", err)
+	}
 }
