@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -42,7 +43,14 @@ type leader struct {
 	log    *slog.Logger
 	now    func() time.Time
 
-	failed string // the last write's error, logged once
+	failed string                 // the last write's error, logged once
+	wrote  map[string]wroteStatus // by set: the last status written, until the cache has it
+}
+
+// wroteStatus is a status written (JSON) over the object of resourceVersion
+// from: while the cache holds that object still, it is what the set has.
+type wroteStatus struct {
+	from, status string
 }
 
 // run stands for election until ctx ends; each time it leads, it writes
@@ -88,6 +96,7 @@ func (l *leader) run(ctx context.Context) {
 // the Nodes' labels, and writes each set's status when it changes, while
 // ctx lasts and isLeader says so.
 func (l *leader) lead(ctx context.Context, isLeader func() bool) {
+	l.wrote = nil // what the last term wrote is in the cache, or another's since
 	changed := make(chan struct{}, 1)
 	handler := notifier(changed)
 	remove, err := l.caches.watch(handler)
@@ -159,6 +168,9 @@ func (l *leader) writeAll(ctx context.Context, store cache.Store, nodes []images
 		if have, err := json.Marshal(set.Status); err == nil && string(have) == string(want) {
 			continue
 		}
+		if w, ok := l.wrote[set.Metadata.Name]; ok && w.from == objs[i].GetResourceVersion() && w.status == string(want) {
+			continue // written, and the cache has not seen it yet
+		}
 		if err := l.write(ctx, objs[i], want); err != nil {
 			ok = false
 			if ctx.Err() != nil {
@@ -171,8 +183,17 @@ func (l *leader) writeAll(ctx context.Context, store cache.Store, nodes []images
 			continue
 		}
 		l.failed = ""
+		if l.wrote == nil {
+			l.wrote = map[string]wroteStatus{}
+		}
+		l.wrote[set.Metadata.Name] = wroteStatus{from: objs[i].GetResourceVersion(), status: string(want)}
 		l.log.Debug("wrote an ImageSet's status", "imageset", set.Metadata.Name, "selected", st.Nodes.Selected,
 			"staged", st.Nodes.Staged, "failed", st.Nodes.Failed, "missingImages", st.MissingImages)
+	}
+	for name := range l.wrote {
+		if !slices.ContainsFunc(sets, func(s imageset.ImageSet) bool { return s.Metadata.Name == name }) {
+			delete(l.wrote, name)
+		}
 	}
 	return ok
 }

@@ -20,6 +20,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/holdfast-project/holdfast/internal/imageset"
 	"github.com/holdfast-project/holdfast/internal/report"
@@ -225,5 +226,41 @@ func TestLosingLeaseStopsWrites(t *testing.T) {
 	}
 	if lease, err := leases.Get(context.Background(), leaseName, metav1.GetOptions{}); err != nil || *lease.Spec.HolderIdentity != "db-1" {
 		t.Errorf("lease %+v (%v), want still db-1's", lease, err)
+	}
+}
+
+// A status written is not written again while the cache has not seen it
+// yet (the same object, its status as before): a second pass over the
+// same cache writes nothing; a status that changed is written.
+func TestLeaderWritesOnceBeforeItsCacheSeesIt(t *testing.T) {
+	ctx := context.Background()
+	_, dyn := leaderFixture(t)
+	u, err := dyn.Resource(imageSetsGVR).Get(ctx, "release", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, _ := decodeCachedSet(u)
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	if err := store.Add(obj); err != nil {
+		t.Fatal(err)
+	}
+	held := state("release", true, map[string]report.SetPhase{imgA: report.SetHeld})
+	nodes := []imageset.Node{{Name: "web-1", Labels: map[string]string{"tier": "web"}, Sets: []report.SetState{held}}}
+	l := &leader{dyn: dyn, log: discard(), now: time.Now}
+	leads := func() bool { return true }
+	for pass := range 2 {
+		if !l.writeAll(ctx, store, nodes, leads) {
+			t.Fatalf("pass %d: a write failed", pass)
+		}
+	}
+	if n := statusWrites(dyn); n != 1 {
+		t.Fatalf("%d status writes from one cache that has not seen the first, want 1", n)
+	}
+	nodes[0].Sets = []report.SetState{state("release", true, map[string]report.SetPhase{imgA: report.SetFailed})}
+	if !l.writeAll(ctx, store, nodes, leads) || statusWrites(dyn) != 2 {
+		t.Fatalf("%d status writes after the node failed, want 2", statusWrites(dyn))
+	}
+	if st := setStatus(t, dyn); st.Nodes.Failed != 1 {
+		t.Errorf("status written: %+v", st)
 	}
 }

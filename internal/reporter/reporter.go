@@ -206,8 +206,13 @@ func (r *Reporter) report(ctx context.Context) error {
 // Required, a report that has no set asks for the set to be sent again,
 // and the NodeImages object is written when it changed (its failure is
 // logged, not returned: it is tried again with the next report). With
-// ImageSets, a report with no sets asks for them to be sent again.
+// ImageSets, a report with no sets asks for them to be sent again (unless
+// they were being sent as it was read).
 func (r *Reporter) Once(ctx context.Context) error {
+	var sends uint64
+	if r.sets != nil {
+		sends = r.sets.mark()
+	}
 	rep, err := r.fetch(ctx)
 	var conds []corev1.NodeCondition
 	if err != nil {
@@ -226,7 +231,7 @@ func (r *Reporter) Once(ctx context.Context) error {
 			}
 		}
 		if r.sets != nil && rep.Sets == nil {
-			r.sets.askResend()
+			r.sets.askResend(sends)
 		}
 		r.busy = r.sets != nil && busy(rep.Sets)
 	}

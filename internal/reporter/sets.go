@@ -38,6 +38,7 @@ type setsWatcher struct {
 
 	node   cache.SharedIndexInformer // this Node
 	any    atomic.Bool               // the last sets computed were not none
+	sends  atomic.Uint64             // raised as each send starts and as it ends: odd while one runs
 	sent   []byte                    // the body of the last PUT the agent took
 	failed string                    // the last PUT's error, logged once
 	bad    string                    // the last sets that did not decode, logged once
@@ -49,10 +50,16 @@ func newSetsWatcher(client kubernetes.Interface, caches *setCaches, cfg Config, 
 		changed: make(chan struct{}, 1), resend: make(chan struct{}, 1)}
 }
 
+// mark is what askResend compares with, read before the report is.
+func (w *setsWatcher) mark() uint64 { return w.sends.Load() }
+
 // askResend asks for the sets to be sent again when there are any: the
-// agent says it has none.
-func (w *setsWatcher) askResend() {
-	if !w.any.Load() {
+// agent says it has none, in a report asked for at mark. A send running
+// then, or begun since, may have reached the agent after the report did:
+// that report says nothing of it (the next says whether the agent lost
+// the sets).
+func (w *setsWatcher) askResend(mark uint64) {
+	if !w.any.Load() || mark%2 == 1 || w.sends.Load() != mark {
 		return
 	}
 	select {
@@ -139,6 +146,8 @@ func (w *setsWatcher) run(ctx context.Context) {
 // send PUTs the sets when they differ from what the agent took last, or
 // when forced.
 func (w *setsWatcher) send(ctx context.Context, force bool) error {
+	w.sends.Add(1)
+	defer w.sends.Add(1)
 	sets := w.stage()
 	body, err := json.Marshal(sets)
 	if err != nil {

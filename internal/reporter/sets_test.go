@@ -289,7 +289,6 @@ func TestSetsResentAfterAgentRestart(t *testing.T) {
 	if obj := ap.last(t); len(obj.Sets) != 1 || obj.Sets[0].Name != "release" || obj.Sets[0].Images[0].Phase != report.SetPulling {
 		t.Fatalf("NodeImages sets: %+v", obj.Sets)
 	}
-	// (A report read before the first PUT was taken may have asked for one more.)
 	n := len(agent.bodies())
 	time.Sleep(4 * setsDebounce)
 	if got := len(agent.bodies()); got != n {
