@@ -107,6 +107,22 @@ func States(set ImageSet, nodes []Node) []NodeState {
 // selected nodes that do not hold it and have not started (Waiting, or
 // nothing said yet). A node the set does not select may pull nothing.
 func Admit(node string, set ImageSet, nodes []Node) []string {
+	var out []string
+	for _, a := range Admissions(node, set, nodes) {
+		out = append(out, a.Image)
+	}
+	return out
+}
+
+// Admission is an image a node may start pulling now, and the holder the
+// waves send it to (Place).
+type Admission struct {
+	Image string
+	From  string // the holder's node name
+}
+
+// Admissions is Admit, each image with the holder to fetch it from.
+func Admissions(node string, set ImageSet, nodes []Node) []Admission {
 	var me *Node
 	states := make([]map[string]ImageState, len(nodes))
 	selected := make([]bool, len(nodes))
@@ -121,7 +137,7 @@ func Admit(node string, set ImageSet, nodes []Node) []string {
 	if me == nil {
 		return nil
 	}
-	var out []string
+	var out []Admission
 	for _, img := range uniqueSorted(set.Spec.Images) {
 		var holders, pulling, waiting []string
 		normal := Normalize(img)
@@ -136,8 +152,8 @@ func Admit(node string, set ImageSet, nodes []Node) []string {
 				waiting = append(waiting, n.Name)
 			}
 		}
-		if MayPull(node, img, holders, pulling, waiting, set.Spec.Concurrency()) {
-			out = append(out, img)
+		if from, ok := Place(node, img, holders, pulling, waiting, set.Spec.Concurrency()); ok {
+			out = append(out, Admission{Image: img, From: from})
 		}
 	}
 	return out

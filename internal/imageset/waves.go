@@ -1,6 +1,10 @@
 package imageset
 
-import "hash/fnv"
+import (
+	"hash/fnv"
+	"maps"
+	"slices"
+)
 
 // MayPull reports whether node may start pulling image now, from what every
 // node sees alike: the nodes that hold it, those pulling it, and those
@@ -18,6 +22,17 @@ import "hash/fnv"
 // after at most ⌈log2 m⌉ + ⌈(N − 2^⌈log2 m⌉)/m⌉ waves for a smaller
 // maxConcurrent m (doubling up to m holders, then m more each wave).
 func MayPull(node, image string, holders, pulling, waiting []string, maxConcurrent int) bool {
+	_, ok := Place(node, image, holders, pulling, waiting, maxConcurrent)
+	return ok
+}
+
+// Place is MayPull, and the holder node should fetch image from when it
+// may: its place among the pulls now (those under way first, then the
+// waiting nodes before it in the order) taken round the holders sorted by
+// name, so that the pulls of one wave go to different holders. A peer
+// mirror left to choose sends most of a wave to the one node it found
+// first; with each puller sent to its own holder, each serves one at a time.
+func Place(node, image string, holders, pulling, waiting []string, maxConcurrent int) (holder string, ok bool) {
 	if maxConcurrent <= 0 {
 		maxConcurrent = DefaultMaxConcurrent
 	}
@@ -29,11 +44,11 @@ func MayPull(node, image string, holders, pulling, waiting []string, maxConcurre
 		}
 	}
 	if has[node] || busy[node] {
-		return false
+		return "", false
 	}
 	free := min(maxConcurrent, len(has)) - len(busy)
 	if free <= 0 {
-		return false
+		return "", false
 	}
 	ahead := 0 // waiting nodes before node in the order
 	mine := rank(node, image)
@@ -45,7 +60,11 @@ func MayPull(node, image string, holders, pulling, waiting []string, maxConcurre
 			ahead++
 		}
 	}
-	return ahead < free
+	if ahead >= free {
+		return "", false
+	}
+	sorted := slices.Sorted(maps.Keys(has))
+	return sorted[(len(busy)+ahead)%len(sorted)], true
 }
 
 // rank places node in the order of the nodes waiting for image (then by

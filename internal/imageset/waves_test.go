@@ -62,10 +62,19 @@ func (s sim) run(t *testing.T) (steps, peak int) {
 			m = DefaultMaxConcurrent
 		}
 		started := 0
+		serving := map[string]string{} // holder → the node this step sent to it
 		for _, n := range waiting {
 			if MayPull(n, s.image, holders, pulling, waiting, s.m) {
 				left[n] = s.dur(n)
 				started++
+				from, ok := Place(n, s.image, holders, pulling, waiting, s.m)
+				if !ok || !held[from] {
+					t.Fatalf("n=%d step %d: %s may pull but is placed at %q (%v), not a holder", s.n, steps, n, from, ok)
+				}
+				if len(pulling) == 0 && serving[from] != "" {
+					t.Fatalf("n=%d m=%d step %d: %s and %s both sent to %s with no pull under way", s.n, m, steps, serving[from], n, from)
+				}
+				serving[from] = n
 			}
 		}
 		if len(left) > m || len(left) > len(holders) {

@@ -49,6 +49,8 @@ type NodeImages struct {
 	// Sets is the agent's Report.Sets: where each ImageSet's images stand
 	// on the node.
 	Sets []SetState `json:"sets,omitempty"`
+	// PeerMirror is the agent's Report.PeerMirror.
+	PeerMirror string `json:"peerMirror,omitempty"`
 }
 
 // ObjectMeta is what holdfast writes and reads of an object's metadata.

@@ -45,6 +45,10 @@ type Report struct {
 	// Sets is where the images of the ImageSets the reporter sent (PUT
 	// /sets) stand on the node, sorted by name; nil before it sent any.
 	Sets []SetState `json:"sets,omitempty"`
+	// PeerMirror is the node's peer mirror as its peers reach it (holdfast
+	// run --peer-mirror: its spegel at the node's address), where the
+	// other nodes fetch what this node holds of a set; "" without one.
+	PeerMirror string `json:"peerMirror,omitempty"`
 	// Next is the sequence number the next event will get: a reader that
 	// has seen every event up to now asks with after=Next-1.
 	Next uint64 `json:"next"`

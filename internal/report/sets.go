@@ -39,6 +39,14 @@ type StageSet struct {
 	// backoff, every image it started; one it holds (any record of that
 	// name) it keeps without pulling; the others wait.
 	MayPull []string `json:"mayPull,omitempty"`
+	// From is, for an image of MayPull, the peer mirror of the holder the
+	// waves send the node to (imageset.Place; that node's
+	// NodeImages.PeerMirror): the agent fetches the image's blobs there
+	// first, asking the holder's mirror for what it holds itself, and
+	// resolves the reference through its mirrors as always. Blobs are
+	// checked against their digests, so a holder can only fail a fetch,
+	// which then goes on through the node's mirrors.
+	From map[string]string `json:"from,omitempty"`
 }
 
 // StageSets is the body of PUT /sets: every ImageSet the reporter knows
