@@ -193,6 +193,12 @@ type PullOptions struct {
 	// Log, when set, hears at debug level of the signatures a pull could
 	// not fetch (a broken referrers list, a signature over its bounds).
 	Log *slog.Logger
+	// Prefer, when set, is a peer's mirror (http://host:port or
+	// https://host:port, no path) to fetch the image's content from before
+	// the hosts of HostsDir, asking it for what it holds itself: the
+	// reference still resolves through HostsDir's hosts, and what fails
+	// there goes on to them. One that is no such URL is ignored.
+	Prefer string
 }
 
 // ImportResult is what an import did.

@@ -34,9 +34,10 @@ func (r *Runtime) TempLease(ctx context.Context) (string, error) {
 // Pull fetches the host platform's content of ref from its registry, through
 // the hosts.toml configuration in opts.HostsDir, under the lease opts.Lease,
 // and the signatures the registry holds for it, if any (fetchSignatures),
-// through the same hosts. It makes no record: the pass names and pins what
-// it wants, and nothing else, so that an image the signature policy refuses
-// keeps no name.
+// through the same hosts; the content first from opts.Prefer, a peer's
+// mirror, when set (preferHost). It makes no record: the pass names and
+// pins what it wants, and nothing else, so that an image the signature
+// policy refuses keeps no name.
 func (r *Runtime) Pull(ctx context.Context, ref string, opts runtime.PullOptions) (runtime.Want, error) {
 	ctx = r.ns(ctx)
 	if opts.Lease != "" {
@@ -51,10 +52,11 @@ func (r *Runtime) Pull(ctx context.Context, ref string, opts runtime.PullOptions
 	if opts.HostsDir != "" {
 		hosts.HostDir = config.HostDirFromRoot(opts.HostsDir)
 	}
-	reg := registry{hosts: config.ConfigureHosts(ctx, hosts), log: opts.Log}
+	reg := registry{log: opts.Log}
 	if reg.log == nil {
 		reg.log = slog.New(slog.DiscardHandler)
 	}
+	reg.hosts = preferHost(config.ConfigureHosts(ctx, hosts), opts.Prefer, reg.log)
 	reg.resolver = docker.NewResolver(docker.ResolverOptions{Hosts: reg.hosts})
 	target, err := r.fetch(ctx, reg.resolver, ref, r.platform.Matcher())
 	if err != nil {

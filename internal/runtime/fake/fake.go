@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -49,6 +50,7 @@ type Runtime struct {
 	streams []chan error           // the open event streams' error channels
 	claim   *runtime.PolicyInForce // the signature policy's claim (policy.go)
 	held    map[string]bool        // records held past their expiry (Expires)
+	prefers map[string][]string    // PullOptions.Prefer of each pull, by ref
 }
 
 var _ runtime.Backend = &Runtime{}
@@ -56,7 +58,8 @@ var _ runtime.Backend = &Runtime{}
 // New makes an empty fake.
 func New() *Runtime {
 	return &Runtime{records: map[string]runtime.Image{}, states: map[string]runtime.SourceState{},
-		blobs: map[digest.Digest][]byte{}, leases: map[string]*fakeLease{}, events: make(chan runtime.ImageEvent, 64), pins: map[string]int{}, held: map[string]bool{}}
+		blobs: map[digest.Digest][]byte{}, leases: map[string]*fakeLease{}, events: make(chan runtime.ImageEvent, 64), pins: map[string]int{}, held: map[string]bool{},
+		prefers: map[string][]string{}}
 }
 
 // Emit sends an image event to the watcher.
@@ -157,11 +160,21 @@ func (r *Runtime) Server(context.Context) (runtime.ServerInfo, error) {
 	return runtime.ServerInfo{Version: "fake"}, nil
 }
 
-func (r *Runtime) Pull(_ context.Context, ref string, _ runtime.PullOptions) (runtime.Want, error) {
+func (r *Runtime) Pull(_ context.Context, ref string, opts runtime.PullOptions) (runtime.Want, error) {
+	r.mu.Lock()
+	r.prefers[ref] = append(r.prefers[ref], opts.Prefer)
+	r.mu.Unlock()
 	if r.PullFunc == nil {
 		return runtime.Want{}, fmt.Errorf("fake: cannot pull %s", ref)
 	}
 	return r.PullFunc(ref)
+}
+
+// Prefers is the PullOptions.Prefer of each pull of ref so far, in order.
+func (r *Runtime) Prefers(ref string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.prefers[ref])
 }
 
 func (r *Runtime) TempLease(context.Context) (string, error) { return runtime.LeasePrefix + "tmp", nil }

@@ -59,9 +59,9 @@ type Store struct {
 // blob was lost, not-found and no-CRI errors, a Cleanup beside a live
 // import, pins that leave every other label exactly as it was, one
 // claimant at a time of the signature policy in force, pulls that fetch
-// an image's signatures (Can.Pulls), and records that outlive an expiry
-// while holdfast pins them. Record
-// names start with prefix, which no other record of the store has.
+// an image's signatures and that fetch from a preferred holder first
+// (Can.Pulls), and records that outlive an expiry while holdfast pins
+// them. Record names start with prefix, which no other record of the store has.
 func RunFurther(t *testing.T, prefix string, newStore func(t *testing.T) Store) {
 	for _, c := range []struct {
 		name string
@@ -77,6 +77,7 @@ func RunFurther(t *testing.T, prefix string, newStore func(t *testing.T) Store) 
 		{"PullFetchesReferrers", pullFetchesReferrers},
 		{"PullFetchesLegacyAndReferrers", pullFetchesLegacyAndReferrers},
 		{"PullWithoutSignatures", pullWithoutSignatures},
+		{"PullPrefersHolder", pullPrefersHolder},
 		{"RecordOutlivesExpiry", recordOutlivesExpiry},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, newStore(t), prefix+c.name+":1") })
