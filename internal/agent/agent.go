@@ -48,6 +48,11 @@ type Config struct {
 	// pinned and leased like the peer list and released PeerGrace after its
 	// set no longer wants an image; "" keeps none.
 	SetLists string
+	// PeerMirror is the node's peer mirror as its peers reach it
+	// (scheme://host:port, from --peer-mirror): the report names it, so
+	// that the waves send other nodes' pulls of what it holds here; ""
+	// without one.
+	PeerMirror string
 }
 
 // Recorder receives what the daemon and its passes do, for metrics.

@@ -9,5 +9,6 @@ func (a *Agent) Report(after uint64) report.Report {
 	rep := a.journal.Report(after, ready)
 	rep.Required = a.required.forReport()
 	rep.Sets = a.sets.forReport()
+	rep.PeerMirror = a.cfg.PeerMirror
 	return rep
 }

@@ -66,6 +66,7 @@ type stageSet struct {
 	report.StageSet
 	bad     map[string]string // ref as sent → why it does not parse
 	mayPull map[string]bool
+	from    map[string]string // ref → the peer mirror to pull it from first
 }
 
 func newSets(rt hfruntime.Runtime, cfg Config, pulls pullState, changed func(), clock Clock, log *slog.Logger) *sets {
@@ -130,8 +131,8 @@ func validSetName(name string) error {
 
 // normalSet is set with its references normalised.
 func normalSet(set report.StageSet) stageSet {
-	out := stageSet{StageSet: set, bad: map[string]string{}, mayPull: map[string]bool{}}
-	out.Images, out.MayPull = nil, nil
+	out := stageSet{StageSet: set, bad: map[string]string{}, mayPull: map[string]bool{}, from: map[string]string{}}
+	out.Images, out.MayPull, out.From = nil, nil, nil
 	seen := map[string]bool{}
 	for _, raw := range set.Images {
 		ref, err := pattern.NormalizeRef(strings.TrimSpace(raw))
@@ -146,6 +147,11 @@ func normalSet(set report.StageSet) stageSet {
 	for _, raw := range set.MayPull {
 		if ref, err := pattern.NormalizeRef(strings.TrimSpace(raw)); err == nil && seen[ref] {
 			out.mayPull[ref] = true
+		}
+	}
+	for raw, from := range set.From {
+		if ref, err := pattern.NormalizeRef(strings.TrimSpace(raw)); err == nil && seen[ref] && from != "" {
+			out.from[ref] = from
 		}
 	}
 	return out
@@ -300,8 +306,10 @@ func (s *sets) readDirLocked() {
 
 // forPass gives a pass the references of every set's list, by path; those
 // their set does not want now are only kept (all of them before the
-// reporter's first body). A list that cannot be read is named without
-// them: the pass reads its file as a list of kind peers.
+// reporter's first body); those it wants, each with the holder the
+// reporter last sent for it (StageSet.From), pulled from there first. A
+// list that cannot be read is named without them: the pass reads its file
+// as a list of kind peers.
 func (s *sets) forPass(out map[string]pass.PeerRefs) {
 	if s.dir == "" {
 		return
@@ -314,10 +322,19 @@ func (s *sets) forPass(out map[string]pass.PeerRefs) {
 			out[l.path] = pass.PeerRefs{}
 			continue
 		}
-		_, in := s.wantsLocked(name)
+		set, in := s.wantsLocked(name)
 		if !s.known {
 			in = nil
 		}
-		out[l.path] = l.forPass(in)
+		refs := l.forPass(in)
+		for ref, from := range set.from {
+			if in[ref] {
+				if refs.Prefer == nil {
+					refs.Prefer = map[string]string{}
+				}
+				refs.Prefer[ref] = from
+			}
+		}
+		out[l.path] = refs
 	}
 }

@@ -334,3 +334,38 @@ func TestSetPhaseRefused(t *testing.T) {
 		t.Errorf("cut to %d bytes", len(c))
 	}
 }
+
+// TestSetsPullFromTheHolder: an image of a set is pulled from the holder
+// the reporter sends for it (StageSet.From, its reference as the set
+// writes it), one without a holder from none; the report names the node's
+// own peer mirror for the waves to send others to.
+func TestSetsPullFromTheHolder(t *testing.T) {
+	t.Parallel()
+	rt := fake.New()
+	x := testimage.Stored(t, rt, "example.com/x:1")
+	y := testimage.Stored(t, rt, "example.com/y:1")
+	rt.PullFunc = func(ref string) (hfruntime.Want, error) {
+		return map[string]hfruntime.Want{x.Name: x, y.Name: y}[ref], nil
+	}
+	peers := filepath.Join(t.TempDir(), "peers")
+	cfg := dirsConfig(t.TempDir(), peers)
+	cfg.SetLists, cfg.PeerGrace, cfg.PeerMirror = filepath.Join(peers, "sets"), time.Minute, "http://[fd00::9]:30020"
+	a := startReportingAgent(t, rt, cfg, newFakeClock())
+	if got := a.Report(0).PeerMirror; got != cfg.PeerMirror {
+		t.Errorf("the report names the peer mirror %q, want %q", got, cfg.PeerMirror)
+	}
+	const holder = "http://10.0.0.7:30020"
+	body := report.StageSets{Sets: []report.StageSet{{Name: "release-8", Generation: 1, Selected: true,
+		Images: []string{"example.com/x:1", y.Name}, MayPull: []string{x.Name, y.Name},
+		From: map[string]string{" example.com/x:1": holder, "example.com/elsewhere:1": "http://10.0.0.8:30020"}}}}
+	if err := a.SetSets(context.Background(), body); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "x and y pinned by the set's list", func() bool { return pinnedIn(rt, x.Name) && pinnedIn(rt, y.Name) })
+	if got := rt.Prefers(x.Name); len(got) == 0 || slices.ContainsFunc(got, func(p string) bool { return p != holder }) {
+		t.Errorf("the pulls of x preferred %q, want %s each", got, holder)
+	}
+	if got := rt.Prefers(y.Name); len(got) == 0 || slices.ContainsFunc(got, func(p string) bool { return p != "" }) {
+		t.Errorf("the pulls of y preferred %q, want no holder", got)
+	}
+}

@@ -206,7 +206,7 @@ func (o *options) agentConfig(parallel int) (agent.Config, registries.Hosts, err
 	for _, w := range hosts.Warnings {
 		o.log.Warn(w)
 	}
-	cfg.Credentials = hosts.Credentials
+	cfg.Credentials, cfg.PeerMirror = hosts.Credentials, hosts.PeerMirror
 	return cfg, hosts, registriesError(err)
 }
 

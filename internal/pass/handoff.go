@@ -50,6 +50,10 @@ type PeerRefs struct {
 	// Keep are those of Entries no workload needs any more: kept as the
 	// source leased them before, never pulled or pinned anew.
 	Keep map[string]bool
+	// Prefer is, by reference, the peer mirror (http://host:port) of the
+	// holder to fetch its content from first (hfruntime.PullOptions.Prefer):
+	// the owner's word of the moment, read as each pull starts.
+	Prefer map[string]string
 }
 
 type noHandoff struct{}

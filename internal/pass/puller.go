@@ -30,7 +30,7 @@ const pullConcurrency = 4
 
 // puller is what the Runner of the daemon pulls with.
 type puller struct {
-	pull     func(ctx context.Context, ref, lease string) (hfruntime.Want, error) // one try
+	pull     func(ctx context.Context, ref, lease, prefer string) (hfruntime.Want, error) // one try
 	lease    func(ctx context.Context) (string, error)
 	release  func(ctx context.Context, lease string)
 	now      func() time.Time
@@ -45,6 +45,7 @@ type puller struct {
 // pullRef is where one reference's pull stands.
 type pullRef struct {
 	fromPeers bool
+	prefer    string             // the peer mirror its next try fetches from first, as last asked
 	asked     bool               // a pass asked for it since the last sweep
 	cancel    context.CancelFunc // while its pull runs
 	pulled    *hfruntime.Want    // pulled, held by lease, until a pass takes it
@@ -62,8 +63,9 @@ type pullStatus struct {
 	fresh bool  // asked for the first time: not pulled yet
 }
 
-// ask says where ref stands, and asks for it to be pulled unless it is.
-func (pl *puller) ask(ref string, fromPeers bool) pullStatus {
+// ask says where ref stands, and asks for it to be pulled unless it is;
+// its next try fetches first from the peer mirror prefer, when set.
+func (pl *puller) ask(ref string, fromPeers bool, prefer string) pullStatus {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	r, ok := pl.refs[ref]
@@ -73,7 +75,7 @@ func (pl *puller) ask(ref string, fromPeers bool) pullStatus {
 		pl.kick()
 	}
 	r.asked = true
-	r.fromPeers = fromPeers
+	r.fromPeers, r.prefer = fromPeers, prefer
 	switch {
 	case r.pulled != nil:
 		return pullStatus{want: *r.pulled, ok: true}
@@ -242,12 +244,13 @@ func (pl *puller) try(ctx context.Context, ref string) {
 		return
 	}
 	r.cancel = cancel
+	prefer := r.prefer
 	pl.mu.Unlock()
 
 	lease, err := pl.lease(pctx)
 	var w hfruntime.Want
 	if err == nil {
-		w, err = pl.pull(pctx, ref, lease)
+		w, err = pl.pull(pctx, ref, lease, prefer)
 		if err != nil {
 			pl.release(context.WithoutCancel(ctx), lease)
 		}

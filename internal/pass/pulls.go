@@ -28,7 +28,8 @@ const pullAttempts = 3
 // and never stops the others, and never drops what the list pulled before:
 // an unreachable registry unpins nothing. The references of a list of kind
 // peers (the peer source, a set's list) come from its owner (Handoff.Peers)
-// when it has them, not from its file. It also
+// when it has them, not from its file, each pulled from the holder its
+// owner prefers (PeerRefs.Prefer) first. It also
 // returns the lists it could not read or lease: they keep what they had.
 func (p *Runner) pullLists(ctx context.Context, lists []source.Source, v *view, sum *Summary, imported map[string]bool) (map[string]reconcile.Present, []string) {
 	present := map[string]reconcile.Present{}
@@ -134,6 +135,7 @@ func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, keep 
 	)
 	done = func(bool) {}
 	fromPeers := pl.Kind == source.Peers
+	prefer := p.peers[pl.Path].Prefer
 	for _, e := range pl.Entries {
 		if w, ok := before[e.Ref]; ok {
 			wants = append(wants, w) // leased before: the pass heals its record
@@ -149,7 +151,7 @@ func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, keep 
 			continue
 		}
 		if p.bg != nil {
-			st := p.bg.ask(e.Ref, fromPeers)
+			st := p.bg.ask(e.Ref, fromPeers, prefer[e.Ref])
 			switch {
 			case st.ok:
 				p.log.Info("pulled", "ref", e.Ref, "target", st.want.Target.Digest, "list", pl.Path)
@@ -188,7 +190,7 @@ func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, keep 
 		g.SetLimit(pullConcurrency)
 		for _, e := range toPull {
 			g.Go(func() error {
-				w, err := p.pull(gctx, e.Ref, lease)
+				w, err := p.pull(gctx, e.Ref, lease, prefer[e.Ref])
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -211,13 +213,14 @@ func (p *Runner) resolvePulls(ctx context.Context, pl source.PullListFile, keep 
 	return wants, errs, done
 }
 
-// pull tries one reference a few times, with backoff, within a pass.
-func (p *Runner) pull(ctx context.Context, ref, lease string) (hfruntime.Want, error) {
+// pull tries one reference a few times, with backoff, within a pass; its
+// content first from the peer mirror prefer, when set.
+func (p *Runner) pull(ctx context.Context, ref, lease, prefer string) (hfruntime.Want, error) {
 	wait := backoff.New(time.Second, time.Minute)
 	var err error
 	for attempt := 1; attempt <= pullAttempts; attempt++ {
 		var w hfruntime.Want
-		w, err = p.pullOnce(ctx, ref, lease)
+		w, err = p.pullOnce(ctx, ref, lease, prefer)
 		if err == nil {
 			return w, nil
 		}
@@ -234,9 +237,11 @@ func (p *Runner) pull(ctx context.Context, ref, lease string) (hfruntime.Want, e
 	return hfruntime.Want{}, err
 }
 
-// pullOnce tries one reference once, with the pull's timeout.
-func (p *Runner) pullOnce(ctx context.Context, ref, lease string) (hfruntime.Want, error) {
-	return p.rt.Pull(ctx, ref, hfruntime.PullOptions{HostsDir: p.cfg.RegistryConfig, Lease: lease, Timeout: p.cfg.PullTimeout, Credentials: p.credentials, Log: p.log})
+// pullOnce tries one reference once, with the pull's timeout, its content
+// first from the peer mirror prefer, when set.
+func (p *Runner) pullOnce(ctx context.Context, ref, lease, prefer string) (hfruntime.Want, error) {
+	return p.rt.Pull(ctx, ref, hfruntime.PullOptions{HostsDir: p.cfg.RegistryConfig, Lease: lease, Timeout: p.cfg.PullTimeout,
+		Credentials: p.credentials, Log: p.log, Prefer: prefer})
 }
 
 // pullBackoff reports whether ref failed recently and waits before its next

@@ -32,6 +32,9 @@ type Hosts struct {
 	Off string
 	// Warnings are what the files cannot carry over (rewrites).
 	Warnings []string
+	// PeerMirror is the peer mirror as scheme://host:port (an IPv6 host
+	// in brackets), as the node's peers reach it; "" without one.
+	PeerMirror string
 
 	source   string            // where the files come from, as messages name it
 	files    map[string]string // hosts.toml content by registry dir
@@ -81,6 +84,7 @@ func (s Settings) Hosts() (Hosts, error) {
 		if f, err = f.WithPeerMirror(s.PeerMirror, s.PeerRegistries); err != nil {
 			return h, &SettingError{fmt.Errorf("--peer-mirror: %w", err)}
 		}
+		h.PeerMirror, _ = peerEndpoint(s.PeerMirror) // WithPeerMirror took it
 	}
 	files, warnings, err := f.HostsFiles(from)
 	if err != nil {

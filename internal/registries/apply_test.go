@@ -72,6 +72,9 @@ func TestSettingsYAML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if h.PeerMirror != "http://10.0.0.5:30020" {
+		t.Errorf("peer mirror %q, want it as its peers reach it", h.PeerMirror)
+	}
 	if want := map[string]Credential{"mirror.example.com:5000": {"alice", "s3cret"}, "registry.local": {"bob", "hunter2"}}; !reflect.DeepEqual(h.Credentials, want) {
 		t.Errorf("credentials %v, want %v", h.Credentials, want)
 	}
