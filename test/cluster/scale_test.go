@@ -8,6 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -449,16 +452,36 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// scaleReporter starts holdfast-reporter --required --imagesets --leader-elect (its agent a closed port: the
-// leader needs none) for the synthetic node n, as the chart runs it on every node.
+// scaleAgent stands in for the reporters' agents: it takes every PUT /sets (so that a reporter computes its
+// waves again at each change, as beside a real agent) and has no report.
+func scaleAgent(t *testing.T, c *cluster) (url, tokenFile string) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.Method == http.MethodPut && r.URL.Path == "/sets" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	tokenFile = filepath.Join(c.dir, "scale-token")
+	if err := os.WriteFile(tokenFile, []byte("scale"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return srv.URL, tokenFile
+}
+
+// scaleReporter starts holdfast-reporter --required --imagesets --leader-elect for the synthetic node n, as the
+// chart runs it on every node, its agent the stand-in scaleAgent.
 func scaleReporter(t *testing.T, c *cluster, n int) *proc {
 	bin := filepath.Join(c.repoBin, "holdfast-reporter")
 	if help, _ := exec.Command(bin, "--help").CombinedOutput(); !strings.Contains(string(help), "--leader-elect") {
 		t.Fatalf("%s has no --leader-elect (make build)", bin)
 	}
 	name := fmt.Sprintf("scale-reporter-%d", n)
+	agent, token := scaleAgent(t, c)
 	p, err := startProc(name, c.logPath(name), append(c.env(), "POD_NAMESPACE=default"), bin,
-		"--node", scaleNodeName(n), "--agent", "http://127.0.0.1:1", "--kubeconfig", c.admin, "--token-file", filepath.Join(c.dir, "no-token"),
+		"--node", scaleNodeName(n), "--agent", agent, "--kubeconfig", c.admin, "--token-file", token,
 		"--required", "--imagesets", "--leader-elect", "--lease-name", "holdfast-scale")
 	if err != nil {
 		t.Fatal(err)
@@ -505,14 +528,14 @@ func leaderEndToEnd(t *testing.T, c *cluster, dyn dynamic.Interface, client kube
 			t.Fatal(err)
 		}
 		wall, used := time.Since(start), cpuSeconds(t, pid)-cpu
+		// The waves (of both reporters) see the change too, after their debounce: the CPU again a moment later.
+		time.Sleep(3 * time.Second)
+		msg := fmt.Sprintf("leader: status %s in %.2fs, the reporter's CPU %.2fs to it, %.2fs 3 s later", what, wall.Seconds(), used,
+			cpuSeconds(t, pid)-cpu)
 		if follower != nil {
-			// The other reporter's waves see the change too, after their debounce: its CPU a moment later.
-			time.Sleep(3 * time.Second)
-			t.Logf("leader: status %s in %.2fs, the reporter's CPU %.2fs; the other reporter's CPU %.2fs", what, wall.Seconds(), used,
-				cpuSeconds(t, follower.cmd.Process.Pid)-fcpu)
-		} else {
-			t.Logf("leader: status %s in %.2fs, the reporter's CPU %.2fs", what, wall.Seconds(), used)
+			msg += fmt.Sprintf("; the other reporter's CPU %.2fs", cpuSeconds(t, follower.cmd.Process.Pid)-fcpu)
 		}
+		t.Log(msg)
 		checkScaleStatus(t, "the leader's status "+what, st, mended)
 	}
 	step("first written, from the reporter's start", func() int64 { return 1 }, 0)
