@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -66,10 +67,19 @@ func (c *setCaches) synced(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), c.sets.HasSynced, c.nodes.HasSynced)
 }
 
-// watch calls handler on every change of either cache (and once for each
-// object they hold) until the returned remove is called.
-func (c *setCaches) watch(handler cache.ResourceEventHandler) (remove func(), err error) {
-	sets, err := c.sets.AddEventHandler(handler)
+// watch sends on ch, without blocking, on every change of either cache
+// (and once for each object they hold) but the updates of an ImageSet that
+// ignore says nothing of, until the returned remove is called.
+func (c *setCaches) watch(ch chan struct{}, ignore func(oldSet, newSet *cachedSet) bool) (remove func(), err error) {
+	handler := notifier(ch)
+	sets, err := c.sets.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: handler.AddFunc, DeleteFunc: handler.DeleteFunc,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok := oldObj.(*cachedSet)
+			n, isSet := newObj.(*cachedSet)
+			if !ok || !isSet || !ignore(o, n) {
+				handler.UpdateFunc(oldObj, newObj)
+			}
+		}})
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +92,7 @@ func (c *setCaches) watch(handler cache.ResourceEventHandler) (remove func(), er
 }
 
 // notifier is a handler sending on ch, without blocking, on every change.
-func notifier(ch chan struct{}) cache.ResourceEventHandler {
+func notifier(ch chan struct{}) cache.ResourceEventHandlerFuncs {
 	notify := func() {
 		select {
 		case ch <- struct{}{}:
@@ -109,6 +119,13 @@ func (s *cachedSet) DeepCopyObject() runtime.Object {
 	set := s.set
 	set.Spec.Images = slices.Clone(set.Spec.Images)
 	return &cachedSet{ObjectMeta: *s.ObjectMeta.DeepCopy(), set: set, obj: s.obj.DeepCopy(), err: s.err}
+}
+
+// statusOnly reports whether an update of an ImageSet changed its status
+// alone (and what the sets watcher and the leader do not read of it):
+// the spec and the generation are the same.
+func statusOnly(o, n *cachedSet) bool {
+	return o.err == nil && n.err == nil && o.set.Metadata.Generation == n.set.Metadata.Generation && reflect.DeepEqual(o.set.Spec, n.set.Spec)
 }
 
 // decodeCachedSet is the informer's transform of an ImageSet: a

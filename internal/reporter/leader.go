@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,8 +44,20 @@ type leader struct {
 	log    *slog.Logger
 	now    func() time.Time
 
-	failed string                 // the last write's error, logged once
-	wrote  map[string]wroteStatus // by set: the last status written, until the cache has it
+	failed string // the last write's error, logged once
+
+	mu    sync.Mutex
+	wrote map[string]wroteStatus // by set: the last status written
+}
+
+// isWritten reports whether the status of s is the last this leader wrote
+// of it.
+func (l *leader) isWritten(s *cachedSet) bool {
+	have, err := json.Marshal(s.set.Status)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w, ok := l.wrote[s.Name]
+	return err == nil && ok && w.status == string(have)
 }
 
 // wroteStatus is a status written (JSON) over the object of resourceVersion
@@ -96,10 +109,12 @@ func (l *leader) run(ctx context.Context) {
 // the Nodes' labels, and writes each set's status when it changes, while
 // ctx lasts and isLeader says so.
 func (l *leader) lead(ctx context.Context, isLeader func() bool) {
+	l.mu.Lock()
 	l.wrote = nil // what the last term wrote is in the cache, or another's since
+	l.mu.Unlock()
 	changed := make(chan struct{}, 1)
-	handler := notifier(changed)
-	remove, err := l.caches.watch(handler)
+	// The status this leader wrote, as it comes back, changes nothing.
+	remove, err := l.caches.watch(changed, func(o, n *cachedSet) bool { return statusOnly(o, n) && l.isWritten(n) })
 	if err != nil {
 		l.log.Error("watching the ImageSets", "error", err)
 		return
@@ -107,7 +122,7 @@ func (l *leader) lead(ctx context.Context, isLeader func() bool) {
 	defer remove()
 	nf := informers.NewSharedInformerFactoryWithOptions(l.client, 0, informers.WithTransform(onlyLabels))
 	nodes := nf.Core().V1().Nodes().Informer()
-	if _, err := nodes.AddEventHandler(handler); err != nil {
+	if _, err := nodes.AddEventHandler(notifier(changed)); err != nil {
 		l.log.Error("watching the Nodes", "error", err)
 		return
 	}
@@ -168,7 +183,10 @@ func (l *leader) writeAll(ctx context.Context, store cache.Store, nodes []images
 		if have, err := json.Marshal(set.Status); err == nil && string(have) == string(want) {
 			continue
 		}
-		if w, ok := l.wrote[set.Metadata.Name]; ok && w.from == objs[i].GetResourceVersion() && w.status == string(want) {
+		l.mu.Lock()
+		w, ok := l.wrote[set.Metadata.Name]
+		l.mu.Unlock()
+		if ok && w.from == objs[i].GetResourceVersion() && w.status == string(want) {
 			continue // written, and the cache has not seen it yet
 		}
 		if err := l.write(ctx, objs[i], want); err != nil {
@@ -183,18 +201,22 @@ func (l *leader) writeAll(ctx context.Context, store cache.Store, nodes []images
 			continue
 		}
 		l.failed = ""
+		l.mu.Lock()
 		if l.wrote == nil {
 			l.wrote = map[string]wroteStatus{}
 		}
 		l.wrote[set.Metadata.Name] = wroteStatus{from: objs[i].GetResourceVersion(), status: string(want)}
+		l.mu.Unlock()
 		l.log.Debug("wrote an ImageSet's status", "imageset", set.Metadata.Name, "selected", st.Nodes.Selected,
 			"staged", st.Nodes.Staged, "failed", st.Nodes.Failed, "missingImages", st.MissingImages)
 	}
+	l.mu.Lock()
 	for name := range l.wrote {
 		if !slices.ContainsFunc(sets, func(s imageset.ImageSet) bool { return s.Metadata.Name == name }) {
 			delete(l.wrote, name)
 		}
 	}
+	l.mu.Unlock()
 	return ok
 }
 

@@ -71,11 +71,12 @@ func (w *setsWatcher) askResend(mark uint64) {
 // start watches the process's caches and makes and starts the informer of
 // this Node.
 func (w *setsWatcher) start(ctx context.Context) (stop func(), err error) {
-	handler := notifier(w.changed)
-	remove, err := w.caches.watch(handler)
+	// The status of a set is the leader's: the waves read its spec alone.
+	remove, err := w.caches.watch(w.changed, statusOnly)
 	if err != nil {
 		return nil, err
 	}
+	handler := notifier(w.changed)
 	nodes := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithTransform(onlyLabels),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + w.cfg.Node }))
 	w.node = nodes.Core().V1().Nodes().Informer()

@@ -318,3 +318,25 @@ func TestBusy(t *testing.T) {
 		}
 	}
 }
+
+// An update of an ImageSet's status alone is nothing to the waves; one of
+// its spec (a new generation) is.
+func TestStatusOnly(t *testing.T) {
+	set := func(u *unstructured.Unstructured, status map[string]any) *cachedSet {
+		if status != nil {
+			u.Object["status"] = status
+		}
+		s, _ := decodeCachedSet(u)
+		return s.(*cachedSet)
+	}
+	old := set(setObj("release", 1, nil, imgA), nil)
+	if n := set(setObj("release", 1, nil, imgA), map[string]any{"missingImages": int64(1)}); !statusOnly(old, n) {
+		t.Errorf("a status written: not status only")
+	}
+	if n := set(setObj("release", 2, nil, imgA, "docker.io/library/b:1"), nil); statusOnly(old, n) {
+		t.Errorf("an image added: status only")
+	}
+	if n := set(setObj("release", 1, map[string]string{"tier": "web"}, imgA), nil); statusOnly(old, n) {
+		t.Errorf("a selector changed (same generation): status only")
+	}
+}
