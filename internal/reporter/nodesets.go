@@ -31,17 +31,19 @@ import (
 )
 
 // nodeSets is a node's NodeImages as the caches keep it: its name and
-// resourceVersion, and what its agent says of the sets. Its strings are
-// interned: the nodes name the same images, phases and errors.
+// resourceVersion, what its agent says of the sets, and the peer mirror
+// its peers fetch from. Its strings are interned: the nodes name the same
+// images, phases and errors.
 type nodeSets struct {
 	metav1.ObjectMeta // Name and ResourceVersion (and a bookmark's annotation) only
 	Sets              []report.SetState
+	PeerMirror        string
 }
 
 func (n *nodeSets) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 func (n *nodeSets) DeepCopyObject() runtime.Object {
-	out := &nodeSets{ObjectMeta: *n.ObjectMeta.DeepCopy(), Sets: slices.Clone(n.Sets)}
+	out := &nodeSets{ObjectMeta: *n.ObjectMeta.DeepCopy(), Sets: slices.Clone(n.Sets), PeerMirror: n.PeerMirror}
 	for i := range out.Sets {
 		out.Sets[i].Images = slices.Clone(out.Sets[i].Images)
 	}
@@ -72,7 +74,8 @@ type nodeSetsJSON struct {
 		ResourceVersion string            `json:"resourceVersion"`
 		Annotations     map[string]string `json:"annotations"`
 	} `json:"metadata"`
-	Sets []report.SetState `json:"sets"`
+	Sets       []report.SetState `json:"sets"`
+	PeerMirror string            `json:"peerMirror"`
 }
 
 // decodeNodeSets is the nodeSets of a NodeImages object (JSON): an object
@@ -93,7 +96,8 @@ func decodeNodeSets(data []byte, named bool) (*nodeSets, error) {
 	if named && in.Metadata.Name == "" {
 		return nil, fmt.Errorf("a NodeImages object without a name")
 	}
-	n := &nodeSets{ObjectMeta: metav1.ObjectMeta{Name: in.Metadata.Name, ResourceVersion: in.Metadata.ResourceVersion}, Sets: intern(in.Sets)}
+	n := &nodeSets{ObjectMeta: metav1.ObjectMeta{Name: in.Metadata.Name, ResourceVersion: in.Metadata.ResourceVersion}, Sets: intern(in.Sets),
+		PeerMirror: in.PeerMirror}
 	if v, ok := in.Metadata.Annotations[metav1.InitialEventsAnnotationKey]; ok {
 		n.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: v}
 	}

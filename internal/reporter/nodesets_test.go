@@ -27,7 +27,7 @@ import (
 func nodeImagesJSON(node, rv, sets string) string {
 	obj := fmt.Sprintf(`{"apiVersion":%q,"kind":%q,"metadata":{"name":%q,"resourceVersion":%q,"uid":"u-%s",`+
 		`"managedFields":[{"manager":"holdfast-reporter","operation":"Apply","fieldsV1":{"f:held":{}}}]},"images":2,"held":"aGVsZA==",`+
-		`"required":{"known":true}`, report.APIVersion, report.Kind, node, rv, node)
+		`"required":{"known":true},"peerMirror":"https://%s:30020"`, report.APIVersion, report.Kind, node, rv, node, node)
 	if sets != "" {
 		obj += `,"sets":` + sets
 	}
@@ -130,6 +130,9 @@ func TestNodeSetsList(t *testing.T) {
 	if n1.Name != "n1" || n1.ResourceVersion != "5" || len(n1.Sets) != 1 || n1.Sets[0].Name != "release" || n1.Sets[0].Generation != 2 ||
 		len(n1.Sets[0].Images) != 2 || n1.Sets[0].Images[1] != (report.SetImage{Ref: "docker.io/library/app-1:1", Phase: report.SetWaiting}) {
 		t.Errorf("n1: %+v", n1)
+	}
+	if n1.PeerMirror != "https://n1:30020" {
+		t.Errorf("n1's peer mirror: %q", n1.PeerMirror)
 	}
 	if n1.ManagedFields != nil || n1.UID != "" {
 		t.Errorf("n1 kept more of its metadata than its name and resourceVersion: %+v", n1.ObjectMeta)
