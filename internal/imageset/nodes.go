@@ -1,6 +1,8 @@
 package imageset
 
 import (
+	"slices"
+
 	"github.com/holdfast-project/holdfast/internal/pattern"
 	"github.com/holdfast-project/holdfast/internal/report"
 )
@@ -121,38 +123,91 @@ type Admission struct {
 	From  string // the holder's node name
 }
 
-// Admissions is Admit, each image with the holder to fetch it from.
+// Admissions is Admit, each image with the holder to fetch it from. Every
+// reporter computes it on each change of any node during a rollout, over
+// every node: it reads each node's word once, into one slot per image, and
+// asks Place only of the images node neither holds nor pulls.
 func Admissions(node string, set ImageSet, nodes []Node) []Admission {
-	var me *Node
-	states := make([]map[string]ImageState, len(nodes))
-	selected := make([]bool, len(nodes))
+	images := uniqueSorted(set.Spec.Images)
+	slots := map[string][]int{} // normalized reference → its images' indexes
+	for i, img := range images {
+		n := Normalize(img)
+		slots[n] = append(slots[n], i)
+	}
+	holders := make([][]string, len(images))
+	pulling := make([][]string, len(images))
+	waiting := make([][]string, len(images))
+	var mine []Phase // node's phase of each image; nil while node is not seen selected
+	phase := make([]Phase, len(images))
 	memo := map[string]string{}
-	for i := range nodes {
-		states[i] = nodes[i].images(set.Metadata.Name, memo)
-		selected[i] = nodes[i].selectedBy(set)
-		if nodes[i].Name == node && selected[i] {
-			me = &nodes[i]
-		}
-	}
-	if me == nil {
-		return nil
-	}
-	var out []Admission
-	for _, img := range uniqueSorted(set.Spec.Images) {
-		var holders, pulling, waiting []string
-		normal := Normalize(img)
-		for i, n := range nodes {
-			switch st := stateOf(states[i], img, normal); {
-			case st.Phase == Held:
-				holders = append(holders, n.Name)
-			case !selected[i]:
-			case st.Phase == Pulling:
-				pulling = append(pulling, n.Name)
-			case st.Phase == Waiting || st.Phase == "":
-				waiting = append(waiting, n.Name)
+	for _, n := range nodes {
+		clear(phase)
+		for _, s := range n.Sets {
+			if s.Name != set.Metadata.Name {
+				continue
+			}
+			for _, img := range s.Images {
+				is, ok := slots[img.Ref] // the agents say normalized references
+				if !ok {
+					ref, seen := memo[img.Ref]
+					if !seen {
+						ref = Normalize(img.Ref)
+						memo[img.Ref] = ref
+					}
+					is = slots[ref]
+				}
+				for _, i := range is {
+					phase[i] = img.Phase
+				}
 			}
 		}
-		if from, ok := Place(node, img, holders, pulling, waiting, set.Spec.Concurrency()); ok {
+		selected := n.selectedBy(set)
+		if n.Name == node && selected {
+			mine = slices.Clone(phase)
+		}
+		for i, ph := range phase {
+			switch {
+			case ph == Held:
+				holders[i] = append(holders[i], n.Name)
+			case !selected:
+			case ph == Pulling:
+				pulling[i] = append(pulling[i], n.Name)
+			case ph == Waiting || ph == "":
+				waiting[i] = append(waiting[i], n.Name)
+			}
+		}
+	}
+	if mine == nil {
+		return nil
+	}
+	hashes := map[string]uint64{}
+	hashOf := func(name string) uint64 {
+		h, ok := hashes[name]
+		if !ok {
+			h = hash(name)
+			hashes[name] = h
+		}
+		return h
+	}
+	var out []Admission
+	var others []string
+	var ranks []uint64
+	for i, img := range images {
+		if mine[i] == Held || mine[i] == Pulling {
+			continue
+		}
+		hi := hash(img)
+		others, ranks = others[:0], ranks[:0]
+		for _, n := range waiting[i] {
+			if n != node {
+				others = append(others, n)
+				ranks = append(ranks, mix(hashOf(n), hi))
+			}
+		}
+		if !slices.IsSorted(holders[i]) {
+			slices.Sort(holders[i])
+		}
+		if from, ok := place(node, mix(hashOf(node), hi), holders[i], len(pulling[i]), others, ranks, set.Spec.Concurrency()); ok {
 			out = append(out, Admission{Image: img, From: from})
 		}
 	}

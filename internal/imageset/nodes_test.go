@@ -1,6 +1,8 @@
 package imageset
 
 import (
+	"fmt"
+	"math/rand"
 	"slices"
 	"testing"
 
@@ -113,5 +115,117 @@ func TestShortNames(t *testing.T) {
 	}
 	if got := Admit("n2", set, nodes); !slices.Equal(got, []string{"nginx:1.27"}) {
 		t.Fatalf("n2 admitted %v, want nginx:1.27 (n1 holds it under its full name)", got)
+	}
+}
+
+// admissionsByMaps is Admissions as first written, one map per node, asking Place of every image: the oracle the
+// faster one is checked against.
+func admissionsByMaps(node string, set ImageSet, nodes []Node) []Admission {
+	memo := map[string]string{}
+	states := make([]map[string]ImageState, len(nodes))
+	selected := make([]bool, len(nodes))
+	found := false
+	for i := range nodes {
+		states[i] = nodes[i].images(set.Metadata.Name, memo)
+		selected[i] = nodes[i].selectedBy(set)
+		found = found || (nodes[i].Name == node && selected[i])
+	}
+	if !found {
+		return nil
+	}
+	var out []Admission
+	for _, img := range uniqueSorted(set.Spec.Images) {
+		var holders, pulling, waiting []string
+		for i, n := range nodes {
+			switch st := states[i][Normalize(img)]; {
+			case st.Phase == Held:
+				holders = append(holders, n.Name)
+			case !selected[i]:
+			case st.Phase == Pulling:
+				pulling = append(pulling, n.Name)
+			case st.Phase == Waiting || st.Phase == "":
+				waiting = append(waiting, n.Name)
+			}
+		}
+		if from, ok := Place(node, img, holders, pulling, waiting, set.Spec.Concurrency()); ok {
+			out = append(out, Admission{Image: img, From: from})
+		}
+	}
+	return out
+}
+
+// rollout is n nodes in the middle of spreading a set of k images: phases drawn at random (seeded), some nodes
+// outside the selector, some references written short, some said twice.
+func rollout(n, k int, seed int64) (ImageSet, []Node) {
+	r := rand.New(rand.NewSource(seed))
+	set := ImageSet{Metadata: Meta{ObjectMeta: report.ObjectMeta{Name: "rel"}}, Spec: Spec{MaxConcurrent: 1 + r.Intn(n)}}
+	for i := range k {
+		set.Spec.Images = append(set.Spec.Images, fmt.Sprintf("registry.example/team%d/app-%d:1.%d", i%7, i, i))
+	}
+	set.Spec.Images = append(set.Spec.Images, "nginx:1.27", "docker.io/library/nginx:1.27")
+	phases := []Phase{Held, Pulling, Failed, Waiting, ""}
+	nodes := make([]Node, n)
+	for i := range nodes {
+		st := report.SetState{Name: "rel", Selected: r.Intn(10) > 0}
+		for _, img := range set.Spec.Images {
+			ph := phases[r.Intn(len(phases))]
+			if ph == "" {
+				continue
+			}
+			st.Images = append(st.Images, report.SetImage{Ref: Normalize(img), Phase: ph})
+		}
+		if r.Intn(4) == 0 && len(st.Images) > 0 {
+			st.Images = append(st.Images, st.Images[0])
+		}
+		nodes[i] = Node{Name: fmt.Sprintf("node-%04d", i), Sets: []report.SetState{{Name: "other", Selected: true}, st}}
+	}
+	return set, nodes
+}
+
+// TestAdmissionsAsByMaps: the one-pass Admissions answers every node of many random rollouts exactly as the
+// oracle does.
+func TestAdmissionsAsByMaps(t *testing.T) {
+	for seed := int64(1); seed <= 40; seed++ {
+		set, nodes := rollout(30, 25, seed)
+		for _, n := range nodes {
+			got, want := Admissions(n.Name, set, nodes), admissionsByMaps(n.Name, set, nodes)
+			if !slices.Equal(got, want) {
+				t.Fatalf("seed %d node %s: admissions %v, want %v", seed, n.Name, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkAdmissions: what each reporter computes on a change during a rollout, 1,000 nodes of a 500-image set,
+// one pass against the map-per-node oracle (go test -bench Admissions ./internal/imageset).
+// Two moments: mid-rollout (phases at random) and its start (one node holds every image, the others wait).
+func BenchmarkAdmissions(b *testing.B) {
+	set, mid := rollout(1000, 500, 7)
+	start := make([]Node, len(mid))
+	for i := range start {
+		st := report.SetState{Name: "rel", Selected: true}
+		for _, img := range set.Spec.Images {
+			ph := Waiting
+			if i == 0 {
+				ph = Held
+			}
+			st.Images = append(st.Images, report.SetImage{Ref: Normalize(img), Phase: ph})
+		}
+		start[i] = Node{Name: mid[i].Name, Sets: []report.SetState{st}}
+	}
+	for _, moment := range []struct {
+		name  string
+		nodes []Node
+	}{{"mid", mid}, {"start", start}} {
+		b.Run(moment.name+"/one-pass", func(b *testing.B) {
+			for b.Loop() {
+				Admissions(moment.nodes[3].Name, set, moment.nodes)
+			}
+		})
+		b.Run(moment.name+"/maps-per-node", func(b *testing.B) {
+			for b.Loop() {
+				admissionsByMaps(moment.nodes[3].Name, set, moment.nodes)
+			}
+		})
 	}
 }

@@ -33,49 +33,71 @@ func MayPull(node, image string, holders, pulling, waiting []string, maxConcurre
 // mirror left to choose sends most of a wave to the one node it found
 // first; with each puller sent to its own holder, each serves one at a time.
 func Place(node, image string, holders, pulling, waiting []string, maxConcurrent int) (holder string, ok bool) {
+	has := set(holders)
+	if has[node] {
+		return "", false
+	}
+	busy := 0
+	for n := range set(pulling) {
+		if n == node {
+			return "", false
+		}
+		if !has[n] {
+			busy++
+		}
+	}
+	var others []string // waiting, neither holding nor pulling
+	isBusy := set(pulling)
+	for n := range set(waiting) {
+		if n != node && !has[n] && !isBusy[n] {
+			others = append(others, n)
+		}
+	}
+	hi := hash(image)
+	ranks := make([]uint64, len(others))
+	for i, n := range others {
+		ranks[i] = mix(hash(n), hi)
+	}
+	return place(node, mix(hash(node), hi), slices.Sorted(maps.Keys(has)), busy, others, ranks, maxConcurrent)
+}
+
+// place is Place for node of rank mine, given the holders sorted by name,
+// how many nodes pull (none of them holders), and the other waiting nodes
+// with their ranks (neither holders, pulling nor node).
+func place(node string, mine uint64, holders []string, busy int, others []string, ranks []uint64, maxConcurrent int) (string, bool) {
 	if maxConcurrent <= 0 {
 		maxConcurrent = DefaultMaxConcurrent
 	}
-	has := set(holders)
-	busy := map[string]bool{}
-	for _, n := range pulling {
-		if !has[n] {
-			busy[n] = true
-		}
-	}
-	if has[node] || busy[node] {
-		return "", false
-	}
-	free := min(maxConcurrent, len(has)) - len(busy)
+	free := min(maxConcurrent, len(holders)) - busy
 	if free <= 0 {
 		return "", false
 	}
 	ahead := 0 // waiting nodes before node in the order
-	mine := rank(node, image)
-	for n := range set(waiting) {
-		if n == node || has[n] || busy[n] {
-			continue
-		}
-		if r := rank(n, image); r < mine || (r == mine && n < node) {
+	for i, r := range ranks {
+		if r < mine || (r == mine && others[i] < node) {
 			ahead++
 		}
 	}
 	if ahead >= free {
 		return "", false
 	}
-	sorted := slices.Sorted(maps.Keys(has))
-	return sorted[(len(busy)+ahead)%len(sorted)], true
+	return holders[(busy+ahead)%len(holders)], true
 }
 
 // rank places node in the order of the nodes waiting for image (then by
-// name): FNV-1a of both, mixed by SplitMix64's finalizer so that images
-// differing in one byte order the nodes differently.
-func rank(node, image string) uint64 {
+// name): the FNV-1a hashes of both, mixed by SplitMix64's finalizer so that
+// images differing in one byte order the nodes differently. Each name is
+// hashed once however many pairs it is in.
+func rank(node, image string) uint64 { return mix(hash(node), hash(image)) }
+
+func hash(s string) uint64 {
 	h := fnv.New64a()
-	h.Write([]byte(node))
-	h.Write([]byte{0})
-	h.Write([]byte(image))
-	x := h.Sum64()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+func mix(node, image uint64) uint64 {
+	x := node ^ (image*0x9e3779b97f4a7c15 + 0x632be59bd9b4e019)
 	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
 	x = (x ^ x>>27) * 0x94d049bb133111eb
 	return x ^ x>>31

@@ -962,8 +962,8 @@ var sabotages = []sabotage{
 		// Every waiting node may pull at once, whatever maxConcurrent and
 		// the holders: the one node that holds an image serves them all.
 		edits: []edit{{"internal/imageset/waves.go",
-			"free := min(maxConcurrent, len(has)) - len(busy)",
-			"free := len(waiting) + 1"}},
+			"free := min(maxConcurrent, len(holders)) - busy",
+			"free := len(others) + 1"}},
 		tests: []tests{{"./internal/imageset", []string{"TestWavesDoubling", "TestWavesBounded", "TestMayPull", "TestAdmitWaves"}, nil}},
 	},
 	{
@@ -971,8 +971,8 @@ var sabotages = []sabotage{
 		// A node pulls an image no node holds: in an air gap its pull
 		// goes to an upstream it cannot reach, and fails.
 		edits: []edit{{"internal/imageset/waves.go",
-			"free := min(maxConcurrent, len(has)) - len(busy)",
-			"free := min(maxConcurrent, max(len(has), 1)) - len(busy)"}},
+			"free := min(maxConcurrent, len(holders)) - busy",
+			"free := min(maxConcurrent, max(len(holders), 1)) - busy"}},
 		tests: []tests{{"./internal/imageset", []string{"TestMayPull", "TestWavesDoubling", "TestWavesBounded"}, nil}},
 	},
 	{
