@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,7 +43,6 @@ type requiredWatcher struct {
 	informers []cache.SharedIndexInformer
 	node      cache.SharedIndexInformer // this Node, for its labels; nil without ClusterWorkloads
 	sent      []byte                    // the body of the last PUT the agent took
-	failed    string                    // the last PUT's error, logged once
 }
 
 func newRequiredWatcher(client kubernetes.Interface, cfg Config, log *slog.Logger, hc *http.Client) *requiredWatcher {
@@ -134,47 +132,9 @@ func (w *requiredWatcher) run(ctx context.Context) {
 		return
 	}
 	w.log.Info("watching the workloads for the images this node needs", "node", w.cfg.Node, "clusterWorkloads", w.cfg.ClusterWorkloads)
-	timer := time.NewTimer(0) // the first round: now
-	pending, force := true, true
-	for {
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		case <-w.changed:
-			if !pending {
-				pending = true
-				timer.Reset(w.cfg.Debounce)
-			}
-			continue
-		case <-w.resend:
-			force = true
-			if !pending {
-				pending = true
-				timer.Reset(0)
-			}
-			continue
-		case <-timer.C:
-		}
-		pending = false
-		if err := w.send(ctx, force); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			// An agent that keeps no set answers the same each time: said once.
-			level := slog.LevelWarn
-			if err.Error() == w.failed {
-				level = slog.LevelDebug
-			}
-			w.failed = err.Error()
-			w.log.Log(ctx, level, "sending the required images to the agent; trying again", "agent", w.cfg.Agent, "in", w.cfg.Interval.String(), "error", err)
-			pending = true
-			timer.Reset(w.cfg.Interval)
-			continue
-		}
-		w.failed = ""
-		force = false
-	}
+	loop := sendLoop{what: "the required images", agent: w.cfg.Agent, log: w.log, changed: w.changed, resend: w.resend,
+		debounce: w.cfg.Debounce, interval: w.cfg.Interval, send: w.send}
+	loop.run(ctx, true)
 }
 
 // send PUTs the set when it differs from what the agent took last, or when

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,13 +35,12 @@ type setsWatcher struct {
 	changed chan struct{} // a set, a NodeImages or the Node changed
 	resend  chan struct{} // the agent has no sets: send them again
 
-	node   cache.SharedIndexInformer // this Node
-	any    atomic.Bool               // the last sets computed were not none
-	sends  atomic.Uint64             // raised as each send starts and as it ends: odd while one runs
-	sent   []byte                    // the body of the last PUT the agent took
-	failed string                    // the last PUT's error, logged once
-	bad    string                    // the last sets that did not decode, logged once
-	took   func()                    // called when the agent took new sets; nil: nothing
+	node  cache.SharedIndexInformer // this Node
+	any   atomic.Bool               // the last sets computed were not none
+	sends atomic.Uint64             // raised as each send starts and as it ends: odd while one runs
+	sent  []byte                    // the body of the last PUT the agent took
+	bad   string                    // the last sets that did not decode, logged once
+	took  func()                    // called when the agent took new sets; nil: nothing
 }
 
 func newSetsWatcher(client kubernetes.Interface, caches *setCaches, cfg Config, log *slog.Logger, hc *http.Client) *setsWatcher {
@@ -102,46 +100,9 @@ func (w *setsWatcher) run(ctx context.Context) {
 		return
 	}
 	w.log.Info("watching the ImageSets", "node", w.cfg.Node)
-	timer := time.NewTimer(0)
-	pending, force := true, false
-	for {
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		case <-w.changed:
-			if !pending {
-				pending = true
-				timer.Reset(setsDebounce)
-			}
-			continue
-		case <-w.resend:
-			force = true
-			if !pending {
-				pending = true
-				timer.Reset(0)
-			}
-			continue
-		case <-timer.C:
-		}
-		pending = false
-		if err := w.send(ctx, force); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			level := slog.LevelWarn
-			if err.Error() == w.failed {
-				level = slog.LevelDebug
-			}
-			w.failed = err.Error()
-			w.log.Log(ctx, level, "sending the ImageSets to the agent; trying again", "agent", w.cfg.Agent, "in", w.cfg.Interval.String(), "error", err)
-			pending = true
-			timer.Reset(w.cfg.Interval)
-			continue
-		}
-		w.failed = ""
-		force = false
-	}
+	loop := sendLoop{what: "the ImageSets", agent: w.cfg.Agent, log: w.log, changed: w.changed, resend: w.resend,
+		debounce: setsDebounce, interval: w.cfg.Interval, send: w.send}
+	loop.run(ctx, false)
 }
 
 // send PUTs the sets when they differ from what the agent took last, or
