@@ -48,7 +48,14 @@ func requiredServer(t *testing.T, token string) (*Server, string, func() []repor
 // (none when empty).
 func putWith(t *testing.T, base, auth, body string) (int, string, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPut, base+"/required", strings.NewReader(body))
+	return putPath(t, base, "/required", auth, strings.NewReader(body))
+}
+
+// putPath PUTs body to base's path with the Authorization header auth (none
+// when empty).
+func putPath(t *testing.T, base, path, auth string, body io.Reader) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, base+path, body)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,24 +41,11 @@ func setsServer(t *testing.T) (string, func() []report.StageSets) {
 	return base, func() []report.StageSets { mu.Lock(); defer mu.Unlock(); return slices.Clone(handed) }
 }
 
-// putSets PUTs body to base's /sets with the Authorization header auth
-// (none when empty).
+// putSets PUTs body to base's /sets with the Authorization header auth.
 func putSets(t *testing.T, base, auth string, body io.Reader) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPut, base+"/sets", body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, msg, _ := putPath(t, base, "/sets", auth, body)
+	return code, msg
 }
 
 // TestSetsNeedsOwner: PUT /sets takes a body only with the owner's token:
