@@ -45,9 +45,9 @@ type nodeImages struct {
 }
 
 // publish writes the NodeImages object for rep (the report's required
-// part) and sets (where the ImageSets' images stand) when they say
-// something new. The Node's uid makes it the owner.
-func (r *Reporter) publish(ctx context.Context, rep *report.Required, sets []report.SetState) {
+// part), sets (where the ImageSets' images stand) and the agent's peer
+// mirror when they say something new. The Node's uid makes it the owner.
+func (r *Reporter) publish(ctx context.Context, rep *report.Required, sets []report.SetState, peerMirror string) {
 	p := r.images
 	if p == nil || p.apply == nil || rep == nil || !rep.Known || r.uid == "" {
 		return
@@ -72,7 +72,7 @@ func (r *Reporter) publish(ctx context.Context, rep *report.Required, sets []rep
 		r.publishFailed(fmt.Errorf("encoding the report's sets: %w", err))
 		return
 	}
-	sum := sha256.Sum256(append(append(key, p.hash...), setsKey...))
+	sum := sha256.Sum256(append(append(append(key, p.hash...), setsKey...), peerMirror...))
 	if sum == p.written {
 		return
 	}
@@ -84,12 +84,13 @@ func (r *Reporter) publish(ctx context.Context, rep *report.Required, sets []rep
 			Labels:          map[string]string{"app.kubernetes.io/managed-by": FieldManager},
 			OwnerReferences: []report.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: r.cfg.Node, UID: string(r.uid)}},
 		},
-		Updated:  r.now().UTC().Truncate(1e9),
-		Images:   len(p.held),
-		HeldHash: p.hash,
-		Held:     p.held.Pack(),
-		Required: &cut,
-		Sets:     sets,
+		Updated:    r.now().UTC().Truncate(1e9),
+		Images:     len(p.held),
+		HeldHash:   p.hash,
+		Held:       p.held.Pack(),
+		Required:   &cut,
+		Sets:       sets,
+		PeerMirror: peerMirror,
 	}
 	for _, h := range p.held {
 		if h.Pinned {

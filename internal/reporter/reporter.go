@@ -241,6 +241,6 @@ func (r *Reporter) Once(ctx context.Context) error {
 	if rep == nil {
 		return nil
 	}
-	r.publish(ctx, rep.Required, rep.Sets)
+	r.publish(ctx, rep.Required, rep.Sets, rep.PeerMirror)
 	return r.sendEvents(ctx, rep.Events)
 }

@@ -149,8 +149,8 @@ func (w *setsWatcher) stage() report.StageSets {
 			labels = n.Labels
 		}
 	}
-	nodes := cachedNodes(w.caches.nodes.GetStore(), func(string) map[string]string { return nil })
-	out := stageSets(w.cfg.Node, labels, sets, nodes)
+	store := w.caches.nodes.GetStore()
+	out := stageSets(w.cfg.Node, labels, sets, cachedNodes(store, func(string) map[string]string { return nil }), peerMirrors(store))
 	if len(out.Sets) < len(sets) {
 		w.log.Warn("more ImageSets than the agent takes: the last by name left out", "sets", len(sets), "sent", len(out.Sets))
 	}
@@ -161,9 +161,11 @@ func (w *setsWatcher) stage() report.StageSets {
 // stageSets is what node, of these labels, is to do of sets (sorted by
 // name): each set (the first report.MaxSets), whether it selects the node,
 // and which of its images the node may start pulling now, by
-// imageset.Admit over nodes as their agents say (no labels: a reporter
-// reads no other Node, and takes each agent's word for its selection).
-func stageSets(node string, labels map[string]string, sets []imageset.ImageSet, nodes []imageset.Node) report.StageSets {
+// imageset.Admissions over nodes as their agents say (no labels: a reporter
+// reads no other Node, and takes each agent's word for its selection),
+// each from the peer mirror of the holder it places the pull on (mirrors,
+// by node; none when that holder names none).
+func stageSets(node string, labels map[string]string, sets []imageset.ImageSet, nodes []imageset.Node, mirrors map[string]string) report.StageSets {
 	out := report.StageSets{Sets: []report.StageSet{}}
 	for _, set := range sets {
 		if len(out.Sets) == report.MaxSets {
@@ -175,9 +177,28 @@ func stageSets(node string, labels map[string]string, sets []imageset.ImageSet, 
 			s.Images = []string{}
 		}
 		if s.Selected {
-			s.MayPull = imageset.Admit(node, set, nodes)
+			for _, a := range imageset.Admissions(node, set, nodes) {
+				s.MayPull = append(s.MayPull, a.Image)
+				if m := mirrors[a.From]; m != "" {
+					if s.From == nil {
+						s.From = map[string]string{}
+					}
+					s.From[a.Image] = m
+				}
+			}
 		}
 		out.Sets = append(out.Sets, s)
+	}
+	return out
+}
+
+// peerMirrors are the peer mirrors the NodeImages in store name, by node.
+func peerMirrors(store cache.Store) map[string]string {
+	out := map[string]string{}
+	for _, o := range store.List() {
+		if n, ok := o.(*nodeSets); ok && n.PeerMirror != "" {
+			out[n.Name] = n.PeerMirror
+		}
 	}
 	return out
 }

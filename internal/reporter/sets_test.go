@@ -28,11 +28,12 @@ import (
 // came and until restart, what the test says (or, when it says nothing,
 // each set it took, its images Waiting).
 type setsAgent struct {
-	mu    sync.Mutex
-	puts  []report.StageSets
-	taken bool
-	sets  []report.SetState
-	srv   *httptest.Server
+	mu     sync.Mutex
+	puts   []report.StageSets
+	taken  bool
+	sets   []report.SetState
+	mirror string // the report's PeerMirror
+	srv    *httptest.Server
 }
 
 func newSetsAgent(t *testing.T) *setsAgent {
@@ -54,7 +55,7 @@ func newSetsAgent(t *testing.T) *setsAgent {
 		case r.URL.Path == "/held":
 			_, _ = w.Write(nil)
 		case r.URL.Path == "/report":
-			rep := report.Report{Ready: true, Next: 1, Required: &report.Required{Known: true, Ready: true}}
+			rep := report.Report{Ready: true, Next: 1, Required: &report.Required{Known: true, Ready: true}, PeerMirror: a.mirror}
 			if a.taken {
 				rep.Sets = a.sets
 				if rep.Sets == nil {
@@ -192,7 +193,7 @@ func TestStageSetsOneHolderOneAdmitted(t *testing.T) {
 	}
 	admitted := 0
 	for _, n := range []string{"n1", "n2", "n3"} {
-		got := stageSets(n, map[string]string{}, []imageset.ImageSet{set}, nodes)
+		got := stageSets(n, map[string]string{}, []imageset.ImageSet{set}, nodes, nil)
 		if len(got.Sets) != 1 || got.Sets[0].Name != "release" || got.Sets[0].Generation != 3 || !got.Sets[0].Selected ||
 			!slices.Equal(got.Sets[0].Images, []string{imgA}) {
 			t.Fatalf("%s: %+v", n, got)
@@ -211,7 +212,7 @@ func TestStageSetsOneHolderOneAdmitted(t *testing.T) {
 	// A selector that does not match the node's labels: not selected, nothing to pull.
 	set.Spec.NodeSelector = map[string]string{"tier": "web"}
 	for _, n := range []string{"n2", "n3"} {
-		got := stageSets(n, map[string]string{"tier": "db"}, []imageset.ImageSet{set}, nodes)
+		got := stageSets(n, map[string]string{"tier": "db"}, []imageset.ImageSet{set}, nodes, nil)
 		if got.Sets[0].Selected || got.Sets[0].MayPull != nil {
 			t.Errorf("%s of another tier: %+v", n, got.Sets[0])
 		}

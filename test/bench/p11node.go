@@ -75,7 +75,7 @@ func (h *harness) startSimNodes(ctx context.Context, dir string, n int, registry
 		}
 	}
 	for _, nd := range nodes {
-		if err := nd.startAgent(ctx, h.cfg.Tools.Holdfast); err != nil {
+		if err := nd.startAgent(ctx, h.cfg.Tools.Holdfast, registry); err != nil {
 			return nodes, fmt.Errorf("node %d: %w", nd.i, err)
 		}
 	}
@@ -122,8 +122,11 @@ func (h *harness) startSimStore(ctx context.Context, nd *simNode, spegel, peer, 
 }
 
 // startAgent starts the node's `holdfast run --pull-required` and waits
-// until it is ready.
-func (nd *simNode) startAgent(ctx context.Context, holdfast string) error {
+// until it is ready. Its --peer-mirror is its spegel, as the chart gives
+// it, for registry only: the agent keeps the hosts.toml startSimStore
+// wrote (not its own), and names its spegel in its report, where the waves
+// send other nodes to fetch what it holds.
+func (nd *simNode) startAgent(ctx context.Context, holdfast, registry string) error {
 	nd.images = filepath.Join(nd.dir, "images")
 	if err := os.MkdirAll(nd.images, 0o755); err != nil {
 		return err
@@ -134,7 +137,8 @@ func (nd *simNode) startAgent(ctx context.Context, holdfast string) error {
 	a, err := startAgent(ctx, logBase, "ip", "netns", "exec", nd.ns, holdfast,
 		"run", "--address", nd.st.Address(), "--write-path", WriteDirect, "--data-dir", data,
 		"--images", nd.images, "--listen", "127.0.0.1:0", "--settle", "200ms",
-		"--pull-required", "--registry-config", nd.st.proc.Layout().RegistryConfigPath, "--pull-timeout", "5m")
+		"--pull-required", "--registry-config", nd.st.proc.Layout().RegistryConfigPath, "--pull-timeout", "5m",
+		"--peer-mirror", fmt.Sprintf("http://%s:%d", nd.addr, testenv.SpegelRegistryPort), "--peer-registries", registry)
 	if err != nil {
 		return err
 	}
