@@ -81,14 +81,16 @@ func place(node string, mine uint64, holders []string, busy int, others []string
 	if ahead >= free {
 		return "", false
 	}
-	return holders[(busy+ahead)%len(holders)], true
+	// The places start at the count of the nodes waiting, which every node
+	// sees alike and which falls by the pulls of each wave: the waves go
+	// round all the holders instead of always to the first by name.
+	return holders[(len(others)+1+busy+ahead)%len(holders)], true
 }
 
-// rank places node in the order of the nodes waiting for image (then by
-// name): the FNV-1a hashes of both, mixed by SplitMix64's finalizer so that
-// images differing in one byte order the nodes differently. Each name is
-// hashed once however many pairs it is in.
-func rank(node, image string) uint64 { return mix(hash(node), hash(image)) }
+// A node's rank places it in the order of the nodes waiting for an image
+// (then by name): mix of the FNV-1a hashes of both, by SplitMix64's
+// finalizer, so that images differing in one byte order the nodes
+// differently; each name is hashed once however many pairs it is in.
 
 func hash(s string) uint64 {
 	h := fnv.New64a()
