@@ -118,7 +118,7 @@ func (l *ownList) write(next map[string]bool) {
 		l.restoreFile()
 		return
 	}
-	if err := writeList(l.path, l.header, refs); err != nil {
+	if err := writeList(l.path, l.header, refs, l.insecurePerms); err != nil {
 		l.log.Error("writing the "+l.what, "path", l.path, "error", err)
 	} else {
 		l.refs = refs
@@ -137,7 +137,7 @@ func (l *ownList) restoreFile() {
 		return
 	}
 	l.log.Warn("the "+l.what+"'s file differs from the agent's list (edited by hand?); writing the agent's back", "path", l.path)
-	if err := writeList(l.path, l.header, l.refs); err != nil {
+	if err := writeList(l.path, l.header, l.refs, l.insecurePerms); err != nil {
 		l.log.Error("writing the "+l.what, "path", l.path, "error", err)
 	}
 }
@@ -193,16 +193,29 @@ func readPeerList(path string) ([]string, error) {
 }
 
 // writeList replaces the list at path with header and refs, or removes it
-// when there are none.
-func writeList(path, header string, refs []string) error {
+// when there are none. The directory it lies in is never a symlink, and
+// (unless insecurePerms) no user but root and holdfast's can change it or
+// a directory above it: no write follows a link someone else placed.
+func writeList(path, header string, refs []string, insecurePerms bool) error {
 	if len(refs) == 0 {
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	if fi, err := os.Lstat(dir); err != nil {
+		return err
+	} else if fi.Mode()&fs.ModeSymlink != 0 {
+		return fmt.Errorf("the list's directory %s is a symlink, not followed", dir)
+	}
+	if !insecurePerms {
+		if err := files.CheckPerms("the list's directory", dir, os.Geteuid()); err != nil {
+			return err
+		}
 	}
 	return files.WriteFile(path, listText(header, refs), 0o644)
 }

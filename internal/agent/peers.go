@@ -128,7 +128,7 @@ func (p *peerSource) listed(ref string) bool {
 
 // writePeerList replaces the peer list at path with refs, or removes it
 // when there are none.
-func writePeerList(path string, refs []string) error { return writeList(path, peerHeader, refs) }
+func writePeerList(path string, refs []string) error { return writeList(path, peerHeader, refs, false) }
 
 // peerHeader starts the peer list's file.
 const peerHeader = `# The images this node's workloads need, pulled from its peers and kept (holdfast run

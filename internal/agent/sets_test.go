@@ -227,7 +227,7 @@ func TestSetsBeforeFirstBody(t *testing.T) {
 	cfg := dirsConfig(peers)
 	cfg.SetLists, cfg.PeerGrace = filepath.Join(peers, "sets"), time.Minute
 	list := filepath.Join(cfg.SetLists, "release-7.txt")
-	if err := writeList(list, setHeader("release-7"), []string{x.Name}); err != nil {
+	if err := writeList(list, setHeader("release-7"), []string{x.Name}, false); err != nil {
 		t.Fatal(err)
 	}
 	before, err := os.ReadFile(list)
@@ -367,5 +367,51 @@ func TestSetsPullFromTheHolder(t *testing.T) {
 	}
 	if got := rt.Prefers(y.Name); len(got) == 0 || slices.ContainsFunc(got, func(p string) bool { return p != "" }) {
 		t.Errorf("the pulls of y preferred %q, want no holder", got)
+	}
+}
+
+// TestSetsNoWriteThroughLinks: a set's list is never written through a symlink someone placed where its
+// directory lies (the write would land wherever it points), nor into a directory another user owns; the
+// agent says so, and writes nothing there. Another user's directory is refused only as root can make one.
+func TestSetsNoWriteThroughLinks(t *testing.T) {
+	t.Parallel()
+	body := report.StageSets{Sets: []report.StageSet{{Name: "lab", Selected: true, Images: []string{"example.com/x:1"}, MayPull: []string{"example.com/x:1"}}}}
+	elsewhere := t.TempDir()
+	peers := filepath.Join(t.TempDir(), "peers")
+	if err := os.MkdirAll(peers, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(peers, "sets")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := dirsConfig(peers)
+	cfg.SetLists = filepath.Join(peers, "sets")
+	a := newAgent(fake.New(), cfg, nil, newFakeClock())
+	if err := a.SetSets(context.Background(), body); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(elsewhere); len(entries) != 0 {
+		t.Errorf("a set's list written through the symlink: %v", entries)
+	}
+	if err := writeList(filepath.Join(cfg.SetLists, "lab.txt"), setHeader("lab"), []string{"example.com/x:1"}, true); err == nil || !strings.Contains(err.Error(), "symlink, not followed") {
+		t.Errorf("writing a list through a symlinked directory, even with insecure perms: %v, want refused", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Log("not root: the case of a directory another user owns needs chown")
+		return
+	}
+	theirs := filepath.Join(t.TempDir(), "peers", "sets")
+	if err := os.MkdirAll(theirs, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(theirs, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	err := writeList(filepath.Join(theirs, "lab.txt"), setHeader("lab"), []string{"example.com/x:1"}, false)
+	if err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
+		t.Errorf("writing a list into a directory nobody owns: %v, want refused", err)
+	}
+	if entries, _ := os.ReadDir(theirs); len(entries) != 0 {
+		t.Errorf("a list written into a directory nobody owns: %v", entries)
 	}
 }
