@@ -58,6 +58,11 @@ type sets struct {
 	lists  map[string]*ownList // by set name
 	since  map[string]time.Time
 	states []report.SetState // as last judged
+	// sentTo is, by set name and reference, the peer mirror the waves sent
+	// the node to when its list took the reference to pull it (the holder
+	// that serves it): said in the report while the image is listed, so
+	// that the waves count what each holder served.
+	sentTo map[string]map[string]string
 }
 
 // stageSet is a set as the agent takes it: its references normalised, each
@@ -71,7 +76,8 @@ type stageSet struct {
 
 func newSets(rt hfruntime.Runtime, cfg Config, pulls pullState, changed func(), clock Clock, log *slog.Logger) *sets {
 	return &sets{rt: rt, dir: cfg.SetLists, grace: cfg.PeerGrace, insec: cfg.InsecurePerms, pulls: pulls, changed: changed,
-		clock: clock, log: log, kicks: make(chan struct{}, 1), timer: clock.NewTimer(), lists: map[string]*ownList{}, since: map[string]time.Time{}}
+		clock: clock, log: log, kicks: make(chan struct{}, 1), timer: clock.NewTimer(), lists: map[string]*ownList{}, since: map[string]time.Time{},
+		sentTo: map[string]map[string]string{}}
 }
 
 // SetSets takes the ImageSets the reporter knows (PUT /sets). A set name
@@ -255,11 +261,25 @@ func (s *sets) updateLocked(names map[string]bool) (wrote bool, due time.Time) {
 			if in[ref] && !next[ref] && (set.mayPull[ref] || names[ref]) {
 				next[ref] = true
 				s.log.Info("keeping an image of a set: pulled from peers unless held", "set", name, "ref", ref, "held", names[ref])
+				if from := set.from[ref]; from != "" && !names[ref] {
+					if s.sentTo[name] == nil {
+						s.sentTo[name] = map[string]string{}
+					}
+					s.sentTo[name][ref] = from
+				}
 			}
 		}
 		before := l.refs
 		l.write(next)
 		wrote = wrote || !slices.Equal(before, l.refs)
+		for ref := range s.sentTo[name] {
+			if !l.listed(ref) {
+				delete(s.sentTo[name], ref)
+			}
+		}
+		if len(s.sentTo[name]) == 0 {
+			delete(s.sentTo, name)
+		}
 		if len(l.refs) == 0 && len(in) == 0 {
 			delete(s.lists, name)
 		}

@@ -368,6 +368,20 @@ func TestSetsPullFromTheHolder(t *testing.T) {
 	if got := rt.Prefers(y.Name); len(got) == 0 || slices.ContainsFunc(got, func(p string) bool { return p != "" }) {
 		t.Errorf("the pulls of y preferred %q, want no holder", got)
 	}
+	// The report says which holder served x (the waves count it), none for y; nor for z, held before the set
+	// named it, even when a later body sends it to a holder.
+	z := testimage.Stored(t, rt, "example.com/z:1")
+	rt.Create(hfruntime.Image{Name: z.Name, Target: z.Target}) // in the store, unpinned
+	body.Sets[0].Images = append(body.Sets[0].Images, z.Name)
+	body.Sets[0].MayPull, body.Sets[0].From = []string{z.Name}, map[string]string{z.Name: holder}
+	if err := a.SetSets(context.Background(), body); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "z pinned by the set's list", func() bool { return pinnedIn(rt, z.Name) })
+	p, _ := phases(a.Report(0), "release-8")
+	if p[x.Name].Phase != report.SetHeld || p[x.Name].From != holder || p[y.Name].From != "" || p[z.Name].Phase != report.SetHeld || p[z.Name].From != "" {
+		t.Errorf("the report says %+v; want x held from %s, y and z from none", p, holder)
+	}
 }
 
 // TestSetsNoWriteThroughLinks: a set's list is never written through a symlink someone placed where its

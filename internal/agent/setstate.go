@@ -15,7 +15,8 @@ import (
 // failed, or the policy refused it), Pulling (listed) or Waiting (not
 // listed: the waves have not let it yet); for a set that does not, only
 // those held. A failure's Since is when the agent first saw this run of
-// failures of the reference.
+// failures of the reference; an image held or pulling since its list took
+// it to pull says the peer mirror the waves sent it to (From).
 func (s *sets) statesLocked(pinned map[string]bool) []report.SetState {
 	if !s.known {
 		return nil
@@ -48,6 +49,9 @@ func (s *sets) statesLocked(pinned map[string]bool) []report.SetState {
 				img = fail(ref, "refused by the signature policy: "+s.pulls.Refusal(ref))
 			default:
 				img.Phase = report.SetPulling
+			}
+			if img.Phase == report.SetHeld || img.Phase == report.SetPulling {
+				img.From = s.sentTo[set.Name][ref]
 			}
 			img.Ref = ref
 			st.Images = append(st.Images, img)

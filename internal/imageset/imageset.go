@@ -158,6 +158,7 @@ type ImageState struct {
 	Phase Phase
 	Error string    // of a failed pull
 	Since time.Time // when the pull began failing
+	From  string    // the peer mirror its pull was sent to
 }
 
 // NodeState is what the leader learns of one selected node: the state of

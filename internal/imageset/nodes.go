@@ -16,6 +16,9 @@ type Node struct {
 	Name   string
 	Labels map[string]string
 	Sets   []report.SetState
+	// PeerMirror is the node's peer mirror (NodeImages.PeerMirror): the
+	// waves find by it the holder an image's From names.
+	PeerMirror string
 }
 
 // selectedBy reports whether set selects n.
@@ -55,7 +58,7 @@ func (n Node) images(name string, memo map[string]string) map[string]ImageState 
 				ref = Normalize(img.Ref)
 				memo[img.Ref] = ref
 			}
-			out[ref] = ImageState{Phase: img.Phase, Error: img.Error, Since: img.Since}
+			out[ref] = ImageState{Phase: img.Phase, Error: img.Error, Since: img.Since, From: img.From}
 		}
 	}
 	return out
@@ -137,11 +140,16 @@ func Admissions(node string, set ImageSet, nodes []Node) []Admission {
 	holders := make([][]string, len(images))
 	pulling := make([][]string, len(images))
 	waiting := make([][]string, len(images))
+	// from is, of each image, node → the holder it was sent to, of the nodes that say one
+	from := make([]map[string]string, len(images))
 	var mine []Phase // node's phase of each image; nil while node is not seen selected
 	phase := make([]Phase, len(images))
+	sentTo := make([]string, len(images)) // of the node read: its From of each image
 	memo := map[string]string{}
+	mirrors := mirrorNodes(nodes)
 	for _, n := range nodes {
 		clear(phase)
+		clear(sentTo)
 		for _, s := range n.Sets {
 			if s.Name != set.Metadata.Name {
 				continue
@@ -158,6 +166,7 @@ func Admissions(node string, set ImageSet, nodes []Node) []Admission {
 				}
 				for _, i := range is {
 					phase[i] = img.Phase
+					sentTo[i] = img.From
 				}
 			}
 		}
@@ -166,6 +175,12 @@ func Admissions(node string, set ImageSet, nodes []Node) []Admission {
 			mine = slices.Clone(phase)
 		}
 		for i, ph := range phase {
+			if h := mirrors[sentTo[i]]; h != "" && h != n.Name && (ph == Held || selected && ph == Pulling) {
+				if from[i] == nil {
+					from[i] = map[string]string{}
+				}
+				from[i][n.Name] = h
+			}
 			switch {
 			case ph == Held:
 				holders[i] = append(holders[i], n.Name)
@@ -207,8 +222,20 @@ func Admissions(node string, set ImageSet, nodes []Node) []Admission {
 		if !slices.IsSorted(holders[i]) {
 			slices.Sort(holders[i])
 		}
-		if from, ok := place(node, mix(hashOf(node), hi), holders[i], len(pulling[i]), others, ranks, set.Spec.Concurrency()); ok {
-			out = append(out, Admission{Image: img, From: from})
+		serving, busy := servers(holders[i], pulling[i], from[i])
+		if h, ok := place(node, mix(hashOf(node), hi), serving, busy, len(pulling[i]), others, ranks, set.Spec.Concurrency()); ok {
+			out = append(out, Admission{Image: img, From: h})
+		}
+	}
+	return out
+}
+
+// mirrorNodes are the nodes by their peer mirrors.
+func mirrorNodes(nodes []Node) map[string]string {
+	out := map[string]string{}
+	for _, n := range nodes {
+		if n.PeerMirror != "" {
+			out[n.PeerMirror] = n.Name
 		}
 	}
 	return out

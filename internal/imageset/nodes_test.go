@@ -133,11 +133,17 @@ func admissionsByMaps(node string, set ImageSet, nodes []Node) []Admission {
 	if !found {
 		return nil
 	}
+	mirrors := mirrorNodes(nodes)
 	var out []Admission
 	for _, img := range uniqueSorted(set.Spec.Images) {
 		var holders, pulling, waiting []string
+		sentTo := map[string]string{}
 		for i, n := range nodes {
-			switch st := states[i][Normalize(img)]; {
+			st := states[i][Normalize(img)]
+			if h := mirrors[st.From]; h != "" {
+				sentTo[n.Name] = h
+			}
+			switch {
 			case st.Phase == Held:
 				holders = append(holders, n.Name)
 			case !selected[i]:
@@ -147,7 +153,7 @@ func admissionsByMaps(node string, set ImageSet, nodes []Node) []Admission {
 				waiting = append(waiting, n.Name)
 			}
 		}
-		if from, ok := Place(node, img, holders, pulling, waiting, set.Spec.Concurrency()); ok {
+		if from, ok := Place(node, img, holders, pulling, waiting, sentTo, set.Spec.Concurrency()); ok {
 			out = append(out, Admission{Image: img, From: from})
 		}
 	}
@@ -172,12 +178,19 @@ func rollout(n, k int, seed int64) (ImageSet, []Node) {
 			if ph == "" {
 				continue
 			}
-			st.Images = append(st.Images, report.SetImage{Ref: Normalize(img), Phase: ph})
+			si := report.SetImage{Ref: Normalize(img), Phase: ph}
+			if (ph == Held || ph == Pulling) && r.Intn(3) > 0 {
+				// sent to a holder: mostly one of the first few nodes (so that some served MaxServe), now
+				// and then to a mirror no node names
+				si.From = fmt.Sprintf("http://10.0.0.%d:30020", r.Intn(min(n, 6)+1))
+			}
+			st.Images = append(st.Images, si)
 		}
 		if r.Intn(4) == 0 && len(st.Images) > 0 {
 			st.Images = append(st.Images, st.Images[0])
 		}
-		nodes[i] = Node{Name: fmt.Sprintf("node-%04d", i), Sets: []report.SetState{{Name: "other", Selected: true}, st}}
+		nodes[i] = Node{Name: fmt.Sprintf("node-%04d", i), Sets: []report.SetState{{Name: "other", Selected: true}, st},
+			PeerMirror: fmt.Sprintf("http://10.0.0.%d:30020", i)}
 	}
 	return set, nodes
 }

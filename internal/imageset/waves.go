@@ -6,44 +6,55 @@ import (
 	"slices"
 )
 
+// MaxServe is the most pulls of one image the waves send to one holder
+// while another holder has served fewer: a node's link gives at most three
+// copies of an image to its peers (the seed's, otherwise ⌈log2 N⌉), at the
+// cost of a wave now and then (see MayPull).
+const MaxServe = 3
+
 // MayPull reports whether node may start pulling image now, from what every
-// node sees alike: the nodes that hold it, those pulling it, and those
-// waiting to (node among them or not). Each holder serves at most one new
-// peer at a time, so at most min(maxConcurrent, holders) nodes pull at
-// once, and the holders double each wave until maxConcurrent binds; the
-// free places go to the waiting nodes first in the order of a hash of
-// (node, image), which every node computes alike and which spreads the
-// first places of different images over different nodes. With no holder
-// no node may pull: the peers are the only source. maxConcurrent ≤ 0 is
-// DefaultMaxConcurrent.
+// node sees alike: the nodes that hold it, those pulling it, those waiting
+// to (node among them or not), and the holder each node that pulls or
+// pulled it was sent to (from, by node; those not known left out). Each
+// holder serves at most one new peer at a time and, while others are free,
+// MaxServe in all; so at most min(maxConcurrent, serving holders) nodes
+// pull at once, and the holders nearly double each wave until
+// maxConcurrent binds; the free places go to the waiting nodes first in the
+// order of a hash of (node, image), which every node computes alike and
+// which spreads the first places of different images over different nodes.
+// With no holder no node may pull: the peers are the only source.
+// maxConcurrent ≤ 0 is DefaultMaxConcurrent.
 //
-// With one holder among N nodes, pulls of one wave each, every node holds
-// the image after at most ⌈log2 N⌉ waves when maxConcurrent ≥ N/2, and
-// after at most ⌈log2 m⌉ + ⌈(N − 2^⌈log2 m⌉)/m⌉ waves for a smaller
-// maxConcurrent m (doubling up to m holders, then m more each wave).
-func MayPull(node, image string, holders, pulling, waiting []string, maxConcurrent int) bool {
-	_, ok := Place(node, image, holders, pulling, waiting, maxConcurrent)
+// With one holder among N nodes, pulls of one wave each and maxConcurrent
+// ≥ N/2, the nodes holding the image after w waves are 1, 2, 4, 8, 15, 28,
+// 52, … (each wave adds those that got it in the three waves before: a
+// holder rests after MaxServe), so every node holds it after ⌈log2 N⌉ waves
+// up to N = 8 and at most one wave more up to N = 1,104 (11 waves for
+// 1,000 nodes, where doubling takes 10). A smaller maxConcurrent m binds
+// once m holders are free: m more each wave.
+func MayPull(node, image string, holders, pulling, waiting []string, from map[string]string, maxConcurrent int) bool {
+	_, ok := Place(node, image, holders, pulling, waiting, from, maxConcurrent)
 	return ok
 }
 
 // Place is MayPull, and the holder node should fetch image from when it
 // may: its place among the pulls now (those under way first, then the
-// waiting nodes before it in the order) taken round the holders sorted by
-// name, so that the pulls of one wave go to different holders. A peer
-// mirror left to choose sends most of a wave to the one node it found
+// waiting nodes before it in the order) taken round the holders that serve
+// (sorted by name), so that the pulls of one wave go to different holders. A
+// peer mirror left to choose sends most of a wave to the one node it found
 // first; with each puller sent to its own holder, each serves one at a time.
-func Place(node, image string, holders, pulling, waiting []string, maxConcurrent int) (holder string, ok bool) {
+func Place(node, image string, holders, pulling, waiting []string, from map[string]string, maxConcurrent int) (holder string, ok bool) {
 	has := set(holders)
 	if has[node] {
 		return "", false
 	}
-	busy := 0
+	var pullers []string // pulling, not holding
 	for n := range set(pulling) {
 		if n == node {
 			return "", false
 		}
 		if !has[n] {
-			busy++
+			pullers = append(pullers, n)
 		}
 	}
 	var others []string // waiting, neither holding nor pulling
@@ -58,17 +69,57 @@ func Place(node, image string, holders, pulling, waiting []string, maxConcurrent
 	for i, n := range others {
 		ranks[i] = mix(hash(n), hi)
 	}
-	return place(node, mix(hash(node), hi), slices.Sorted(maps.Keys(has)), busy, others, ranks, maxConcurrent)
+	served := map[string]string{}
+	for n, h := range from {
+		if h != n && (has[n] || isBusy[n]) {
+			served[n] = h
+		}
+	}
+	serving, busy := servers(slices.Sorted(maps.Keys(has)), pullers, served)
+	return place(node, mix(hash(node), hi), serving, busy, len(pullers), others, ranks, maxConcurrent)
 }
 
-// place is Place for node of rank mine, given the holders sorted by name,
-// how many nodes pull (none of them holders), and the other waiting nodes
-// with their ranks (neither holders, pulling nor node).
-func place(node string, mine uint64, holders []string, busy int, others []string, ranks []uint64, maxConcurrent int) (string, bool) {
+// servers are the holders (sorted by name) that serve the next pulls:
+// those the waves sent fewer than MaxServe pulls to (from: each node that
+// holds or pulls the image → the holder it was sent to), all of them when
+// none did; and how many of the pulls under way (pulling: none of them a
+// holder) are on those holders or on one not known.
+func servers(holders, pulling []string, from map[string]string) (serving []string, busy int) {
+	if len(from) == 0 {
+		return holders, len(pulling)
+	}
+	count := map[string]int{}
+	for _, h := range from {
+		count[h]++
+	}
+	rested := map[string]bool{}
+	for _, h := range holders {
+		if count[h] >= MaxServe {
+			rested[h] = true
+		} else {
+			serving = append(serving, h)
+		}
+	}
+	if len(serving) == 0 {
+		return holders, len(pulling)
+	}
+	for _, n := range pulling {
+		if !rested[from[n]] {
+			busy++
+		}
+	}
+	return serving, busy
+}
+
+// place is Place for node of rank mine, given the holders that serve
+// sorted by name, how many nodes pull from them (busy) and in all
+// (pulling; none of them holders), and the other waiting nodes with their
+// ranks (neither holders, pulling nor node).
+func place(node string, mine uint64, holders []string, busy, pulling int, others []string, ranks []uint64, maxConcurrent int) (string, bool) {
 	if maxConcurrent <= 0 {
 		maxConcurrent = DefaultMaxConcurrent
 	}
-	free := min(maxConcurrent, len(holders)) - busy
+	free := min(maxConcurrent-pulling, len(holders)-busy)
 	if free <= 0 {
 		return "", false
 	}

@@ -84,6 +84,12 @@ type SetImage struct {
 	// when its pulls fail (the first failure of this run of failures).
 	Error string    `json:"error,omitempty"`
 	Since time.Time `json:"since,omitzero"`
+	// From is, for an image Pulling or Held since the node's list took it
+	// to pull, the peer mirror the waves sent the node to
+	// (StageSet.From): the holder that serves it, counted by the waves
+	// (imageset.MaxServe). Empty for an image held before, and after the
+	// agent restarts.
+	From string `json:"from,omitempty"`
 }
 
 // SetState is where a set's images stand on a node: in the agent's report

@@ -183,7 +183,7 @@ func cachedNodes(store cache.Store, labels func(string) map[string]string) []ima
 	out := make([]imageset.Node, 0, len(list))
 	for _, o := range list {
 		if n, ok := o.(*nodeSets); ok {
-			out = append(out, imageset.Node{Name: n.Name, Labels: labels(n.Name), Sets: n.Sets})
+			out = append(out, imageset.Node{Name: n.Name, Labels: labels(n.Name), Sets: n.Sets, PeerMirror: n.PeerMirror})
 		}
 	}
 	slices.SortFunc(out, func(a, b imageset.Node) int { return strings.Compare(a.Name, b.Name) })

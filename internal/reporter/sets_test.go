@@ -18,6 +18,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/holdfast-project/holdfast/internal/imageset"
 	"github.com/holdfast-project/holdfast/internal/report"
@@ -216,6 +217,35 @@ func TestStageSetsOneHolderOneAdmitted(t *testing.T) {
 		if got.Sets[0].Selected || got.Sets[0].MayPull != nil {
 			t.Errorf("%s of another tier: %+v", n, got.Sets[0])
 		}
+	}
+}
+
+// A holder the waves sent imageset.MaxServe pulls to rests while another
+// can serve: the cache's NodeImages carry each node's peer mirror and the
+// holder each pull was sent to, and the next pull goes to the other holder
+// (without the rest, the three pulls under way would fill both holders).
+func TestStageSetsRestAHolderThatServedThree(t *testing.T) {
+	set := imageset.ImageSet{Metadata: imageset.Meta{ObjectMeta: report.ObjectMeta{Name: "release"}, Generation: 1},
+		Spec: imageset.Spec{Images: []string{imgA}}}
+	mirror := func(n string) string { return "http://" + n + ":30020" }
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	add := func(name string, ph report.SetPhase, from string) {
+		st := state("release", true, map[string]report.SetPhase{imgA: ph})
+		st.Images[0].From = from
+		if err := store.Add(&nodeSets{ObjectMeta: metav1.ObjectMeta{Name: name}, Sets: []report.SetState{st}, PeerMirror: mirror(name)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("seed", report.SetHeld, "")
+	add("h2", report.SetHeld, mirror("seed"))
+	for _, n := range []string{"p1", "p2", "p3"} {
+		add(n, report.SetPulling, mirror("seed"))
+	}
+	add("w", report.SetWaiting, "")
+	nodes := cachedNodes(store, func(string) map[string]string { return nil })
+	got := stageSets("w", map[string]string{}, []imageset.ImageSet{set}, nodes, peerMirrors(store))
+	if s := got.Sets[0]; !slices.Equal(s.MayPull, []string{imgA}) || s.From[imgA] != mirror("h2") {
+		t.Errorf("w may pull %v from %v; want %s from %s (the seed served %d)", s.MayPull, s.From, imgA, mirror("h2"), imageset.MaxServe)
 	}
 }
 

@@ -273,7 +273,7 @@ func (h *harness) measureStage(ctx context.Context, dir string, api *simAPI, w *
 	}
 	var before []int64
 	if runErr == nil {
-		before, runErr = w.sentAll()
+		before, runErr = w.servedAll()
 	}
 	var start, end time.Time
 	if runErr == nil {
@@ -293,7 +293,7 @@ func (h *harness) measureStage(ctx context.Context, dir string, api *simAPI, w *
 	if runErr == nil {
 		s.Seconds = end.Sub(start).Seconds()
 		var after []int64
-		after, runErr = w.sentAll()
+		after, runErr = w.servedAll()
 		for i := range n {
 			if runErr == nil {
 				s.Served = append(s.Served, after[i]-before[i])

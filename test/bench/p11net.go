@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -97,6 +98,12 @@ func newSimNetwork(n, rateMbit int) (w *simNetwork, err error) {
 			{"ip", "-n", ns, "link", "set", node, "up"},
 			{"tc", "qdisc", "add", "dev", host, "root", "tbf", "rate", rate, "burst", simTBFBurst, "latency", simTBFLatency},
 			{"ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", node, "root", "tbf", "rate", rate, "burst", simTBFBurst, "latency", simTBFLatency},
+			// What the node's registry (its spegel) sends on its link, counted by nftables: see served.
+			{"ip", "netns", "exec", ns, "nft", "add", "table", "inet", simPrefix},
+			{"ip", "netns", "exec", ns, "nft", "add", "counter", "inet", simPrefix, "served"},
+			{"ip", "netns", "exec", ns, "nft", "add", "chain", "inet", simPrefix, "out", "{ type filter hook output priority 0 ; }"},
+			{"ip", "netns", "exec", ns, "nft", "add", "rule", "inet", simPrefix, "out", "oifname", node, "tcp", "sport",
+				strconv.Itoa(testenv.SpegelRegistryPort), "counter", "name", "served"},
 		}
 		for _, s := range steps {
 			if err := simRun(s[0], s[1:]...); err != nil {
@@ -118,22 +125,46 @@ func (w *simNetwork) remove() error {
 	return errors.Join(errs...)
 }
 
-// sent is what node i has sent into the bridge so far: the bytes its veth
-// end sent, as the bridge's end counts them received.
-func (w *simNetwork) sent(i int) (int64, error) {
-	path := filepath.Join("/sys/class/net", simHostLink(i), "statistics", "rx_bytes")
-	b, err := os.ReadFile(path)
+// simHeaderBytes are an IPv4 and a TCP header with timestamps, as each
+// segment (or offloaded run of segments) of a connection carries them.
+const simHeaderBytes = 20 + 20 + 12
+
+// served is what node i's registry (its spegel, the only server on
+// testenv.SpegelRegistryPort) has sent its peers so far, as TCP payload:
+// the bytes and packets nftables counted leaving its link from that port,
+// less a header per packet (the connection's opening reply carries a few
+// option bytes more). The payload is the HTTP responses, headers and
+// blobs, retransmissions counted again; the node's other traffic (the API
+// server, spegel's routing) is not in it.
+func (w *simNetwork) served(i int) (int64, error) {
+	out, err := exec.Command("ip", "netns", "exec", simNS(i), "nft", "-j", "list", "counter", "inet", simPrefix, "served").Output()
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("nft list counter in %s: %w", simNS(i), err)
 	}
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	var list struct {
+		Nftables []struct {
+			Counter *struct {
+				Packets int64 `json:"packets"`
+				Bytes   int64 `json:"bytes"`
+			} `json:"counter"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal(out, &list); err != nil {
+		return 0, fmt.Errorf("nft list counter in %s: %w", simNS(i), err)
+	}
+	for _, e := range list.Nftables {
+		if c := e.Counter; c != nil {
+			return c.Bytes - simHeaderBytes*c.Packets, nil
+		}
+	}
+	return 0, fmt.Errorf("nft list counter in %s: no counter in %s", simNS(i), out)
 }
 
-// sentAll is sent of every node, node 1 first.
-func (w *simNetwork) sentAll() ([]int64, error) {
+// servedAll is served of every node, node 1 first.
+func (w *simNetwork) servedAll() ([]int64, error) {
 	out := make([]int64, w.n)
 	for i := range out {
-		v, err := w.sent(i + 1)
+		v, err := w.served(i + 1)
 		if err != nil {
 			return nil, fmt.Errorf("reading node %d's counters: %w", i+1, err)
 		}

@@ -962,7 +962,7 @@ var sabotages = []sabotage{
 		// Every waiting node may pull at once, whatever maxConcurrent and
 		// the holders: the one node that holds an image serves them all.
 		edits: []edit{{"internal/imageset/waves.go",
-			"free := min(maxConcurrent, len(holders)) - busy",
+			"free := min(maxConcurrent-pulling, len(holders)-busy)",
 			"free := len(others) + 1"}},
 		tests: []tests{{"./internal/imageset", []string{"TestWavesDoubling", "TestWavesBounded", "TestMayPull", "TestAdmitWaves"}, nil}},
 	},
@@ -971,9 +971,28 @@ var sabotages = []sabotage{
 		// A node pulls an image no node holds: in an air gap its pull
 		// goes to an upstream it cannot reach, and fails.
 		edits: []edit{{"internal/imageset/waves.go",
-			"free := min(maxConcurrent, len(holders)) - busy",
-			"free := min(maxConcurrent, max(len(holders), 1)) - busy"}},
+			"free := min(maxConcurrent-pulling, len(holders)-busy)",
+			"free := min(maxConcurrent-pulling, max(len(holders), 1)-busy)"}},
 		tests: []tests{{"./internal/imageset", []string{"TestMayPull", "TestWavesDoubling", "TestWavesBounded"}, nil}},
+	},
+	{
+		name: "holders-never-rest",
+		// A holder serves however many it served: the seed of a rollout
+		// sends ⌈log2 N⌉ copies of each image over its link.
+		edits: []edit{{"internal/imageset/waves.go",
+			"	if len(from) == 0 {\n		return holders, len(pulling)",
+			"	if true {\n		return holders, len(pulling)"}},
+		tests: []tests{{"./internal/imageset", []string{"TestWavesDoubling", "TestWavesBounded"}, nil},
+			{"./internal/reporter", []string{"TestStageSetsRestAHolderThatServedThree"}, nil}},
+	},
+	{
+		name: "served-from-unsaid",
+		// The agent does not say which holder served an image: no holder
+		// is ever counted, none rests.
+		edits: []edit{{"internal/agent/setstate.go",
+			"img.From = s.sentTo[set.Name][ref]",
+			"_ = s.sentTo[set.Name][ref]"}},
+		tests: []tests{{"./internal/agent", []string{"TestSetsPullFromTheHolder"}, nil}},
 	},
 	{
 		name: "sets-from-anyone",
