@@ -4,8 +4,8 @@
 GO                 ?= go
 VERSION            ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 CONTAINERD_VERSION := $(shell $(GO) list -m -f '{{.Version}}' github.com/containerd/containerd/v2 2>/dev/null | sed 's/^v//')
-LDFLAGS            := -s -w -X main.version=$(VERSION)
-REPORTER_LDFLAGS   := -s -w -X main.version=$(VERSION)
+LDFLAGS             = -s -w -X main.version=$(VERSION) -X main.commit=$(REVISION)
+REPORTER_LDFLAGS    = -s -w -X main.version=$(VERSION) -X main.commit=$(REVISION)
 CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION)
 BIN                := $(CURDIR)/bin
 CRICTL_VERSION     := v1.37.0

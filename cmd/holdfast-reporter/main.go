@@ -23,11 +23,17 @@ import (
 	"golang.org/x/term"
 	"k8s.io/klog/v2"
 
+	"github.com/holdfast-project/holdfast/internal/build"
 	"github.com/holdfast-project/holdfast/internal/datadir"
 	"github.com/holdfast-project/holdfast/internal/reporter"
 )
 
-var version = "dev"
+// version and commit are set at build time with -ldflags
+// "-X main.version=... -X main.commit=...".
+var (
+	version = "dev"
+	commit  string
+)
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
@@ -72,7 +78,9 @@ func run(args []string, stderr io.Writer) int {
 		return 2
 	}
 	if *showVersion {
-		_, _ = fmt.Fprintln(os.Stdout, "holdfast-reporter", version)
+		if err := build.Read("holdfast-reporter", version, commit).WriteText(os.Stdout); err != nil {
+			return 1
+		}
 		return 0
 	}
 	log := logger(stderr)

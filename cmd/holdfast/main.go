@@ -12,8 +12,12 @@ import (
 	"github.com/holdfast-project/holdfast/internal/embedded"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are set at build time with -ldflags
+// "-X main.version=... -X main.commit=...".
+var (
+	version = "dev"
+	commit  string
+)
 
 func main() {
 	// `holdfast containerd ...` is the embedded containerd: become it.
@@ -26,7 +30,7 @@ func main() {
 		os.Exit(1)
 	}
 	spareProc()
-	root := cli.New(version)
+	root := cli.New(version, commit)
 	ctx, cancel := context.WithCancel(context.Background())
 	stopSignals := endOnSignals(cancel, cli.StopBound(root, os.Args[1:]))
 	stopProfile := startProfile()

@@ -18,7 +18,7 @@ var commandsDocPath = filepath.Join("..", "..", "docs", "commands.md")
 // command tree. With HOLDFAST_UPDATE_DOCS=1 (make docs) the test writes
 // the file instead.
 func TestCommandsDocUpToDate(t *testing.T) {
-	got := cmddoc.Render(New("test"), flagenv.Doc)
+	got := cmddoc.Render(New("test", ""), flagenv.Doc)
 	if os.Getenv("HOLDFAST_UPDATE_DOCS") == "1" {
 		if err := os.WriteFile(commandsDocPath, []byte(got), 0o644); err != nil {
 			t.Fatal(err)

@@ -65,7 +65,7 @@ func TestEnvNames(t *testing.T) {
 		"holdfast verify --policy HOLDFAST_POLICY",
 	}
 	var got []string
-	for name, f := range allFlags(New("test")) {
+	for name, f := range allFlags(New("test", "")) {
 		env, ok := flagenv.Of(f)
 		if !ok {
 			if strings.Contains(f.Usage, "HOLDFAST_") {

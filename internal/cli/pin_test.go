@@ -18,7 +18,7 @@ import (
 // the exit code.
 func holdfast(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := cli.New("test")
+	cmd := cli.New("test", "")
 	var out, errOut bytes.Buffer
 	cmd.SetArgs(args)
 	cmd.SetOut(&out)

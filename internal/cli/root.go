@@ -97,7 +97,7 @@ type options struct {
 const dataDirDefault = "/var/lib/holdfast as root, else $XDG_STATE_HOME/holdfast"
 
 // New builds the holdfast command tree.
-func New(version string) *cobra.Command {
+func New(version, commit string) *cobra.Command {
 	o := &options{}
 	root := &cobra.Command{
 		Use:   "holdfast",
@@ -140,7 +140,7 @@ holdfast sync refuses with a message naming the running agent.`,
 	// The default depends on the user and the environment: the docs say how.
 	cmddoc.SetDefault(pf, "data-dir", dataDirDefault)
 
-	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newCheck(o), newImport(o), newExport(o), newRelease(o), newPin(o), newUnpin(o), newVerify(), newVersion(version), newContainerd())
+	root.AddCommand(newSync(o), newRun(o), newStatus(o), newPlan(o), newCheck(o), newImport(o), newExport(o), newRelease(o), newPin(o), newUnpin(o), newVerify(), newVersion(version, commit), newContainerd())
 	return root
 }
 

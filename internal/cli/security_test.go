@@ -12,7 +12,7 @@ import (
 // /readyz on a loopback address unless told otherwise (--listen or
 // HOLDFAST_LISTEN), and that address really binds loopback only.
 func TestListenDefaultLoopback(t *testing.T) {
-	root := New("test")
+	root := New("test", "")
 	run, _, err := root.Find([]string{"run"})
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 // import they gave up and stop the embedded containerd; every other command
 // the short bound, whatever flags come first.
 func TestStopBound(t *testing.T) {
-	root := New("test")
+	root := New("test", "")
 	if runStopBound < agent.ShutdownTimeout+containerdStopTimeout || runStopBound >= 60*time.Second {
 		t.Errorf("run's bound %s: want at least %s and under 60s", runStopBound, agent.ShutdownTimeout+containerdStopTimeout)
 	}

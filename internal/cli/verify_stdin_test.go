@@ -18,7 +18,7 @@ import (
 // holdfastIn runs holdfast with args, its standard input read from in.
 func holdfastIn(t *testing.T, in []byte, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := cli.New("test")
+	cmd := cli.New("test", "")
 	var out, errOut bytes.Buffer
 	cmd.SetArgs(args)
 	// A pipe: no Seek, no ReadAt.

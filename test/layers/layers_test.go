@@ -33,6 +33,7 @@ var rank = map[string]int{
 	"internal/datadir": 1, "internal/notify": 1, "internal/report": 1,
 	"internal/testenv": 1, "internal/fixture": 1, "internal/archive/zstdframe": 1,
 	"internal/embedded/daemon": 1, "internal/oci": 1, "internal/progress": 1, "internal/cmddoc": 1,
+	"internal/build": 1, // what a binary says of itself: version, commit, modules
 	// formats and the wire's users, and the embedded containerd (in the data dir)
 	"internal/archive": 2, "internal/registries": 2, "internal/journal": 2, "internal/metrics": 2, "internal/embedded": 2,
 	"internal/signature/sigtest": 2, "internal/flagenv": 2,
