@@ -31,8 +31,20 @@ app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | qu
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
+{{/*
+holdfast.image: the reference of holdfast's image, for every container that runs it (holdfast, the reporter,
+spegel): repository@digest when image.digest is set (the tag then ignored), else repository:tag, the tag by
+default the chart's appVersion. A digest that is not sha256: and 64 lowercase hex digits fails the render.
+*/}}
 {{- define "holdfast.image" -}}
+{{- with .Values.image.digest -}}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" (toString .)) -}}
+{{- fail (printf "image.digest %q: want sha256: and 64 lowercase hex digits (the image index's digest, as a release's chart sets it), or empty to use image.tag" (toString .)) -}}
+{{- end -}}
+{{- printf "%s@%s" $.Values.image.repository . -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
