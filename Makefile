@@ -12,6 +12,8 @@ CRICTL_VERSION     := v1.37.0
 # cosign: v2 (signatures as .sig tags, linked as bin/cosign) and v3 (sigstore bundles as referrers, bin/cosign3).
 COSIGN_VERSION     := v2.6.5
 COSIGN3_VERSION    := v3.1.3
+# cyclonedx-gomod: the generator of the release's SBOMs (tools/sbom, scripts/sbom.sh), linked as bin/cyclonedx-gomod.
+CYCLONEDX_GOMOD_VERSION := v1.10.0
 STATICCHECK        := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 DEMO_DIR           ?= /tmp/holdfast-demo
 # image: holdfast's own image (tools/mkimage), reproducible from the commit: its time is the commit's.
@@ -27,7 +29,7 @@ K8S_VERSION        := v1.36.3
 HOLDFAST_CLUSTER_BIN ?= $(HOME)/.cache/holdfast/cluster/$(K8S_VERSION)/bin
 export HOLDFAST_CLUSTER_BIN
 # HOLDFAST_TEST_SKIP: parts of the suite this machine may go without, comma-separated: root, containerd-1.6,
-# containerd-lines, crictl, cosign, spegel, zstd, overlayfs, cluster. A part that is missing and not listed fails `make test` (preflight) and the tests that need it.
+# containerd-lines, crictl, cosign, spegel, zstd, overlayfs, cluster, sbom. A part that is missing and not listed fails `make test` (preflight) and the tests that need it.
 HOLDFAST_TEST_SKIP ?=
 export HOLDFAST_TEST_SKIP
 
@@ -70,11 +72,12 @@ demo: build
 	bash scripts/demo.sh "$(BIN)" "$(DEMO_DIR)"
 
 # deps: what the end-to-end suite uses besides holdfast itself (helm: the chart tests, test/chart; cosign v2 and v3:
-# the signature tests; spegel: the peer tests; containerd 1.7, 2.2, 2.3 and K3s's fork: the e2e core's matrix).
+# the signature tests; spegel: the peer tests; cyclonedx-gomod: the SBOM tests, tools/sbom; containerd 1.7, 2.2,
+# 2.3 and K3s's fork: the e2e core's matrix).
 # Three at a time: on a cold machine one part's module downloads overlap another's compiling (the scripts take
 # turns at apt-get); each part's output is printed when it ends. Nothing to do when all are cached.
 # Longest first: the cluster tools and the containerd lines take most of a cold run.
-DEPS_PARTS := deps-cluster deps-lines deps-cosign deps-helm deps-base deps-spegel
+DEPS_PARTS := deps-cluster deps-lines deps-cosign deps-helm deps-base deps-spegel deps-sbom
 deps:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target $(DEPS_PARTS)
 # timed PART CMD...: runs CMD, then says how long it took and the CPU time it used.
@@ -89,6 +92,8 @@ deps-cosign:
 	@$(timed) $@ bash scripts/cosign.sh "$(BIN)" "$(COSIGN_VERSION)" "$(COSIGN3_VERSION)"
 deps-spegel:
 	@$(timed) $@ bash scripts/spegel.sh "$(BIN)"
+deps-sbom:
+	@$(timed) $@ bash scripts/sbom.sh "$(BIN)" "$(CYCLONEDX_GOMOD_VERSION)"
 deps-lines:
 	@$(timed) $@ bash scripts/containerd-lines.sh "$(BIN)"
 .PHONY: $(DEPS_PARTS)
@@ -107,7 +112,7 @@ preflight: deps
 # (the suite waits on containerds and clusters more than it computes), then the demo. The image is the host's
 # platform only (the suite loads no other; `make image` builds both for a release). Each step says when it ended,
 # in seconds since make test started.
-TEST_PARTS := deps-cluster deps-lines build deps-cosign deps-helm deps-base deps-spegel image
+TEST_PARTS := deps-cluster deps-lines build deps-cosign deps-helm deps-base deps-spegel deps-sbom image
 test: export HOLDFAST_TEST_START := $(or $(HOLDFAST_TEST_START),$(shell date +%s))
 test:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target IMAGE_ARCHES=$(HOST_ARCH) $(TEST_PARTS)

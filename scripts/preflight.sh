@@ -3,7 +3,7 @@
 # embedded tests start containerd), Debian's containerd 1.6 (the old-version
 # target), crictl, the zstd CLI, and the one-node cluster's tools (scripts/cluster-deps.sh).
 # Each missing part fails the run unless HOLDFAST_TEST_SKIP (comma-separated:
-# root,containerd-1.6,containerd-lines,crictl,zstd,cosign,spegel,cluster) lists it; the tests then skip that part,
+# root,containerd-1.6,containerd-lines,crictl,zstd,cosign,spegel,cluster,sbom) lists it; the tests then skip that part,
 # saying so.
 set -uo pipefail
 bin=$1
@@ -37,6 +37,7 @@ for c in cosign cosign3; do # cosign v2 and v3, one part
 	command -v "$c" >/dev/null 2>&1 || need cosign "$c is not in $bin or on PATH (make deps builds it: scripts/cosign.sh)"
 done
 command -v spegel >/dev/null 2>&1 || need spegel "spegel is not in $bin or on PATH (make deps builds it: scripts/spegel.sh)"
+command -v cyclonedx-gomod >/dev/null 2>&1 || need sbom "cyclonedx-gomod is not in $bin or on PATH: tools/sbom's tests make SBOMs with it (make deps builds it: scripts/sbom.sh)"
 command -v ip >/dev/null 2>&1 || need spegel "ip (iproute2) is not on PATH: the peer tests put two nodes in a network namespace"
 cluster_bin=${HOLDFAST_CLUSTER_BIN:-$HOME/.cache/holdfast/cluster/v1.36.3/bin}
 cluster_missing=()

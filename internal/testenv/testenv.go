@@ -12,7 +12,8 @@ import (
 
 // SkipVar names the parts a machine may go without, comma-separated: root,
 // containerd-1.6, containerd-lines (the matrix's other containerd builds),
-// crictl, cosign, spegel, overlayfs, cluster (test/cluster's Kubernetes tools).
+// crictl, cosign, spegel, overlayfs, cluster (test/cluster's Kubernetes tools),
+// sbom (cyclonedx-gomod, for tools/sbom).
 const SkipVar = "HOLDFAST_TEST_SKIP"
 
 // Missing skips t when SkipVar lists part, and fails it otherwise.
