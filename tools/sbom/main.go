@@ -52,7 +52,7 @@ func parseFlags(args []string, stderr io.Writer) (options, int) {
 	fs.StringVar(&imageName, "image-name", "", "the image's `REPOSITORY:TAG` (the tag is the version of holdfast's binaries)")
 	fs.StringVar(&o.ImageDigest, "image-digest", "", "the digest of the image's index, `sha256:HEX`")
 	fs.StringVar(&o.GoMod, "gomod", "go.mod", "the go.mod the binaries of its module were built from: each module they link must be the one it requires")
-	fs.StringVar(&o.Generator, "generator", "cyclonedx-gomod", "the cyclonedx-gomod `COMMAND` (a path, or a name looked up in PATH)")
+	fs.StringVar(&o.Generator, "generator", "", "the cyclonedx-gomod `COMMAND` (a path, or a name looked up in PATH); default cyclonedx-gomod in PATH, else bin/cyclonedx-gomod beside the -gomod file (make deps-sbom)")
 	fs.StringVar(&epoch, "epoch", os.Getenv("SOURCE_DATE_EPOCH"), "the documents' time in `SECONDS` since 1970 (the commit's); default $SOURCE_DATE_EPOCH; none: no time")
 	fs.Func("bin", "`OS/ARCH=DIR`: a platform and the dir holding its binaries (repeatable)", func(s string) error {
 		p, err := parsePlatform(s)

@@ -102,13 +102,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// runSBOM runs the command with the flags every test gives and args; it
-// returns the exit code and what it wrote to stderr.
+// runSBOM runs the command with the flags every test gives (-generator gen
+// unless gen is ""), then args; it returns the exit code and what it wrote to
+// stderr.
 func runSBOM(t *testing.T, gen, out string, args ...string) (int, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	args = append([]string{"-o", out, "-image-name", testRepo + ":" + testTag, "-image-digest", testDigest,
-		"-gomod", filepath.Join(moduleRoot, "go.mod"), "-generator", gen, "-epoch", testEpoch}, args...)
+	common := []string{"-o", out, "-image-name", testRepo + ":" + testTag, "-image-digest", testDigest,
+		"-gomod", filepath.Join(moduleRoot, "go.mod"), "-epoch", testEpoch}
+	if gen != "" {
+		common = append(common, "-generator", gen)
+	}
+	args = append(common, args...)
 	code := run(args, &stdout, &stderr)
 	return code, stderr.String()
 }
@@ -327,7 +332,7 @@ func TestBadBinariesAreNamed(t *testing.T) {
 		{"the generator failing", []string{"-generator", "false", "-bin", "linux/amd64=" + amd64, "-cmd", "hello"},
 			[]string{"hello for linux/amd64 (", "exit status 1"}},
 		{"no generator", []string{"-generator", filepath.Join(t.TempDir(), "cyclonedx-gomod"), "-bin", "linux/amd64=" + amd64, "-cmd", "hello"},
-			[]string{"make deps-sbom installs cyclonedx-gomod"}},
+			[]string{"-generator: exec: ", "no such file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "sbom")
@@ -384,5 +389,49 @@ func TestModuleVersion(t *testing.T) {
 		if got := (&options{Tag: tag}).moduleVersion(); got != want {
 			t.Errorf("tag %s: %s, want %s", tag, got, want)
 		}
+	}
+}
+
+// TestGeneratorBesideGoMod: with no -generator and no cyclonedx-gomod in PATH,
+// the one in the bin/ beside the go.mod is run (make deps-sbom links it there);
+// with none there either, the error says where it looked.
+func TestGeneratorBesideGoMod(t *testing.T) {
+	gen := generator(t)
+	root := hello(t)
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(goCmd), "cyclonedx-gomod")); err == nil {
+		t.Fatalf("cyclonedx-gomod is beside %s: this test cannot take it out of PATH", goCmd)
+	}
+	t.Setenv("PATH", filepath.Dir(goCmd)) // cyclonedx-gomod runs go env
+	tree := t.TempDir()
+	data, err := os.ReadFile(filepath.Join(moduleRoot, "go.mod"))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(tree, "go.mod"), data, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-gomod", filepath.Join(tree, "go.mod"), "-bin", "linux/amd64=" + filepath.Join(root, "linux_amd64"), "-cmd", "hello"}
+
+	out := filepath.Join(t.TempDir(), "sbom")
+	code, stderr := runSBOM(t, "", out, args...)
+	if want := "neither in PATH nor " + filepath.Join(tree, "bin", "cyclonedx-gomod"); code != 1 || !strings.Contains(stderr, want) {
+		t.Errorf("no generator anywhere: exit %d, %q; want 1 and %q", code, stderr, want)
+	}
+
+	if err := os.Mkdir(filepath.Join(tree, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(gen, filepath.Join(tree, "bin", "cyclonedx-gomod")); err != nil {
+		t.Fatal(err)
+	}
+	if code, stderr := runSBOM(t, "", out, args...); code != 0 {
+		t.Fatalf("the generator in bin/: exit %d: %s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(out, "hello_linux_amd64.cdx.json")); err != nil {
+		t.Error(err)
 	}
 }

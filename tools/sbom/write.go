@@ -28,8 +28,8 @@ func write(o options) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-gomod: %w", err)
 	}
-	if o.Generator, err = exec.LookPath(o.Generator); err != nil {
-		return nil, fmt.Errorf("the generator: %w (make deps-sbom installs cyclonedx-gomod in bin/)", err)
+	if o.Generator, err = findGenerator(o.Generator, o.GoMod); err != nil {
+		return nil, err
 	}
 	tmp, err := os.MkdirTemp("", "holdfast-sbom-")
 	if err != nil {
@@ -72,6 +72,26 @@ func write(o options) ([]string, error) {
 		return files, err
 	}
 	return append(files, f), nil
+}
+
+// findGenerator is the -generator command, or by default cyclonedx-gomod in
+// PATH, else in the bin/ beside the go.mod, where make deps-sbom links it.
+func findGenerator(name, gomod string) (string, error) {
+	if name != "" {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			return "", fmt.Errorf("-generator: %w", err)
+		}
+		return p, nil
+	}
+	if p, err := exec.LookPath("cyclonedx-gomod"); err == nil {
+		return p, nil
+	}
+	p := filepath.Join(filepath.Dir(gomod), "bin", "cyclonedx-gomod")
+	if _, err := exec.LookPath(p); err != nil {
+		return "", fmt.Errorf("cyclonedx-gomod is neither in PATH nor %s: make deps-sbom installs it there", p)
+	}
+	return p, nil
 }
 
 func setTime(bom *cdx.BOM, t time.Time) {
