@@ -63,7 +63,12 @@ func readGoMod(path string) (*modfile.File, error) {
 // inspect reads b's build info: it must be a Go binary of b's platform; a
 // binary of gomod's module must link exactly the modules gomod requires.
 func (b *binary) inspect(o *options, gomod *modfile.File) error {
-	info, err := buildinfo.ReadFile(b.Path)
+	f, err := os.Open(b.Path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", b, err)
+	}
+	info, err := buildinfo.Read(f)
+	f.Close()
 	if err != nil {
 		return fmt.Errorf("%s: not a Go binary with build info: %w", b, err)
 	}
