@@ -12,6 +12,29 @@ import (
 // cost of a wave now and then (see MayPull).
 const MaxServe = 3
 
+// Waves is how many waves bring an image from one holder to all of n
+// nodes, pulls of one wave each, at most m pulling at once (m ≤ 0 is
+// DefaultMaxConcurrent), as MayPull admits them: each wave adds at most m,
+// the nodes left, and those that got the image in the MaxServe waves
+// before (the holder counting as got in wave 0).
+func Waves(n, m int) int {
+	if m <= 0 {
+		m = DefaultMaxConcurrent
+	}
+	got := []int{1} // by wave
+	for held := 1; held < n; {
+		w := len(got)
+		fresh := 0
+		for k := max(0, w-MaxServe); k < w; k++ {
+			fresh += got[k]
+		}
+		add := min(m, n-held, fresh)
+		got = append(got, add)
+		held += add
+	}
+	return len(got) - 1
+}
+
 // MayPull reports whether node may start pulling image now, from what every
 // node sees alike: the nodes that hold it, those pulling it, those waiting
 // to (node among them or not), and the holder each node that pulls or

@@ -11,25 +11,6 @@ import (
 // log2ceil is ⌈log2 n⌉ for n ≥ 1.
 func log2ceil(n int) int { return bits.Len(uint(n - 1)) }
 
-// cappedBound is the most waves the doc of MayPull allows with one seed, pulls of one step and maxConcurrent m: each
-// wave adds at most m, the nodes left, and those that got the image in the three waves before (a holder serves one a
-// wave and rests after MaxServe), the seed counting as got in wave 0.
-func cappedBound(n, m int) int {
-	got := []int{1} // by wave
-	held := 1
-	for held < n {
-		w := len(got)
-		fresh := 0
-		for k := max(0, w-MaxServe); k < w; k++ {
-			fresh += got[k]
-		}
-		add := min(m, n-held, fresh)
-		got = append(got, add)
-		held += add
-	}
-	return len(got) - 1
-}
-
 // sim spreads one image from one holder among n nodes: each step every
 // waiting node asks MayPull, from the same view taken at the step's start.
 // A pull lasts dur(node) steps; a node in fail fails its first pull and then
@@ -164,7 +145,7 @@ func TestWavesDoubling(t *testing.T) {
 				continue
 			}
 			steps, _ := sim{n: n, m: m, dur: oneStep, image: "example.com/app:1"}.run(t)
-			if want := cappedBound(n, n); steps != want {
+			if want := Waves(n, n); steps != want {
 				t.Errorf("n=%d m=%d: %d steps, the capped doubling takes %d", n, m, steps, want)
 			}
 			if bound := log2ceil(n) + 1; steps > bound || n <= 8 && steps != log2ceil(n) {
@@ -185,7 +166,7 @@ func TestWavesBounded(t *testing.T) {
 	for _, c := range cases {
 		served := map[string]int{}
 		steps, peak := sim{n: c.n, m: c.m, served: served, dur: oneStep, image: "example.com/app:1"}.run(t)
-		if b := cappedBound(c.n, c.m); steps > b {
+		if b := Waves(c.n, c.m); steps > b {
 			t.Errorf("n=%d m=%d: %d steps, want ≤ %d", c.n, c.m, steps, b)
 		}
 		if peak > c.m {
@@ -200,9 +181,9 @@ func TestWavesBounded(t *testing.T) {
 		if most > MaxServe {
 			t.Errorf("n=%d m=%d: one holder served %d pulls, want ≤ %d", c.n, c.m, most, MaxServe)
 		}
-		t.Logf("n=%d maxConcurrent=%d: %d waves (bound %d), %d pulling at most, the most one holder served %d", c.n, c.m, steps, cappedBound(c.n, c.m), peak, most)
+		t.Logf("n=%d maxConcurrent=%d: %d waves (bound %d), %d pulling at most, the most one holder served %d", c.n, c.m, steps, Waves(c.n, c.m), peak, most)
 	}
-	if steps, _ := (sim{n: 1000, m: DefaultMaxConcurrent, dur: oneStep, image: "x"}).run(t); steps > cappedBound(1000, DefaultMaxConcurrent) {
+	if steps, _ := (sim{n: 1000, m: DefaultMaxConcurrent, dur: oneStep, image: "x"}).run(t); steps > Waves(1000, DefaultMaxConcurrent) {
 		t.Errorf("default: %d steps", steps)
 	} else {
 		t.Logf("n=1000 default maxConcurrent=%d: %d waves", DefaultMaxConcurrent, steps)
@@ -227,7 +208,7 @@ func TestWavesFailuresAndSlowPulls(t *testing.T) {
 		steps, peak := s.run(t)
 		// Each wave lasts at most 3 steps, and the failed pulls add at
 		// most as many waves again plus their backoff.
-		if b := 3*(2*cappedBound(c.n, c.m)) + 2; steps > b {
+		if b := 3*(2*Waves(c.n, c.m)) + 2; steps > b {
 			t.Errorf("n=%d m=%d with %d failing: %d steps, want ≤ %d", c.n, c.m, len(fail), steps, b)
 		}
 		t.Logf("n=%d m=%d, %d failing once, pulls of 1-3 steps: %d steps, %d pulling at most", c.n, c.m, len(fail), steps, peak)

@@ -20,7 +20,7 @@ import (
 
 // P11: staging one image on N simulated nodes (p11net.go, p11node.go),
 // through the peers, in the ImageSet's waves and with every node pulling at
-// once; the time, and the bytes each node sent.
+// once; the time, and the bytes each node's registry served.
 const (
 	ScenarioP11Link = "P11 link" // one TCP transfer from node 1 to node 2 over the shaped links
 	// MethodP11Link is the link check's one transfer.
@@ -101,9 +101,9 @@ func (c P11Config) missing() string {
 	if why := peersMissing(); why != "" {
 		return strings.ReplaceAll(why, "P8", "P11")
 	}
-	for _, t := range []string{"tc", "helm"} {
+	for _, t := range []string{"tc", "nft", "helm"} {
 		if _, err := exec.LookPath(t); err != nil {
-			return t + " is not on PATH (make deps puts helm into bin/; tc is iproute2's)"
+			return t + " is not on PATH (make deps puts helm into bin/; tc is iproute2's, nft nftables')"
 		}
 	}
 	return clusterBinMissing(c.ClusterBin)
@@ -230,8 +230,8 @@ func repoRoot() string {
 // dropped into node 1's images dir; once node 1 holds its image pinned, the
 // clock starts and the ImageSet is created (waves) or every other node's
 // agent is told it needs the image (all at once); the clock stops at Staged
-// (waves) or when every node holds it pinned. Served is what each node sent
-// meanwhile. The error is only for what stops the harness.
+// (waves) or when every node holds it pinned. Served is what each node's
+// registry sent meanwhile. The error is only for what stops the harness.
 func (h *harness) measureStage(ctx context.Context, dir string, api *simAPI, w *simNetwork, c P11Config, a Archive, n int, m string, round int) (s Sample, err error) {
 	s = Sample{Scenario: p11Scenario(n), Method: m, Round: round, Bytes: a.Bytes}
 	run := filepath.Join(dir, fmt.Sprintf("n%d-r%d-%s", n, round, map[bool]string{true: "waves", false: "all"}[m == MethodP11Waves]))

@@ -4,19 +4,24 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/holdfast-project/holdfast/internal/imageset"
 )
 
-func TestSpreadWaves(t *testing.T) {
+// TestP11Waves: the waves the model counts, as the ImageSet's waves take them (a holder resting after three).
+func TestP11Waves(t *testing.T) {
 	for _, c := range []struct{ n, m, want int }{
-		{1, 64, 0}, {2, 64, 1}, {3, 64, 2}, {4, 64, 2}, {5, 64, 3}, {8, 64, 3}, {16, 64, 4},
-		{128, 64, 7}, {1000, 500, 10}, {1000, 0, 10},
-		// ⌈log2 64⌉ doublings to 64 holders, then 64 more a wave: 6 + ⌈936/64⌉.
-		{1000, 64, 21},
-		// ⌈log2 3⌉ = 2 doublings to 4, then 3 a wave: 2 + ⌈6/3⌉.
+		{1, 64, 0}, {2, 64, 1}, {3, 64, 2}, {4, 64, 2}, {5, 64, 3}, {8, 64, 3},
+		// 1, 2, 4, 8, 15 nodes after 0–4 waves: the 16th in the 5th.
+		{15, 64, 4}, {16, 64, 5},
+		{1000, 500, 11}, {1000, 0, 22},
+		// 1, 2, 4, 8, 15, 28, 52 (+24), then 64 a wave: 6 + ⌈948/64⌉.
+		{1000, 64, 22},
+		// 1, 2, 4, then 3 a wave: 2 + ⌈6/3⌉.
 		{10, 3, 4},
 	} {
-		if got := spreadWaves(c.n, c.m); got != c.want {
-			t.Errorf("spreadWaves(%d, %d) = %d, want %d", c.n, c.m, got, c.want)
+		if got := imageset.Waves(c.n, c.m); got != c.want {
+			t.Errorf("Waves(%d, %d) = %d, want %d", c.n, c.m, got, c.want)
 		}
 	}
 }
@@ -69,11 +74,11 @@ func TestP11Model(t *testing.T) {
 		t.Fatal("no model")
 	}
 	// N=4's median 3.5 s over 2 waves: 1.75 s a wave.
-	if m.FromN != 4 || m.PerWave != 1.75 || m.BoundWave != 1 || m.Waves64 != 21 || m.WavesHalf != 10 {
+	if m.FromN != 4 || m.PerWave != 1.75 || m.BoundWave != 1 || m.Waves64 != 22 || m.WavesHalf != 11 {
 		t.Fatalf("model %+v", m)
 	}
-	if m.Measured64 != 36.75 || m.MeasuredHalf != 17.5 || m.Bound64 != 21 || m.BoundHalf != 10 {
-		t.Errorf("model %+v, want 36.75 s, 17.5 s, 21 s, 10 s", m)
+	if m.Measured64 != 38.5 || m.MeasuredHalf != 19.25 || m.Bound64 != 22 || m.BoundHalf != 11 {
+		t.Errorf("model %+v, want 38.5 s, 19.25 s, 22 s, 11 s", m)
 	}
 	if _, ok := p11ModelOf(rows[2:], 25e6, 200); ok {
 		t.Error("a model without any ImageSet row")
@@ -90,7 +95,7 @@ func TestWriteP11(t *testing.T) {
 		"| 4 | " + MethodP11Waves + " | 3.50 s | 2 | 2.00 s | 1.75× | 1.50× | 1.50× | missed: time > 1.5 × bound |",
 		"| 2 | " + MethodP11Waves + " | 1.20 s | 1 | 1.00 s | 1.20× | 1.00× | 1.00× | met |",
 		"| 4 | " + MethodP11AllAtOnce + " | 3.30 s | 1 (+1 failed) | 2.00 s | 1.65× | 3.00× | 3.00× | |",
-		"maxConcurrent 64, 21 waves: 36.8 s (bound 21.0 s)",
+		"maxConcurrent 64, 22 waves: 38.5 s (bound 22.0 s)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)

@@ -7,6 +7,8 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+
+	"github.com/holdfast-project/holdfast/internal/imageset"
 )
 
 // P11's targets: staging by ImageSet within 1.5 × the bound, and no node
@@ -18,21 +20,6 @@ const (
 	// the ImageSet's default maxConcurrent there.
 	p11ModelNodes = 1000
 )
-
-// spreadWaves is how many waves bring an image from one holder to all of n
-// nodes when at most m pull at once and each holder serves one puller a
-// wave (imageset.MayPull): ⌈log2 n⌉ while m ≥ n/2, else ⌈log2 m⌉ doublings
-// up to the first power of two ≥ m, then m more each wave.
-func spreadWaves(n, m int) int {
-	if n <= 1 {
-		return 0
-	}
-	if m <= 0 || 2*m >= n {
-		return ceilLog2(n)
-	}
-	d := ceilLog2(m)
-	return d + (n-(1<<d)+m-1)/m
-}
 
 func ceilLog2(n int) int {
 	if n <= 1 {
@@ -112,7 +99,8 @@ func p11Rows(samples []Sample, rateMbit int) []p11Row {
 }
 
 // p11Model is the time to stage one image on p11ModelNodes nodes from the
-// per-wave time measured with the ImageSet on the most nodes, and from the
+// per-wave time measured with the ImageSet on the most nodes (its median
+// over its waves, imageset.Waves), and from the
 // bound's per-wave time (size ÷ rate), for maxConcurrent 64 (the default)
 // and for maxConcurrent ≥ N/2.
 type p11Model struct {
@@ -125,11 +113,11 @@ type p11Model struct {
 }
 
 func p11ModelOf(rows []p11Row, size int64, rateMbit int) (p11Model, bool) {
-	m := p11Model{Waves64: spreadWaves(p11ModelNodes, 64), WavesHalf: spreadWaves(p11ModelNodes, p11ModelNodes/2),
+	m := p11Model{Waves64: imageset.Waves(p11ModelNodes, 64), WavesHalf: imageset.Waves(p11ModelNodes, p11ModelNodes/2),
 		BoundWave: transferSeconds(size, rateMbit)}
 	for _, r := range rows {
 		if r.Method == MethodP11Waves && r.Samples > 0 && r.N > m.FromN {
-			m.FromN, m.PerWave = r.N, r.Median/float64(ceilLog2(r.N))
+			m.FromN, m.PerWave = r.N, r.Median/float64(imageset.Waves(r.N, r.N))
 		}
 	}
 	if m.FromN == 0 {
@@ -161,7 +149,7 @@ func writeP11(b *strings.Builder, r *Results) {
 		}
 	}
 	fmt.Fprintf(b, "\nP11, staging one image (%s) on N simulated nodes, each link shaped to %d Mbit/s each way; "+
-		"bound = ⌈log2 N⌉ × (size ÷ rate) = ⌈log2 N⌉ × %s; served = the most bytes one node sent, ÷ the image.\n",
+		"bound = ⌈log2 N⌉ × (size ÷ rate) = ⌈log2 N⌉ × %s; served = the most bytes one node's registry sent (TCP payload), ÷ the image.\n",
 		formatBytes(size), c.RateMbit, formatSeconds(transferSeconds(size, c.RateMbit)))
 	for _, s := range r.Samples {
 		if s.Scenario == ScenarioP11Link && s.Error == "" && s.Seconds > 0 {
