@@ -435,3 +435,42 @@ func TestGeneratorBesideGoMod(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestNoWriteFollowsALink: a document's path that is a link to another file is
+// replaced by the document; the file linked to is left as it was.
+func TestNoWriteFollowsALink(t *testing.T) {
+	gen := generator(t)
+	root := hello(t)
+	out := filepath.Join(t.TempDir(), "sbom")
+	if err := os.Mkdir(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("keep me\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"hello_linux_amd64.cdx.json", ImageFile} {
+		if err := os.Symlink(victim, filepath.Join(out, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, stderr := runSBOM(t, gen, out, "-bin", "linux/amd64="+filepath.Join(root, "linux_amd64"), "-cmd", "hello"); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "keep me\n" {
+		t.Errorf("the file linked to holds %d bytes (%v), want it as it was", len(b), err)
+	}
+	for _, name := range []string{"hello_linux_amd64.cdx.json", ImageFile} {
+		fi, err := os.Lstat(filepath.Join(out, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fi.Mode().IsRegular() {
+			t.Errorf("%s is a %s, want a regular file", name, fi.Mode().Type())
+			continue
+		}
+		if bom := readBOM(t, filepath.Join(out, name)); bom.SpecVersion != cdx.SpecVersion1_6 || bom.BOMFormat != "CycloneDX" {
+			t.Errorf("%s: %s %s, want CycloneDX 1.6", name, bom.BOMFormat, bom.SpecVersion)
+		}
+	}
+}
