@@ -12,7 +12,7 @@ import (
 func log2ceil(n int) int { return bits.Len(uint(n - 1)) }
 
 // sim spreads one image from one holder among n nodes: each step every
-// waiting node asks MayPull, from the same view taken at the step's start.
+// waiting node asks Place, from the same view taken at the step's start.
 // A pull lasts dur(node) steps; a node in fail fails its first pull and then
 // sits one step out (its backoff). It returns the steps until every node
 // holds the image, and the most pulls at once; served counts the pulls sent
@@ -78,12 +78,12 @@ func (s sim) run(t *testing.T) (steps, peak int) {
 		started := 0
 		sentTo := map[string]string{} // holder → the node this step sent to it
 		for _, n := range waiting {
-			if MayPull(n, s.image, holders, pulling, waiting, view, s.m) {
+			// MayPull is Place's ok: one call a node keeps the 1,000-node cases quick.
+			if h, ok := Place(n, s.image, holders, pulling, waiting, view, s.m); ok {
 				left[n] = s.dur(n)
 				started++
-				h, ok := Place(n, s.image, holders, pulling, waiting, view, s.m)
-				if !ok || !held[h] {
-					t.Fatalf("n=%d step %d: %s may pull but is placed at %q (%v), not a holder", s.n, steps, n, h, ok)
+				if !held[h] {
+					t.Fatalf("n=%d step %d: %s may pull but is placed at %q, not a holder", s.n, steps, n, h)
 				}
 				if sentTo[h] != "" {
 					t.Fatalf("n=%d m=%d step %d: %s and %s both sent to %s in one step", s.n, m, steps, sentTo[h], n, h)
@@ -141,7 +141,7 @@ func TestWavesDoubling(t *testing.T) {
 	worst := 0
 	for _, n := range ns {
 		for _, m := range []int{(n + 1) / 2, n, 0} {
-			if m == 0 && n > 2*DefaultMaxConcurrent {
+			if m == 0 && n > 2*DefaultMaxConcurrent || m == n && n > 257 { // the largest once: each takes seconds
 				continue
 			}
 			steps, _ := sim{n: n, m: m, dur: oneStep, image: "example.com/app:1"}.run(t)
@@ -161,7 +161,7 @@ func TestWavesDoubling(t *testing.T) {
 // and no holder serves more than MaxServe.
 func TestWavesBounded(t *testing.T) {
 	cases := []struct{ n, m int }{
-		{10, 1}, {100, 1}, {100, 3}, {100, 8}, {300, 8}, {1000, 30}, {1000, 64}, {1000, 100}, {1000, 499}, {37, 5},
+		{10, 1}, {100, 1}, {100, 3}, {100, 8}, {300, 8}, {1000, 30}, {1000, DefaultMaxConcurrent}, {1000, 499}, {37, 5},
 	}
 	for _, c := range cases {
 		served := map[string]int{}
@@ -182,11 +182,6 @@ func TestWavesBounded(t *testing.T) {
 			t.Errorf("n=%d m=%d: one holder served %d pulls, want ≤ %d", c.n, c.m, most, MaxServe)
 		}
 		t.Logf("n=%d maxConcurrent=%d: %d waves (bound %d), %d pulling at most, the most one holder served %d", c.n, c.m, steps, Waves(c.n, c.m), peak, most)
-	}
-	if steps, _ := (sim{n: 1000, m: DefaultMaxConcurrent, dur: oneStep, image: "x"}).run(t); steps > Waves(1000, DefaultMaxConcurrent) {
-		t.Errorf("default: %d steps", steps)
-	} else {
-		t.Logf("n=1000 default maxConcurrent=%d: %d waves", DefaultMaxConcurrent, steps)
 	}
 }
 
