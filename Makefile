@@ -41,7 +41,7 @@ export GOFLAGS := -buildvcs=false -trimpath
 export CGO_ENABLED := 0
 HOST_ARCH := $(shell $(GO) env GOARCH)
 
-.PHONY: build demo test test-go lint deps preflight unit e2e mutants clean image fuzz docs
+.PHONY: build demo test test-go lint deps preflight unit e2e mutants clean image fuzz docs release
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/holdfast ./cmd/holdfast
@@ -67,6 +67,31 @@ image: build
 		-repo $(IMAGE_REPO) -version $(VERSION) -revision $(REVISION) -source $(IMAGE_SOURCE) \
 		-epoch $(SOURCE_DATE_EPOCH) $(foreach c,$(IMAGE_CMDS) spegel,-bin $(c)) \
 		$(foreach a,$(IMAGE_ARCHES),-platform linux/$(a)=$(BIN)/linux_$(a))
+
+# release: $(DIST) (default dist/): the image archive of `make image` with its SBOM and cosign v3 signatures as OCI
+# referrers of the image (holdfast-image-V.tar), the chart packaged with image.digest set to the image's
+# (holdfast-V.tgz), the SBOMs (sbom/), a Hauler manifest and a Zarf package definition, SHA256SUMS, the sigstore
+# bundles of the chart and of SHA256SUMS, and the release's public key; V is VERSION without a leading v. It signs
+# with the cosign private key RELEASE_KEY=FILE or the PEM in $HOLDFAST_RELEASE_KEY (password: $COSIGN_PASSWORD),
+# and refuses with neither, unless UNSIGNED=1: then the files that would be signed are named -unsigned. The same
+# commit and key give the same files but the signatures (tools/release says which). Needs bin/cosign3 and bin/helm
+# (make deps-cosign deps-helm).
+DIST        ?= dist
+RELEASE_KEY ?=
+UNSIGNED    ?=
+release:
+	@if [ -z "$(UNSIGNED)" ] && [ -z "$(RELEASE_KEY)" ] && [ -z "$$HOLDFAST_RELEASE_KEY" ]; then \
+		echo "make release: no release key: set RELEASE_KEY=FILE (a cosign private key) or HOLDFAST_RELEASE_KEY (the key's PEM), or UNSIGNED=1 for a release named -unsigned" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory image
+	rm -rf "$(DIST)/sbom" "$(DIST)"/holdfast-image-*.tar "$(DIST)"/holdfast-*.tgz "$(DIST)"/holdfast-*.tgz.sigstore.json \
+		"$(DIST)/holdfast-release.pub" "$(DIST)"/SHA256SUMS* "$(DIST)/hauler-manifest.yaml" "$(DIST)/zarf.yaml"
+	mkdir -p "$(DIST)/sbom"
+	$(GO) run ./tools/sbom -o "$(DIST)/sbom" -image-name "$$(cat $(BIN)/holdfast-image.name)" \
+		-image-digest "$$(tar -xOf $(BIN)/holdfast-image.tar index.json | sed -n 's/.*"digest":"\(sha256:[0-9a-f]*\)".*/\1/p')" \
+		-gomod go.mod $(foreach a,$(IMAGE_ARCHES),-bin linux/$(a)=$(BIN)/linux_$(a)) $(foreach c,$(IMAGE_CMDS) spegel,-cmd $(c))
+	$(GO) run ./tools/release -dist "$(DIST)" -version "$(VERSION)" -image $(BIN)/holdfast-image.tar \
+		-sbom "$(DIST)/sbom" -chart deploy/helm/holdfast -helm $(BIN)/helm -cosign $(BIN)/cosign3 -epoch $(SOURCE_DATE_EPOCH) \
+		$(if $(RELEASE_KEY),-key "$(RELEASE_KEY)") $(if $(UNSIGNED),-unsigned)
 
 demo: build
 	bash scripts/demo.sh "$(BIN)" "$(DEMO_DIR)"

@@ -70,3 +70,7 @@ func Kind(mt string) string {
 	}
 	return "blob"
 }
+
+// MediaTypeCycloneDX is the media type of a CycloneDX SBOM in JSON, and the
+// artifact type of the referrer that carries one beside its image.
+const MediaTypeCycloneDX = "application/vnd.cyclonedx+json"

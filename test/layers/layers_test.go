@@ -53,7 +53,7 @@ var rank = map[string]int{
 	"internal/agent":             9,
 	"internal/cli":               10,
 	"cmd/holdfast":               11, "cmd/holdfast-containerd": 11, "cmd/holdfast-reporter": 11,
-	"tools/imagegen": 11, "tools/mkimage": 11, "tools/sbom": 11,
+	"tools/imagegen": 11, "tools/mkimage": 11, "tools/release": 11, "tools/sbom": 11,
 }
 
 // useCases are what the runtime's packages serve and so must not import.
