@@ -75,10 +75,12 @@ image: build
 # with the cosign private key RELEASE_KEY=FILE or the PEM in $HOLDFAST_RELEASE_KEY (password: $COSIGN_PASSWORD),
 # and refuses with neither, unless UNSIGNED=1: then the files that would be signed are named -unsigned. The same
 # commit and key give the same files but the signatures (tools/release says which). Needs bin/cosign3 and bin/helm
-# (make deps-cosign deps-helm).
+# (make deps-cosign deps-helm), or HELM= and COSIGN3= naming them.
 DIST        ?= dist
 RELEASE_KEY ?=
 UNSIGNED    ?=
+HELM        ?= $(BIN)/helm
+COSIGN3     ?= $(BIN)/cosign3
 release:
 	@if [ -z "$(UNSIGNED)" ] && [ -z "$(RELEASE_KEY)" ] && [ -z "$$HOLDFAST_RELEASE_KEY" ]; then \
 		echo "make release: no release key: set RELEASE_KEY=FILE (a cosign private key) or HOLDFAST_RELEASE_KEY (the key's PEM), or UNSIGNED=1 for a release named -unsigned" >&2; exit 1; fi
@@ -90,7 +92,7 @@ release:
 		-image-digest "$$(tar -xOf $(BIN)/holdfast-image.tar index.json | sed -n 's/.*"digest":"\(sha256:[0-9a-f]*\)".*/\1/p')" \
 		-gomod go.mod $(foreach a,$(IMAGE_ARCHES),-bin linux/$(a)=$(BIN)/linux_$(a)) $(foreach c,$(IMAGE_CMDS) spegel,-cmd $(c))
 	$(GO) run ./tools/release -dist "$(DIST)" -version "$(VERSION)" -image $(BIN)/holdfast-image.tar \
-		-sbom "$(DIST)/sbom" -chart deploy/helm/holdfast -helm $(BIN)/helm -cosign $(BIN)/cosign3 -epoch $(SOURCE_DATE_EPOCH) \
+		-sbom "$(DIST)/sbom" -chart deploy/helm/holdfast -helm "$(HELM)" -cosign "$(COSIGN3)" -epoch $(SOURCE_DATE_EPOCH) \
 		$(if $(RELEASE_KEY),-key "$(RELEASE_KEY)") $(if $(UNSIGNED),-unsigned)
 
 demo: build
