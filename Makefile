@@ -20,6 +20,8 @@ DEMO_DIR           ?= /tmp/holdfast-demo
 IMAGE_REPO         ?= ghcr.io/holdfast-project/holdfast
 IMAGE_SOURCE       ?= https://github.com/holdfast-project/holdfast
 IMAGE_ARCHES       ?= amd64 arm64
+# spegel: K3s's fork, built from its module (scripts/spegel.sh); its build info names no version, the SBOM does.
+SPEGEL_VERSION     := v0.7.2-k3s1
 IMAGE_CMDS         := $(notdir $(wildcard cmd/holdfast cmd/holdfast-reporter))
 SOURCE_DATE_EPOCH  ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 REVISION           ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -60,7 +62,7 @@ image: build
 		GOOS=linux GOARCH=$$arch $(GO) build -ldflags '$(LDFLAGS)' \
 			-o $(BIN)/linux_$$arch/$$cmd ./cmd/$$cmd; \
 	done; \
-	echo "building spegel for linux/$$arch"; GOOS=linux GOARCH=$$arch bash scripts/spegel.sh $(BIN)/linux_$$arch; \
+	echo "building spegel for linux/$$arch"; GOOS=linux GOARCH=$$arch bash scripts/spegel.sh $(BIN)/linux_$$arch $(SPEGEL_VERSION); \
 	done
 	$(GO) build -o $(BIN)/mkimage ./tools/mkimage
 	$(BIN)/mkimage -o $(BIN)/holdfast-image.tar -name-out $(BIN)/holdfast-image.name \
@@ -90,7 +92,8 @@ release:
 	mkdir -p "$(DIST)/sbom"
 	$(GO) run ./tools/sbom -o "$(DIST)/sbom" -image-name "$$(cat $(BIN)/holdfast-image.name)" \
 		-image-digest "$$(tar -xOf $(BIN)/holdfast-image.tar index.json | sed -n 's/.*"digest":"\(sha256:[0-9a-f]*\)".*/\1/p')" \
-		-gomod go.mod $(foreach a,$(IMAGE_ARCHES),-bin linux/$(a)=$(BIN)/linux_$(a)) $(foreach c,$(IMAGE_CMDS) spegel,-cmd $(c))
+		-gomod go.mod -epoch $(SOURCE_DATE_EPOCH) $(foreach a,$(IMAGE_ARCHES),-bin linux/$(a)=$(BIN)/linux_$(a)) \
+		$(foreach c,$(IMAGE_CMDS) spegel,-cmd $(c)) -version spegel=$(SPEGEL_VERSION)
 	$(GO) run ./tools/release -dist "$(DIST)" -version "$(VERSION)" -image $(BIN)/holdfast-image.tar \
 		-sbom "$(DIST)/sbom" -chart deploy/helm/holdfast -helm "$(HELM)" -cosign "$(COSIGN3)" -epoch $(SOURCE_DATE_EPOCH) \
 		$(if $(RELEASE_KEY),-key "$(RELEASE_KEY)") $(if $(UNSIGNED),-unsigned)
@@ -118,7 +121,7 @@ deps-helm:
 deps-cosign:
 	@$(timed) $@ bash scripts/cosign.sh "$(BIN)" "$(COSIGN_VERSION)" "$(COSIGN3_VERSION)"
 deps-spegel:
-	@$(timed) $@ bash scripts/spegel.sh "$(BIN)"
+	@$(timed) $@ bash scripts/spegel.sh "$(BIN)" "$(SPEGEL_VERSION)"
 deps-sbom:
 	@$(timed) $@ bash scripts/sbom.sh "$(BIN)" "$(CYCLONEDX_GOMOD_VERSION)"
 deps-lines:
