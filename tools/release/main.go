@@ -12,6 +12,14 @@
 // $HOLDFAST_RELEASE_KEY; its password in $COSIGN_PASSWORD (may be empty).
 // Without a key it refuses, unless -unsigned: then every file that would be
 // signed carries -unsigned in its name, and nothing is signed.
+//
+// The same image, SBOMs, chart, version and key give the same files but
+// for the signatures: ECDSA signatures are randomized, and cosign times
+// each signature referrer (org.opencontainers.image.created). So the image
+// archive differs in index.json and in the signature referrers' manifests
+// and bundles (its image, SBOM and their other blobs are the same bytes),
+// the chart's and SHA256SUMS's .sigstore.json bundles differ, and
+// SHA256SUMS in the lines of the image archive and the chart's bundle.
 package main
 
 import (
