@@ -62,17 +62,20 @@ func releaseTools(t *testing.T) (helm, cosign string) {
 }
 
 // makeRelease runs make release in the repository into dir/dist, its
-// binaries and image into dir/bin, with env added to the environment
-// (HOLDFAST_RELEASE_KEY taken out first) and args given to make. It returns
+// binaries and image (both architectures) into dir/bin, with env added to
+// the environment and args given to make. It returns
 // make's output and whether it succeeded.
 func makeRelease(t *testing.T, dir string, env []string, args ...string) (string, bool) {
 	t.Helper()
 	helm, cosign := releaseTools(t)
-	cmd := exec.Command("make", append([]string{"--no-print-directory", "release", "VERSION=" + releaseVersion,
+	cmd := exec.Command("make", append([]string{"--no-print-directory", "release", "VERSION=" + releaseVersion, "IMAGE_ARCHES=amd64 arm64",
 		"BIN=" + filepath.Join(dir, "bin"), "DIST=" + filepath.Join(dir, "dist"), "HELM=" + helm, "COSIGN3=" + cosign}, args...)...)
 	cmd.Dir = repoRoot()
+	// Nothing of a make that runs the suite (make test: its flags and
+	// command-line variables), and no key or switch but the test's.
+	unset := []string{"MAKEFLAGS=", "MFLAGS=", "MAKELEVEL=", "HOLDFAST_RELEASE_KEY=", "RELEASE_KEY=", "UNSIGNED=", "COSIGN_PASSWORD="}
 	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(e string) bool {
-		return strings.HasPrefix(e, "HOLDFAST_RELEASE_KEY=") || strings.HasPrefix(e, "COSIGN_PASSWORD=")
+		return slices.ContainsFunc(unset, func(p string) bool { return strings.HasPrefix(e, p) })
 	}), append([]string{"COSIGN_PASSWORD="}, env...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err == nil
