@@ -9,6 +9,7 @@ type bundleSpec struct {
 	ChartVersion string
 	Version      string // the release's version (file names)
 	Source       string // the project's URL
+	Verify       string // what to verify the release by, for the comments
 }
 
 // haulerManifest is a Hauler manifest (content.hauler.cattle.io/v1) of
@@ -20,7 +21,7 @@ func haulerManifest(s bundleSpec) []byte {
 #   hauler store sync -f hauler-manifest.yaml
 #   hauler store save --filename holdfast-%[3]s.tar.zst
 # sync fetches the image by digest from its registry and adds the chart from %[2]s beside this file;
-# the haul carries both across. Verify the release first (SHA256SUMS, SHA256SUMS.sigstore.json).
+# the haul carries both across. Verify the release first (%[5]s).
 apiVersion: content.hauler.cattle.io/v1
 kind: Images
 metadata:
@@ -38,7 +39,7 @@ spec:
     - name: %[2]s
       repoURL: .
       version: %[4]s
-`, s.Image, s.Chart, s.Version, s.ChartVersion)
+`, s.Image, s.Chart, s.Version, s.ChartVersion, s.Verify)
 }
 
 // zarfPackage is a Zarf package definition (zarf.yaml, ZarfPackageConfig)
@@ -48,7 +49,7 @@ func zarfPackage(s bundleSpec) []byte {
 	return fmt.Appendf(nil, `# holdfast %[3]s as a Zarf package. In the dist dir, on the connected side:
 #   zarf package create .
 # writes zarf-package-holdfast-<arch>-%[3]s.tar.zst with the chart from %[2]s and the image by digest;
-# zarf package deploy installs it in the air gap. Verify the release first (SHA256SUMS, SHA256SUMS.sigstore.json).
+# zarf package deploy installs it in the air gap. Verify the release first (%[6]s).
 kind: ZarfPackageConfig
 metadata:
   name: holdfast
@@ -65,5 +66,5 @@ components:
         namespace: holdfast-system
     images:
       - %[1]s
-`, s.Image, s.Chart, s.Version, s.ChartVersion, s.Source)
+`, s.Image, s.Chart, s.Version, s.ChartVersion, s.Source, s.Verify)
 }

@@ -78,7 +78,11 @@ func release(o options) ([]string, error) {
 	if err := writeFile(filepath.Join(o.Dist, chartFile), tgz); err != nil {
 		return nil, err
 	}
-	spec := bundleSpec{Image: oci.Repository(imageName) + "@" + l.index.Digest.String(), Chart: chartFile, ChartVersion: cv, Version: v, Source: o.Source}
+	spec := bundleSpec{Image: oci.Repository(imageName) + "@" + l.index.Digest.String(), Chart: chartFile, ChartVersion: cv, Version: v,
+		Source: o.Source, Verify: sumsFile + ", " + sumsFile + bundleSuffix + ", docs/install-from-a-release.md"}
+	if o.Unsigned {
+		spec.Verify = sumsFile + unsignedMark + " only: an unsigned release, for tests"
+	}
 	if err := writeFile(filepath.Join(o.Dist, haulerFile), haulerManifest(spec)); err != nil {
 		return nil, err
 	}
