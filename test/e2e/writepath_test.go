@@ -1,9 +1,8 @@
 package e2e
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"io"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast-project/holdfast/internal/files"
 	"github.com/opencontainers/go-digest"
 )
 
@@ -140,7 +140,7 @@ func wpRequireStoreClean(t *testing.T, d *daemon, reported map[string]bool) {
 		t.Errorf("temp file left: %s", filepath.Join(root, "holdfast-tmp", e.Name()))
 	}
 	blobs := filepath.Join(root, "blobs", "sha256")
-	files := func() []string {
+	blobNames := func() []string {
 		es, err := os.ReadDir(blobs)
 		if err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
@@ -152,10 +152,10 @@ func wpRequireStoreClean(t *testing.T, d *daemon, reported map[string]bool) {
 		sort.Strings(names)
 		return names
 	}
-	for _, name := range files() {
+	for _, name := range blobNames() {
 		p := filepath.Join(blobs, name)
-		got, err := wpHashFile(p)
-		if os.IsNotExist(err) {
+		got, err := files.SHA256(p)
+		if errors.Is(err, fs.ErrNotExist) {
 			continue // collected meanwhile
 		}
 		if err != nil {
@@ -168,7 +168,7 @@ func wpRequireStoreClean(t *testing.T, d *daemon, reported map[string]bool) {
 	}
 	uncommitted := func() []string {
 		var out []string
-		for _, name := range files() {
+		for _, name := range blobNames() {
 			if reported[name] {
 				continue
 			}
@@ -195,18 +195,4 @@ func wpRequireStoreClean(t *testing.T, d *daemon, reported map[string]bool) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// wpHashFile is the hex SHA-256 of a file's bytes.
-func wpHashFile(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

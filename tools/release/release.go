@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +11,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/holdfast-project/holdfast/internal/files"
 	"github.com/holdfast-project/holdfast/internal/oci"
 )
 
@@ -205,7 +203,7 @@ func writeSums(dist, name string) ([]string, error) {
 		if strings.HasPrefix(e.Name(), ".") || !e.Type().IsRegular() || rel == name || rel == name+bundleSuffix {
 			return nil
 		}
-		sum, err := fileSHA256(p)
+		sum, err := files.SHA256(p)
 		if err != nil {
 			return err
 		}
@@ -219,19 +217,6 @@ func writeSums(dist, name string) ([]string, error) {
 	slices.SortFunc(lines, func(a, b string) int { return strings.Compare(a[66:], b[66:]) })
 	slices.Sort(paths)
 	return paths, writeFile(filepath.Join(dist, name), []byte(strings.Join(lines, "")))
-}
-
-func fileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("%s: %w", p, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // checkDist refuses a dist dir that holds anything but the SBOM dir: the

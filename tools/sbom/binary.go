@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"debug/buildinfo"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +12,7 @@ import (
 	"strings"
 
 	cdx "github.com/CycloneDX/cyclonedx-go"
+	"github.com/holdfast-project/holdfast/internal/files"
 	"golang.org/x/mod/modfile"
 )
 
@@ -94,7 +93,7 @@ func (b *binary) inspect(o *options, gomod *modfile.File) error {
 	case info.Main.Version == "" || info.Main.Version == "(devel)":
 		return fmt.Errorf("%s: its build info names no version of %s: give -version %s=VERSION", b, info.Main.Path, b.Cmd)
 	}
-	b.SHA256, err = fileSHA256(b.Path)
+	b.SHA256, err = files.SHA256(b.Path)
 	if err != nil {
 		return fmt.Errorf("%s: %w", b, err)
 	}
@@ -183,19 +182,6 @@ func (b *binary) generate(o *options, tmp string) error {
 		return fmt.Errorf("%s: %s gave it the purl %s, not one of %s (is go on PATH?)", b, o.Generator, purl, b.Platform)
 	}
 	return nil
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // readBounded reads path, failing past limit bytes.
