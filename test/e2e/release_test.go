@@ -205,27 +205,12 @@ func checkReleaseFiles(t *testing.T, dist, mark string) release {
 // platforms of its image.
 func readReleaseImage(t *testing.T, path string, rel *release) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	rel.blobs = map[string][]byte{}
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
+	walkTar(t, path, func(hdr *tar.Header, r io.Reader) {
 		if hdr.Size <= 1<<20 {
-			if rel.blobs[hdr.Name], err = io.ReadAll(tr); err != nil {
-				t.Fatal(err)
-			}
+			rel.blobs[hdr.Name] = readAllOf(t, path, r)
 		}
-	}
+	})
 	var idx ocispec.Index
 	if err := json.Unmarshal(rel.blobs["index.json"], &idx); err != nil || len(idx.Manifests) == 0 {
 		t.Fatalf("%s: index.json: %v %s", path, err, rel.blobs["index.json"])
@@ -548,29 +533,49 @@ func checkReleaseChart(t *testing.T, dist string, rel release) {
 // readTgz reads a gzip tar's regular files.
 func readTgz(t *testing.T, path string) map[string][]byte {
 	t.Helper()
+	out := map[string][]byte{}
+	walkTar(t, path, func(hdr *tar.Header, r io.Reader) { out[hdr.Name] = readAllOf(t, path, r) })
+	return out
+}
+
+// walkTar calls fn with each entry of the tar at path (gzip-compressed when
+// its name ends in .tgz), in order; an error reading it fails t.
+func walkTar(t *testing.T, path string, fn func(*tar.Header, io.Reader)) {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
+	var r io.Reader = f
+	if strings.HasSuffix(path, ".tgz") {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		r = zr
 	}
-	out := map[string][]byte{}
-	tr := tar.NewReader(zr)
+	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
-			return out
+			return
 		}
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
-		if out[hdr.Name], err = io.ReadAll(tr); err != nil {
-			t.Fatal(err)
-		}
+		fn(hdr, tr)
 	}
+}
+
+// readAllOf is r read to its end, an entry of the tar at path.
+func readAllOf(t *testing.T, path string, r io.Reader) []byte {
+	t.Helper()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return b
 }
 
 // checkReleaseBundles: Hauler's manifest names the image by digest and the
@@ -752,27 +757,15 @@ func fileDigests(t *testing.T, dir string) map[string]string {
 // tarDigests are the SHA-256 of a tar's entries, by name.
 func tarDigests(t *testing.T, path string) map[string]string {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	out := map[string]string{}
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
+	walkTar(t, path, func(hdr *tar.Header, r io.Reader) {
+		h := sha256.New()
+		if _, err := io.Copy(h, r); err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
-		h := sha256.New()
-		if _, err := io.Copy(h, tr); err != nil {
-			t.Fatal(err)
-		}
 		out[hdr.Name] = hex.EncodeToString(h.Sum(nil))
-	}
+	})
+	return out
 }
 
 // signatureBlobs are the archive entries of the signature referrers: each
