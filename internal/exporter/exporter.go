@@ -42,14 +42,15 @@ type Plan struct {
 	Images     []Image // sorted by name
 	Targets    int     // distinct images (targets) among Images
 	Signatures int     // signature manifests carried
+	Referrers  int     // other referrers carried (SBOMs, signatures of manifests and referrers)
 	Blobs      int
 	Bytes      int64 // the blobs' bytes
 	// LeftOut are the manifests of other platforms the export leaves out
 	// because the store does not hold them whole (normal on a node, which
 	// pulls or imports its own platform): "<image>: <what>".
 	LeftOut []string
-	// Warnings are the signatures the export leaves out because the store
-	// cannot give them whole.
+	// Warnings are the signatures and referrers the export leaves out
+	// because the store cannot give them whole.
 	Warnings []string
 	// Refused are the images chosen that the selection's policy refuses,
 	// by name: in Images unless the selection was SignedOnly.
@@ -144,6 +145,15 @@ func plan(ctx context.Context, c runtime.Content, imgs []Image, records []runtim
 	add(sigs.blobs)
 	p.Signatures = sigs.manifests
 	p.Warnings = sigs.notes
+	held := map[digest.Digest]bool{}
+	for d := range blobs {
+		held[d] = true
+	}
+	refs := findReferrers(ctx, c, targets, names, states, held, sigs.entries)
+	p.Layout.Index = append(p.Layout.Index, refs.entries...)
+	add(refs.blobs)
+	p.Referrers = len(refs.entries)
+	p.Warnings = append(p.Warnings, refs.notes...)
 	p.Layout.DockerSave = dockerSave(docker)
 	for _, d := range slices.Sorted(maps.Keys(blobs)) {
 		desc := blobs[d]

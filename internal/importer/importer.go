@@ -91,10 +91,11 @@ func importSource(ctx context.Context, s runtime.Store, req runtime.ImportReques
 // to be done; otherwise the lease is made (or kept) for a new import.
 // req.Prior is the state the caller read already, if any. An archive's
 // import (carried) is not unchanged while its state lacks what a newer
-// import records of its signatures (their records, the peer copies).
+// import records of its signatures (their records, the peer copies) or
+// keeps of its referrers.
 func openLease(ctx context.Context, s runtime.Store, id string, req runtime.ImportRequest, carried bool) (runtime.SourceState, bool, error) {
 	upToDate := func(st runtime.SourceState) bool {
-		return (st.SignaturesRecorded || !req.Signed) && (!carried || signaturesListed(st) && signaturesNamed(st) && (st.PeerCopies || len(st.Signatures) == 0))
+		return (st.SignaturesRecorded || !req.Signed) && (!carried || signaturesListed(st) && signaturesNamed(st) && (st.PeerCopies || len(st.Signatures) == 0) && referrersKept(st))
 	}
 	var prior runtime.SourceState
 	if known := req.Prior; known != nil && known.Lease == id && known.Complete {
@@ -159,11 +160,16 @@ func importLeased(ctx context.Context, s runtime.Store, sink runtime.Sink, lease
 		return runtime.SourceState{}, err
 	}
 	toLease = append(toLease, docs...)
-	sigs, err := keepSignatures(ctx, s, sink, walked)
+	k := newKeeper(s, sink, walked)
+	sigs, err := keepSignatures(ctx, k, walked)
 	if err != nil {
 		return runtime.SourceState{}, err
 	}
-	toLease = append(toLease, sigs.toLease...)
+	refs, err := keepReferrers(ctx, k, walked, need, sigs.byImage, res)
+	if err != nil {
+		return runtime.SourceState{}, err
+	}
+	toLease = append(toLease, k.toLease...)
 	wants := Wants(walked.Images)
 	records, err := recordSignatures(ctx, sink, wants, sigs, signatureReader(s, walked), walked.Docs)
 	if err != nil {
@@ -196,15 +202,16 @@ func importLeased(ctx context.Context, s runtime.Store, sink runtime.Sink, lease
 			size += ref.Desc.Size
 		}
 	}
-	// The signatures' blobs are needed too: one lost makes the source not
-	// intact, and the next pass imports it again.
-	for _, d := range append(sigs.blobs, records.blobs...) {
+	// The signatures' and the referrers' blobs are needed too: one lost
+	// makes the source not intact, and the next pass imports it again.
+	for _, d := range slices.Concat(sigs.blobs, records.blobs, refs.blobs) {
 		if !slices.Contains(required, d) {
 			required = append(required, d)
 		}
 	}
 	state := runtime.SourceState{Lease: lease, Source: req.Source, Kept: req.Kept, Identity: req.Identity, MtimeNs: req.MtimeNs, Images: sortedWants(append(wants, records.wants...)), Blobs: required, Size: size,
-		Format: res.Format, Skipped: skipped, Signatures: sigs.byImage, SignaturesRecorded: true, PeerCopies: true, Package: sigs.pkg}
+		Format: res.Format, Skipped: skipped, Signatures: sigs.byImage, SignaturesRecorded: true, PeerCopies: true, Package: sigs.pkg,
+		Referrers: refs.byImage, ReferrersKept: true}
 	if err := sink.WriteState(ctx, state); err != nil {
 		return runtime.SourceState{}, err
 	}

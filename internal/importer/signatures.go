@@ -3,7 +3,6 @@ package importer
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 
 	"github.com/opencontainers/go-digest"
@@ -24,8 +23,6 @@ type keptSignatures struct {
 	// byImage are the signature manifests by image target.
 	byImage map[digest.Digest][]ocispec.Descriptor
 	pkg     *runtime.PackageSignature
-	// toLease are the blobs that were in the store already, for the lease.
-	toLease []digest.Digest
 	// blobs are every blob of the signature manifests kept (each manifest,
 	// its config, its layers), for the state's list of what the source
 	// needs.
@@ -39,55 +36,15 @@ type keptSignatures struct {
 
 // keepSignatures writes the signature manifests the walk found for its
 // images with every blob each names (config and layers), and a Zarf
-// package's signature and zarf.yaml, under the import's lease: small blobs,
-// kept whatever the policy so that a policy set later judges them without
-// the archive, and whole so that an export of the images carries them as
+// package's signature and zarf.yaml, through k under the import's lease:
+// small blobs, kept whatever the policy so that a policy set later judges
+// them without the archive, and whole so that an export of the images carries them as
 // they came. A blob of a signature manifest that is neither in the archive
 // nor in the store (an archive written without it) is left out, and the
 // signature is kept without it.
-func keepSignatures(ctx context.Context, s runtime.Store, sink runtime.Sink, walked *archive.Result) (keptSignatures, error) {
+func keepSignatures(ctx context.Context, k *keeper, walked *archive.Result) (keptSignatures, error) {
 	var out keptSignatures
-	done := map[digest.Digest]bool{}
-	// keep writes a small blob (data, else what the walk read whole of it),
-	// or leases one the walk gave the sink or the store held; it says
-	// whether the blob is in the store now.
-	keep := func(desc ocispec.Descriptor, data []byte) (bool, error) {
-		if kept, ok := done[desc.Digest]; ok {
-			return kept, nil
-		}
-		if data == nil {
-			var ok bool
-			if data, ok = walked.Docs[desc.Digest]; !ok {
-				if _, ok := walked.Blobs[desc.Digest]; ok {
-					// Given to the sink as a blob: on the lease once committed.
-					if !sink.Committed(desc.Digest) {
-						out.toLease = append(out.toLease, desc.Digest)
-					}
-					done[desc.Digest] = true
-					return true, nil
-				}
-				has, err := s.Has(ctx, desc.Digest)
-				if err != nil {
-					return false, fmt.Errorf("checking signature blob %s: %w", desc.Digest, err)
-				}
-				if has {
-					out.toLease = append(out.toLease, desc.Digest)
-				}
-				done[desc.Digest] = has
-				return has, nil
-			}
-		}
-		desc.Size = int64(len(data))
-		committed, err := sink.WriteDoc(ctx, desc, data, nil)
-		if err != nil {
-			return false, fmt.Errorf("keeping signature %s: %w", desc.Digest, err)
-		}
-		if !committed {
-			out.toLease = append(out.toLease, desc.Digest)
-		}
-		done[desc.Digest] = true
-		return true, nil
-	}
+	keep := func(desc ocispec.Descriptor, data []byte) (bool, error) { return k.keep(ctx, desc, data, "signature") }
 	if p := walked.Package; p != nil {
 		out.pkg = &runtime.PackageSignature{
 			Manifest: ocispec.Descriptor{MediaType: MediaTypeZarfYAML, Digest: digest.FromBytes(p.Manifest), Size: int64(len(p.Manifest))},

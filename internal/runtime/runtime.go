@@ -144,6 +144,16 @@ type SourceState struct {
 	// Package is a signed Zarf package's signature and the zarf.yaml it
 	// signs, leased with the source: it vouches for the source's images.
 	Package *PackageSignature `json:"package,omitempty"`
+	// Referrers are, by image target, the other referrers the source
+	// carried of its images (an SBOM, the signatures of its platforms'
+	// manifests, and theirs: the SBOM's signature), each with its subject
+	// in its annotations (io.containerd.manifest.subject), leased with
+	// their blobs so that an export carries them as they came. They are
+	// no signatures to a policy. ReferrersKept is false in a state written
+	// before holdfast kept them: such a source that skipped referrers is
+	// imported again.
+	Referrers     map[digest.Digest][]ocispec.Descriptor `json:"referrers,omitempty"`
+	ReferrersKept bool                                   `json:"referrersKept,omitempty"`
 }
 
 // PackageSignature is where a Zarf package's zarf.yaml and its

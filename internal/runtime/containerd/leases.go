@@ -118,7 +118,7 @@ func (r *Runtime) loadState(ctx context.Context, l leases.Lease, blobs map[strin
 	st.Source, st.Identity, st.MtimeNs, st.Images, st.Blobs, st.Size, st.Complete = saved.Source, saved.Identity, saved.MtimeNs, saved.Images, saved.Blobs, saved.Size, true
 	st.Format, st.Skipped = saved.Format, saved.Skipped
 	st.Signatures, st.SignaturesRecorded, st.Package = saved.Signatures, saved.SignaturesRecorded, saved.Package
-	st.PeerCopies = saved.PeerCopies
+	st.PeerCopies, st.Referrers, st.ReferrersKept = saved.PeerCopies, saved.Referrers, saved.ReferrersKept
 	return st, nil
 }
 
