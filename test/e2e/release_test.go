@@ -681,6 +681,7 @@ func checkReleaseImport(t *testing.T, dist string, rel release) {
 			}
 		}
 	}
+	checkReleaseExport(t, d, dataDir, dist, rel)
 }
 
 // checkReleaseSame: the second dist holds the same files as the first, the

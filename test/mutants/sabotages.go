@@ -847,6 +847,27 @@ var sabotages = []sabotage{
 			{e2e, []string{"TestExportSignedSameWhicheverImporter"}, nil}},
 	},
 	{
+		name: "platform-referrers-not-kept",
+		// An import keeps the referrers of an image's index only, not those
+		// of its platforms' manifests: the signatures of each platform's
+		// manifest are lost, and an export of the image verifies per
+		// platform no more.
+		edits: []edit{{"internal/importer/referrers.go",
+			"subjects := imageManifests(walked.Docs, img.Target)",
+			"subjects := []digest.Digest{img.Target.Digest}"}},
+		tests: []tests{{"./internal/importer", []string{"TestImportKeepsReferrers"}, nil}, {"./internal/exporter", []string{"TestExportCarriesReferrers"}, nil}},
+	},
+	{
+		name: "export-drops-referrers",
+		// An export writes the blobs of the referrers a source keeps but
+		// lists none of them: the SBOM and the signatures of the platforms'
+		// manifests are lost to whoever imports the archive.
+		edits: []edit{{"internal/exporter/exporter.go",
+			"p.Layout.Index = append(p.Layout.Index, refs.entries...)",
+			"p.Layout.Index = append(p.Layout.Index, refs.entries[:0]...)"}},
+		tests: []tests{{"./internal/exporter", []string{"TestExportCarriesReferrers"}, nil}},
+	},
+	{
 		name: "export-writes-incomplete-signature",
 		// The export writes a signature manifest whose config the store
 		// lost: containerd's importer makes its record incomplete.
