@@ -53,10 +53,17 @@ func TestReleaseOnNode(t *testing.T) {
 	if err := os.WriteFile(pol, fmt.Appendf(nil, "mode: enforce\nrules:\n  - images: [%q]\n    keys: [%q]\n", repo, pub), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := copyFile(tarPath, filepath.Join(c.imagesDir, "holdfast-release.tar")); err != nil {
+	// An images dir and a data dir of the release's own: the suite's images dir holds the unsigned image of the
+	// commit under the same repository, which the release's policy refuses (and its record is deleted).
+	images := filepath.Join(c.dir, "release-images")
+	if err := os.MkdirAll(images, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := c.holdfast("sync", "--images", c.imagesDir, "--policy", pol); err != nil {
+	if err := copyFile(tarPath, filepath.Join(images, "holdfast-release.tar")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(filepath.Join(c.repoBin, "holdfast"), "sync", "--images", images, "--policy", pol,
+		"--address", c.sock, "--data-dir", filepath.Join(c.dir, "holdfast-release-cli")); err != nil {
 		t.Fatalf("holdfast sync under the release policy: %v\n%s", err, out)
 	}
 
@@ -87,6 +94,7 @@ func TestReleaseOnNode(t *testing.T) {
 	values := s.values(t, nil, map[string]any{
 		// No tag and no digest: the release's chart keeps its own.
 		"image":      map[string]any{"repository": repo, "pullPolicy": "IfNotPresent"},
+		"imagesDir":  images,
 		"policy":     map[string]any{"mode": "enforce", "rules": []any{map[string]any{"images": []string{repo}, "keys": []string{inPod}}}},
 		"policyKeys": map[string]any{"secret": releaseKeySec},
 	})
