@@ -277,6 +277,18 @@ func checkReleaseSignatures(t *testing.T, dir, dist string, rel release) {
 	if st := verifyStates(t, v); v.Code != 0 || len(st) != 1 || st[imageName] != "verified" {
 		t.Errorf("holdfast verify of %s: exit %d, %v, want 0 and only %s verified\n%s%s", rel.image, v.Code, st, imageName, v.Stdout, v.Stderr)
 	}
+	// Under a policy naming another key, the same archive is refused: only the release key verifies it.
+	otherKey := tempDir(t)
+	cosign3(t, otherKey, "generate-key-pair", "--output-key-prefix", "other")
+	otherPol := filepath.Join(otherKey, "policy.yaml")
+	body := "mode: enforce\nrules:\n  - images: [\"" + ownRepo + "*\"]\n    keys: [" + filepath.Join(otherKey, "other.pub") + "]\n"
+	if err := os.WriteFile(otherPol, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v = holdfast(t, "verify", "--policy", otherPol, "-o", "json", filepath.Join(dist, rel.image))
+	if st := verifyStates(t, v); v.Code == 0 || st[imageName] == "verified" || st[imageName] == "" {
+		t.Errorf("holdfast verify of %s under another key: exit %d, %v, want non-zero and %s not verified\n%s%s", rel.image, v.Code, st, imageName, v.Stdout, v.Stderr)
+	}
 	sboms := rel.referrersOf(rel.index.Digest.String())[oci.MediaTypeCycloneDX]
 	if len(sboms) != 1 {
 		t.Fatalf("the archive lists %d SBOM referrers of the image, want 1: %+v", len(sboms), rel.referrers)
