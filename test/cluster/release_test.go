@@ -24,6 +24,7 @@ import (
 // The release the test makes: a version of its own, so that its image is none other test's.
 const (
 	releaseVersion = "v0.0.0-cluster-release"
+	releaseRepo    = "holdfast.test/holdfast-release"
 	releaseKeySec  = "holdfast-release-key"
 	releaseKeyFile = "holdfast-release.pub"
 )
@@ -35,7 +36,7 @@ const (
 // holdfast status in the pod shows its own image pinned, owned and verified by the release key.
 func TestReleaseOnNode(t *testing.T) {
 	c := needCluster(t)
-	s := &scenario{c: c, helm: findHelm(t, c.repoBin), dataDir: filepath.Join(c.dir, "holdfast-data")}
+	s := &scenario{c: c, helm: findHelm(t, c.repoBin), dataDir: filepath.Join(c.dir, "holdfast-release-data")}
 	helmHome := filepath.Join(c.dir, "helm")
 	s.helmEnv = append(c.env(), "KUBECONFIG="+c.admin,
 		"HELM_CACHE_HOME="+helmHome+"/cache", "HELM_CONFIG_HOME="+helmHome+"/config", "HELM_DATA_HOME="+helmHome+"/data")
@@ -43,8 +44,8 @@ func TestReleaseOnNode(t *testing.T) {
 	tarPath, chart := releaseFile(t, dist, "holdfast-image-", ".tar"), releaseFile(t, dist, "holdfast-", ".tgz")
 	name, digest := imageOfArchive(t, tarPath)
 	repo, _, ok := cutLast(name, ":")
-	if !ok {
-		t.Fatalf("the release's image name %q has no tag", name)
+	if !ok || repo != releaseRepo {
+		t.Fatalf("the release's image is named %q, want %s:…", name, releaseRepo)
 	}
 	s.ownImage = name
 
@@ -53,8 +54,9 @@ func TestReleaseOnNode(t *testing.T) {
 	if err := os.WriteFile(pol, fmt.Appendf(nil, "mode: enforce\nrules:\n  - images: [%q]\n    keys: [%q]\n", repo, pub), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// An images dir and a data dir of the release's own: the suite's images dir holds the unsigned image of the
-	// commit under the same repository, which the release's policy refuses (and its record is deleted).
+	// An images dir and a data dir of the release's own, and a repository of its own (releaseRepo): the suite's
+	// unsigned image of the commit, which the node's other agents keep and heal, is under holdfast's repository,
+	// which an enforcing rule for it would refuse.
 	images := filepath.Join(c.dir, "release-images")
 	if err := os.MkdirAll(images, 0o755); err != nil {
 		t.Fatal(err)
@@ -92,8 +94,8 @@ func TestReleaseOnNode(t *testing.T) {
 
 	inPod := "/etc/holdfast/policy-keys/" + releaseKeyFile
 	values := s.values(t, nil, map[string]any{
-		// No tag and no digest: the release's chart keeps its own.
-		"image":      map[string]any{"repository": repo, "pullPolicy": "IfNotPresent"},
+		// No image: the release's chart names its own (repository, tag and digest).
+		"image":      map[string]any{},
 		"imagesDir":  images,
 		"policy":     map[string]any{"mode": "enforce", "rules": []any{map[string]any{"images": []string{repo}, "keys": []string{inPod}}}},
 		"policyKeys": map[string]any{"secret": releaseKeySec},
@@ -146,7 +148,7 @@ func makeRelease(t *testing.T, c *cluster, helm string) (dist, pub string) {
 	dist = filepath.Join(dir, "dist")
 	start := time.Now()
 	mk := exec.Command("make", "--no-print-directory", "release", "DIST="+dist, "BIN="+bin, "HELM="+helm, "COSIGN3="+cosign,
-		"VERSION="+releaseVersion, "RELEASE_KEY="+filepath.Join(dir, "release.key"), "IMAGE_ARCHES="+goruntime.GOARCH)
+		"VERSION="+releaseVersion, "IMAGE_REPO="+releaseRepo, "RELEASE_KEY="+filepath.Join(dir, "release.key"), "IMAGE_ARCHES="+goruntime.GOARCH)
 	mk.Dir, mk.Env = repoRoot(), env
 	if out, err := mk.CombinedOutput(); err != nil {
 		t.Fatalf("make release: %v\n%s", err, out)

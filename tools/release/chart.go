@@ -20,9 +20,10 @@ import (
 
 // chartSpec is what the release sets in the chart.
 type chartSpec struct {
-	Version  string // Chart.yaml version and appVersion (SemVer)
-	ImageTag string // values.yaml image.tag
-	Digest   string // values.yaml image.digest: the image index's digest
+	Version   string // Chart.yaml version and appVersion (SemVer)
+	ImageRepo string // values.yaml image.repository: the archive's image's
+	ImageTag  string // values.yaml image.tag
+	Digest    string // values.yaml image.digest: the image index's digest
 }
 
 // packageChart copies the chart dir src into work, sets its version, the
@@ -38,7 +39,7 @@ func packageChart(helm, src, work string, spec chartSpec, created time.Time) ([]
 	if err := editFile(filepath.Join(dir, "Chart.yaml"), func(b []byte) ([]byte, error) { return setChartVersion(b, spec.Version) }); err != nil {
 		return nil, err
 	}
-	if err := editFile(filepath.Join(dir, "values.yaml"), func(b []byte) ([]byte, error) { return setImage(b, spec.ImageTag, spec.Digest) }); err != nil {
+	if err := editFile(filepath.Join(dir, "values.yaml"), func(b []byte) ([]byte, error) { return setImage(b, spec.ImageRepo, spec.ImageTag, spec.Digest) }); err != nil {
 		return nil, err
 	}
 	out := filepath.Join(work, "chart-package")
@@ -126,10 +127,10 @@ func setChartVersion(b []byte, v string) ([]byte, error) {
 	return b, nil
 }
 
-// setImage sets values.yaml's image.tag and image.digest: the lines of the
-// top-level image: block replaced in place (comments kept), digest added
-// after tag when the chart has none; then read back.
-func setImage(b []byte, tag, digest string) ([]byte, error) {
+// setImage sets values.yaml's image.repository, image.tag and image.digest:
+// the lines of the top-level image: block replaced in place (comments
+// kept), digest added after tag when the chart has none; then read back.
+func setImage(b []byte, repo, tag, digest string) ([]byte, error) {
 	lines := strings.SplitAfter(string(b), "\n")
 	start := -1
 	for i, l := range lines {
@@ -141,22 +142,25 @@ func setImage(b []byte, tag, digest string) ([]byte, error) {
 	if start < 0 {
 		return nil, errors.New("no top-level image: block")
 	}
-	tagAt, digestAt := -1, -1
+	repoAt, tagAt, digestAt := -1, -1, -1
 	for i := start + 1; i < len(lines); i++ {
 		l := lines[i]
 		if strings.TrimSpace(l) != "" && !strings.HasPrefix(l, " ") && !strings.HasPrefix(l, "#") {
 			break // the next top-level key
 		}
 		switch {
+		case strings.HasPrefix(l, "  repository:"):
+			repoAt = i
 		case strings.HasPrefix(l, "  tag:"):
 			tagAt = i
 		case strings.HasPrefix(l, "  digest:"):
 			digestAt = i
 		}
 	}
-	if tagAt < 0 {
-		return nil, errors.New("no image.tag line")
+	if repoAt < 0 || tagAt < 0 {
+		return nil, errors.New("no image.repository or no image.tag line")
 	}
+	lines[repoAt] = fmt.Sprintf("  repository: %q\n", repo)
 	lines[tagAt] = fmt.Sprintf("  tag: %q\n", tag)
 	if digestAt >= 0 {
 		lines[digestAt] = fmt.Sprintf("  digest: %q\n", digest)
@@ -165,13 +169,13 @@ func setImage(b []byte, tag, digest string) ([]byte, error) {
 	}
 	out := []byte(strings.Join(lines, ""))
 	var v struct {
-		Image struct{ Tag, Digest string } `yaml:"image"`
+		Image struct{ Repository, Tag, Digest string } `yaml:"image"`
 	}
 	if err := yaml.Unmarshal(out, &v); err != nil {
 		return nil, err
 	}
-	if v.Image.Tag != tag || v.Image.Digest != digest {
-		return nil, fmt.Errorf("image.tag %q and image.digest %q after setting them to %q and %q", v.Image.Tag, v.Image.Digest, tag, digest)
+	if v.Image.Repository != repo || v.Image.Tag != tag || v.Image.Digest != digest {
+		return nil, fmt.Errorf("image %s:%s@%s after setting it to %s:%s@%s", v.Image.Repository, v.Image.Tag, v.Image.Digest, repo, tag, digest)
 	}
 	return out, nil
 }

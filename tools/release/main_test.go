@@ -60,25 +60,30 @@ other:
 
 func TestSetImage(t *testing.T) {
 	const d = "sha256:5a5464455900a3f3d66d15c65571067fbd659a89ca410fc98554f8b6218872f3"
-	out, err := setImage([]byte(values), "v1.2.0", d)
+	const repo = "registry.example/holdfast"
+	out, err := setImage([]byte(values), repo, "v1.2.0", d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := strings.Replace(values, "  tag: \"\"\n", "  tag: \"v1.2.0\"\n  digest: \""+d+"\"\n", 1)
+	want = strings.Replace(want, "  repository: ghcr.io/holdfast-project/holdfast\n", "  repository: \""+repo+"\"\n", 1)
 	if string(out) != want {
 		t.Errorf("setImage without a digest line:\n%s\nwant\n%s", out, want)
 	}
 	// With a digest line already: replaced, nothing added.
 	withDigest := strings.Replace(values, "  pullPolicy:", "  digest: \"\"\n  pullPolicy:", 1)
-	out, err = setImage([]byte(withDigest), "1.2.0", d)
+	out, err = setImage([]byte(withDigest), repo, "1.2.0", d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Count(string(out), "digest:") != 1 || !strings.Contains(string(out), "  digest: \""+d+"\"\n") || !strings.Contains(string(out), "  tag: keep") {
 		t.Errorf("setImage with a digest line:\n%s", out)
 	}
-	if _, err := setImage([]byte("image: {}\n"), "1", d); err == nil {
+	if _, err := setImage([]byte("image: {}\n"), repo, "1", d); err == nil {
 		t.Error("setImage of values without image.tag: no error")
+	}
+	if _, err := setImage([]byte("image:\n  tag: \"\"\n"), repo, "1", d); err == nil {
+		t.Error("setImage of values without image.repository: no error")
 	}
 }
 

@@ -69,7 +69,7 @@ func release(o options) ([]string, error) {
 		return nil, err
 	}
 	chartFile := "holdfast-" + v + mark + ".tgz"
-	tgz, err := packageChart(o.Helm, o.Chart, work, chartSpec{Version: cv, ImageTag: imageTag(imageName), Digest: l.index.Digest.String()}, o.Created)
+	tgz, err := packageChart(o.Helm, o.Chart, work, chartSpec{Version: cv, ImageRepo: oci.Repository(imageName), ImageTag: imageTag(imageName), Digest: l.index.Digest.String()}, o.Created)
 	if err != nil {
 		return nil, err
 	}
