@@ -10,6 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 func TestChartVersion(t *testing.T) {
@@ -205,5 +210,39 @@ func TestCheckKey(t *testing.T) {
 		case c.wantErr == "" && o.keyRef != c.wantRef:
 			t.Errorf("%s: key %q, want %q", c.what, o.keyRef, c.wantRef)
 		}
+	}
+}
+
+// TestRegistryTakesOnlyItsCredential: the registry the release signs through refuses whoever lacks its one
+// credential (another local user who finds its port): no push, no read of its referrers; with it, both work.
+func TestRegistryTakesOnlyItsCredential(t *testing.T) {
+	r, err := startRegistry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	layer := static.NewLayer([]byte("not the release's"), types.OCILayer)
+	for _, opts := range [][]remote.Option{nil, {remote.WithAuth(&authn.Basic{Username: r.auth.Username, Password: "guessed"})}} {
+		if err := remote.WriteLayer(r.repo, layer, opts...); err == nil || !strings.Contains(err.Error(), "401") && !strings.Contains(err.Error(), "UNAUTHORIZED") {
+			t.Errorf("a push without the registry's credential: %v, want 401", err)
+		}
+	}
+	d, err := layer.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.Referrers(r.repo.Digest(d.String())); err == nil {
+		t.Error("the referrers read without the registry's credential")
+	}
+	if err := remote.WriteLayer(r.repo, layer, r.opts...); err != nil {
+		t.Errorf("a push with the registry's credential: %v", err)
+	}
+	dir := t.TempDir()
+	if err := r.dockerConfig(dir); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(filepath.Join(dir, "config.json"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("cosign's config.json: %v %v, want 0600", st, err)
 	}
 }

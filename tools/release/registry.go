@@ -3,14 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -31,6 +38,12 @@ import (
 type registry struct {
 	srv  *http.Server
 	repo name.Repository
+	// auth is the one credential the registry takes (a random password):
+	// another local user who finds its port can neither read it nor push
+	// to it, so the referrers copied back into the release are what this
+	// process and its cosign pushed.
+	auth *authn.Basic
+	opts []remote.Option
 }
 
 // startRegistry starts the registry on a free port of 127.0.0.1.
@@ -39,8 +52,15 @@ func startRegistry() (*registry, error) {
 	if err != nil {
 		return nil, err
 	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	auth := &authn.Basic{Username: "holdfast-release", Password: hex.EncodeToString(secret)}
 	h := ggcrregistry.New(ggcrregistry.WithReferrersSupport(true), ggcrregistry.Logger(log.New(io.Discard, "", 0)))
-	r := &registry{srv: &http.Server{Handler: h, ReadHeaderTimeout: time.Minute}}
+	r := &registry{srv: &http.Server{Handler: onlyWith(auth, h), ReadHeaderTimeout: time.Minute}, auth: auth,
+		opts: []remote.Option{remote.WithAuth(auth)}}
 	if r.repo, err = name.NewRepository(ln.Addr().String()+"/holdfast", name.Insecure); err != nil {
 		ln.Close()
 		return nil, err
@@ -50,6 +70,36 @@ func startRegistry() (*registry, error) {
 }
 
 func (r *registry) close() { r.srv.Close() }
+
+// onlyWith serves h to the requests that carry auth's credentials; any
+// other is 401, asking for them.
+func onlyWith(auth *authn.Basic, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		user, pass, ok := req.BasicAuth()
+		if !ok || subtle.ConstantTimeCompare([]byte(user), []byte(auth.Username)) != 1 ||
+			subtle.ConstantTimeCompare([]byte(pass), []byte(auth.Password)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="holdfast release"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, req)
+	})
+}
+
+// dockerConfig writes, into dir, a Docker config.json holding the
+// registry's credential, for cosign (DOCKER_CONFIG=dir), readable by its
+// owner only.
+func (r *registry) dockerConfig(dir string) error {
+	cred := base64.StdEncoding.EncodeToString([]byte(r.auth.Username + ":" + r.auth.Password))
+	b, err := json.Marshal(map[string]any{"auths": map[string]any{r.repo.RegistryStr(): map[string]string{"auth": cred}}})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600)
+}
 
 // ref is repo@d.
 func (r *registry) ref(d digest.Digest) string { return r.repo.Digest(d.String()).String() }
@@ -69,7 +119,7 @@ func (r *registry) pushImage(l *layout) error {
 	if err != nil {
 		return fmt.Errorf("reading the image %s: %w", l.index.Digest, err)
 	}
-	if err := remote.WriteIndex(r.repo.Digest(h.String()), idx); err != nil {
+	if err := remote.WriteIndex(r.repo.Digest(h.String()), idx, r.opts...); err != nil {
 		return fmt.Errorf("pushing the image %s: %w", l.index.Digest, err)
 	}
 	return nil
@@ -99,11 +149,11 @@ func (r *registry) pushManifest(l *layout, d ocispec.Descriptor) error {
 		if err != nil {
 			return err
 		}
-		if err := remote.WriteLayer(r.repo, static.NewLayer(content, types.MediaType(b.MediaType))); err != nil {
+		if err := remote.WriteLayer(r.repo, static.NewLayer(content, types.MediaType(b.MediaType)), r.opts...); err != nil {
 			return fmt.Errorf("pushing blob %s: %w", b.Digest, err)
 		}
 	}
-	if err := remote.Put(r.repo.Digest(d.Digest.String()), rawManifest{raw, d.MediaType}); err != nil {
+	if err := remote.Put(r.repo.Digest(d.Digest.String()), rawManifest{raw, d.MediaType}, r.opts...); err != nil {
 		return fmt.Errorf("pushing manifest %s: %w", d.Digest, err)
 	}
 	return nil
@@ -123,7 +173,7 @@ func (r *registry) pullReferrers(ctx context.Context, l *layout, subjects []dige
 	for len(subjects) > 0 {
 		s := subjects[0]
 		subjects = subjects[1:]
-		idx, err := remote.Referrers(r.repo.Digest(s.String()), remote.WithContext(ctx))
+		idx, err := remote.Referrers(r.repo.Digest(s.String()), append(r.opts, remote.WithContext(ctx))...)
 		if err != nil {
 			return n, fmt.Errorf("the referrers of %s: %w", s, err)
 		}
@@ -152,7 +202,7 @@ func (r *registry) pullReferrers(ctx context.Context, l *layout, subjects []dige
 // pullManifest copies the manifest d and its config and layers from the
 // registry into the layout, and describes it.
 func (r *registry) pullManifest(ctx context.Context, l *layout, d digest.Digest) (ocispec.Descriptor, error) {
-	got, err := remote.Get(r.repo.Digest(d.String()), remote.WithContext(ctx))
+	got, err := remote.Get(r.repo.Digest(d.String()), append(r.opts, remote.WithContext(ctx))...)
 	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("referrer %s: %w", d, err)
 	}
@@ -167,7 +217,7 @@ func (r *registry) pullManifest(ctx context.Context, l *layout, d digest.Digest)
 		if b.Size > maxReferrerBlob {
 			return ocispec.Descriptor{}, fmt.Errorf("referrer %s: blob %s of %d bytes", d, b.Digest, b.Size)
 		}
-		layer, err := remote.Layer(r.repo.Digest(b.Digest.String()), remote.WithContext(ctx))
+		layer, err := remote.Layer(r.repo.Digest(b.Digest.String()), append(r.opts, remote.WithContext(ctx))...)
 		if err != nil {
 			return ocispec.Descriptor{}, fmt.Errorf("referrer %s: blob %s: %w", d, b.Digest, err)
 		}

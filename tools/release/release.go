@@ -60,7 +60,7 @@ func release(o options) ([]string, error) {
 		return nil, err
 	}
 	if c != nil {
-		if err := signLayout(c, l); err != nil {
+		if err := signLayout(c, l, work); err != nil {
 			return nil, err
 		}
 	}
@@ -115,15 +115,21 @@ func release(o options) ([]string, error) {
 }
 
 // signLayout pushes the layout's image and its referrers (the SBOM) to a
-// registry of this process, signs the image, each of its platform
+// registry of this process (which takes only its own credential, in work
+// for cosign), signs the image, each of its platform
 // manifests and each referrer there, and copies the signatures back into
 // the layout as referrers of what they sign.
-func signLayout(c *cosign, l *layout) error {
+func signLayout(c *cosign, l *layout, work string) error {
 	reg, err := startRegistry()
 	if err != nil {
 		return err
 	}
 	defer reg.close()
+	creds := filepath.Join(work, "docker")
+	if err := reg.dockerConfig(creds); err != nil {
+		return err
+	}
+	c = c.withEnv("DOCKER_CONFIG=" + creds)
 	if err := reg.pushImage(l); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -29,6 +30,13 @@ func newCosign(bin, key, work string) (*cosign, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// withEnv is c with kv (KEY=value) added to cosign's environment.
+func (c *cosign) withEnv(kv ...string) *cosign {
+	out := *c
+	out.env = append(slices.Clone(c.env), kv...)
+	return &out
 }
 
 // run runs cosign; its output (never the key: cosign reads it from a file
