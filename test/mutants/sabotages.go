@@ -868,6 +868,16 @@ var sabotages = []sabotage{
 		tests: []tests{{"./internal/exporter", []string{"TestExportCarriesReferrers"}, nil}},
 	},
 	{
+		name: "release-registry-open",
+		// The registry a release signs through serves anyone: another
+		// local user who finds its port pushes a referrer, which the
+		// release copies back and signs into its SHA256SUMS.
+		edits: []edit{{"tools/release/registry.go",
+			"Handler: onlyWith(auth, h)",
+			"Handler: h"}},
+		tests: []tests{{"./tools/release", []string{"TestRegistryTakesOnlyItsCredential"}, nil}},
+	},
+	{
 		name: "export-writes-incomplete-signature",
 		// The export writes a signature manifest whose config the store
 		// lost: containerd's importer makes its record incomplete.
