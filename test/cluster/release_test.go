@@ -17,6 +17,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
 	"github.com/holdfast-project/holdfast/internal/oci"
 	"github.com/holdfast-project/holdfast/internal/testenv"
 )
@@ -86,6 +90,12 @@ func TestReleaseOnNode(t *testing.T) {
 			if out, err := s.runHelm("uninstall", release, "--namespace", chartNS, "--wait"); err != nil {
 				t.Errorf("helm uninstall: %v\n%s", err, out)
 			}
+		}
+		// The agent's claim on the namespace's policy outlives it (a restart must not open a window): the
+		// operator's way to end it for good, as docs/signatures.md says, so that the tests after this one
+		// run without the release's policy.
+		if err := withdrawPolicy(c); err != nil {
+			t.Errorf("withdrawing the release's policy from namespace %s: %v", criNamespace, err)
 		}
 		if err := c.client.CoreV1().Secrets(chartNS).Delete(ctx, releaseKeySec, metav1.DeleteOptions{}); err != nil {
 			t.Errorf("deleting the Secret %s: %v", releaseKeySec, err)
@@ -234,4 +244,25 @@ func ownImageVerified(c *cluster, pod, dataDir, name, key string) (bool, error) 
 		return true, nil
 	}
 	return false, errors.New(name + " is not in the agent's status")
+}
+
+// withdrawPolicy takes away the signature policy an agent put in force in the CRI's namespace: the claim lease
+// io.holdfast.policy and the namespace's labels that copy it.
+func withdrawPolicy(c *cluster) error {
+	cli, err := containerd.New(c.sock, containerd.WithDefaultNamespace(criNamespace))
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ctx := namespaces.WithNamespace(context.Background(), criNamespace)
+	if err := cli.NamespaceService().SetLabel(ctx, criNamespace, "io.holdfast.policy", ""); err != nil {
+		return err
+	}
+	if err := cli.NamespaceService().SetLabel(ctx, criNamespace, "io.holdfast.policy-by", ""); err != nil {
+		return err
+	}
+	if err := cli.LeasesService().Delete(ctx, leases.Lease{ID: "io.holdfast.policy"}); err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
 }

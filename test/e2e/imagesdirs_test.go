@@ -215,9 +215,9 @@ func TestDataDirDeletedUnderAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.RemoveAll(dataDir); err != nil {
-		t.Fatal(err)
-	}
+	// The agent may write into the dir while it is being removed (a file made after RemoveAll read its
+	// directory fails it with "directory not empty"): removed again until one removal gets all of it.
+	eventually(t, "the data dir removed under the agent", func() bool { return os.RemoveAll(dataDir) == nil })
 	eventually(t, "the data dir, its lock and the reporter's token to exist again", func() bool {
 		_, lerr := os.Stat(filepath.Join(dataDir, "lock"))
 		_, oerr := os.Stat(filepath.Join(dataDir, "owner.json"))
